@@ -1,0 +1,71 @@
+// The builder registry and the helpers every builder shares.
+#include "collectives/builders.h"
+
+#include <algorithm>
+
+namespace loom::collectives {
+
+namespace {
+
+const Builder kBuilders[] = {
+    {Collective::AllReduce, "ring", buildRingAllReduce},
+    {Collective::Broadcast, "chain", buildChainBroadcast},
+    {Collective::Reduce, "chain", buildChainReduce},
+    {Collective::AllGather, "ring", buildRingAllGather},
+    {Collective::ReduceScatter, "ring", buildRingReduceScatter},
+    {Collective::AlltoAll, "pairwise", buildPairwiseAlltoAll},
+    {Collective::AlltoAllv, "pairwise", buildPairwiseAlltoAllv},
+    {Collective::SendRecv, "p2p", nullptr},
+};
+
+}  // namespace
+
+std::span<const Builder> allBuilders() { return kBuilders; }
+
+std::vector<std::string_view> builderNames(Collective c) {
+  std::vector<std::string_view> names;
+  for (const Builder& b : kBuilders) {
+    if (b.coll == c) names.push_back(b.name);
+  }
+  return names;
+}
+
+const Builder* findBuilder(Collective c, std::string_view name) {
+  for (const Builder& b : kBuilders) {
+    if (b.coll == c && name == b.name) return &b;
+  }
+  return nullptr;
+}
+
+// Each collective has one builder so far; the first registered is its default. The tuner
+// replaces this choice once it can cost the alternatives.
+const Builder& defaultBuilder(const CollArgs& a) {
+  for (const Builder& b : kBuilders) {
+    if (b.coll == a.coll) return b;
+  }
+  return kBuilders[0];  // unreachable: every collective has a builder
+}
+
+int usableLanes(uint64_t count, uint64_t minPerLane, int hint) {
+  const uint64_t byData = std::max<uint64_t>(1, count / std::max<uint64_t>(1, minPerLane));
+  return int(std::min<uint64_t>(uint64_t(std::max(1, hint)), byData));
+}
+
+namespace {
+
+void add(Lane& lane, StepKind kind, int peer, Region src, Region dst) {
+  if (std::max(src.count, dst.count) == 0) return;
+  lane.steps.push_back(Step{kind, peer, src, dst});
+}
+
+}  // namespace
+
+void addSend(Lane& lane, int peer, Region src) { add(lane, StepKind::Send, peer, src, {}); }
+void addRecv(Lane& lane, int peer, Region dst) { add(lane, StepKind::Recv, peer, {}, dst); }
+void addRecvReduce(Lane& lane, int peer, Region src, Region dst) {
+  add(lane, StepKind::RecvReduce, peer, src, dst);
+}
+void addCopy(Lane& lane, Region src, Region dst) { add(lane, StepKind::Copy, -1, src, dst); }
+void addReduce(Lane& lane, Region src, Region dst) { add(lane, StepKind::Reduce, -1, src, dst); }
+
+}  // namespace loom::collectives

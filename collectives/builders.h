@@ -1,0 +1,139 @@
+// Plan builders (shared/DESIGN.md §2): one pure function per algorithm, building the plan of
+// one rank. Every builder works for any nranks N ≥ 1 and any count (0, fewer elements than
+// ranks, odd sizes), and every rank's plan matches its peers' plans built from the same call.
+//
+// Each builder states its cost per rank as the symbolic verifier (tests/support/verifier.h)
+// counts it: plan steps, messages sent, elements sent, and rounds (the longest chain of
+// messages that must follow one another). Notation: N ranks, r this rank, L lanes in use,
+// n_l = partCount(count, L, l) the elements of lane l, and c_l(i) = partCount(n_l, N, i) the
+// size of chunk i of lane l. Steps that would move zero elements are left out, so the step
+// and message counts below hold when every chunk is non-empty (count ≥ L·N for allreduce,
+// count ≥ L elsewhere); with fewer elements the empty chunks' steps are missing.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "collectives/plan.h"
+
+namespace loom::collectives {
+
+// ---- Collective builders --------------------------------------------------------------------
+
+// Ring allreduce: a ring reduce-scatter then a ring allgather, each lane a full ring over its
+// contiguous part of the buffer; L = min(lanes, max(1, count / N)), so every chunk holds an
+// element. The first pass combines Input with what arrives straight into Output, so there is
+// no copy pass, and it is correct in place.
+// Cost (N > 1): 4(N−1)·L steps, 2(N−1)·L messages, Σ_l 2·n_l − c_l(r+1) − c_l(r+2) elements
+// sent (= 2(N−1)·count/N when L·N divides count), 2(N−1) rounds, no scratch.
+// N = 1: one Copy, nothing sent.
+RankPlan buildRingAllReduce(const CollArgs& a, int rank);
+
+// Ring allgather: Copy of Input into Output block r (a no-op in place), then N−1 ring steps
+// passing blocks on; lanes split every block alike, L = min(lanes, max(1, count)).
+// Cost: (2N−1)·L steps, (N−1)·L messages, (N−1)·count elements sent, N−1 rounds.
+RankPlan buildRingAllGather(const CollArgs& a, int rank);
+
+// Ring reduce-scatter: N−1 ring steps; partial sums travel through two scratch slots per lane
+// and the last step combines Input block r with the arriving sum into Output, so it is correct
+// in place. Lanes split every block alike, L = min(lanes, max(1, count)).
+// Cost (N > 1): 2(N−1)·L steps, (N−1)·L messages, (N−1)·count elements sent, N−1 rounds,
+// scratch 2·count when N > 2. N = 1: one Copy.
+RankPlan buildRingReduceScatter(const CollArgs& a, int rank);
+
+// Chain broadcast root → root+1 → … → root−1: each rank receives into Output and forwards
+// from Output; the root sends from Input and copies Input to Output. The executor pipelines
+// the chain at element granularity. Lanes split the buffer, L = min(lanes, max(1, count)).
+// Cost: root 2·L steps, last rank L steps, others 2·L; every rank but the last sends L
+// messages and count elements; N−1 rounds. N = 1: one Copy.
+RankPlan buildChainBroadcast(const CollArgs& a, int rank);
+
+// Chain reduce toward the root, root−1 → … → root+1 → root: the last rank sends its Input,
+// the ones between combine their Input with the arriving partial sum into Scratch and pass it
+// on, the root combines into Output. Non-roots never touch Output (NCCL ignores recvbuff there).
+// Lanes split the buffer, L = min(lanes, max(1, count)).
+// Cost: root L steps, last rank L steps, others 2·L; every rank but the root sends L messages
+// and count elements; N−1 rounds; scratch count on ranks between the ends. N = 1: one Copy.
+RankPlan buildChainReduce(const CollArgs& a, int rank);
+
+// Pairwise alltoall: Copy of the own block, then N−1 rounds; round k sends block (r+k)%N to
+// rank (r+k)%N and receives block (r−k)%N from rank (r−k)%N. Round k runs on lane k % L,
+// L = min(lanes, max(1, N−1)); the rounds do not wait for one another.
+// Cost: 1 + 2(N−1) steps, N−1 messages, (N−1)·count elements sent, 1 round (count > 0).
+RankPlan buildPairwiseAlltoAll(const CollArgs& a, int rank);
+
+// Pairwise alltoallv: as buildPairwiseAlltoAll with this rank's counts and displacements;
+// blocks of zero elements produce no steps.
+// Cost: messages = #{j ≠ r : sendCounts[j] > 0}, elements sent = Σ_{j≠r} sendCounts[j],
+// steps = messages + #{j ≠ r : recvCounts[j] > 0} + (sendCounts[r] > 0).
+RankPlan buildPairwiseAlltoAllv(const CollArgs& a, int rank);
+
+// ---- Point-to-point groups ------------------------------------------------------------------
+
+// One send or receive of a group (loomGroupStart … loomGroupEnd), in bytes.
+struct P2POp {
+  enum class Kind : uint8_t { Send, Recv };
+  int peer = 0;
+  Kind kind = Kind::Send;
+  uint64_t bytes = 0;
+};
+
+// A group of sends and receives: the buffer of ops[i] is kFirstUserBuffer + i, an element is a
+// byte, and every operation is one step on lane 0, in call order (the executor posts them out
+// of order as far as FIFO per peer allows, so any order of calls completes). Zero-byte
+// operations produce no step.
+// Cost: one step per operation; messages and bytes sent = the group's sends; rounds = the
+// most messages from one rank to another (FIFO order chains them).
+RankPlan buildP2P(const std::vector<P2POp>& ops);
+
+// ---- Registry -------------------------------------------------------------------------------
+
+struct Builder {
+  Collective coll;
+  const char* name;  // "ring", "chain", "pairwise", "p2p"
+  // Builds one rank's plan. Null for Collective::SendRecv, whose plans come from buildP2P.
+  RankPlan (*build)(const CollArgs& a, int rank);
+};
+
+// Every builder, grouped by collective.
+std::span<const Builder> allBuilders();
+// The names of the builders of one collective, in registry order.
+std::vector<std::string_view> builderNames(Collective c);
+// The builder of collective c called name, or null.
+const Builder* findBuilder(Collective c, std::string_view name);
+// The builder used when neither the user nor the tuner picks one.
+const Builder& defaultBuilder(const CollArgs& a);
+
+// ---- Helpers shared by the builders ---------------------------------------------------------
+
+// Lanes worth using: at most `hint`, and few enough that each lane has minPerLane elements.
+int usableLanes(uint64_t count, uint64_t minPerLane, int hint);
+
+// A plan named `algorithm` whose `lanes` lanes each work on one contiguous part of `count`
+// elements: calls fill(lane, offset, count) with lane l's part (partOffset/partCount).
+template <typename Fill>
+RankPlan splitIntoLanes(const char* algorithm, uint64_t count, int lanes, Fill fill) {
+  RankPlan plan;
+  plan.algorithm = algorithm;
+  plan.lanes.resize(size_t(lanes));
+  for (int l = 0; l < lanes; ++l) {
+    fill(plan.lanes[size_t(l)], partOffset(count, uint64_t(lanes), uint64_t(l)),
+         partCount(count, uint64_t(lanes), uint64_t(l)));
+  }
+  return plan;
+}
+
+// x mod n in [0, n), for ring arithmetic on ranks and chunks that may go negative.
+inline int wrap(int64_t x, int n) { return int(((x % n) + n) % n); }
+
+// Append a step to a lane unless it would move nothing. Dropping empty steps keeps both sides
+// of a message consistent because every rank computes the same chunk sizes.
+void addSend(Lane& lane, int peer, Region src);
+void addRecv(Lane& lane, int peer, Region dst);
+void addRecvReduce(Lane& lane, int peer, Region src, Region dst);
+void addCopy(Lane& lane, Region src, Region dst);
+void addReduce(Lane& lane, Region src, Region dst);
+
+}  // namespace loom::collectives

@@ -1,0 +1,349 @@
+#include "collectives/executor.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "collectives/reduce_kernels.h"
+#include "core/dtype.h"
+#include "core/log.h"
+#include "core/params.h"
+
+namespace loom::collectives {
+namespace {
+
+using transports::Connection;
+using transports::TransferOp;
+using transports::Transport;
+
+bool isTransfer(StepKind k) {
+  return k == StepKind::Send || k == StepKind::Recv || k == StepKind::RecvReduce;
+}
+
+// The regions a step touches and whether it writes them.
+struct Access {
+  Region region;
+  bool write;
+};
+
+int accesses(const Step& s, Access out[2]) {
+  switch (s.kind) {
+    case StepKind::Send:
+      out[0] = {s.src, false};
+      return 1;
+    case StepKind::Recv:
+      out[0] = {s.dst, true};
+      return 1;
+    case StepKind::RecvReduce:
+    case StepKind::Copy:
+    case StepKind::Reduce:
+      out[0] = {s.src, false};
+      out[1] = {s.dst, true};
+      return 2;
+  }
+  return 0;
+}
+
+uint64_t stepCount(const Step& s) { return s.kind == StepKind::Send ? s.src.count : s.dst.count; }
+
+// Elements a local step handles per pass, so that later steps can start on its output early.
+constexpr uint64_t kLocalChunkBytes = 256 << 10;
+
+}  // namespace
+
+PreparedPlan preparePlan(const RankPlan& plan, const std::vector<BufferAlias>& aliases) {
+  PreparedPlan out;
+  out.scratchCount = plan.scratchCount;
+  out.algorithm = plan.algorithm;
+  auto canon = [&](Region r) {
+    if (r.buf < aliases.size()) {
+      r.offset += aliases[r.buf].offset;
+      r.buf = aliases[r.buf].canonical;
+    }
+    return r;
+  };
+  for (const Lane& lane : plan.lanes) {
+    PreparedPlan::LaneSteps ls;
+    for (Step s : lane.steps) {
+      s.src = canon(s.src);
+      s.dst = canon(s.dst);
+      ls.steps.push_back(s);
+    }
+    ls.conflicts.resize(ls.steps.size());
+    for (size_t i = 0; i < ls.steps.size(); ++i) {
+      Access mine[2];
+      int nm = accesses(ls.steps[i], mine);
+      for (size_t j = 0; j < i; ++j) {
+        Access theirs[2];
+        int nt = accesses(ls.steps[j], theirs);
+        for (int a = 0; a < nm; ++a)
+          for (int b = 0; b < nt; ++b) {
+            const Region& x = mine[a].region;
+            const Region& y = theirs[b].region;
+            if (!(mine[a].write || theirs[b].write) || x.buf != y.buf) continue;
+            uint64_t begin = std::max(x.offset, y.offset);
+            uint64_t end = std::min(x.offset + x.count, y.offset + y.count);
+            if (begin >= end) continue;
+            ls.conflicts[i].push_back({uint32_t(j), y.offset, begin, end, x.offset});
+          }
+      }
+    }
+    out.lanes.push_back(std::move(ls));
+  }
+  return out;
+}
+
+namespace {
+
+struct StepState {
+  TransferOp op;
+  uint64_t done = 0;  // elements finished
+  bool posted = false;
+  Connection* conn = nullptr;
+};
+
+class Run {
+ public:
+  Run(ExecHost& host, const ExecCall& call, const Deadline& deadline)
+      : host_(host), call_(call), deadline_(deadline), es_(dtypeSize(call.dtype)) {
+    for (const auto& lane : call.plan->lanes) state_.emplace_back(lane.steps.size());
+    first_.assign(call.plan->lanes.size(), 0);
+  }
+
+  Status run() {
+    int64_t idle = 0;
+    uint64_t idleSinceNs = 0;
+    uint64_t lastCheckNs = nowNs();
+    for (;;) {
+      bool progressed = false;
+      bool finished = true;
+      for (size_t l = 0; l < state_.size(); ++l) {
+        LOOM_TRY(advanceLane(l, &progressed));
+        finished = finished && first_[l] == state_[l].size();
+      }
+      if (finished) return Status::ok();
+      LOOM_TRY(progressConnections(&progressed));
+      if (progressed) {
+        idle = 0;
+        idleSinceNs = 0;
+        continue;
+      }
+      if (++idle < call_.spinCount) continue;
+      // Past spinning: yield the CPU for a while (a peer may need it), then sleep. Both are
+      // also the time to look for trouble that does not show on the data path.
+      uint64_t now = nowNs();
+      if (idleSinceNs == 0) idleSinceNs = now;
+      if (now - lastCheckNs > 100 * 1000000ull) {
+        lastCheckNs = now;
+        LOOM_TRY(checkPeers());
+      }
+      if (deadline_.expired()) return timeoutError();
+      if (now - idleSinceNs < call_.yieldNs) {
+        sched_yield();
+        continue;
+      }
+      LOOM_TRY(sleepUntilEvent());
+    }
+  }
+
+ private:
+  const PreparedPlan::LaneSteps& lane(size_t l) const { return call_.plan->lanes[l]; }
+
+  char* address(const Region& r) const {
+    return static_cast<char*>(call_.buffers[r.buf]) + r.offset * es_;
+  }
+
+  // How many elements of step i may be touched now, given the earlier conflicting steps.
+  uint64_t readyLimit(size_t l, size_t i) const {
+    const auto& ls = lane(l);
+    uint64_t limit = stepCount(ls.steps[i]);
+    for (const auto& c : ls.conflicts[i]) {
+      uint64_t theirDone = state_[l][c.step].done;
+      if (c.theirStart + theirDone >= c.overlapEnd) continue;
+      uint64_t ready = std::max(c.overlapBegin, c.theirStart + theirDone);
+      limit = std::min(limit, ready - c.myStart);
+    }
+    return limit;
+  }
+
+  Status advanceLane(size_t l, bool* progressed) {
+    const auto& ls = lane(l);
+    auto& st = state_[l];
+    // Per (peer, direction) FIFO: a transfer is posted only after every earlier transfer of
+    // the lane to the same peer in the same direction.
+    for (size_t i = first_[l]; i < st.size(); ++i) {
+      const Step& s = ls.steps[i];
+      StepState& ss = st[i];
+      uint64_t count = stepCount(s);
+      if (ss.done == count) {
+        if (i == first_[l]) ++first_[l];
+        continue;
+      }
+      uint64_t limit = readyLimit(l, i);
+      if (isTransfer(s.kind)) {
+        if (!ss.posted) {
+          LOOM_TRY(post(l, i));
+          *progressed = true;
+        }
+        size_t limitBytes = limit * es_;
+        if (limitBytes > ss.op.limit) ss.op.limit = limitBytes;
+        continue;
+      }
+      if (limit <= ss.done) continue;
+      runLocal(s, &ss, limit);
+      *progressed = true;
+      if (ss.done == count && i == first_[l]) ++first_[l];
+    }
+    return Status::ok();
+  }
+
+  Status post(size_t l, size_t i) {
+    const Step& s = lane(l).steps[i];
+    StepState& ss = state_[l][i];
+    Transport* transport = nullptr;
+    Status st = host_.connection(s.peer, int(l), &ss.conn, &transport);
+    if (!st.isOk()) return st.withContext(stepContext(l, i));
+    TransferOp& op = ss.op;
+    op.dtype = call_.dtype;
+    op.op = call_.op;
+    op.bytes = stepCount(s) * es_;
+    switch (s.kind) {
+      case StepKind::Send:
+        op.kind = TransferOp::Kind::Send;
+        op.src = address(s.src);
+        break;
+      case StepKind::Recv:
+        op.kind = TransferOp::Kind::Recv;
+        op.dst = address(s.dst);
+        break;
+      default:
+        op.kind = TransferOp::Kind::RecvReduce;
+        op.src = address(s.src);
+        op.dst = address(s.dst);
+    }
+    st = ss.conn->post(&op);
+    if (!st.isOk()) return st.withContext(stepContext(l, i));
+    ss.posted = true;
+    if (std::find(conns_.begin(), conns_.end(), ss.conn) == conns_.end()) {
+      conns_.push_back(ss.conn);
+      connLane_.push_back(l);
+      if (std::find(transports_.begin(), transports_.end(), transport) == transports_.end())
+        transports_.push_back(transport);
+    }
+    return Status::ok();
+  }
+
+  void runLocal(const Step& s, StepState* ss, uint64_t limit) {
+    uint64_t chunk = std::max<uint64_t>(1, kLocalChunkBytes / es_);
+    uint64_t end = std::min(limit, ss->done + chunk);
+    uint64_t n = end - ss->done;
+    char* dst = address(s.dst) + ss->done * es_;
+    const char* src = address(s.src) + ss->done * es_;
+    if (s.kind == StepKind::Copy) {
+      if (address(s.dst) == address(s.src)) {  // an in-place copy is nothing to do
+        ss->done = stepCount(s);
+        return;
+      }
+      memcpy(dst, src, n * es_);
+    } else {
+      reduce(dst, dst, src, n, call_.dtype, call_.op);
+    }
+    ss->done = end;
+  }
+
+  Status progressConnections(bool* progressed) {
+    for (size_t c = 0; c < conns_.size(); ++c) {
+      bool p = false;
+      Status st = conns_[c]->progress(&p);
+      if (!st.isOk()) return st.withContext(connectionContext(c));
+      *progressed = *progressed || p;
+    }
+    if (!*progressed && conns_.empty()) return Status::ok();
+    for (size_t l = 0; l < state_.size(); ++l)
+      for (size_t i = first_[l]; i < state_[l].size(); ++i) {
+        StepState& ss = state_[l][i];
+        if (ss.posted) ss.done = ss.op.done / es_;
+      }
+    return Status::ok();
+  }
+
+  Status checkPeers() {
+    for (size_t c = 0; c < conns_.size(); ++c) {
+      Status st = conns_[c]->checkAlive();
+      if (!st.isOk()) return st.withContext(connectionContext(c));
+    }
+    Status st = host_.pollAsyncErrors();
+    if (!st.isOk()) return st.withContext(header());
+    return Status::ok();
+  }
+
+  Status sleepUntilEvent() {
+    if (transports_.empty()) {
+      sched_yield();
+      return Status::ok();
+    }
+    std::vector<uint64_t> tokens;
+    for (Transport* t : transports_) tokens.push_back(t->armSleep());
+    bool progressed = false;
+    Status st = progressConnections(&progressed);
+    if (st.isOk() && !progressed) {
+      // One transport: sleep on it until its event. Several: take turns, briefly.
+      int cap = transports_.size() == 1 ? 100 : 1;
+      for (size_t t = 0; t < transports_.size(); ++t)
+        transports_[t]->sleep(tokens[t], deadline_.remainingMs(cap));
+    }
+    for (Transport* t : transports_) t->disarmSleep();
+    return st;
+  }
+
+  std::string header() const {
+    return strprintf("rank %d: %s #%llu (%s)", call_.rank, call_.collective,
+                     (unsigned long long)call_.sequence, call_.plan->algorithm.c_str());
+  }
+
+  std::string stepContext(size_t l, size_t i) const {
+    const Step& s = lane(l).steps[i];
+    const StepState& ss = state_[l][i];
+    bool toPeer = s.kind == StepKind::Send;
+    return strprintf("%s, lane %zu step %zu (%s %s rank %d, %llu of %llu elements done)",
+                     header().c_str(), l, i, stepKindName(s.kind), toPeer ? "to" : "from", s.peer,
+                     (unsigned long long)ss.done, (unsigned long long)stepCount(s));
+  }
+
+  // Names the first unfinished step that uses connection c.
+  std::string connectionContext(size_t c) const {
+    size_t l = connLane_[c];
+    for (size_t i = first_[l]; i < state_[l].size(); ++i) {
+      const StepState& ss = state_[l][i];
+      if (ss.conn == conns_[c] && ss.done < stepCount(lane(l).steps[i])) return stepContext(l, i);
+    }
+    return header();
+  }
+
+  Status timeoutError() const {
+    for (size_t l = 0; l < state_.size(); ++l)
+      if (first_[l] < state_[l].size())
+        return errorf(loomTimeout, "%s: no progress before the deadline (LOOM_TIMEOUT_MS)",
+                      stepContext(l, first_[l]).c_str());
+    return errorf(loomTimeout, "%s: deadline passed", header().c_str());
+  }
+
+  ExecHost& host_;
+  const ExecCall& call_;
+  const Deadline& deadline_;
+  size_t es_;
+  std::vector<std::vector<StepState>> state_;
+  std::vector<size_t> first_;  // per lane: the first unfinished step
+  std::vector<Connection*> conns_;
+  std::vector<size_t> connLane_;
+  std::vector<Transport*> transports_;
+};
+
+}  // namespace
+
+Status execute(ExecHost& host, const ExecCall& call, const Deadline& deadline) {
+  return Run(host, call, deadline).run();
+}
+
+}  // namespace loom::collectives

@@ -1,0 +1,74 @@
+// The executor runs one rank's plan over transports, in the caller's thread.
+//
+// Every step of a lane is started as soon as the data it needs is there: a step may work on
+// the prefix of its regions that no unfinished earlier step still touches (read after write,
+// write after read, write after write), tracked element by element. So a ring step forwards a
+// chunk's first slices while the rest is still arriving, with no slicing in the builders.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "collectives/plan.h"
+#include "core/clock.h"
+#include "core/status.h"
+#include "transports/transport.h"
+
+namespace loom::collectives {
+
+// A plan prepared for execution: buffers that alias each other folded into one, and for every
+// step the earlier steps whose regions it conflicts with. Built once, cached by the caller.
+struct PreparedPlan {
+  struct Conflict {
+    uint32_t step;        // the earlier step, index within the lane
+    uint64_t theirStart;  // where the earlier step's region starts (canonical buffer offset)
+    uint64_t overlapBegin, overlapEnd;  // the overlap, canonical buffer offsets
+    uint64_t myStart;     // where this step's region starts (canonical buffer offset)
+  };
+  struct LaneSteps {
+    std::vector<Step> steps;                     // regions rewritten to canonical buffers
+    std::vector<std::vector<Conflict>> conflicts;  // per step
+  };
+  std::vector<LaneSteps> lanes;
+  uint64_t scratchCount = 0;
+  std::string algorithm;
+};
+
+// How one buffer id maps into memory: canonical buffer id and element offset within it.
+struct BufferAlias {
+  uint32_t canonical;
+  uint64_t offset;
+};
+
+// Prepares plan; aliases[b] folds buffer b into another (identity where b is its own).
+PreparedPlan preparePlan(const RankPlan& plan, const std::vector<BufferAlias>& aliases);
+
+// What the executor needs from the communicator.
+class ExecHost {
+ public:
+  virtual ~ExecHost() = default;
+  // The connection to peer on lane, made on first use.
+  virtual Status connection(int peer, int lane, transports::Connection** out,
+                            transports::Transport** transport) = 0;
+  // Errors that arrive outside the data path (a peer's abort through the bootstrap).
+  virtual Status pollAsyncErrors() = 0;
+};
+
+struct ExecCall {
+  const PreparedPlan* plan = nullptr;
+  std::vector<void*> buffers;  // base address of each canonical buffer id
+  loomDataType_t dtype = loomUint8;
+  loomRedOp_t op = loomSum;
+  // Waiting: polls before yielding, then how long to yield before sleeping.
+  int64_t spinCount = 2000;
+  uint64_t yieldNs = 2000000;
+  // For error messages: "allreduce #12".
+  const char* collective = "";
+  uint64_t sequence = 0;
+  int rank = 0;
+};
+
+Status execute(ExecHost& host, const ExecCall& call, const Deadline& deadline);
+
+}  // namespace loom::collectives

@@ -1,0 +1,101 @@
+#include "collectives/plan.h"
+
+#include <algorithm>
+
+namespace loom::collectives {
+
+const char* collectiveName(Collective c) {
+  switch (c) {
+    case Collective::AllReduce:
+      return "allreduce";
+    case Collective::Broadcast:
+      return "broadcast";
+    case Collective::Reduce:
+      return "reduce";
+    case Collective::AllGather:
+      return "allgather";
+    case Collective::ReduceScatter:
+      return "reducescatter";
+    case Collective::AlltoAll:
+      return "alltoall";
+    case Collective::AlltoAllv:
+      return "alltoallv";
+    case Collective::SendRecv:
+      return "sendrecv";
+  }
+  return "invalid";
+}
+
+const char* stepKindName(StepKind k) {
+  switch (k) {
+    case StepKind::Send:
+      return "Send";
+    case StepKind::Recv:
+      return "Recv";
+    case StepKind::RecvReduce:
+      return "RecvReduce";
+    case StepKind::Copy:
+      return "Copy";
+    case StepKind::Reduce:
+      return "Reduce";
+  }
+  return "invalid";
+}
+
+namespace {
+
+// The extent of an alltoallv buffer: the end of its furthest block. Blocks may come in any
+// order and leave gaps, so the size is a maximum rather than a sum.
+uint64_t extent(const std::vector<uint64_t>& counts, const std::vector<uint64_t>& displs) {
+  uint64_t end = 0;
+  for (size_t i = 0; i < counts.size() && i < displs.size(); ++i) {
+    if (counts[i] > 0) end = std::max(end, displs[i] + counts[i]);
+  }
+  return end;
+}
+
+}  // namespace
+
+// NCCL ignores sendbuff on a broadcast's non-roots and recvbuff on a reduce's non-roots, so
+// those buffers have no elements: a plan that touches them is wrong.
+uint64_t inputCount(const CollArgs& a, int rank) {
+  const uint64_t n = uint64_t(a.nranks);
+  switch (a.coll) {
+    case Collective::AllReduce:
+    case Collective::Reduce:
+    case Collective::AllGather:
+      return a.count;
+    case Collective::Broadcast:
+      return rank == a.root ? a.count : 0;
+    case Collective::ReduceScatter:
+    case Collective::AlltoAll:
+      return n * a.count;
+    case Collective::AlltoAllv:
+      return extent(a.sendCounts, a.sendDispls);
+    case Collective::SendRecv:
+      return 0;  // each operation has its own buffer
+  }
+  return 0;
+}
+
+uint64_t outputCount(const CollArgs& a, int rank) {
+  const uint64_t n = uint64_t(a.nranks);
+  switch (a.coll) {
+    case Collective::AllReduce:
+    case Collective::Broadcast:
+    case Collective::ReduceScatter:
+      return a.count;
+    case Collective::Reduce:
+      return rank == a.root ? a.count : 0;
+    case Collective::AllGather:
+    case Collective::AlltoAll:
+      return n * a.count;
+    case Collective::AlltoAllv:
+      return extent(a.recvCounts, a.recvDispls);
+    case Collective::SendRecv:
+      return 0;
+  }
+  return 0;
+}
+
+}  // namespace loom::collectives

@@ -1,0 +1,95 @@
+// The plan IR (shared/DESIGN.md §2). Every algorithm is a pure function that builds, for one
+// rank, ordered lists of steps over regions of the call's buffers. The executor runs plans,
+// the verifier (tests/) executes them symbolically, the simulator (tuner/) costs them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "loom/loom.h"
+
+namespace loom::collectives {
+
+enum class Collective : uint8_t {
+  AllReduce,
+  Broadcast,
+  Reduce,
+  AllGather,
+  ReduceScatter,
+  AlltoAll,
+  AlltoAllv,
+  SendRecv,  // a group of point-to-point operations
+};
+const char* collectiveName(Collective c);  // "allreduce", "broadcast", ...
+
+// Buffers a region can name. Collectives use Input, Output and Scratch; a group of
+// point-to-point operations names the buffer of its i-th operation as kFirstUserBuffer + i.
+enum : uint32_t { kInput = 0, kOutput = 1, kScratch = 2, kFirstUserBuffer = 3 };
+
+// A range of elements of one buffer. Offsets and counts are in elements of the plan's dtype.
+struct Region {
+  uint32_t buf = kInput;
+  uint64_t offset = 0;
+  uint64_t count = 0;
+  bool operator==(const Region&) const = default;
+};
+
+enum class StepKind : uint8_t {
+  Send,        // send src to peer
+  Recv,        // receive from peer into dst
+  RecvReduce,  // dst = src (local operand) ⊕ received; src may equal dst
+  Copy,        // dst = src (local)
+  Reduce,      // dst = dst ⊕ src (local)
+};
+const char* stepKindName(StepKind k);
+
+struct Step {
+  StepKind kind;
+  int32_t peer = -1;  // for Send, Recv, RecvReduce
+  Region src;         // Send, RecvReduce, Copy, Reduce
+  Region dst;         // Recv, RecvReduce, Copy, Reduce
+};
+
+// Steps of one lane run in order; a later step may start on the part of its regions that
+// no unfinished earlier step still touches (the executor pipelines at element granularity).
+// Sends and receives between a pair of ranks on one lane match in order (FIFO), with equal
+// counts. Lanes run concurrently, each on its own connections, on disjoint regions.
+struct Lane {
+  std::vector<Step> steps;
+};
+
+struct RankPlan {
+  std::vector<Lane> lanes;
+  uint64_t scratchCount = 0;  // elements of scratch space the plan needs
+  std::string algorithm;      // builder name, for logs and errors
+};
+
+// Everything a builder needs to know about one rank's call.
+struct CollArgs {
+  Collective coll = Collective::AllReduce;
+  int nranks = 1;
+  // Elements, as the NCCL API counts them: allreduce/broadcast/reduce: the buffer;
+  // allgather: each rank's contribution; reduce-scatter: each rank's result; alltoall: per peer.
+  uint64_t count = 0;
+  int root = 0;
+  int lanes = 1;  // a hint; a builder may use fewer when there is too little data
+  // Alltoallv, this rank's view, in elements (size nranks each).
+  std::vector<uint64_t> sendCounts, sendDispls, recvCounts, recvDispls;
+};
+
+// Element counts of the Input and Output buffers for a call (what the verifier allocates).
+uint64_t inputCount(const CollArgs& a, int rank);
+uint64_t outputCount(const CollArgs& a, int rank);
+
+// Splits n elements into `parts` nearly equal contiguous pieces; piece i starts at
+// partOffset(n, parts, i) and has partCount(n, parts, i) elements (the first n % parts get one
+// more). Shared by every builder so their chunkings agree.
+inline uint64_t partCount(uint64_t n, uint64_t parts, uint64_t i) {
+  return n / parts + (i < n % parts ? 1 : 0);
+}
+inline uint64_t partOffset(uint64_t n, uint64_t parts, uint64_t i) {
+  return i * (n / parts) + (i < n % parts ? i : n % parts);
+}
+
+}  // namespace loom::collectives

@@ -1,0 +1,344 @@
+#include "core/bootstrap.h"
+
+#include <poll.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+#include "core/log.h"
+#include "core/params.h"
+
+namespace loom {
+namespace {
+
+enum MessageType : uint32_t { kGather = 1, kGatherResult = 2, kAbort = 3, kLeave = 4 };
+
+struct Hello {
+  uint32_t magic;
+  unsigned char secret[16];
+  int32_t rank;
+  int32_t nranks;
+};
+
+// Replies to a hello.
+enum HelloReply : uint8_t { kAccepted = 0, kWrongSize = 2, kDuplicateRank = 3, kBadRank = 4 };
+
+struct MessageHeader {
+  uint32_t type;
+  uint32_t len;
+};
+
+Status sendMessage(int fd, uint32_t type, const std::string& payload, const Deadline& d) {
+  MessageHeader h = {type, uint32_t(payload.size())};
+  LOOM_TRY(net::sendAll(fd, &h, sizeof(h), d));
+  return net::sendAll(fd, payload.data(), payload.size(), d);
+}
+
+Status recvMessage(int fd, uint32_t* type, std::string* payload, const Deadline& d) {
+  MessageHeader h;
+  LOOM_TRY(net::recvAll(fd, &h, sizeof(h), d));
+  payload->resize(h.len);
+  LOOM_TRY(net::recvAll(fd, payload->data(), h.len, d));
+  *type = h.type;
+  return Status::ok();
+}
+
+bool secretsEqual(const unsigned char* a, const unsigned char* b) {
+  unsigned char diff = 0;  // constant time, so timing does not leak the secret
+  for (int i = 0; i < 16; ++i) diff |= a[i] ^ b[i];
+  return diff == 0;
+}
+
+// The root's state; owned by its thread.
+class Root {
+ public:
+  Root(int listenFd, const unsigned char secret[16]) : listenFd_(listenFd) {
+    memcpy(secret_, secret, 16);
+  }
+  void run() {
+    runPhases();
+    for (int fd : fds_)
+      if (fd >= 0) close(fd);
+    close(listenFd_);
+  }
+
+ private:
+  void runPhases() {
+    // Phase 1: every rank connects; bounded by LOOM_TIMEOUT_MS so a job that never starts
+    // does not leave a thread listening forever.
+    Deadline joinDeadline(params::getInt("LOOM_TIMEOUT_MS"));
+    while (nranks_ < 0 || joined_ < nranks_) {
+      int fd = -1;
+      Status st = net::acceptOne(listenFd_, joinDeadline, &fd);
+      if (!st.isOk()) {
+        LOOM_WARN("BOOT", "bootstrap root: %d of %d ranks joined before the deadline: %s",
+                  joined_, nranks_, st.message().c_str());
+        broadcastAbort("bootstrap: not every rank joined before the deadline (LOOM_TIMEOUT_MS)");
+        return;
+      }
+      admit(fd);
+    }
+    // Phase 2: relay gathers and aborts until every rank has left.
+    while (active_ > 0) {
+      std::vector<pollfd> p;
+      p.push_back({listenFd_, POLLIN, 0});
+      for (int fd : fds_) p.push_back({fd, short(fd >= 0 ? POLLIN : 0), 0});
+      if (poll(p.data(), p.size(), -1) < 0) continue;
+      if (p[0].revents & POLLIN) {
+        int fd = -1;
+        if (net::acceptOne(listenFd_, Deadline(0), &fd).isOk()) admit(fd);
+      }
+      for (int r = 0; r < nranks_; ++r)
+        if (fds_[r] >= 0 && (p[r + 1].revents & (POLLIN | POLLHUP | POLLERR))) serve(r);
+    }
+  }
+
+  // Reads a hello and either registers the rank or drops the connection.
+  void admit(int fd) {
+    Hello h;
+    Status st = net::recvAll(fd, &h, sizeof(h), Deadline(5000));
+    if (!st.isOk() || h.magic != kUniqueIdMagic || !secretsEqual(h.secret, secret_)) {
+      LOOM_WARN("BOOT", "bootstrap root: dropped a connection that did not prove the secret "
+                        "of this unique id");
+      close(fd);
+      return;
+    }
+    uint8_t reply = kAccepted;
+    if (nranks_ < 0 && h.nranks > 0) {
+      nranks_ = h.nranks;
+      fds_.assign(nranks_, -1);
+      gathers_.assign(nranks_, std::string());
+      hasGather_.assign(nranks_, false);
+    }
+    if (h.nranks != nranks_) reply = kWrongSize;
+    else if (h.rank < 0 || h.rank >= nranks_) reply = kBadRank;
+    else if (fds_[h.rank] >= 0 || joined_ >= nranks_) reply = kDuplicateRank;
+    net::sendAll(fd, &reply, 1, Deadline(5000)).ignore();
+    if (reply != kAccepted) {
+      LOOM_WARN("BOOT", "bootstrap root: refused rank %d of %d (communicator has %d ranks): %s",
+                h.rank, h.nranks, nranks_,
+                reply == kWrongSize ? "wrong size" : reply == kBadRank ? "bad rank"
+                                                                       : "rank already joined");
+      close(fd);
+      return;
+    }
+    fds_[h.rank] = fd;
+    ++joined_;
+    ++active_;
+  }
+
+  void serve(int r) {
+    uint32_t type = 0;
+    std::string payload;
+    Status st = recvMessage(fds_[r], &type, &payload, Deadline(10000));
+    if (!st.isOk()) {
+      drop(r);
+      broadcastAbort(strprintf("rank %d lost its bootstrap connection (its process died or was "
+                               "killed)", r));
+      return;
+    }
+    switch (type) {
+      case kGather:
+        gathers_[r] = std::move(payload);
+        hasGather_[r] = true;
+        if (++gathered_ == active_) finishGather();
+        break;
+      case kAbort:
+        broadcastAbort(payload, r);
+        break;
+      case kLeave:
+        drop(r);
+        break;
+      default:
+        LOOM_WARN("BOOT", "bootstrap root: rank %d sent an unknown message %u", r, type);
+        drop(r);
+    }
+  }
+
+  void finishGather() {
+    std::string result;
+    for (int q = 0; q < nranks_; ++q) {
+      uint32_t len = uint32_t(gathers_[q].size());
+      result.append(reinterpret_cast<const char*>(&len), sizeof(len));
+      result += gathers_[q];
+    }
+    for (int q = 0; q < nranks_; ++q) {
+      if (fds_[q] >= 0 && !sendMessage(fds_[q], kGatherResult, result, Deadline(10000)).isOk())
+        drop(q);
+      gathers_[q].clear();
+      hasGather_[q] = false;
+    }
+    gathered_ = 0;
+  }
+
+  void broadcastAbort(const std::string& reason, int except = -1) {
+    for (int q = 0; q < int(fds_.size()); ++q)
+      if (q != except && fds_[q] >= 0) 
+        sendMessage(fds_[q], kAbort, reason, Deadline(2000)).ignore();
+  }
+
+  void drop(int r) {
+    close(fds_[r]);
+    fds_[r] = -1;
+    --active_;
+    if (hasGather_[r]) --gathered_;
+  }
+
+  int listenFd_;
+  unsigned char secret_[16];
+  int nranks_ = -1;
+  int joined_ = 0;
+  int active_ = 0;
+  int gathered_ = 0;
+  std::vector<int> fds_;
+  std::vector<std::string> gathers_;
+  std::vector<bool> hasGather_;
+};
+
+}  // namespace
+
+Status randomSecret(unsigned char secret[16]) {
+  if (getrandom(secret, 16, 0) != 16)
+    return errorf(loomSystemError, "getrandom: %s", strerror(errno));
+  return Status::ok();
+}
+
+Status startBootstrapRoot(const net::Address& listenAt, const unsigned char secret[16],
+                          loomUniqueId* id) {
+  int fd = -1;
+  net::Address bound;
+  LOOM_TRY(net::listenOn(listenAt, &fd, &bound));
+  UniqueIdData data = {};
+  data.magic = kUniqueIdMagic;
+  if (bound.len > sizeof(data.addr)) {
+    close(fd);
+    return errorf(loomInternalError, "bootstrap address too long (%u bytes)", bound.len);
+  }
+  data.addrLen = bound.len;
+  memcpy(data.addr, &bound.storage, bound.len);
+  memcpy(data.secret, secret, 16);
+  memset(id, 0, sizeof(*id));
+  memcpy(id->internal, &data, sizeof(data));
+  LOOM_INFO("BOOT", "bootstrap root listening at %s", bound.toString().c_str());
+  std::thread([fd, s = std::string(reinterpret_cast<const char*>(secret), 16)] {
+    Root(fd, reinterpret_cast<const unsigned char*>(s.data())).run();
+  }).detach();
+  return Status::ok();
+}
+
+Status decodeUniqueId(const loomUniqueId& id, UniqueIdData* out, net::Address* root) {
+  memcpy(out, id.internal, sizeof(*out));
+  if (out->magic != kUniqueIdMagic || out->addrLen == 0 || out->addrLen > sizeof(out->addr))
+    return errorf(loomInvalidArgument,
+                  "the unique id is not valid (it was not made by loomGetUniqueId)");
+  memset(&root->storage, 0, sizeof(root->storage));
+  memcpy(&root->storage, out->addr, out->addrLen);
+  root->len = out->addrLen;
+  if (root->family() != AF_INET && root->family() != AF_INET6)
+    return errorf(loomInvalidArgument, "the unique id is not valid (bad address family)");
+  return Status::ok();
+}
+
+Bootstrap::~Bootstrap() {
+  if (fd_ >= 0) close(fd_);
+}
+
+Status Bootstrap::connect(const loomUniqueId& id, int rank, int nranks,
+                          const Deadline& deadline) {
+  UniqueIdData data;
+  net::Address root;
+  LOOM_TRY(decodeUniqueId(id, &data, &root));
+  rank_ = rank;
+  Status st = net::connectTo(root, deadline, &fd_);
+  if (!st.isOk()) return st.withContext("bootstrap: cannot reach the root at " + root.toString());
+  Hello h = {kUniqueIdMagic, {}, rank, nranks};
+  memcpy(h.secret, data.secret, 16);
+  LOOM_TRY(net::sendAll(fd_, &h, sizeof(h), deadline));
+  uint8_t reply = 255;
+  st = net::recvAll(fd_, &reply, 1, deadline);
+  if (!st.isOk())
+    return errorf(loomInvalidArgument,
+                  "bootstrap: the root at %s refused this rank: the unique id's secret does not "
+                  "match (a stale or wrong unique id?)",
+                  root.toString().c_str());
+  switch (reply) {
+    case kAccepted: return Status::ok();
+    case kWrongSize:
+      return errorf(loomInvalidArgument,
+                    "bootstrap: nranks=%d differs from the other ranks' value", nranks);
+    case kDuplicateRank:
+      return errorf(loomInvalidArgument, "bootstrap: rank %d has already joined", rank);
+    default: return errorf(loomInvalidArgument, "bootstrap: rank %d refused by the root", rank);
+  }
+}
+
+Status Bootstrap::readMessage(uint32_t* type, std::string* payload, const Deadline& deadline) {
+  Status st = recvMessage(fd_, type, payload, deadline);
+  if (st.code() == loomRemoteError)
+    return errorf(loomRemoteError,
+                  "lost the connection to the bootstrap root (the process that created the "
+                  "unique id died?)");
+  return st;
+}
+
+Status Bootstrap::allgather(const std::string& mine, std::vector<std::string>* all,
+                            const Deadline& deadline) {
+  if (!abortReason_.empty()) return Status(loomRemoteError, abortReason_);
+  LOOM_TRY(sendMessage(fd_, kGather, mine, deadline));
+  for (;;) {
+    uint32_t type = 0;
+    std::string payload;
+    LOOM_TRY(readMessage(&type, &payload, deadline));
+    if (type == kAbort) {
+      abortReason_ = "aborted by a peer: " + payload;
+      return Status(loomRemoteError, abortReason_);
+    }
+    if (type != kGatherResult)
+      return errorf(loomInternalError, "bootstrap: unexpected message %u", type);
+    all->clear();
+    size_t pos = 0;
+    while (pos + 4 <= payload.size()) {
+      uint32_t len;
+      memcpy(&len, payload.data() + pos, 4);
+      pos += 4;
+      all->push_back(payload.substr(pos, len));
+      pos += len;
+    }
+    return Status::ok();
+  }
+}
+
+Status Bootstrap::pollAbort() {
+  if (!abortReason_.empty()) return Status(loomRemoteError, abortReason_);
+  if (fd_ < 0) return Status::ok();
+  pollfd p = {fd_, POLLIN, 0};
+  if (poll(&p, 1, 0) <= 0) return Status::ok();
+  uint32_t type = 0;
+  std::string payload;
+  Status st = readMessage(&type, &payload, Deadline(5000));
+  if (!st.isOk()) {
+    abortReason_ = st.message();
+    return st;
+  }
+  if (type == kAbort) {
+    abortReason_ = "aborted by a peer: " + payload;
+    return Status(loomRemoteError, abortReason_);
+  }
+  return errorf(loomInternalError, "bootstrap: unexpected message %u outside an exchange", type);
+}
+
+void Bootstrap::sendAbort(const std::string& reason) {
+  if (fd_ >= 0) sendMessage(fd_, kAbort, strprintf("rank %d: %s", rank_, reason.c_str()),
+                            Deadline(1000)).ignore();
+}
+
+void Bootstrap::leave() {
+  if (fd_ < 0) return;
+  sendMessage(fd_, kLeave, std::string(), Deadline(1000)).ignore();
+  close(fd_);
+  fd_ = -1;
+}
+
+}  // namespace loom

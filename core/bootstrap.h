@@ -1,0 +1,66 @@
+// Bootstrap: how the ranks of a new communicator find each other.
+//
+// The process that creates a unique id serves its rendezvous: a "root" thread that listens
+// at the address written into the id. Every rank connects, proves the id's 128-bit secret,
+// and from then on the root relays small collective exchanges (allgather of blobs, used to
+// share transport addresses and for communicator split) and aborts: when one rank reports an
+// error or its connection drops, the root tells every other rank. A connection that cannot
+// prove the secret is dropped and logged.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/clock.h"
+#include "core/socket.h"
+#include "core/status.h"
+#include "loom/loom.h"
+
+namespace loom {
+
+// The contents of loomUniqueId.
+struct UniqueIdData {
+  uint32_t magic;
+  uint32_t addrLen;
+  unsigned char addr[28];  // sockaddr_in or sockaddr_in6 of the root
+  unsigned char secret[16];
+};
+static_assert(sizeof(UniqueIdData) <= LOOM_UNIQUE_ID_BYTES);
+constexpr uint32_t kUniqueIdMagic = 0x4d4f4f4c;  // "LOOM"
+
+// Starts a root at `listenAt` (port 0 picks one) with the given secret; fills *id.
+Status startBootstrapRoot(const net::Address& listenAt, const unsigned char secret[16],
+                          loomUniqueId* id);
+// Fills a fresh random secret.
+Status randomSecret(unsigned char secret[16]);
+// Checks and unpacks an id.
+Status decodeUniqueId(const loomUniqueId& id, UniqueIdData* out, net::Address* root);
+
+// One rank's connection to the root.
+class Bootstrap {
+ public:
+  Bootstrap() = default;
+  ~Bootstrap();
+  Bootstrap(const Bootstrap&) = delete;
+  Bootstrap& operator=(const Bootstrap&) = delete;
+
+  Status connect(const loomUniqueId& id, int rank, int nranks, const Deadline& deadline);
+  // Every rank contributes a blob; all receive every rank's blob. Also a barrier.
+  Status allgather(const std::string& mine, std::vector<std::string>* all,
+                   const Deadline& deadline);
+  // Non-blocking: an abort relayed from another rank, or a lost root, becomes an error.
+  Status pollAbort();
+  // Tells every other rank (through the root) that this rank failed.
+  void sendAbort(const std::string& reason);
+  // A clean goodbye, so the root does not report this rank as lost.
+  void leave();
+
+ private:
+  Status readMessage(uint32_t* type, std::string* payload, const Deadline& deadline);
+  int fd_ = -1;
+  int rank_ = 0;
+  std::string abortReason_;  // first abort seen, kept so every later call reports it
+};
+
+}  // namespace loom

@@ -1,0 +1,370 @@
+#include "core/comm.h"
+
+#include <sched.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "collectives/reduce_kernels.h"
+#include "core/dtype.h"
+#include "core/log.h"
+#include "core/params.h"
+
+namespace loom {
+namespace {
+
+using collectives::Collective;
+
+uint64_t fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull) {
+  const unsigned char* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+// A host is its hostname, boot id and network namespace: ranks in different network
+// namespaces of one machine count as different hosts (that is how tests play a cluster).
+uint64_t hostIdentity(std::string* hostname) {
+  char name[64] = {};
+  gethostname(name, sizeof(name) - 1);
+  *hostname = name;
+  std::string bootId;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> bootId;
+  struct stat st = {};
+  stat("/proc/self/ns/net", &st);
+  uint64_t h = fnv1a(name, strlen(name));
+  h = fnv1a(bootId.data(), bootId.size(), h);
+  return fnv1a(&st.st_ino, sizeof(st.st_ino), h);
+}
+
+// Parses "allreduce=ring,allgather=ring" into a map, checking every name.
+Status parseAlgorithms(const std::string& text, std::map<std::string, std::string>* out) {
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t comma = text.find(',', start);
+    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos
+                                                                     : comma - start);
+    start = comma == std::string::npos ? text.size() : comma + 1;
+    if (item.empty()) continue;
+    size_t eq = item.find('=');
+    if (eq == std::string::npos)
+      return errorf(loomInvalidArgument,
+                    "LOOM_ALGO: \"%s\" is not collective=algorithm (e.g. allreduce=ring)",
+                    item.c_str());
+    std::string coll = item.substr(0, eq), algo = item.substr(eq + 1);
+    bool knownColl = false;
+    for (int c = 0; c <= int(Collective::SendRecv); ++c)
+      if (coll == collectives::collectiveName(Collective(c))) {
+        knownColl = true;
+        if (collectives::findBuilder(Collective(c), algo) == nullptr) {
+          std::string known;
+          for (auto n : collectives::builderNames(Collective(c)))
+            known += (known.empty() ? "" : ", ") + std::string(n);
+          return errorf(loomInvalidArgument, "LOOM_ALGO: %s has no algorithm \"%s\" (known: %s)",
+                        coll.c_str(), algo.c_str(), known.c_str());
+        }
+      }
+    if (!knownColl)
+      return errorf(loomInvalidArgument, "LOOM_ALGO: unknown collective \"%s\"", coll.c_str());
+    (*out)[coll] = algo;
+  }
+  return Status::ok();
+}
+
+bool rangesOverlap(const void* a, size_t an, const void* b, size_t bn) {
+  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return an > 0 && bn > 0 && x < y + bn && y < x + an;
+}
+
+}  // namespace
+
+Status Comm::create(int nranks, const loomUniqueId& id, int rank, const loomConfig_t* config,
+                    std::unique_ptr<Comm>* out) {
+  std::unique_ptr<Comm> comm(new Comm());
+  Status st = comm->init(nranks, id, rank, config);
+  if (!st.isOk()) return st;
+  *out = std::move(comm);
+  return Status::ok();
+}
+
+Status Comm::init(int nranks, const loomUniqueId& id, int rank, const loomConfig_t* config) {
+  log::setThreadRank(rank);
+  ctx_.rank = rank;
+  ctx_.nranks = nranks;
+  ctx_.timeoutMs = params::getInt("LOOM_TIMEOUT_MS");
+  transportMode_ = params::getString("LOOM_TRANSPORT");
+  std::string algos = params::getString("LOOM_ALGO");
+  // Fields of a config from an older (smaller) struct are absent: read only what it has.
+  if (config != nullptr) {
+    if (config->size < offsetof(loomConfig_t, timeoutMs) + sizeof(int))
+      return errorf(loomInvalidArgument, "config: size %zu is too small (initialise it with "
+                                         "LOOM_CONFIG_INITIALIZER)", config->size);
+    if (config->timeoutMs >= 0) ctx_.timeoutMs = config->timeoutMs;
+    if (config->size >= offsetof(loomConfig_t, algorithms) + sizeof(char*) && config->algorithms)
+      algos = config->algorithms;
+    if (config->size >= offsetof(loomConfig_t, transport) + sizeof(char*) && config->transport)
+      transportMode_ = config->transport;
+  }
+  if (transportMode_ != "auto" && transportMode_ != "shm" && transportMode_ != "tcp")
+    return errorf(loomInvalidArgument, "LOOM_TRANSPORT=\"%s\": expected auto, shm or tcp",
+                  transportMode_.c_str());
+  LOOM_TRY(parseAlgorithms(algos, &forcedAlgos_));
+  lanes_ = std::max<int>(1, int(params::getInt("LOOM_LANES")));
+
+  Deadline deadline(ctx_.timeoutMs);
+  LOOM_TRY(boot_.connect(id, rank, nranks, deadline));
+  UniqueIdData idData;
+  net::Address rootAddr;
+  LOOM_TRY(decodeUniqueId(id, &idData, &rootAddr));
+  memcpy(ctx_.secret, idData.secret, 16);
+  ctx_.commHash = fnv1a(idData.secret, 16, fnv1a(idData.addr, idData.addrLen));
+
+  transports::PeerInfo me;
+  me.rank = rank;
+  me.pid = getpid();
+  std::string hostname;
+  me.hostId = hostIdentity(&hostname);
+  snprintf(me.hostname, sizeof(me.hostname), "%s", hostname.c_str());
+  if (transportMode_ != "tcp") LOOM_TRY(transports::createShmTransport(&ctx_, &shm_));
+  if (transportMode_ != "shm") {
+    LOOM_TRY(transports::createTcpTransport(&ctx_, &tcp_));
+    transports::tcpListenAddress(*tcp_, &me);
+  }
+  std::vector<std::string> all;
+  LOOM_TRY(boot_.allgather(std::string(reinterpret_cast<const char*>(&me), sizeof(me)), &all,
+                           deadline));
+  ctx_.peers.resize(nranks);
+  int hosts = 0;
+  for (int r = 0; r < nranks; ++r) {
+    if (all[r].size() != sizeof(transports::PeerInfo))
+      return errorf(loomInternalError, "bootstrap: rank %d sent a malformed peer record", r);
+    memcpy(&ctx_.peers[r], all[r].data(), sizeof(transports::PeerInfo));
+    bool newHost = true;
+    for (int q = 0; q < r; ++q) newHost = newHost && ctx_.peers[q].hostId != ctx_.peers[r].hostId;
+    hosts += newHost;
+    if (transportMode_ == "shm" && ctx_.peers[r].hostId != me.hostId)
+      return errorf(loomInvalidArgument,
+                    "LOOM_TRANSPORT=shm but rank %d is on another host (%s)", r,
+                    ctx_.peers[r].hostname);
+  }
+  // Ranks of this host beyond its usable cores must not spin: the peer they wait for may
+  // need the very core they would be burning.
+  int localRanks = 0;
+  for (const auto& p : ctx_.peers) localRanks += p.hostId == me.hostId;
+  cpu_set_t cpus;
+  int usableCores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  spinCount_ = params::getInt("LOOM_SPIN_COUNT");
+  if (spinCount_ < 0) spinCount_ = localRanks > usableCores ? 0 : 2000;
+  yieldNs_ = uint64_t(std::max<int64_t>(0, params::getInt("LOOM_YIELD_USEC"))) * 1000;
+  LOOM_INFO("INIT",
+            "rank %d of %d on %s (pid %d): %d host(s), %d local rank(s) on %d core(s), "
+            "transport %s, lanes %d, spin %lld",
+            rank, nranks, me.hostname, me.pid, hosts, localRanks, usableCores,
+            transportMode_.c_str(), lanes_, (long long)spinCount_);
+  return Status::ok();
+}
+
+Comm::~Comm() {
+  conns_.clear();
+  shm_.reset();
+  tcp_.reset();
+}
+
+Status Comm::connection(int peer, int lane, transports::Connection** out,
+                        transports::Transport** transport) {
+  if (lane >= int(conns_.size())) {
+    conns_.resize(lane + 1);
+    connTransport_.resize(lane + 1);
+  }
+  if (conns_[lane].empty()) {
+    conns_[lane].resize(nranks());
+    connTransport_[lane].assign(nranks(), nullptr);
+  }
+  if (!conns_[lane][peer]) {
+    transports::Transport* t = nullptr;
+    if (transportMode_ == "tcp") t = tcp_.get();
+    else if (transportMode_ == "shm") t = shm_.get();
+    else t = shm_->canConnect(peer) ? shm_.get() : tcp_.get();
+    Status st = t->connect(peer, lane, Deadline(timeoutMs()), &conns_[lane][peer]);
+    if (!st.isOk())
+      return st.withContext(strprintf("connecting to rank %d over %s", peer, t->name()));
+    connTransport_[lane][peer] = t;
+    LOOM_INFO("INIT", "connected to rank %d lane %d over %s", peer, lane, t->name());
+  }
+  *out = conns_[lane][peer].get();
+  *transport = connTransport_[lane][peer];
+  return Status::ok();
+}
+
+Status Comm::pollAsyncErrors() { return boot_.pollAbort(); }
+
+Status Comm::usable() const {
+  if (failed_.isOk()) return Status::ok();
+  return errorf(failed_.code(),
+                "the communicator failed earlier and can only be destroyed or aborted: %s",
+                failed_.message().c_str());
+}
+
+void Comm::fail(const Status& st) {
+  if (!failed_.isOk()) return;
+  failed_ = st;
+  asyncError_.store(st.code());
+  LOOM_WARN("COLL", "%s", st.message().c_str());
+  // An abort relayed from a peer is already known to everyone; anything else, tell them.
+  if (st.message().find("aborted by a peer") == std::string::npos) boot_.sendAbort(st.message());
+}
+
+loomResult_t Comm::asyncError() {
+  if (failed_.isOk()) {
+    Status st = boot_.pollAbort();
+    if (!st.isOk()) fail(st);
+  }
+  return loomResult_t(asyncError_.load());
+}
+
+void Comm::setLastError(const std::string& msg) {
+  std::lock_guard<std::mutex> g(errorMutex_);
+  lastError_ = msg;
+}
+
+const char* Comm::lastError() {
+  std::lock_guard<std::mutex> g(errorMutex_);
+  lastErrorShown_ = lastError_;
+  return lastErrorShown_.c_str();
+}
+
+void Comm::leave() { boot_.leave(); }
+
+void Comm::abortPeers(const std::string& reason) { boot_.sendAbort(reason); }
+
+Status Comm::chooseBuilder(const collectives::CollArgs& args,
+                           const collectives::Builder** out) {
+  auto it = forcedAlgos_.find(collectives::collectiveName(args.coll));
+  if (it != forcedAlgos_.end()) {
+    *out = collectives::findBuilder(args.coll, it->second);
+    return Status::ok();
+  }
+  *out = &collectives::defaultBuilder(args);
+  return Status::ok();
+}
+
+Status Comm::runCollective(const CallDesc& call) {
+  LOOM_TRY(usable());
+  const collectives::Builder* builder = nullptr;
+  LOOM_TRY(chooseBuilder(call.args, &builder));
+  size_t es = dtypeSize(call.dtype);
+  std::vector<void*> buffers = {const_cast<void*>(call.input), call.output, nullptr};
+  std::vector<collectives::BufferAlias> aliases = {{0, 0}, {1, 0}, {2, 0}};
+  std::vector<char> inputCopy;  // alltoall in place works on a copy of the input
+  std::string aliasKey = "oop";
+  if (rangesOverlap(call.input, call.inputBytes, call.output, call.outputBytes)) {
+    auto in = reinterpret_cast<uintptr_t>(call.input);
+    auto outp = reinterpret_cast<uintptr_t>(call.output);
+    bool exchange = call.args.coll == Collective::AlltoAll ||
+                    call.args.coll == Collective::AlltoAllv;
+    if (exchange) {
+      inputCopy.assign(static_cast<const char*>(call.input),
+                       static_cast<const char*>(call.input) + call.inputBytes);
+      buffers[0] = inputCopy.data();
+    } else if (in >= outp && in + call.inputBytes <= outp + call.outputBytes &&
+               (in - outp) % es == 0) {
+      aliases[0] = {1, (in - outp) / es};
+      aliasKey = strprintf("in@out+%llu", (unsigned long long)aliases[0].offset);
+    } else if (outp >= in && outp + call.outputBytes <= in + call.inputBytes &&
+               (outp - in) % es == 0) {
+      aliases[1] = {0, (outp - in) / es};
+      aliasKey = strprintf("out@in+%llu", (unsigned long long)aliases[1].offset);
+    } else {
+      return errorf(loomInvalidArgument,
+                    "%s: the send and receive buffers overlap, but not in the in-place layout "
+                    "the API defines",
+                    collectives::collectiveName(call.args.coll));
+    }
+  }
+  const collectives::CollArgs& a = call.args;
+  std::string key = strprintf("%s/%s/%d/%llu/%d/%d/%s", collectives::collectiveName(a.coll),
+                              builder->name, a.nranks, (unsigned long long)a.count, a.root,
+                              a.lanes, aliasKey.c_str());
+  for (const auto* v : {&a.sendCounts, &a.sendDispls, &a.recvCounts, &a.recvDispls})
+    for (uint64_t x : *v) key += strprintf(",%llu", (unsigned long long)x);
+  auto it = planCache_.find(key);
+  if (it == planCache_.end()) {
+    if (planCache_.size() >= 256) planCache_.clear();  // bounded: signatures are few in practice
+    collectives::RankPlan plan = builder->build(a, rank());
+    it = planCache_.emplace(key, collectives::preparePlan(plan, aliases)).first;
+  }
+  LOOM_TRACE("COLL", "%s #%llu count %llu %s %s root %d: %s, %zu lane(s)",
+             collectives::collectiveName(a.coll), (unsigned long long)sequence_,
+             (unsigned long long)a.count, dtypeName(call.dtype), opName(call.op), a.root,
+             builder->name, it->second.lanes.size());
+  const collectives::PreparedPlan& prepared = it->second;
+  if (scratch_.size() < prepared.scratchCount * es) scratch_.resize(prepared.scratchCount * es);
+  buffers[2] = scratch_.data();
+  collectives::ExecCall exec;
+  exec.plan = &prepared;
+  exec.buffers = buffers;
+  exec.dtype = call.dtype;
+  exec.op = call.op;
+  exec.collective = collectives::collectiveName(a.coll);
+  exec.sequence = sequence_++;
+  exec.rank = rank();
+  exec.spinCount = spinCount_;
+  exec.yieldNs = yieldNs_;
+  Status st = collectives::execute(*this, exec, Deadline(timeoutMs()));
+  if (!st.isOk()) {
+    fail(st);
+    return st;
+  }
+  if (call.op == loomAvg) {
+    bool hasResult = a.coll != Collective::Reduce || a.root == rank();
+    if (hasResult)
+      collectives::divideInPlace(call.output, call.outputBytes / es, call.dtype, nranks());
+  }
+  return Status::ok();
+}
+
+Status Comm::runP2P(const std::vector<P2PCall>& calls) {
+  LOOM_TRY(usable());
+  // Sends to self pair with receives from self in order: a plain copy, no transport.
+  std::vector<const P2PCall*> selfSends, selfRecvs;
+  std::vector<collectives::P2POp> ops;
+  std::vector<void*> buffers = {nullptr, nullptr, nullptr};
+  for (const P2PCall& c : calls) {
+    if (c.op.peer == rank()) {
+      (c.op.kind == collectives::P2POp::Kind::Send ? selfSends : selfRecvs).push_back(&c);
+      continue;
+    }
+    ops.push_back(c.op);
+    buffers.push_back(c.buffer);
+  }
+  if (selfSends.size() != selfRecvs.size())
+    return errorf(loomInvalidUsage, "group has %zu send(s) to self but %zu receive(s) from self",
+                  selfSends.size(), selfRecvs.size());
+  for (size_t i = 0; i < selfSends.size(); ++i) {
+    if (selfSends[i]->op.bytes != selfRecvs[i]->op.bytes)
+      return errorf(loomInvalidUsage, "send to self of %llu bytes meets a receive of %llu",
+                    (unsigned long long)selfSends[i]->op.bytes,
+                    (unsigned long long)selfRecvs[i]->op.bytes);
+    memmove(selfRecvs[i]->buffer, selfSends[i]->buffer, selfSends[i]->op.bytes);
+  }
+  if (ops.empty()) return Status::ok();
+  collectives::RankPlan plan = collectives::buildP2P(ops);
+  std::vector<collectives::BufferAlias> aliases;
+  for (uint32_t b = 0; b < buffers.size(); ++b) aliases.push_back({b, 0});
+  collectives::PreparedPlan prepared = collectives::preparePlan(plan, aliases);
+  collectives::ExecCall exec;
+  exec.plan = &prepared;
+  exec.buffers = buffers;
+  exec.dtype = loomUint8;
+  exec.collective = "sendrecv";
+  exec.sequence = sequence_++;
+  exec.rank = rank();
+  exec.spinCount = spinCount_;
+  exec.yieldNs = yieldNs_;
+  Status st = collectives::execute(*this, exec, Deadline(timeoutMs()));
+  if (!st.isOk()) fail(st);
+  return st;
+}
+
+}  // namespace loom

@@ -1,0 +1,102 @@
+#include "core/log.h"
+
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include "core/params.h"
+
+namespace loom::log {
+namespace {
+
+thread_local int tRank = -1;
+
+struct Config {
+  Level level = Level::Warn;
+  std::string subsys;  // "ALL" or a comma list
+  FILE* out = stderr;
+  char host[64] = {};
+};
+
+const Config& config() {
+  static Config c = [] {
+    Config k;
+    std::string lvl = params::getString("LOOM_DEBUG");
+    for (auto& ch : lvl) ch = char(toupper(ch));
+    k.level = lvl == "NONE" ? Level::None
+              : lvl == "INFO" ? Level::Info
+              : lvl == "TRACE" ? Level::Trace
+                               : Level::Warn;
+    k.subsys = params::getString("LOOM_DEBUG_SUBSYS");
+    for (auto& ch : k.subsys) ch = char(toupper(ch));
+    gethostname(k.host, sizeof(k.host) - 1);
+    std::string file = params::getString("LOOM_DEBUG_FILE");
+    if (!file.empty()) {
+      std::string path;
+      for (size_t i = 0; i < file.size(); ++i) {
+        if (file[i] == '%' && i + 1 < file.size() && file[i + 1] == 'h') {
+          path += k.host;
+          ++i;
+        } else if (file[i] == '%' && i + 1 < file.size() && file[i + 1] == 'p') {
+          path += std::to_string(getpid());
+          ++i;
+        } else {
+          path += file[i];
+        }
+      }
+      if (FILE* f = fopen(path.c_str(), "a")) k.out = f;
+    }
+    return k;
+  }();
+  return c;
+}
+
+bool subsysWanted(const std::string& list, const char* subsys) {
+  if (list.empty() || list == "ALL") return true;
+  size_t n = strlen(subsys);
+  for (size_t pos = list.find(subsys); pos != std::string::npos;
+       pos = list.find(subsys, pos + 1)) {
+    bool startOk = pos == 0 || list[pos - 1] == ',';
+    bool endOk = pos + n == list.size() || list[pos + n] == ',';
+    if (startOk && endOk) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void setThreadRank(int rank) { tRank = rank; }
+
+bool enabled(Level level, const char* subsys) {
+  const Config& c = config();
+  if (level > c.level) return false;
+  // Warnings always show; finer levels follow the subsystem filter.
+  return level == Level::Warn || subsysWanted(c.subsys, subsys);
+}
+
+void write(Level level, const char* subsys, const char* fmt, ...) {
+  const Config& c = config();
+  static const char* const kLevelNames[] = {"", "WARN", "INFO", "TRACE"};
+  char line[2048];
+  timeval tv;
+  gettimeofday(&tv, nullptr);
+  int n = snprintf(line, sizeof(line), "%s:%d:%d [%ld.%06ld] loom %s %s ", c.host, getpid(),
+                   tRank, long(tv.tv_sec), long(tv.tv_usec), kLevelNames[int(level)], subsys);
+  va_list ap;
+  va_start(ap, fmt);
+  if (n > 0 && size_t(n) < sizeof(line)) vsnprintf(line + n, sizeof(line) - n, fmt, ap);
+  va_end(ap);
+  // One fputs per line so lines of concurrent ranks do not interleave mid-line.
+  size_t len = strnlen(line, sizeof(line) - 2);
+  line[len] = '\n';
+  line[len + 1] = '\0';
+  fputs(line, c.out);
+  fflush(c.out);
+}
+
+}  // namespace loom::log

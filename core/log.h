@@ -1,0 +1,24 @@
+// Logging controlled by LOOM_DEBUG (WARN, INFO, TRACE) and LOOM_DEBUG_SUBSYS (a comma list
+// of subsystems such as INIT,SHM,TCP,COLL; ALL by default). Each line carries rank and host.
+#pragma once
+
+namespace loom::log {
+
+enum class Level { None = 0, Warn = 1, Info = 2, Trace = 3 };
+
+bool enabled(Level level, const char* subsys);
+void write(Level level, const char* subsys, const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+// The rank printed on this thread's lines (-1 before a communicator exists).
+void setThreadRank(int rank);
+
+}  // namespace loom::log
+
+#define LOOM_LOG(level, subsys, ...)                                        \
+  do {                                                                       \
+    if (::loom::log::enabled(::loom::log::Level::level, subsys))             \
+      ::loom::log::write(::loom::log::Level::level, subsys, __VA_ARGS__);    \
+  } while (0)
+#define LOOM_WARN(subsys, ...) LOOM_LOG(Warn, subsys, __VA_ARGS__)
+#define LOOM_INFO(subsys, ...) LOOM_LOG(Info, subsys, __VA_ARGS__)
+#define LOOM_TRACE(subsys, ...) LOOM_LOG(Trace, subsys, __VA_ARGS__)

@@ -1,0 +1,145 @@
+#include "core/params.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+namespace loom::params {
+namespace {
+
+// The registry. Keep it sorted by subsystem; every tunable of loom is here and nowhere else.
+const Entry kEntries[] = {
+    // Communicator and waiting.
+    {"LOOM_TIMEOUT_MS", Type::Int, "300000",
+     "Deadline of every blocking wait, in milliseconds; -1 waits forever."},
+    {"LOOM_SPIN_COUNT", Type::Int, "-1",
+     "Polls of an idle wait before it starts yielding the CPU; -1: 2000, or 0 when this host "
+     "has more ranks than the cores they may run on (spinning would starve the peers)."},
+    {"LOOM_YIELD_USEC", Type::Int, "2000",
+     "Microseconds an idle wait yields the CPU (sched_yield) before it sleeps (futex or poll)."},
+    {"LOOM_DEBUG", Type::String, "WARN", "Log level: NONE, WARN, INFO or TRACE."},
+    {"LOOM_DEBUG_SUBSYS", Type::String, "ALL",
+     "Comma list of subsystems to log (INIT, BOOT, SHM, TCP, COLL, EXEC) or ALL."},
+    {"LOOM_DEBUG_FILE", Type::String, "",
+     "Write logs to this file instead of stderr; %h is the host, %p the pid."},
+    // Bootstrap and sockets.
+    {"LOOM_SOCKET_IFNAME", Type::String, "",
+     "Network interfaces to use (prefix match; ^ excludes, = exact), like NCCL_SOCKET_IFNAME. "
+     "Empty: the first non-loopback interface that is up, else loopback."},
+    {"LOOM_SOCKET_FAMILY", Type::String, "",
+     "Restrict sockets to AF_INET or AF_INET6; empty takes either."},
+    {"LOOM_RANK", Type::Int, "-1", "This process's rank, for loomCommInitFromEnv."},
+    {"LOOM_WORLD_SIZE", Type::Int, "-1", "The number of ranks, for loomCommInitFromEnv."},
+    {"LOOM_ROOT", Type::String, "",
+     "host:port where rank 0 serves the bootstrap, for loomCommInitFromEnv."},
+    // Transports.
+    {"LOOM_TRANSPORT", Type::String, "auto",
+     "auto (shm within a host, tcp across hosts), shm, or tcp (forces TCP everywhere)."},
+    {"LOOM_SHM_SLOT_BYTES", Type::Bytes, "256K",
+     "Size of one slot of a shared-memory ring."},
+    {"LOOM_SHM_SLOTS", Type::Int, "8",
+     "Slots per direction of a shared-memory connection (memory per pair and lane: "
+     "2 x slots x slot bytes)."},
+    {"LOOM_SHM_CMA_THRESHOLD", Type::Bytes, "0",
+     "Messages of at least this size move by a single copy (process_vm_readv) instead of "
+     "through the ring; 0 (the default: on the machines measured so far the ring with "
+     "streaming stores was faster) disables the single-copy path."},
+    {"LOOM_TCP_SOCKETS", Type::Int, "2", "TCP sockets per peer and lane."},
+    {"LOOM_TCP_CHUNK_BYTES", Type::Bytes, "128K",
+     "Messages are striped over a peer's sockets in chunks of this size."},
+    // Collectives.
+    {"LOOM_ALGO", Type::String, "",
+     "Force algorithms per collective, e.g. allreduce=ring,allgather=ring."},
+    {"LOOM_LANES", Type::Int, "0",
+     "Lanes (concurrent connections per peer) a plan may use; 0 lets loom choose."},
+    {"LOOM_REDUCE_ISA", Type::String, "auto",
+     "Reduction kernel instruction set: auto, avx512, avx2 or generic."},
+};
+
+struct Cache {
+  std::mutex mutex;
+  bool loaded = false;
+  std::vector<Value> values;
+};
+
+Cache& cache() {
+  static Cache c;
+  std::lock_guard<std::mutex> g(c.mutex);
+  if (!c.loaded) {
+    c.values.clear();
+    for (const Entry& e : kEntries) {
+      const char* env = getenv(e.name);
+      if (env != nullptr)
+        c.values.push_back({&e, env, "environment"});
+      else
+        c.values.push_back({&e, e.defaultValue, "default"});
+    }
+    c.loaded = true;
+  }
+  return c;
+}
+
+const Value& find(const char* name) {
+  for (const Value& v : cache().values)
+    if (strcmp(v.entry->name, name) == 0) return v;
+  fprintf(stderr, "loom: internal error: parameter %s is not in the registry\n", name);
+  abort();
+}
+
+// Parses "123", "-1", "64K", "8M", "1G". On bad text, warns and returns the default.
+int64_t parseInt(const Value& v, bool bytes) {
+  auto parse = [bytes](const std::string& text, int64_t* out) {
+    errno = 0;
+    char* end = nullptr;
+    long long n = strtoll(text.c_str(), &end, 0);
+    if (errno != 0 || end == text.c_str()) return false;
+    int64_t mult = 1;
+    if (bytes && *end != '\0') {
+      switch (*end) {
+        case 'k': case 'K': mult = 1ll << 10; break;
+        case 'm': case 'M': mult = 1ll << 20; break;
+        case 'g': case 'G': mult = 1ll << 30; break;
+        default: return false;
+      }
+      ++end;
+      if (*end == 'i' || *end == 'B') ++end;
+      if (*end == 'B') ++end;
+    }
+    if (*end != '\0') return false;
+    *out = n * mult;
+    return true;
+  };
+  int64_t out = 0;
+  if (parse(v.text, &out)) return out;
+  fprintf(stderr, "loom: WARN %s=\"%s\" is not a valid %s; using the default %s\n",
+          v.entry->name, v.text.c_str(), bytes ? "byte size" : "integer",
+          v.entry->defaultValue);
+  parse(v.entry->defaultValue, &out);
+  return out;
+}
+
+}  // namespace
+
+int64_t getInt(const char* name) {
+  const Value& v = find(name);
+  return parseInt(v, v.entry->type == Type::Bytes);
+}
+
+bool getBool(const char* name) {
+  const std::string& t = find(name).text;
+  return t == "1" || t == "true" || t == "yes" || t == "on" || t == "TRUE" || t == "ON";
+}
+
+std::string getString(const char* name) { return find(name).text; }
+
+std::vector<Value> all() { return cache().values; }
+
+void reloadFromEnvironment() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> g(c.mutex);
+  c.loaded = false;
+}
+
+}  // namespace loom::params

@@ -1,0 +1,150 @@
+/* loom: collective communication for distributed training and HPC.
+ *
+ * The public C API. C99-clean: opaque handles, plain enums, a versioned config struct.
+ * Shaped like NCCL's API (same call order and argument meaning), named loom*. */
+#ifndef LOOM_LOOM_H_
+#define LOOM_LOOM_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LOOM_MAJOR 0
+#define LOOM_MINOR 1
+#define LOOM_PATCH 0
+/** Encoded as MAJOR*10000 + MINOR*100 + PATCH, like NCCL_VERSION_CODE. */
+#define LOOM_VERSION_CODE (LOOM_MAJOR * 10000 + LOOM_MINOR * 100 + LOOM_PATCH)
+
+/** Result of every call. */
+typedef enum {
+  loomSuccess = 0,
+  loomInvalidArgument = 1, /**< a bad value was passed (null buffer, bad dtype, ...) */
+  loomInvalidUsage = 2,    /**< a call made in the wrong state (destroyed comm, ...) */
+  loomSystemError = 3,     /**< the OS refused (socket, shared memory, ...) */
+  loomInternalError = 4,   /**< a bug in loom */
+  loomRemoteError = 5,     /**< a peer failed, died or aborted */
+  loomTimeout = 6,         /**< a wait passed its deadline (LOOM_TIMEOUT_MS) */
+  loomInProgress = 7,      /**< a non-blocking operation has not finished yet */
+  loomNumResults = 8
+} loomResult_t;
+
+typedef enum {
+  loomInt8 = 0,
+  loomUint8 = 1,
+  loomInt32 = 2,
+  loomUint32 = 3,
+  loomInt64 = 4,
+  loomUint64 = 5,
+  loomFloat16 = 6,
+  loomBfloat16 = 7,
+  loomFloat32 = 8,
+  loomFloat64 = 9,
+  loomFloat8e4m3 = 10,
+  loomFloat8e5m2 = 11,
+  loomNumTypes = 12
+} loomDataType_t;
+
+typedef enum {
+  loomSum = 0,
+  loomProd = 1,
+  loomMin = 2,
+  loomMax = 3,
+  loomAvg = 4,
+  loomNumOps = 5
+} loomRedOp_t;
+
+/** Opaque communicator handle. */
+typedef struct loomComm* loomComm_t;
+
+#define LOOM_UNIQUE_ID_BYTES 128
+/** Created by one process with loomGetUniqueId and handed to every rank (out of band). */
+typedef struct {
+  char internal[LOOM_UNIQUE_ID_BYTES];
+} loomUniqueId;
+
+#define LOOM_CONFIG_VERSION 1
+/** Communicator options. Initialise with LOOM_CONFIG_INITIALIZER; the size and version
+ *  fields let the struct grow without breaking callers built against an older header.
+ *  Fields left at their initializer value fall back to the LOOM_* parameters. */
+typedef struct {
+  size_t size;           /**< sizeof(loomConfig_t) as the caller was built */
+  unsigned int version;  /**< LOOM_CONFIG_VERSION as the caller was built */
+  int timeoutMs;         /**< deadline of every wait; -1: LOOM_TIMEOUT_MS */
+  const char* algorithms; /**< e.g. "allreduce=ring"; NULL: LOOM_ALGO */
+  const char* transport;  /**< "auto", "shm" or "tcp"; NULL: LOOM_TRANSPORT */
+} loomConfig_t;
+
+#define LOOM_CONFIG_INITIALIZER \
+  { sizeof(loomConfig_t), LOOM_CONFIG_VERSION, -1, NULL, NULL }
+
+/** Text of a result code (never NULL). */
+const char* loomGetErrorString(loomResult_t result);
+/** The last error message of a communicator with its context (rank, peer, collective,
+ *  sequence number, plan step); of the calling thread when comm is NULL. Never NULL. */
+const char* loomGetLastError(loomComm_t comm);
+/** LOOM_VERSION_CODE of the library in use. */
+loomResult_t loomGetVersion(int* version);
+
+/** Creates an id for a new communicator. The calling process serves the bootstrap
+ *  rendezvous for it (a thread that lives until every rank has left). */
+loomResult_t loomGetUniqueId(loomUniqueId* uniqueId);
+loomResult_t loomCommInitRank(loomComm_t* comm, int nranks, loomUniqueId commId, int rank);
+loomResult_t loomCommInitRankConfig(loomComm_t* comm, int nranks, loomUniqueId commId,
+                                    int rank, const loomConfig_t* config);
+/** Builds a communicator from the environment: LOOM_RANK / LOOM_WORLD_SIZE / LOOM_ROOT
+ *  (host:port of rank 0), else torchrun's RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT,
+ *  else the rank variables of Open MPI, PMI or Slurm with LOOM_ROOT or MASTER_ADDR. */
+loomResult_t loomCommInitFromEnv(loomComm_t* comm, const loomConfig_t* config);
+/** Splits comm into sub-communicators of the ranks with equal color, ordered by key
+ *  (then by rank). color < 0 (LOOM_SPLIT_NOCOLOR) gives *newcomm = NULL. Collective. */
+#define LOOM_SPLIT_NOCOLOR (-1)
+loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t* newcomm,
+                           const loomConfig_t* config);
+loomResult_t loomCommDestroy(loomComm_t comm);
+/** Stops every operation of comm, tells the peers, and frees it. */
+loomResult_t loomCommAbort(loomComm_t comm);
+loomResult_t loomCommCount(const loomComm_t comm, int* count);
+loomResult_t loomCommUserRank(const loomComm_t comm, int* rank);
+/** The first error met asynchronously (e.g. a peer's abort), or loomSuccess. */
+loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t* asyncError);
+
+/* Collectives. `stream` orders device work (cudaStream_t); NULL with host buffers is a
+ * synchronous call. sendbuff == recvbuff is in place; for allgather in place means
+ * sendbuff == recvbuff + rank*sendcount, for reduce-scatter sendbuff + rank*recvcount. */
+loomResult_t loomAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                           loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
+                           void* stream);
+loomResult_t loomBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                           loomDataType_t datatype, int root, loomComm_t comm, void* stream);
+loomResult_t loomReduce(const void* sendbuff, void* recvbuff, size_t count,
+                        loomDataType_t datatype, loomRedOp_t op, int root, loomComm_t comm,
+                        void* stream);
+loomResult_t loomAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                           loomDataType_t datatype, loomComm_t comm, void* stream);
+loomResult_t loomReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                               loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
+                               void* stream);
+/** Every rank sends `count` elements to each rank: block j of sendbuff goes to rank j. */
+loomResult_t loomAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
+                          loomDataType_t datatype, loomComm_t comm, void* stream);
+/** MPI_Alltoallv semantics; counts and displacements are in elements. */
+loomResult_t loomAlltoAllv(const void* sendbuff, const size_t sendcounts[],
+                           const size_t sdispls[], void* recvbuff, const size_t recvcounts[],
+                           const size_t rdispls[], loomDataType_t datatype, loomComm_t comm,
+                           void* stream);
+loomResult_t loomSend(const void* sendbuff, size_t count, loomDataType_t datatype, int peer,
+                      loomComm_t comm, void* stream);
+loomResult_t loomRecv(void* recvbuff, size_t count, loomDataType_t datatype, int peer,
+                      loomComm_t comm, void* stream);
+/** Calls between GroupStart and GroupEnd are queued and run together at GroupEnd, so
+ *  send/recv pairs in any order cannot deadlock. Groups nest. */
+loomResult_t loomGroupStart(void);
+loomResult_t loomGroupEnd(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LOOM_LOOM_H_ */

@@ -1,0 +1,182 @@
+// loom-perf: nccl-tests-style sweeps of loom's collectives.
+//
+//   loom-perf all_reduce -b 8 -e 256M -f 4 -N 4        # forks 4 local ranks
+//   mpirun -np 4 loom-perf all_reduce -b 8 -e 256M -f 4 # ranks from the launcher's env
+//
+// LOOM_TRANSPORT=tcp (or shm) picks the transport; -A NAME asks for an algorithm (LOOM_ALGO's
+// grammar, e.g. -A ring or -A allreduce=ring,allgather=ring).
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "loom/loom.h"
+#include "perf/perf_common.h"
+
+namespace loom::perf {
+namespace {
+
+// The collective's key in LOOM_ALGO's grammar.
+const char* algoKey(Collective c) {
+  switch (c) {
+    case Collective::kAllReduce:
+      return "allreduce";
+    case Collective::kAllGather:
+      return "allgather";
+    case Collective::kReduceScatter:
+      return "reducescatter";
+    case Collective::kAllToAll:
+      return "alltoall";
+    case Collective::kBroadcast:
+      return "broadcast";
+    case Collective::kReduce:
+      return "reduce";
+    case Collective::kSendRecv:
+      return "sendrecv";
+  }
+  return "";
+}
+
+class LoomBackend : public Backend {
+ public:
+  explicit LoomBackend(loomComm_t comm) : comm_(comm) {
+    loomCommUserRank(comm_, &rank_);
+    loomCommCount(comm_, &nranks_);
+  }
+
+  int rank() const override { return rank_; }
+  int nranks() const override { return nranks_; }
+
+  std::string describe() const override {
+    int version = 0;
+    loomGetVersion(&version);
+    const char* transport = std::getenv("LOOM_TRANSPORT");
+    const char* algo = std::getenv("LOOM_ALGO");
+    return "Backend: loom " + std::to_string(version / 10000) + "." +
+           std::to_string(version / 100 % 100) + "." + std::to_string(version % 100) +
+           " transport " + (transport ? transport : "auto") + " algorithms " +
+           (algorithms_.empty() ? (algo && *algo ? algo : "auto") : algorithms_);
+  }
+
+  void setAlgorithms(std::string text) { algorithms_ = std::move(text); }
+
+  std::string unsupported(Collective, loomDataType_t, loomRedOp_t) const override { return {}; }
+
+  bool run(const CollCall& call) override {
+    const size_t n = call.count;
+    const loomDataType_t t = call.dtype;
+    loomResult_t r = loomSuccess;
+    switch (call.collective) {
+      case Collective::kAllReduce:
+        r = loomAllReduce(call.send, call.recv, n, t, call.op, comm_, nullptr);
+        break;
+      case Collective::kAllGather:
+        r = loomAllGather(call.send, call.recv, n, t, comm_, nullptr);
+        break;
+      case Collective::kReduceScatter:
+        r = loomReduceScatter(call.send, call.recv, n, t, call.op, comm_, nullptr);
+        break;
+      case Collective::kAllToAll:
+        r = loomAlltoAll(call.send, call.recv, n, t, comm_, nullptr);
+        break;
+      case Collective::kBroadcast:
+        r = loomBroadcast(call.send, call.recv, n, t, call.root, comm_, nullptr);
+        break;
+      case Collective::kReduce:
+        r = loomReduce(call.send, call.recv, n, t, call.op, call.root, comm_, nullptr);
+        break;
+      case Collective::kSendRecv: {
+        // The nccl-tests pattern: send to the next rank, receive from the previous one,
+        // grouped so that the ring cannot deadlock.
+        const int next = (rank_ + 1) % nranks_;
+        const int prev = (rank_ + nranks_ - 1) % nranks_;
+        r = loomGroupStart();
+        const loomResult_t s = loomSend(call.send, n, t, next, comm_, nullptr);
+        const loomResult_t v = loomRecv(call.recv, n, t, prev, comm_, nullptr);
+        const loomResult_t e = loomGroupEnd();
+        r = r != loomSuccess ? r : s != loomSuccess ? s : v != loomSuccess ? v : e;
+        break;
+      }
+    }
+    if (r == loomSuccess) return true;
+    std::fprintf(stderr, "loom-perf: rank %d: %s of %zu elements failed: %s: %s\n", rank_,
+                 collectiveName(call.collective), n, loomGetErrorString(r),
+                 loomGetLastError(comm_));
+    return false;
+  }
+
+  bool allGather(const void* mine, void* all, size_t bytes) override {
+    const loomResult_t r = loomAllGather(mine, all, bytes, loomUint8, comm_, nullptr);
+    if (r != loomSuccess) {
+      std::fprintf(stderr, "loom-perf: rank %d: exchanging results failed: %s: %s\n", rank_,
+                   loomGetErrorString(r), loomGetLastError(comm_));
+    }
+    return r == loomSuccess;
+  }
+
+ private:
+  loomComm_t comm_;
+  int rank_ = 0;
+  int nranks_ = 1;
+  std::string algorithms_;
+};
+
+int runRank(loomComm_t comm, const Options& options, const std::string& algorithms) {
+  int rc;
+  {
+    LoomBackend backend(comm);
+    backend.setAlgorithms(algorithms);
+    rc = runSweep(backend, options, "loom-perf");
+  }
+  // After a failure a peer may be gone: abort rather than wait for it in destroy.
+  const loomResult_t r = rc >= 3 ? loomCommAbort(comm) : loomCommDestroy(comm);
+  if (r != loomSuccess && rc == 0) rc = 3;
+  return rc;
+}
+
+int initFailed(const char* call, loomResult_t r, int rank) {
+  std::fprintf(stderr, "loom-perf: rank %d: %s failed: %s: %s\n", rank, call, loomGetErrorString(r),
+               loomGetLastError(nullptr));
+  return 3;
+}
+
+}  // namespace
+}  // namespace loom::perf
+
+int main(int argc, char** argv) {
+  using namespace loom::perf;
+  Options options;
+  std::string error;
+  if (!parseOptions(argc, argv, &options, &error)) {
+    if (!error.empty()) std::fprintf(stderr, "loom-perf: %s\n", error.c_str());
+    std::fputs(usage("loom-perf").c_str(), stderr);
+    return error.empty() ? 0 : 2;
+  }
+  // -A ring means "ring for this collective"; text with '=' is passed on as it is.
+  std::string algorithms = options.algorithm;
+  if (!algorithms.empty() && algorithms.find('=') == std::string::npos) {
+    algorithms = std::string(algoKey(options.collective)) + "=" + algorithms;
+  }
+  loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+  config.algorithms = algorithms.empty() ? nullptr : algorithms.c_str();
+
+  if (options.nranks == 0) {
+    loomComm_t comm = nullptr;
+    const loomResult_t r = loomCommInitFromEnv(&comm, &config);
+    if (r != loomSuccess) return initFailed("loomCommInitFromEnv", r, -1);
+    return runRank(comm, options, algorithms);
+  }
+  // Fork first: loomGetUniqueId starts a bootstrap thread, which a fork would not carry.
+  return forkRanks(options.nranks, options.bindCores, [&](ForkedRank& self) {
+    loomUniqueId id{};
+    if (self.rank() == 0) {
+      const loomResult_t r = loomGetUniqueId(&id);
+      // On failure rank 0 exits; the others then read end-of-file and exit too.
+      if (r != loomSuccess) return initFailed("loomGetUniqueId", r, 0);
+    }
+    if (!self.shareFromRank0(&id, sizeof(id))) return 3;
+    loomComm_t comm = nullptr;
+    const loomResult_t r = loomCommInitRankConfig(&comm, self.nranks(), id, self.rank(), &config);
+    if (r != loomSuccess) return initFailed("loomCommInitRankConfig", r, self.rank());
+    return runRank(comm, options, algorithms);
+  });
+}

@@ -1,0 +1,1187 @@
+#include "perf/perf_common.h"
+
+#include <fcntl.h>
+#include <getopt.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+namespace loom::perf {
+
+// ---- Names and sizes ----------------------------------------------------------------------
+
+namespace {
+
+constexpr const char* kCollectiveNames[kNumCollectives] = {
+    "all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce", "sendrecv"};
+
+struct DtypeInfo {
+  loomDataType_t type;
+  const char* name;  // nccl-tests' spelling first
+  const char* alias1;
+  const char* alias2;
+};
+constexpr DtypeInfo kDtypes[] = {
+    {loomInt8, "int8", "char", "i8"},
+    {loomUint8, "uint8", "u8", nullptr},
+    {loomInt32, "int32", "int", "i32"},
+    {loomUint32, "uint32", "u32", nullptr},
+    {loomInt64, "int64", "i64", nullptr},
+    {loomUint64, "uint64", "u64", nullptr},
+    {loomFloat16, "half", "float16", "fp16"},
+    {loomBfloat16, "bfloat16", "bf16", nullptr},
+    {loomFloat32, "float", "float32", "fp32"},
+    {loomFloat64, "double", "float64", "fp64"},
+    {loomFloat8e4m3, "f8e4m3", "fp8e4m3", "e4m3"},
+    {loomFloat8e5m2, "f8e5m2", "fp8e5m2", "e5m2"},
+};
+
+constexpr const char* kOpNames[loomNumOps] = {"sum", "prod", "min", "max", "avg"};
+
+}  // namespace
+
+const char* collectiveName(Collective c) { return kCollectiveNames[static_cast<int>(c)]; }
+
+std::optional<Collective> parseCollective(std::string_view name) {
+  for (int i = 0; i < kNumCollectives; ++i) {
+    if (name == kCollectiveNames[i]) return static_cast<Collective>(i);
+  }
+  // Also the spellings of the API and of other tools.
+  if (name == "allreduce") return Collective::kAllReduce;
+  if (name == "allgather") return Collective::kAllGather;
+  if (name == "reducescatter") return Collective::kReduceScatter;
+  if (name == "all_to_all" || name == "alltoall") return Collective::kAllToAll;
+  if (name == "bcast") return Collective::kBroadcast;
+  if (name == "send_recv") return Collective::kSendRecv;
+  return std::nullopt;
+}
+
+bool collectiveHasOp(Collective c) {
+  return c == Collective::kAllReduce || c == Collective::kReduceScatter || c == Collective::kReduce;
+}
+
+bool collectiveHasRoot(Collective c) {
+  return c == Collective::kBroadcast || c == Collective::kReduce;
+}
+
+double busBwFactor(Collective c, int nranks) {
+  const double n = nranks;
+  switch (c) {
+    case Collective::kAllReduce:
+      return 2.0 * (n - 1) / n;
+    case Collective::kAllGather:
+    case Collective::kReduceScatter:
+    case Collective::kAllToAll:
+      return (n - 1) / n;
+    case Collective::kBroadcast:
+    case Collective::kReduce:
+    case Collective::kSendRecv:
+      return 1.0;
+  }
+  return 1.0;
+}
+
+CollSizes collSizes(Collective c, size_t sizeBytes, size_t elemSize, int nranks) {
+  const size_t count = sizeBytes / elemSize;
+  const size_t n = static_cast<size_t>(nranks);
+  const size_t perRank = count / n;
+  CollSizes s;
+  switch (c) {
+    case Collective::kAllGather:
+      s.sendCount = perRank;
+      s.recvCount = perRank * n;
+      s.paramCount = perRank;
+      s.sendInPlaceOffset = perRank;
+      break;
+    case Collective::kReduceScatter:
+      s.sendCount = perRank * n;
+      s.recvCount = perRank;
+      s.paramCount = perRank;
+      s.recvInPlaceOffset = perRank;
+      break;
+    case Collective::kAllToAll:
+      s.sendCount = perRank * n;
+      s.recvCount = perRank * n;
+      s.paramCount = perRank;
+      break;
+    case Collective::kAllReduce:
+    case Collective::kBroadcast:
+    case Collective::kReduce:
+    case Collective::kSendRecv:
+      s.sendCount = s.recvCount = s.paramCount = count;
+      break;
+  }
+  return s;
+}
+
+size_t dtypeBytes(loomDataType_t d) {
+  switch (d) {
+    case loomInt8:
+    case loomUint8:
+    case loomFloat8e4m3:
+    case loomFloat8e5m2:
+      return 1;
+    case loomFloat16:
+    case loomBfloat16:
+      return 2;
+    case loomInt32:
+    case loomUint32:
+    case loomFloat32:
+      return 4;
+    case loomInt64:
+    case loomUint64:
+    case loomFloat64:
+      return 8;
+    default:
+      return 0;
+  }
+}
+
+const char* dtypeName(loomDataType_t d) {
+  for (const DtypeInfo& info : kDtypes) {
+    if (info.type == d) return info.name;
+  }
+  return "?";
+}
+
+std::optional<loomDataType_t> parseDtype(std::string_view name) {
+  for (const DtypeInfo& info : kDtypes) {
+    if (name == info.name || (info.alias1 && name == info.alias1) ||
+        (info.alias2 && name == info.alias2)) {
+      return info.type;
+    }
+  }
+  return std::nullopt;
+}
+
+const char* opName(loomRedOp_t op) { return op >= 0 && op < loomNumOps ? kOpNames[op] : "?"; }
+
+std::optional<loomRedOp_t> parseOp(std::string_view name) {
+  for (int i = 0; i < loomNumOps; ++i) {
+    if (name == kOpNames[i]) return static_cast<loomRedOp_t>(i);
+  }
+  if (name == "product") return loomProd;
+  return std::nullopt;
+}
+
+std::optional<size_t> parseSize(std::string_view text) {
+  if (text.empty()) return std::nullopt;
+  size_t value = 0;
+  size_t i = 0;
+  for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
+    const size_t digit = static_cast<size_t>(text[i] - '0');
+    if (value > (SIZE_MAX - digit) / 10) return std::nullopt;
+    value = value * 10 + digit;
+  }
+  if (i == 0) return std::nullopt;
+  int shift = 0;
+  if (i < text.size()) {
+    switch (text[i]) {
+      case 'k':
+      case 'K':
+        shift = 10;
+        break;
+      case 'm':
+      case 'M':
+        shift = 20;
+        break;
+      case 'g':
+      case 'G':
+        shift = 30;
+        break;
+      default:
+        return std::nullopt;
+    }
+    ++i;
+    if (i < text.size() && (text[i] == 'B' || text[i] == 'b')) ++i;  // "64KB" too
+  }
+  if (i != text.size()) return std::nullopt;
+  if (shift && value > (SIZE_MAX >> shift)) return std::nullopt;
+  return value << shift;
+}
+
+std::vector<size_t> sizeSweep(size_t minBytes, size_t maxBytes, int factor, size_t stepBytes) {
+  std::vector<size_t> sizes;
+  for (size_t size = minBytes; size <= maxBytes;) {
+    sizes.push_back(size);
+    size_t next;
+    if (factor > 1) {
+      // 0 * factor would never advance; overflow would wrap around.
+      if (size == 0) {
+        next = 1;
+      } else if (size > SIZE_MAX / static_cast<size_t>(factor)) {
+        break;
+      } else {
+        next = size * static_cast<size_t>(factor);
+      }
+    } else {
+      if (stepBytes == 0 || size > SIZE_MAX - stepBytes) break;
+      next = size + stepBytes;
+    }
+    size = next;
+  }
+  return sizes;
+}
+
+int itersForSize(int iters, size_t bytes, size_t budgetBytes) {
+  if (iters <= 0 || budgetBytes == 0 || bytes == 0) return iters;
+  const size_t fit = budgetBytes / bytes;
+  if (fit >= static_cast<size_t>(iters)) return iters;
+  return fit < 1 ? 1 : static_cast<int>(fit);
+}
+
+// ---- Options ------------------------------------------------------------------------------
+
+namespace {
+
+bool parseInt(const char* text, long lo, long hi, int* out) {
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(text, &end, 10);
+  if (errno || end == text || *end != '\0' || v < lo || v > hi) return false;
+  *out = static_cast<int>(v);
+  return true;
+}
+
+constexpr int kOptBytesPerSize = 1000;
+constexpr int kOptBind = 1001;
+
+}  // namespace
+
+std::string usage(const char* program) {
+  std::string u = "usage: ";
+  u += program;
+  u += " COLLECTIVE [options]\n"
+       "  COLLECTIVE: all_reduce all_gather reduce_scatter alltoall broadcast reduce sendrecv\n"
+       "  -b, --minbytes SIZE        smallest size (default 32M); K/M/G suffixes\n"
+       "  -e, --maxbytes SIZE        largest size (default 32M)\n"
+       "  -f, --stepfactor N         multiply the size by N each step\n"
+       "  -i, --stepbytes SIZE       else add SIZE each step (default 1M)\n"
+       "  -n, --iters N              timed iterations per size (default 20)\n"
+       "  -w, --warmup_iters N       untimed iterations per size (default 5)\n"
+       "  -c, --check 0|1            check every result (default 1)\n"
+       "  -o, --op OP                sum prod min max avg (default sum)\n"
+       "  -d, --datatype TYPE        int8 uint8 int32 uint32 int64 uint64 half bfloat16\n"
+       "                             float double f8e4m3 f8e5m2 (default float)\n"
+       "  -r, --root N               root of broadcast and reduce (default 0)\n"
+       "  -N, --nranks N             fork N local ranks (0: ranks come from the launcher)\n"
+       "  -A, --algo NAME            the backend's algorithm\n"
+       "      --bind core|none       pin forked rank r to the r-th CPU (default none)\n"
+       "      --bytes_per_size SIZE  fewer iterations for sizes where iters * size would\n"
+       "                             pass SIZE, so long sweeps stay short (default 512M; 0: off)\n";
+  return u;
+}
+
+bool parseOptions(int argc, char** argv, Options* options, std::string* error) {
+  error->clear();
+  if (argc < 2 || argv[1][0] == '-') {
+    if (argc >= 2 && (std::strcmp(argv[1], "-h") == 0 || std::strcmp(argv[1], "--help") == 0)) {
+      return false;
+    }
+    *error = "missing the collective";
+    return false;
+  }
+  std::optional<Collective> coll = parseCollective(argv[1]);
+  if (!coll) {
+    *error = std::string("unknown collective '") + argv[1] + "'";
+    return false;
+  }
+  Options o;
+  o.collective = *coll;
+
+  // getopt keeps global state: scan a copy without the collective, restarting with optind 0.
+  std::vector<char*> args;
+  args.push_back(argv[0]);
+  for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
+  args.push_back(nullptr);
+  static const option kLong[] = {
+      {"minbytes", required_argument, nullptr, 'b'},
+      {"maxbytes", required_argument, nullptr, 'e'},
+      {"stepbytes", required_argument, nullptr, 'i'},
+      {"stepfactor", required_argument, nullptr, 'f'},
+      {"iters", required_argument, nullptr, 'n'},
+      {"warmup_iters", required_argument, nullptr, 'w'},
+      {"check", required_argument, nullptr, 'c'},
+      {"op", required_argument, nullptr, 'o'},
+      {"datatype", required_argument, nullptr, 'd'},
+      {"root", required_argument, nullptr, 'r'},
+      {"nranks", required_argument, nullptr, 'N'},
+      {"algo", required_argument, nullptr, 'A'},
+      {"bytes_per_size", required_argument, nullptr, kOptBytesPerSize},
+      {"bind", required_argument, nullptr, kOptBind},
+      {"help", no_argument, nullptr, 'h'},
+      {nullptr, 0, nullptr, 0},
+  };
+  optind = 0;
+  opterr = 0;
+  const int n = static_cast<int>(args.size()) - 1;
+  int ch;
+  bool sawStepBytes = false;
+  while ((ch = getopt_long(n, args.data(), "b:e:i:f:n:w:c:o:d:r:N:A:h", kLong, nullptr)) != -1) {
+    const char* arg = optarg;
+    bool ok = true;
+    switch (ch) {
+      case 'b':
+      case 'e':
+      case 'i':
+      case kOptBytesPerSize: {
+        std::optional<size_t> v = parseSize(arg);
+        ok = v.has_value();
+        if (!ok) break;
+        if (ch == 'b') o.minBytes = *v;
+        if (ch == 'e') o.maxBytes = *v;
+        if (ch == 'i') o.stepBytes = *v, sawStepBytes = true;
+        if (ch == kOptBytesPerSize) o.bytesPerSize = *v;
+        break;
+      }
+      case 'f':
+        ok = parseInt(arg, 1, 1 << 20, &o.stepFactor);
+        break;
+      case 'n':
+        ok = parseInt(arg, 1, INT_MAX, &o.iters);
+        break;
+      case 'w':
+        ok = parseInt(arg, 0, INT_MAX, &o.warmup);
+        break;
+      case 'r':
+        ok = parseInt(arg, 0, INT_MAX, &o.root);
+        break;
+      case 'N':
+        ok = parseInt(arg, 0, 4096, &o.nranks);
+        break;
+      case 'c': {
+        int v = 0;
+        ok = parseInt(arg, 0, 1, &v);
+        o.check = v != 0;
+        break;
+      }
+      case 'o': {
+        std::optional<loomRedOp_t> v = parseOp(arg);
+        ok = v.has_value();
+        if (ok) o.op = *v;
+        break;
+      }
+      case 'd': {
+        std::optional<loomDataType_t> v = parseDtype(arg);
+        ok = v.has_value();
+        if (ok) o.dtype = *v;
+        break;
+      }
+      case kOptBind:
+        ok = std::strcmp(arg, "core") == 0 || std::strcmp(arg, "none") == 0;
+        o.bindCores = std::strcmp(arg, "core") == 0;
+        break;
+      case 'A':
+        o.algorithm = arg;
+        break;
+      case 'h':
+        return false;
+      default:
+        *error = "unknown option or missing value near '" +
+                 std::string(optind > 0 && optind <= n ? args[optind - 1] : "?") + "'";
+        return false;
+    }
+    if (!ok) {
+      *error = std::string("bad value '") + arg + "' for -" +
+               (ch == kOptBytesPerSize ? std::string("-bytes_per_size")
+                : ch == kOptBind       ? std::string("-bind")
+                                       : std::string(1, ch));
+      return false;
+    }
+  }
+  if (optind < n) {
+    *error = std::string("unexpected argument '") + args[optind] + "'";
+    return false;
+  }
+  if (o.minBytes > o.maxBytes) {
+    *error = "minbytes is larger than maxbytes";
+    return false;
+  }
+  if (o.stepFactor <= 1 && o.stepBytes == 0 && o.minBytes != o.maxBytes) {
+    *error = sawStepBytes ? "stepbytes 0 would never reach maxbytes" : "no step";
+    return false;
+  }
+  *options = o;
+  return true;
+}
+
+// ---- Data ---------------------------------------------------------------------------------
+//
+// Rank r's input element g holds value(r, g), a small integer chosen per op and dtype so that
+// every partial result of the reduction is exactly representable: the order in which a
+// library combines the ranks cannot change the result, so the check can be exact (bit for
+// bit). Only avg of floating types gets a tolerance, since a library may pre-scale by 1/n.
+// The values repeat with a short period in g, so expected results are computed for one
+// period and the check runs at memory speed.
+
+namespace {
+
+// Minifloats (half, bfloat16, fp8) by their exponent and mantissa widths. Round to nearest
+// even; overflow goes to the all-ones exponent (inf, or NaN for e4m3), which the benchmark's
+// values never reach.
+uint32_t encodeMini(double x, int expBits, int manBits) {
+  const int bias = (1 << (expBits - 1)) - 1;
+  const uint32_t sign = std::signbit(x) ? 1u << (expBits + manBits) : 0u;
+  x = std::fabs(x);
+  if (std::isnan(x)) return sign | (((1u << expBits) - 1) << manBits) | ((1u << manBits) - 1);
+  if (x == 0) return sign;
+  int e2 = 0;
+  std::frexp(x, &e2);
+  int exponent = e2 - 1;  // x = 1.m * 2^exponent
+  if (exponent + bias <= 0) {
+    // Subnormal: the mantissa counts units of 2^(1 - bias - manBits). A carry into the
+    // exponent field is the smallest normal, which this sum encodes right.
+    const uint32_t m = static_cast<uint32_t>(std::nearbyint(std::ldexp(x, manBits + bias - 1)));
+    return sign | m;
+  }
+  uint32_t m = static_cast<uint32_t>(std::nearbyint(std::ldexp(x, manBits - exponent)));
+  if (m == (2u << manBits)) {
+    m >>= 1;
+    ++exponent;
+  }
+  const int biased = exponent + bias;
+  if (biased >= (1 << expBits) - 1 && !(expBits == 4 && manBits == 3)) {
+    return sign | (((1u << expBits) - 1) << manBits);  // inf
+  }
+  if (biased > (1 << expBits) - 1) return sign | 0x7fu;  // e4m3 has no inf: NaN
+  return sign | (static_cast<uint32_t>(biased) << manBits) | (m - (1u << manBits));
+}
+
+double decodeMini(uint32_t bits, int expBits, int manBits) {
+  const int bias = (1 << (expBits - 1)) - 1;
+  const bool negative = (bits >> (expBits + manBits)) & 1;
+  const int biased = static_cast<int>((bits >> manBits) & ((1u << expBits) - 1));
+  const uint32_t man = bits & ((1u << manBits) - 1);
+  double v;
+  if (biased == 0) {
+    v = std::ldexp(static_cast<double>(man), 1 - bias - manBits);
+  } else if (biased == (1 << expBits) - 1 && !(expBits == 4 && manBits == 3)) {
+    v = man ? NAN : INFINITY;
+  } else if (expBits == 4 && manBits == 3 && biased == 15 && man == 7) {
+    v = NAN;
+  } else {
+    v = std::ldexp(static_cast<double>(man | (1u << manBits)), biased - bias - manBits);
+  }
+  return negative ? -v : v;
+}
+
+template <typename S>
+struct PlainCodec {
+  using Storage = S;
+  static constexpr int kMantissaBits = 0;  // integer types: every result is exact
+  static S encode(double v) { return static_cast<S>(v); }
+  static double decode(S s) { return static_cast<double>(s); }
+};
+template <typename S, int kMantissa>
+struct FloatCodec {
+  using Storage = S;
+  static constexpr int kMantissaBits = kMantissa;
+  static S encode(double v) { return static_cast<S>(v); }
+  static double decode(S s) { return static_cast<double>(s); }
+};
+template <typename S, int kExp, int kMan>
+struct MiniCodec {
+  using Storage = S;
+  static constexpr int kMantissaBits = kMan;
+  static S encode(double v) { return static_cast<S>(encodeMini(v, kExp, kMan)); }
+  static double decode(S s) { return decodeMini(s, kExp, kMan); }
+};
+
+template <typename F>
+void withCodec(loomDataType_t d, F&& f) {
+  switch (d) {
+    case loomInt8:
+      f(PlainCodec<int8_t>{});
+      break;
+    case loomUint8:
+      f(PlainCodec<uint8_t>{});
+      break;
+    case loomInt32:
+      f(PlainCodec<int32_t>{});
+      break;
+    case loomUint32:
+      f(PlainCodec<uint32_t>{});
+      break;
+    case loomInt64:
+      f(PlainCodec<int64_t>{});
+      break;
+    case loomUint64:
+      f(PlainCodec<uint64_t>{});
+      break;
+    case loomFloat16:
+      f(MiniCodec<uint16_t, 5, 10>{});
+      break;
+    case loomBfloat16:
+      f(MiniCodec<uint16_t, 8, 7>{});
+      break;
+    case loomFloat32:
+      f(FloatCodec<float, 23>{});
+      break;
+    case loomFloat64:
+      f(FloatCodec<double, 52>{});
+      break;
+    case loomFloat8e4m3:
+      f(MiniCodec<uint8_t, 4, 3>{});
+      break;
+    case loomFloat8e5m2:
+      f(MiniCodec<uint8_t, 5, 2>{});
+      break;
+    default:
+      break;
+  }
+}
+
+// Every integer in 0..maxExactInt is exact in the type.
+double maxExactInt(loomDataType_t d) {
+  switch (d) {
+    case loomInt8:
+      return 127;
+    case loomUint8:
+      return 255;
+    case loomFloat16:
+      return 2048;
+    case loomBfloat16:
+      return 256;
+    case loomFloat8e4m3:
+      return 16;
+    case loomFloat8e5m2:
+      return 8;
+    case loomFloat32:
+      return 16777216.0;
+    default:
+      return 9007199254740992.0;  // 2^53: the values are computed in double
+  }
+}
+
+constexpr double kMaxValue = 250;  // keeps periods short (and below uint8's poison, 255)
+
+// The input pattern: value(rank, g), periodic in g.
+class Pattern {
+ public:
+  Pattern(Collective c, loomDataType_t dtype, loomRedOp_t op, int nranks)
+      : op_(collectiveHasOp(c) ? op : loomSum), nranks_(nranks), moves_(!collectiveHasOp(c)) {
+    const double exact = maxExactInt(dtype);
+    if (moves_) {
+      // Nothing is combined: any values that fit; distinct per rank to catch misplacement.
+      limit_ = std::min(exact, kMaxValue);
+      period_ = static_cast<size_t>(limit_) + 1;
+      return;
+    }
+    switch (op_) {
+      case loomSum:
+      case loomAvg:
+        // Sum of n values <= limit stays <= exact; with more ranks than that (fp8), each
+        // element gets a single 1 from one rank.
+        limit_ = std::min(std::floor(exact / nranks), kMaxValue);
+        period_ = limit_ >= 1 ? static_cast<size_t>(limit_) + 1 : static_cast<size_t>(nranks);
+        break;
+      case loomProd:
+        // Factors of 1 and 2, at most log2(exact) twos per element.
+        twos_ = std::min(nranks, static_cast<int>(std::floor(std::log2(exact))));
+        period_ = static_cast<size_t>(nranks) + 1;
+        break;
+      default:  // min, max
+        limit_ = std::min(exact, kMaxValue);
+        period_ = static_cast<size_t>(limit_) + 1;
+        break;
+    }
+  }
+
+  size_t period() const { return period_; }
+
+  double value(int rank, size_t g) const {
+    const size_t p = g % period_;
+    const size_t r = static_cast<size_t>(rank);
+    if (moves_) return static_cast<double>((p + 7 * r) % period_);
+    switch (op_) {
+      case loomSum:
+        if (limit_ < 1) return (p + r) % period_ == 0 ? 1 : 0;
+        return static_cast<double>((p + r) % period_);
+      case loomAvg:
+        // Every rank the same value: the average is that value, whatever the division.
+        if (limit_ < 1) return p == 0 ? 1 : 0;
+        return static_cast<double>(p);
+      case loomProd:
+        return (p + r) % period_ < static_cast<size_t>(twos_) ? 2 : 1;
+      default:
+        return static_cast<double>((p + 5 * r) % period_);
+    }
+  }
+
+  // The reduction over all ranks of element g.
+  double reduced(size_t g) const {
+    double acc = value(0, g);
+    for (int r = 1; r < nranks_; ++r) {
+      const double v = value(r, g);
+      switch (op_) {
+        case loomSum:
+        case loomAvg:
+          acc += v;
+          break;
+        case loomProd:
+          acc *= v;
+          break;
+        case loomMin:
+          acc = std::min(acc, v);
+          break;
+        case loomMax:
+          acc = std::max(acc, v);
+          break;
+        default:
+          break;
+      }
+    }
+    return op_ == loomAvg ? acc / nranks_ : acc;
+  }
+
+  bool needsTolerance() const { return op_ == loomAvg && !moves_; }
+
+ private:
+  loomRedOp_t op_;
+  int nranks_;
+  bool moves_;
+  double limit_ = 0;
+  int twos_ = 0;
+  size_t period_ = 1;
+};
+
+// A stretch of a rank's output: `count` elements at `offset` that hold element gStart.. of
+// rank `source`'s input, or of the reduction over all ranks when source < 0.
+struct Block {
+  size_t offset;
+  size_t count;
+  int source;
+  size_t gStart;
+};
+constexpr int kReduced = -1;
+
+std::vector<Block> outputBlocks(Collective c, int nranks, int rank, int root, const CollSizes& s) {
+  const size_t c1 = s.paramCount;
+  std::vector<Block> blocks;
+  switch (c) {
+    case Collective::kAllReduce:
+      blocks.push_back({0, s.recvCount, kReduced, 0});
+      break;
+    case Collective::kReduce:
+      if (rank == root) blocks.push_back({0, s.recvCount, kReduced, 0});
+      break;
+    case Collective::kReduceScatter:
+      blocks.push_back({0, c1, kReduced, static_cast<size_t>(rank) * c1});
+      break;
+    case Collective::kAllGather:
+      for (int j = 0; j < nranks; ++j) blocks.push_back({j * c1, c1, j, 0});
+      break;
+    case Collective::kAllToAll:
+      for (int j = 0; j < nranks; ++j) {
+        blocks.push_back({j * c1, c1, j, static_cast<size_t>(rank) * c1});
+      }
+      break;
+    case Collective::kBroadcast:
+      blocks.push_back({0, s.recvCount, root, 0});
+      break;
+    case Collective::kSendRecv:
+      blocks.push_back({0, s.recvCount, (rank + nranks - 1) % nranks, 0});
+      break;
+  }
+  return blocks;
+}
+
+// Expected values of one period, starting at the block's first element.
+std::vector<double> expectedPeriod(const Pattern& pattern, const Block& b) {
+  std::vector<double> out(pattern.period());
+  for (size_t p = 0; p < out.size(); ++p) {
+    const size_t g = b.gStart + p;
+    out[p] = b.source == kReduced ? pattern.reduced(g) : pattern.value(b.source, g);
+  }
+  return out;
+}
+
+template <typename Codec>
+std::vector<typename Codec::Storage> encodeAll(const std::vector<double>& values) {
+  std::vector<typename Codec::Storage> out(values.size());
+  for (size_t i = 0; i < values.size(); ++i) out[i] = Codec::encode(values[i]);
+  return out;
+}
+
+// Writes count elements, cycling through one period.
+template <typename S>
+void writeCyclic(S* dst, size_t count, const std::vector<S>& period) {
+  size_t p = 0;
+  for (size_t i = 0; i < count; ++i) {
+    dst[i] = period[p];
+    if (++p == period.size()) p = 0;
+  }
+}
+
+}  // namespace
+
+void fillInput(Collective c, loomDataType_t dtype, loomRedOp_t op, int nranks, int rank, int root,
+               const CollSizes& sizes, void* send) {
+  (void)root;
+  const Pattern pattern(c, dtype, op, nranks);
+  std::vector<double> values(pattern.period());
+  for (size_t p = 0; p < values.size(); ++p) values[p] = pattern.value(rank, p);
+  withCodec(dtype, [&](auto codec) {
+    using Codec = decltype(codec);
+    writeCyclic(static_cast<typename Codec::Storage*>(send), sizes.sendCount,
+                encodeAll<Codec>(values));
+  });
+}
+
+void writeExpected(Collective c, loomDataType_t dtype, loomRedOp_t op, int nranks, int rank,
+                   int root, const CollSizes& sizes, void* recv) {
+  const Pattern pattern(c, dtype, op, nranks);
+  withCodec(dtype, [&](auto codec) {
+    using Codec = decltype(codec);
+    auto* out = static_cast<typename Codec::Storage*>(recv);
+    for (const Block& b : outputBlocks(c, nranks, rank, root, sizes)) {
+      writeCyclic(out + b.offset, b.count, encodeAll<Codec>(expectedPeriod(pattern, b)));
+    }
+  });
+}
+
+size_t countWrong(Collective c, loomDataType_t dtype, loomRedOp_t op, int nranks, int rank,
+                  int root, const CollSizes& sizes, const void* recv) {
+  const Pattern pattern(c, dtype, op, nranks);
+  size_t wrong = 0;
+  withCodec(dtype, [&](auto codec) {
+    using Codec = decltype(codec);
+    using S = typename Codec::Storage;
+    const S* got = static_cast<const S*>(recv);
+    for (const Block& b : outputBlocks(c, nranks, rank, root, sizes)) {
+      const std::vector<double> expected = expectedPeriod(pattern, b);
+      const std::vector<S> exact = encodeAll<Codec>(expected);
+      const S* g = got + b.offset;
+      size_t p = 0;
+      if (pattern.needsTolerance() && Codec::kMantissaBits > 0) {
+        // n rounding steps of at most one ulp each, relative to the result's magnitude.
+        const double tol = nranks * std::ldexp(1.0, -Codec::kMantissaBits);
+        for (size_t i = 0; i < b.count; ++i) {
+          const double want = expected[p];
+          const double have = Codec::decode(g[i]);
+          if (!(std::fabs(have - want) <= tol * std::max(1.0, std::fabs(want)))) ++wrong;
+          if (++p == exact.size()) p = 0;
+        }
+      } else {
+        for (size_t i = 0; i < b.count; ++i) {
+          if (!(g[i] == exact[p])) ++wrong;
+          if (++p == exact.size()) p = 0;
+        }
+      }
+    }
+  });
+  return wrong;
+}
+
+// ---- The table ----------------------------------------------------------------------------
+
+namespace {
+
+std::string printfString(const char* format, ...) __attribute__((format(printf, 1, 2)));
+std::string printfString(const char* format, ...) {
+  char buf[512];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(buf, sizeof(buf), format, args);
+  va_end(args);
+  return buf;
+}
+
+}  // namespace
+
+Measurement makeMeasurement(Collective c, size_t bytes, int nranks, double timeUs, int64_t wrong) {
+  Measurement m;
+  m.timeUs = timeUs;
+  // bytes / 1e9 / (timeUs / 1e6)
+  m.algBw = timeUs > 0 ? static_cast<double>(bytes) / (timeUs * 1e3) : 0.0;
+  m.busBw = m.algBw * busBwFactor(c, nranks);
+  m.wrong = wrong;
+  return m;
+}
+
+std::string rankLine(int rank, int pid, const char* host) {
+  return printfString("#  Rank %2d Pid %6d on %10s\n", rank, pid, host);
+}
+
+std::string formatHeader(const std::string& program, const Options& o, int nranks,
+                         const std::string& backend, const std::vector<std::string>& ranks) {
+  std::string h = printfString(
+      "# %s %s: nranks %d minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d "
+      "validation: %d bytes per size: %zu\n",
+      program.c_str(), collectiveName(o.collective), nranks, o.minBytes, o.maxBytes,
+      o.stepFactor > 1 ? static_cast<size_t>(o.stepFactor) : o.stepBytes,
+      o.stepFactor > 1 ? "factor" : "bytes", o.warmup, o.iters, o.check ? 1 : 0, o.bytesPerSize);
+  h += "# " + backend + "\n";
+  if (o.bindCores) h += "# Forked ranks bound to one CPU each\n";
+  h += "#\n# Using ranks\n";
+  for (const std::string& line : ranks) h += line;
+  h += "#\n";
+  h += printfString(
+      "# %10s  %12s  %8s  %6s  %6s           out-of-place                       "
+      "in-place          \n",
+      "", "", "", "", "");
+  h += printfString("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "size",
+                    "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
+                    "algbw", "busbw", "#wrong");
+  h += printfString("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n", "(B)",
+                    "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
+                    "(GB/s)", "");
+  return h;
+}
+
+std::string formatRow(Collective c, const CollSizes& sizes, loomDataType_t dtype, loomRedOp_t op,
+                      int root, const Measurement& outOfPlace, const Measurement& inPlace) {
+  std::string row = printfString(
+      "%12zu  %12zu  %8s  %6s  %6d", sizes.bytes(dtypeBytes(dtype)), sizes.paramCount,
+      dtypeName(dtype), collectiveHasOp(c) ? opName(op) : "none", collectiveHasRoot(c) ? root : -1);
+  for (const Measurement* m : {&outOfPlace, &inPlace}) {
+    // nccl-tests' widths: fewer decimals as the time grows, so the column stays 7 wide.
+    const char* timeFormat = m->timeUs >= 10000.0 ? "%7.0f"
+                             : m->timeUs >= 100.0 ? "%7.1f"
+                                                  : "%7.2f";
+    char timeText[32];
+    std::snprintf(timeText, sizeof(timeText), timeFormat, m->timeUs);
+    if (m->wrong >= 0) {
+      row += printfString("  %7s  %6.2f  %6.2f  %5g", timeText, m->algBw, m->busBw,
+                          static_cast<double>(m->wrong));
+    } else {
+      row += printfString("  %7s  %6.2f  %6.2f  %5s", timeText, m->algBw, m->busBw, "N/A");
+    }
+  }
+  return row + "\n";
+}
+
+std::string formatFooter(int64_t wrongTotal, double avgBusBw, bool checked) {
+  std::string f;
+  if (checked) {
+    f += printfString("# Out of bounds values : %lld %s\n", static_cast<long long>(wrongTotal),
+                      wrongTotal ? "FAILED" : "OK");
+  }
+  f += printfString("# Avg bus bandwidth    : %g \n#\n", avgBusBw);
+  return f;
+}
+
+// ---- The driver ---------------------------------------------------------------------------
+
+bool Backend::barrier() {
+  char mine = 0;
+  std::vector<char> all(static_cast<size_t>(nranks()));
+  return allGather(&mine, all.data(), 1);
+}
+
+size_t Backend::inPlaceOutputOffset(Collective c, const CollSizes& sizes) const {
+  (void)c;
+  return sizes.recvInPlaceOffset * static_cast<size_t>(rank());
+}
+
+namespace {
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+using Buffer = std::unique_ptr<char, FreeDeleter>;
+
+// Page-aligned and touched once, so first-touch page faults stay out of the timings.
+Buffer allocateBuffer(size_t bytes) {
+  const size_t kAlign = 4096;
+  const size_t rounded = (std::max<size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
+  Buffer b(static_cast<char*>(std::aligned_alloc(kAlign, rounded)));
+  if (b) std::memset(b.get(), 0, rounded);
+  return b;
+}
+
+constexpr size_t kWarmupShare = 8;
+
+struct RankId {
+  int32_t pid;
+  char host[60];
+};
+
+struct SizeResult {
+  double timeUs[2];
+  int64_t wrong[2];
+  int32_t failed;
+  int32_t pad;
+};
+
+}  // namespace
+
+int runSweep(Backend& backend, const Options& o, const std::string& program) {
+  const int rank = backend.rank();
+  const int n = backend.nranks();
+  const Collective c = o.collective;
+  const bool leader = rank == 0;
+
+  std::string why = backend.unsupported(c, o.dtype, o.op);
+  if (why.empty() && collectiveHasRoot(c) && o.root >= n) why = "root is not a rank";
+  if (!why.empty()) {
+    if (leader) {
+      std::fprintf(stderr, "%s: %s %s %s: %s\n", program.c_str(), collectiveName(c),
+                   dtypeName(o.dtype), opName(o.op), why.c_str());
+    }
+    return 2;
+  }
+
+  // The header names every rank's host and pid.
+  RankId me{};
+  me.pid = static_cast<int32_t>(getpid());
+  gethostname(me.host, sizeof(me.host) - 1);
+  std::vector<RankId> ids(static_cast<size_t>(n));
+  if (!backend.allGather(&me, ids.data(), sizeof(RankId))) return 3;
+  if (leader) {
+    std::vector<std::string> lines;
+    for (int r = 0; r < n; ++r) lines.push_back(rankLine(r, ids[r].pid, ids[r].host));
+    std::fputs(formatHeader(program, o, n, backend.describe(), lines).c_str(), stdout);
+    std::fflush(stdout);
+  }
+
+  const size_t elem = dtypeBytes(o.dtype);
+  const std::vector<size_t> sweep = sizeSweep(o.minBytes, o.maxBytes, o.stepFactor, o.stepBytes);
+  size_t maxBytes = 0;
+  for (size_t size : sweep) maxBytes = std::max(maxBytes, collSizes(c, size, elem, n).bytes(elem));
+  Buffer sendBuf = allocateBuffer(maxBytes);
+  Buffer recvBuf = allocateBuffer(maxBytes);
+  if (!sendBuf || !recvBuf) {
+    std::fprintf(stderr, "%s: rank %d: cannot allocate 2 x %zu bytes\n", program.c_str(), rank,
+                 maxBytes);
+    return 3;
+  }
+
+  int64_t wrongTotal = 0;
+  double busBwSum = 0;
+  int rows = 0;
+  for (size_t size : sweep) {
+    const CollSizes s = collSizes(c, size, elem, n);
+    const size_t bytes = s.bytes(elem);
+    // Warm-up only has to build connections and plans and fault in pages: at large sizes one
+    // or two calls do that, so it gets a smaller share of the budget than the timed batch.
+    const int warmup = itersForSize(
+        o.warmup, bytes, o.bytesPerSize ? std::max<size_t>(o.bytesPerSize / kWarmupShare, 1) : 0);
+    const int iters = itersForSize(o.iters, bytes, o.bytesPerSize);
+    SizeResult mine{};
+    for (int placement = 0; placement < 2 && !mine.failed; ++placement) {
+      const bool inPlace = placement == 1;
+      char* shared = recvBuf.get();
+      CollCall call{c, o.dtype, o.op, o.root, sendBuf.get(), shared, s.paramCount, inPlace};
+      if (inPlace) {
+        call.send = shared + s.sendInPlaceOffset * static_cast<size_t>(rank) * elem;
+        call.recv = shared + s.recvInPlaceOffset * static_cast<size_t>(rank) * elem;
+      }
+      if (!backend.prepare(call)) {
+        mine.failed = 1;
+        break;
+      }
+      bool ok = true;
+      for (int i = 0; i < warmup && ok; ++i) ok = backend.run(call);
+      ok = ok && backend.barrier();
+      // The timed batch: one clock read on each side, nothing else in the loop.
+      const auto start = std::chrono::steady_clock::now();
+      for (int i = 0; i < iters && ok; ++i) ok = backend.run(call);
+      const auto end = std::chrono::steady_clock::now();
+      mine.timeUs[placement] =
+          std::chrono::duration<double, std::micro>(end - start).count() / iters;
+      mine.wrong[placement] = -1;
+      if (ok && o.check) {
+        // Poison the output first so that a call which writes nothing cannot pass on
+        // what an earlier one left there (0xff: NaN, or a negative or unused integer).
+        std::memset(shared, 0xff, inPlace ? bytes : s.recvCount * elem);
+        fillInput(c, o.dtype, o.op, n, rank, o.root, s, const_cast<void*>(call.send));
+        ok = backend.run(call);
+        const char* out = inPlace ? shared + backend.inPlaceOutputOffset(c, s) * elem
+                                  : static_cast<const char*>(call.recv);
+        mine.wrong[placement] =
+            static_cast<int64_t>(countWrong(c, o.dtype, o.op, n, rank, o.root, s, out));
+      }
+      if (!ok) mine.failed = 1;
+    }
+    // Every rank must reach this exchange, even after an error, or the others would hang.
+    std::vector<SizeResult> all(static_cast<size_t>(n));
+    if (!backend.allGather(&mine, all.data(), sizeof(SizeResult))) return 3;
+    SizeResult total{};
+    for (int p = 0; p < 2; ++p) total.wrong[p] = o.check ? 0 : -1;
+    for (const SizeResult& r : all) {
+      for (int p = 0; p < 2; ++p) {
+        total.timeUs[p] = std::max(total.timeUs[p], r.timeUs[p]);
+        if (o.check) total.wrong[p] += r.wrong[p];
+      }
+      total.failed |= r.failed;
+    }
+    if (total.failed) {
+      if (leader) std::fprintf(stderr, "%s: a rank failed at size %zu\n", program.c_str(), size);
+      return 3;
+    }
+    const Measurement outOfPlace = makeMeasurement(c, bytes, n, total.timeUs[0], total.wrong[0]);
+    const Measurement inPlace = makeMeasurement(c, bytes, n, total.timeUs[1], total.wrong[1]);
+    if (o.check) wrongTotal += total.wrong[0] + total.wrong[1];
+    busBwSum += outOfPlace.busBw + inPlace.busBw;
+    rows += 2;
+    if (leader) {
+      std::fputs(formatRow(c, s, o.dtype, o.op, o.root, outOfPlace, inPlace).c_str(), stdout);
+      std::fflush(stdout);
+    }
+  }
+  if (leader) {
+    std::fputs(formatFooter(wrongTotal, rows ? busBwSum / rows : 0.0, o.check).c_str(), stdout);
+    std::fflush(stdout);
+  }
+  return wrongTotal ? 1 : 0;
+}
+
+// ---- Forked ranks -------------------------------------------------------------------------
+
+namespace {
+
+bool writeAll(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    const ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+bool readAll(int fd, char* p, size_t n) {
+  while (n > 0) {
+    const ssize_t r = read(fd, p, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+}  // namespace
+
+bool ForkedRank::shareFromRank0(void* data, size_t bytes) {
+  bool ok = true;
+  for (int fd : fds_) {
+    ok = (rank_ == 0 ? writeAll(fd, static_cast<const char*>(data), bytes)
+                     : readAll(fd, static_cast<char*>(data), bytes)) &&
+         ok;
+    close(fd);
+  }
+  fds_.clear();
+  return ok;
+}
+
+namespace {
+
+// Pins the calling process to the (index mod count)-th CPU of the set it may run on.
+void bindToCpu(int index) {
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return;
+  const int count = CPU_COUNT(&allowed);
+  if (count == 0) return;
+  int wanted = index % count;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &allowed) || wanted-- > 0) continue;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    sched_setaffinity(0, sizeof(one), &one);
+    return;
+  }
+}
+
+}  // namespace
+
+int forkRanks(int n, bool bindCores, const std::function<int(ForkedRank&)>& body) {
+  if (n < 1) return 2;
+  std::vector<int> readEnds(static_cast<size_t>(n), -1), writeEnds(static_cast<size_t>(n), -1);
+  for (int r = 1; r < n; ++r) {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+      std::perror("pipe");
+      return 3;
+    }
+    readEnds[r] = fds[0];
+    writeEnds[r] = fds[1];
+  }
+  // Buffered output would otherwise be written once by the parent and once per child.
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::vector<pid_t> pids(static_cast<size_t>(n), -1);
+  for (int r = 0; r < n; ++r) {
+    const pid_t pid = fork();
+    if (pid < 0) {
+      std::perror("fork");
+      for (int q = 0; q < r; ++q) kill(pids[q], SIGKILL);
+      return 3;
+    }
+    if (pid == 0) {
+      // A rank must not outlive the launcher (Ctrl-C, a killed sweep script).
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (bindCores) bindToCpu(r);
+      ForkedRank self;
+      self.rank_ = r;
+      self.nranks_ = n;
+      for (int q = 1; q < n; ++q) {
+        if (r == 0) {
+          self.fds_.push_back(writeEnds[q]);
+          close(readEnds[q]);
+        } else if (q == r) {
+          self.fds_.push_back(readEnds[q]);
+          close(writeEnds[q]);
+        } else {
+          close(readEnds[q]);
+          close(writeEnds[q]);
+        }
+      }
+      const int rc = body(self);
+      std::fflush(stdout);
+      std::fflush(stderr);
+      _exit(rc);
+    }
+    pids[r] = pid;
+  }
+  for (int r = 1; r < n; ++r) {
+    close(readEnds[r]);
+    close(writeEnds[r]);
+  }
+  int result = 0;
+  for (int remaining = n; remaining > 0;) {
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, 0);
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    const auto it = std::find(pids.begin(), pids.end(), pid);
+    if (it == pids.end()) continue;
+    *it = -1;
+    --remaining;
+    const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (clean || result != 0) continue;
+    // The first failure: report it and stop the rest, which would wait for it forever.
+    const int r = static_cast<int>(it - pids.begin());
+    if (WIFSIGNALED(status)) {
+      std::fprintf(stderr, "rank %d died of signal %d (%s)\n", r, WTERMSIG(status),
+                   strsignal(WTERMSIG(status)));
+      result = 128 + WTERMSIG(status);
+    } else {
+      result = WEXITSTATUS(status);
+    }
+    for (pid_t other : pids) {
+      if (other > 0) kill(other, SIGTERM);
+    }
+  }
+  return result;
+}
+
+}  // namespace loom::perf

@@ -1,0 +1,202 @@
+// The parts of loom-perf that its peer baselines (loom-mpi-perf, loom-gloo-perf) share, so that
+// all three measure and print in exactly the same units: nccl-tests' size/count conventions,
+// algbw/busbw, the expected-value check and the table. A program only supplies a Backend (how
+// to run one collective and how to exchange a few bytes between ranks); runSweep() does the
+// rest.
+//
+// Uses only the enums of loom/loom.h, never the library, so the peers build without libloom.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "loom/loom.h"
+
+namespace loom::perf {
+
+enum class Collective {
+  kAllReduce,
+  kAllGather,
+  kReduceScatter,
+  kAllToAll,
+  kBroadcast,
+  kReduce,
+  kSendRecv,
+};
+inline constexpr int kNumCollectives = 7;
+
+/** nccl-tests' name of the collective ("all_reduce", "alltoall", "sendrecv", ...). */
+const char* collectiveName(Collective c);
+std::optional<Collective> parseCollective(std::string_view name);
+/** Whether the collective takes a reduction op / a root. */
+bool collectiveHasOp(Collective c);
+bool collectiveHasRoot(Collective c);
+
+/** busbw = algbw * factor, as nccl-tests defines it (allreduce 2(n-1)/n; allgather,
+ *  reduce-scatter, alltoall (n-1)/n; broadcast, reduce, sendrecv 1). */
+double busBwFactor(Collective c, int nranks);
+
+/** Element counts of one call, as nccl-tests' getCollByteCount derives them from a size. */
+struct CollSizes {
+  size_t sendCount = 0;   // elements in each rank's send buffer
+  size_t recvCount = 0;   // elements in each rank's receive buffer
+  size_t paramCount = 0;  // the count argument of the call (the table's "count")
+  // In-place layout: the send / receive buffer is the shared buffer plus rank * offset
+  // (allgather: send at rank * sendcount; reduce-scatter: receive at rank * recvcount).
+  size_t sendInPlaceOffset = 0;
+  size_t recvInPlaceOffset = 0;
+  /** The table's "size" column: max(send, receive) bytes per rank. */
+  size_t bytes(size_t elemSize) const {
+    return (sendCount > recvCount ? sendCount : recvCount) * elemSize;
+  }
+};
+/** sizeBytes is the sweep's size; counts round down to whole elements per rank. */
+CollSizes collSizes(Collective c, size_t sizeBytes, size_t elemSize, int nranks);
+
+size_t dtypeBytes(loomDataType_t d);
+/** nccl-tests' spelling ("float", "half", "bfloat16", "f8e4m3"...). */
+const char* dtypeName(loomDataType_t d);
+std::optional<loomDataType_t> parseDtype(std::string_view name);
+const char* opName(loomRedOp_t op);
+std::optional<loomRedOp_t> parseOp(std::string_view name);
+
+/** "8", "64K", "256M", "1G" (powers of 1024, either case); nullopt when malformed. */
+std::optional<size_t> parseSize(std::string_view text);
+/** nccl-tests' sweep: min, then *factor when factor > 1, else +step, while <= max. */
+std::vector<size_t> sizeSweep(size_t minBytes, size_t maxBytes, int factor, size_t stepBytes);
+/** Iterations for one size: `iters`, scaled down so that iters * bytes stays under
+ *  budgetBytes (0: no cap), but at least 1 (0 stays 0, for warm-up). Every rank computes
+ *  the same number from the same inputs, so they stay in step. */
+int itersForSize(int iters, size_t bytes, size_t budgetBytes);
+
+struct Options {
+  Collective collective = Collective::kAllReduce;
+  size_t minBytes = 32u << 20;  // nccl-tests' defaults
+  size_t maxBytes = 32u << 20;
+  size_t stepBytes = 1u << 20;
+  int stepFactor = 1;
+  int iters = 20;
+  int warmup = 5;
+  bool check = true;
+  loomRedOp_t op = loomSum;
+  loomDataType_t dtype = loomFloat32;
+  int root = 0;
+  int nranks = 0;         // -N: ranks to fork; 0: the launcher made them (mpirun, torchrun)
+  std::string algorithm;  // -A: backend-specific algorithm name (loom: LOOM_ALGO grammar)
+  // --bind core: pin forked rank r to the r-th allowed CPU, as mpirun does for up to 2 ranks;
+  // latency on a loaded machine depends on it more than on anything a library does.
+  bool bindCores = false;
+  // Large sizes run fewer iterations so that a full sweep stays short; 0: no cap.
+  size_t bytesPerSize = size_t(512) << 20;
+};
+
+/** Parses "COLLECTIVE [flags]" (argv[1] is the collective). On failure returns false with
+ *  a message in *error; "-h" returns false with an empty error. */
+bool parseOptions(int argc, char** argv, Options* options, std::string* error);
+std::string usage(const char* program);
+
+// ---- Data: inputs chosen so that every reduction is exact in any order ----------------
+
+/** Fills rank `rank`'s input (sendCount elements) for the call. */
+void fillInput(Collective c, loomDataType_t dtype, loomRedOp_t op, int nranks, int rank, int root,
+               const CollSizes& sizes, void* send);
+/** Writes the output the call must produce on `rank` (for tests and self-checks). */
+void writeExpected(Collective c, loomDataType_t dtype, loomRedOp_t op, int nranks, int rank,
+                   int root, const CollSizes& sizes, void* recv);
+/** Elements of rank `rank`'s output (recvCount elements at recv) that differ from the
+ *  expected result. Ranks without output (non-root of reduce) always count 0. */
+size_t countWrong(Collective c, loomDataType_t dtype, loomRedOp_t op, int nranks, int rank,
+                  int root, const CollSizes& sizes, const void* recv);
+
+// ---- The table --------------------------------------------------------------------------
+
+/** One placement's measurement (time already the max over ranks, wrong the sum). */
+struct Measurement {
+  double timeUs = 0;
+  double algBw = 0;  // GB/s (1e9 bytes)
+  double busBw = 0;
+  int64_t wrong = -1;  // -1: not checked ("N/A")
+};
+Measurement makeMeasurement(Collective c, size_t bytes, int nranks, double timeUs, int64_t wrong);
+
+/** "# loom-perf all_reduce: nranks 4 minBytes ..." plus one line per rank and the column
+ *  headers; `ranks` lines come from rankLine(). */
+std::string formatHeader(const std::string& program, const Options& options, int nranks,
+                         const std::string& backend, const std::vector<std::string>& ranks);
+std::string rankLine(int rank, int pid, const char* host);
+std::string formatRow(Collective c, const CollSizes& sizes, loomDataType_t dtype, loomRedOp_t op,
+                      int root, const Measurement& outOfPlace, const Measurement& inPlace);
+std::string formatFooter(int64_t wrongTotal, double avgBusBw, bool checked);
+
+// ---- The driver -------------------------------------------------------------------------
+
+/** One call, with buffers already laid out for its placement. */
+struct CollCall {
+  Collective collective;
+  loomDataType_t dtype;
+  loomRedOp_t op;
+  int root;
+  const void* send;
+  void* recv;
+  size_t count;  // CollSizes::paramCount
+  bool inPlace;
+};
+
+/** What a benchmarked library supplies. Calls on every rank in the same order. */
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual int rank() const = 0;
+  virtual int nranks() const = 0;
+  /** One line for the header: library, version, transport, algorithm. */
+  virtual std::string describe() const = 0;
+  /** Empty when the backend runs this combination, else why not. */
+  virtual std::string unsupported(Collective c, loomDataType_t dtype, loomRedOp_t op) const = 0;
+  /** Called before each timed batch (outside the clock): a place to build per-size state. */
+  virtual bool prepare(const CollCall& call) {
+    (void)call;
+    return true;
+  }
+  /** Runs the call once, synchronously. False on error, after printing why to stderr. */
+  virtual bool run(const CollCall& call) = 0;
+  /** Every rank contributes `bytes` at mine; all receives nranks * bytes, by rank. */
+  virtual bool allGather(const void* mine, void* all, size_t bytes) = 0;
+  virtual bool barrier();
+  /** Where an in-place call leaves this rank's output, in elements from the start of the
+   *  shared buffer: nccl-tests' layout by default; MPI's in-place reduce-scatter differs. */
+  virtual size_t inPlaceOutputOffset(Collective c, const CollSizes& sizes) const;
+};
+
+/** The whole benchmark on one rank: header, sweep, footer (printed by rank 0). Returns the
+ *  process exit code (non-zero on errors or wrong results). */
+int runSweep(Backend& backend, const Options& options, const std::string& program);
+
+// ---- Forked ranks (-N) ------------------------------------------------------------------
+
+/** A rank made by forkRanks(), with a pipe from rank 0 to hand out a bootstrap id. */
+class ForkedRank {
+ public:
+  int rank() const { return rank_; }
+  int nranks() const { return nranks_; }
+  /** Rank 0 sends `bytes` at data to every other rank; the others receive into data. */
+  bool shareFromRank0(void* data, size_t bytes);
+
+ private:
+  friend int forkRanks(int, bool, const std::function<int(ForkedRank&)>&);
+  int rank_ = 0;
+  int nranks_ = 1;
+  std::vector<int> fds_;  // rank 0: write ends to ranks 1..n-1; others: their read end
+};
+
+/** Forks n rank processes, runs body in each and waits for them. Forking comes before any
+ *  library call, so no rank inherits another's threads or sockets. When a rank fails the
+ *  others are killed rather than left hanging in a collective. bindCores pins rank r to the
+ *  (r mod count)-th CPU this process may use. Returns 0 when all exit 0. */
+int forkRanks(int n, bool bindCores, const std::function<int(ForkedRank&)>& body);
+
+}  // namespace loom::perf

@@ -1,0 +1,109 @@
+// Bootstrap over IPv4 and IPv6, chosen through LOOM_SOCKET_IFNAME / LOOM_SOCKET_FAMILY.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "core/params.h"
+#include "loom/loom.h"
+#include "tests/support/comm_harness.h"
+#include "tests/support/fork_ranks.h"
+
+namespace loom::testing {
+namespace {
+
+bool hasIpv6Loopback() {
+  std::ifstream f("/proc/net/if_inet6");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("00000000000000000000000000000001", 0) == 0) return true;
+  return false;
+}
+
+class Family : public ::testing::TestWithParam<int> {};
+
+TEST_P(Family, BootstrapAndTcpOverLoopback) {
+  int family = GetParam();
+  if (family == AF_INET6 && !hasIpv6Loopback()) GTEST_SKIP() << "no IPv6 loopback (::1) here";
+  auto results = runRanks(2, [family](RankContext& ctx) {
+    setenv("LOOM_SOCKET_IFNAME", "=lo", 1);
+    setenv("LOOM_SOCKET_FAMILY", family == AF_INET6 ? "AF_INET6" : "AF_INET", 1);
+    params::reloadFromEnvironment();
+    loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+    config.transport = "tcp";
+    config.timeoutMs = 20000;
+    loomUniqueId id;
+    std::string mine;
+    if (ctx.rank() == 0) {
+      RANK_LOOM(loomGetUniqueId(&id));
+      // The id carries the root's sockaddr after its magic and length fields.
+      sa_family_t f;
+      memcpy(&f, id.internal + 8, sizeof(f));
+      RANK_CHECK(f == family, "unique id address family %d, want %d", f, family);
+      mine.assign(id.internal, sizeof(id.internal));
+    }
+    std::string shared = ctx.allgather(mine)[0];
+    memcpy(id.internal, shared.data(), sizeof(id.internal));
+    loomComm_t comm = nullptr;
+    RANK_LOOM(loomCommInitRankConfig(&comm, 2, id, ctx.rank(), &config));
+    double x[1000], y[1000];
+    for (int i = 0; i < 1000; ++i) x[i] = i * (ctx.rank() + 1);
+    RANK_LOOM(loomAllReduce(x, y, 1000, loomFloat64, loomSum, comm, nullptr));
+    for (int i = 0; i < 1000; ++i) RANK_CHECK(y[i] == 3.0 * i, "element %d = %f", i, y[i]);
+    RANK_LOOM(loomCommDestroy(comm));
+    return 0;
+  }, ForkOptions::timeout(60));
+  EXPECT_EQ(describeFailures(results), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Ip, Family, ::testing::Values(AF_INET, AF_INET6),
+                         [](const ::testing::TestParamInfo<int>& i) {
+                           return std::string(i.param == AF_INET6 ? "v6" : "v4");
+                         });
+
+TEST(EnvInit, TorchrunStyleVariables) {
+  auto results = runRanks(3, [](RankContext& ctx) {
+    // A port unlikely to be taken: derived from the pid of the test's parent.
+    static const int port = 20000 + getppid() % 20000;
+    setenv("RANK", std::to_string(ctx.rank()).c_str(), 1);
+    setenv("WORLD_SIZE", "3", 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+    params::reloadFromEnvironment();
+    loomComm_t comm = nullptr;
+    RANK_LOOM(loomCommInitFromEnv(&comm, nullptr));
+    int n = 0, r = -1;
+    RANK_LOOM(loomCommCount(comm, &n));
+    RANK_LOOM(loomCommUserRank(comm, &r));
+    RANK_CHECK(n == 3 && r == ctx.rank(), "got rank %d of %d", r, n);
+    int64_t v = r, sum = 0;
+    RANK_LOOM(loomAllReduce(&v, &sum, 1, loomInt64, loomSum, comm, nullptr));
+    RANK_CHECK(sum == 3, "sum %lld", (long long)sum);
+    RANK_LOOM(loomCommDestroy(comm));
+    return 0;
+  }, ForkOptions::timeout(60));
+  EXPECT_EQ(describeFailures(results), "");
+}
+
+TEST(EnvInit, MissingVariablesAreAClearError) {
+  auto results = runRanks(1, [](RankContext&) {
+    for (const char* v : {"LOOM_RANK", "LOOM_WORLD_SIZE", "LOOM_ROOT", "RANK", "WORLD_SIZE",
+                          "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK",
+                          "PMIX_RANK", "PMI_SIZE", "SLURM_PROCID", "SLURM_NTASKS"})
+      unsetenv(v);
+    params::reloadFromEnvironment();
+    loomComm_t comm = nullptr;
+    loomResult_t rc = loomCommInitFromEnv(&comm, nullptr);
+    RANK_CHECK(rc == loomInvalidUsage, "got %s", loomGetErrorString(rc));
+    RANK_CHECK(strstr(loomGetLastError(nullptr), "RANK") != nullptr, "message: %s",
+               loomGetLastError(nullptr));
+    return 0;
+  }, ForkOptions::timeout(30));
+  EXPECT_EQ(describeFailures(results), "");
+}
+
+}  // namespace
+}  // namespace loom::testing

@@ -1,0 +1,294 @@
+// Every collective × dtype × op, in place and out of place, over shm and tcp, with forked
+// ranks, checked bit for bit against independently computed expectations.
+#include <gtest/gtest.h>
+
+#include <cstdarg>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "loom/loom.h"
+#include "tests/support/comm_harness.h"
+#include "tests/support/fork_ranks.h"
+#include "tests/support/values.h"
+
+namespace loom::testing {
+namespace {
+
+const loomDataType_t kTypes[] = {loomInt8,    loomUint8,   loomInt32,   loomUint32,
+                                 loomInt64,   loomUint64,  loomFloat16, loomBfloat16,
+                                 loomFloat32, loomFloat64, loomFloat8e4m3, loomFloat8e5m2};
+const loomRedOp_t kOps[] = {loomSum, loomProd, loomMin, loomMax, loomAvg};
+
+// A failure description, or empty. Every case allocates its own buffers so that one case's
+// leftovers cannot make another pass.
+using Result = std::string;
+
+#define CASE_CHECK(cond, ...)                                  \
+  do {                                                         \
+    if (!(cond)) return what + ": " + strprintf_(__VA_ARGS__); \
+  } while (0)
+
+std::string strprintf_(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string strprintf_(const char* fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  return buf;
+}
+
+struct Case {
+  loomDataType_t t;
+  loomRedOp_t op;
+  uint64_t count;
+  bool inPlace;
+  int root;
+};
+
+std::string describe(const char* coll, const Case& c) {
+  return strprintf_("%s %s %s count %llu %s root %d", coll, typeName(c.t), opNameOf(c.op),
+                    (unsigned long long)c.count, c.inPlace ? "in-place" : "out-of-place",
+                    c.root);
+}
+
+loomResult_t lastRc;
+#define CALL(expr)                                                                   \
+  do {                                                                               \
+    lastRc = (expr);                                                                 \
+    CASE_CHECK(lastRc == loomSuccess, "%s -> %s: %s", #expr, loomGetErrorString(lastRc), \
+               loomGetLastError(comm));                                              \
+  } while (0)
+
+Result allReduce(loomComm_t comm, int rank, int n, const Case& c) {
+  std::string what = describe("allreduce", c);
+  size_t es = typeSize(c.t);
+  std::vector<char> in(c.count * es + 1), out(c.count * es + 1);
+  fillInput(in.data(), c.count, c.op, c.t, n, rank);
+  void* dst = c.inPlace ? in.data() : out.data();
+  CALL(loomAllReduce(in.data(), dst, c.count, c.t, c.op, comm, nullptr));
+  uint64_t firstBad = 0;
+  uint64_t bad = countReductionErrors(dst, c.count, c.op, c.t, n, 0, &firstBad);
+  CASE_CHECK(bad == 0, "%llu wrong elements, first at %llu", (unsigned long long)bad,
+             (unsigned long long)firstBad);
+  return "";
+}
+
+Result reduce(loomComm_t comm, int rank, int n, const Case& c) {
+  std::string what = describe("reduce", c);
+  size_t es = typeSize(c.t);
+  std::vector<char> in(c.count * es + 1), out(c.count * es + 1, 0x5a);
+  fillInput(in.data(), c.count, c.op, c.t, n, rank);
+  void* dst = c.inPlace ? in.data() : out.data();
+  CALL(loomReduce(in.data(), dst, c.count, c.t, c.op, c.root, comm, nullptr));
+  if (rank == c.root) {
+    uint64_t bad = countReductionErrors(dst, c.count, c.op, c.t, n);
+    CASE_CHECK(bad == 0, "%llu wrong elements at the root", (unsigned long long)bad);
+  } else if (!c.inPlace) {
+    for (char b : out) CASE_CHECK(b == 0x5a, "a non-root's recvbuff was written");
+  }
+  return "";
+}
+
+Result reduceScatter(loomComm_t comm, int rank, int n, const Case& c) {
+  std::string what = describe("reducescatter", c);
+  size_t es = typeSize(c.t);
+  std::vector<char> in(c.count * n * es + 1), out(c.count * es + 1);
+  fillInput(in.data(), c.count * n, c.op, c.t, n, rank);
+  void* dst = c.inPlace ? in.data() + rank * c.count * es : out.data();
+  CALL(loomReduceScatter(in.data(), dst, c.count, c.t, c.op, comm, nullptr));
+  uint64_t bad = countReductionErrors(dst, c.count, c.op, c.t, n, rank * c.count);
+  CASE_CHECK(bad == 0, "%llu wrong elements", (unsigned long long)bad);
+  return "";
+}
+
+// Data-movement collectives carry a value that names its origin: (rank, index) → small int.
+double origin(int r, uint64_t i) { return double((uint64_t(r) * 31 + i * 7) % 100); }
+
+void fillOrigin(char* p, uint64_t count, loomDataType_t t, int r, uint64_t first) {
+  // Data movement is format-blind, so the value is written as a raw integer of the type's size.
+  size_t es = typeSize(t);
+  for (uint64_t i = 0; i < count; ++i) {
+    uint64_t v = uint64_t(origin(r, first + i));
+    memcpy(p + i * es, &v, es);  // little-endian: the low bytes
+  }
+}
+
+bool sameOrigin(const char* p, uint64_t count, loomDataType_t t, int r, uint64_t first) {
+  std::vector<char> want(count * typeSize(t) + 1);
+  fillOrigin(want.data(), count, t, r, first);
+  return memcmp(want.data(), p, count * typeSize(t)) == 0;
+}
+
+Result broadcast(loomComm_t comm, int rank, int /*n*/, const Case& c) {
+  std::string what = describe("broadcast", c);
+  size_t es = typeSize(c.t);
+  std::vector<char> in(c.count * es + 1), out(c.count * es + 1);
+  if (rank == c.root) fillOrigin(in.data(), c.count, c.t, c.root, 0);
+  char* dst = c.inPlace ? in.data() : out.data();
+  CALL(loomBroadcast(in.data(), dst, c.count, c.t, c.root, comm, nullptr));
+  CASE_CHECK(sameOrigin(dst, c.count, c.t, c.root, 0), "wrong data");
+  return "";
+}
+
+Result allGather(loomComm_t comm, int rank, int n, const Case& c) {
+  std::string what = describe("allgather", c);
+  size_t es = typeSize(c.t);
+  std::vector<char> in(c.count * es + 1), out(c.count * n * es + 1);
+  char* src = c.inPlace ? out.data() + rank * c.count * es : in.data();
+  fillOrigin(src, c.count, c.t, rank, 0);
+  CALL(loomAllGather(src, out.data(), c.count, c.t, comm, nullptr));
+  for (int j = 0; j < n; ++j)
+    CASE_CHECK(sameOrigin(out.data() + j * c.count * es, c.count, c.t, j, 0),
+               "block %d is wrong", j);
+  return "";
+}
+
+Result alltoall(loomComm_t comm, int rank, int n, const Case& c) {
+  std::string what = describe("alltoall", c);
+  size_t es = typeSize(c.t);
+  std::vector<char> in(c.count * n * es + 1), out(c.count * n * es + 1);
+  // Block j of rank r: origin(r, j*count + i); it lands in block r of rank j.
+  fillOrigin(in.data(), c.count * n, c.t, rank, 0);
+  char* dst = c.inPlace ? in.data() : out.data();
+  CALL(loomAlltoAll(in.data(), dst, c.count, c.t, comm, nullptr));
+  for (int j = 0; j < n; ++j)
+    CASE_CHECK(sameOrigin(dst + j * c.count * es, c.count, c.t, j, rank * c.count),
+               "block from rank %d is wrong", j);
+  return "";
+}
+
+// Skewed counts: rank s sends (s + 2d + base) % 4 * unit elements to rank d, displaced with gaps.
+Result alltoallv(loomComm_t comm, int rank, int n, const Case& c) {
+  std::string what = describe("alltoallv", c);
+  size_t es = typeSize(c.t);
+  auto cnt = [&](int s, int d) { return uint64_t((s + 2 * d + c.count) % 4) * (c.count + 1); };
+  std::vector<size_t> sc(n), sd(n), rc(n), rd(n);
+  size_t inTotal = 0, outTotal = 0;
+  for (int j = 0; j < n; ++j) {
+    sc[j] = cnt(rank, j), sd[j] = inTotal, inTotal += sc[j] + 1;  // +1: a gap
+    rc[j] = cnt(j, rank), rd[j] = outTotal, outTotal += rc[j] + 2;
+  }
+  std::vector<char> in(inTotal * es + 1), out(outTotal * es + 1);
+  for (int j = 0; j < n; ++j) fillOrigin(in.data() + sd[j] * es, sc[j], c.t, rank, j * 1000);
+  CALL(loomAlltoAllv(in.data(), sc.data(), sd.data(), out.data(), rc.data(), rd.data(), c.t,
+                     comm, nullptr));
+  for (int j = 0; j < n; ++j)
+    CASE_CHECK(sameOrigin(out.data() + rd[j] * es, rc[j], c.t, j, rank * 1000),
+               "block from rank %d is wrong", j);
+  return "";
+}
+
+// A group where every rank sends to the next two ranks and receives from the previous two,
+// receives posted before sends on odd ranks (any order must work).
+Result sendRecv(loomComm_t comm, int rank, int n, const Case& c) {
+  std::string what = describe("sendrecv", c);
+  size_t es = typeSize(c.t);
+  int hops = std::min(2, n - 1);
+  std::vector<std::vector<char>> outBufs(hops), inBufs(hops);
+  for (int h = 0; h < hops; ++h) {
+    outBufs[h].resize(c.count * es + 1);
+    inBufs[h].resize(c.count * es + 1);
+    fillOrigin(outBufs[h].data(), c.count, c.t, rank, h * 100);
+  }
+  CALL(loomGroupStart());
+  for (int k = 0; k < 2 * hops; ++k) {
+    bool sendFirst = rank % 2 == 0;
+    int h = k % hops;
+    bool doSend = (k < hops) == sendFirst;
+    if (doSend)
+      CALL(loomSend(outBufs[h].data(), c.count, c.t, (rank + 1 + h) % n, comm, nullptr));
+    else
+      CALL(loomRecv(inBufs[h].data(), c.count, c.t, (rank - 1 - h + 2 * n) % n, comm, nullptr));
+  }
+  CALL(loomGroupEnd());
+  for (int h = 0; h < hops; ++h)
+    CASE_CHECK(sameOrigin(inBufs[h].data(), c.count, c.t, (rank - 1 - h + 2 * n) % n, h * 100),
+               "message from %d hops back is wrong", h + 1);
+  return "";
+}
+
+using CaseFn = Result (*)(loomComm_t, int, int, const Case&);
+
+// Runs the whole matrix in one set of ranks; returns the rank's exit code.
+int runMatrix(RankContext& ctx, const char* transport, bool large) {
+  loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+  config.transport = transport;
+  config.timeoutMs = 60000;
+  loomComm_t comm = nullptr;
+  RANK_LOOM(initComm(ctx, &comm, &config));
+  int n = ctx.nranks(), rank = ctx.rank();
+  std::vector<uint64_t> counts = {0, 1, 7, 1001};
+  std::vector<Case> cases;
+  const std::pair<const char*, CaseFn> reductions[] = {
+      {"allreduce", allReduce}, {"reduce", reduce}, {"reducescatter", reduceScatter}};
+  const std::pair<const char*, CaseFn> movements[] = {
+      {"broadcast", broadcast}, {"allgather", allGather}, {"alltoall", alltoall},
+      {"alltoallv", alltoallv}, {"sendrecv", sendRecv}};
+  int failures = 0;
+  auto run = [&](CaseFn fn, const Case& c) {
+    Result r = fn(comm, rank, n, c);
+    if (!r.empty()) {
+      fprintf(stderr, "rank %d: %s\n", rank, r.c_str());
+      ++failures;
+    }
+  };
+  if (!large) {
+    for (auto t : kTypes)
+      for (uint64_t count : counts)
+        for (bool inPlace : {false, true}) {
+          for (auto& [name, fn] : reductions)
+            for (auto op : kOps) run(fn, {t, op, count, inPlace, int(count % n)});
+          for (auto& [name, fn] : movements) run(fn, {t, loomSum, count, inPlace, n - 1});
+        }
+  } else {
+    // 64 MiB buffers (the largest buffer of the call), fp32 sum.
+    uint64_t big = (64ull << 20) / 4;
+    for (bool inPlace : {false, true}) {
+      run(allReduce, {loomFloat32, loomSum, big, inPlace, 0});
+      run(reduceScatter, {loomFloat32, loomSum, big / n, inPlace, 0});
+      run(allGather, {loomFloat32, loomSum, big / n, inPlace, 0});
+      run(broadcast, {loomFloat32, loomSum, big, inPlace, n / 2});
+      run(reduce, {loomFloat32, loomSum, big, inPlace, n - 1});
+      run(alltoall, {loomFloat32, loomSum, big / n, inPlace, 0});
+    }
+  }
+  RANK_LOOM(loomCommDestroy(comm));
+  return failures == 0 ? 0 : 1;
+}
+
+struct Params {
+  int nranks;
+  const char* transport;
+};
+
+class Collectives : public ::testing::TestWithParam<Params> {};
+
+TEST_P(Collectives, EveryTypeOpAndSmallCount) {
+  auto p = GetParam();
+  auto results = runRanks(p.nranks, [&](RankContext& ctx) {
+    return runMatrix(ctx, p.transport, false);
+  }, ForkOptions::timeout(240));
+  EXPECT_EQ(describeFailures(results), "");
+}
+
+TEST_P(Collectives, SixtyFourMiB) {
+  auto p = GetParam();
+  auto results = runRanks(p.nranks, [&](RankContext& ctx) {
+    return runMatrix(ctx, p.transport, true);
+  }, ForkOptions::timeout(240));
+  EXPECT_EQ(describeFailures(results), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Ranks, Collectives,
+    ::testing::Values(Params{1, "shm"}, Params{2, "shm"}, Params{3, "shm"}, Params{4, "shm"},
+                      Params{8, "shm"}, Params{2, "tcp"}, Params{3, "tcp"}, Params{4, "tcp"},
+                      Params{8, "tcp"}),
+    [](const ::testing::TestParamInfo<Params>& info) {
+      return std::string(info.param.transport) + std::to_string(info.param.nranks);
+    });
+
+}  // namespace
+}  // namespace loom::testing

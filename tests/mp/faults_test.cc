@@ -1,0 +1,92 @@
+// A rank that dies mid-collective becomes an error on every other rank within seconds.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "loom/loom.h"
+#include "tests/support/comm_harness.h"
+#include "tests/support/fork_ranks.h"
+
+namespace loom::testing {
+namespace {
+
+class KillMidAllreduce : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(KillMidAllreduce, EveryOtherRankGetsAnErrorQuickly) {
+  const char* transport = GetParam();
+  const int n = 4, victim = 2;
+  ForkOptions options;
+  options.timeoutSec = 60;
+  options.expectedToDie = {victim};
+  auto results = runRanks(n, [&](RankContext& ctx) {
+    loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+    config.transport = transport;
+    config.timeoutMs = 60000;  // far beyond the 10 s bound: detection must not rely on it
+    loomComm_t comm = nullptr;
+    RANK_LOOM(initComm(ctx, &comm, &config));
+    std::vector<float> a(4 << 20, 1.0f), b(4 << 20);
+    RANK_LOOM(loomAllReduce(a.data(), b.data(), a.size(), loomFloat32, loomSum, comm, nullptr));
+    auto killAt = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+    if (ctx.rank() == victim) {
+      std::thread([killAt] {
+        std::this_thread::sleep_until(killAt);
+        raise(SIGKILL);
+      }).detach();
+    }
+    loomResult_t rc = loomSuccess;
+    for (int i = 0; i < 100000 && rc == loomSuccess; ++i)
+      rc = loomAllReduce(a.data(), b.data(), a.size(), loomFloat32, loomSum, comm, nullptr);
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killAt)
+                         .count();
+    RANK_CHECK(rc == loomRemoteError, "got %s: %s", loomGetErrorString(rc),
+               loomGetLastError(comm));
+    RANK_CHECK(seconds < 10, "the error took %.1f s", seconds);
+    std::string msg = loomGetLastError(comm);
+    RANK_CHECK(msg.find("allreduce #") != std::string::npos, "message lacks context: %s",
+               msg.c_str());
+    fprintf(stderr, "rank %d after %.2f s: %s\n", ctx.rank(), seconds, msg.c_str());
+    loomResult_t async = loomSuccess;
+    RANK_LOOM(loomCommGetAsyncError(comm, &async));
+    RANK_CHECK(async != loomSuccess, "no async error recorded");
+    // The communicator refuses further work instead of hanging.
+    rc = loomAllReduce(a.data(), b.data(), 16, loomFloat32, loomSum, comm, nullptr);
+    RANK_CHECK(rc != loomSuccess, "a failed communicator accepted more work");
+    RANK_LOOM(loomCommAbort(comm));
+    return 0;
+  }, options);
+  EXPECT_EQ(describeFailures(results, options), "");
+  EXPECT_EQ(results[victim].signal, SIGKILL);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, KillMidAllreduce, ::testing::Values("shm", "tcp"));
+
+TEST(Timeouts, APeerThatNeverCallsTimesOut) {
+  auto results = runRanks(2, [](RankContext& ctx) {
+    loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+    config.timeoutMs = 1500;
+    loomComm_t comm = nullptr;
+    RANK_LOOM(initComm(ctx, &comm, &config));
+    if (ctx.rank() == 0) {
+      float x = 1, y = 0;
+      auto start = std::chrono::steady_clock::now();
+      loomResult_t rc = loomAllReduce(&x, &y, 1, loomFloat32, loomSum, comm, nullptr);
+      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      RANK_CHECK(rc == loomTimeout, "got %s", loomGetErrorString(rc));
+      RANK_CHECK(s > 1.0 && s < 6, "timed out after %.1f s", s);
+      std::string msg = loomGetLastError(comm);
+      RANK_CHECK(msg.find("rank 1") != std::string::npos, "message: %s", msg.c_str());
+    }
+    ctx.allgather("");  // rank 1 waits here, silent, until rank 0 has timed out
+    RANK_LOOM(loomCommAbort(comm));
+    return 0;
+  }, ForkOptions::timeout(30));
+  EXPECT_EQ(describeFailures(results), "");
+}
+
+}  // namespace
+}  // namespace loom::testing

@@ -1,0 +1,23 @@
+// Creating a communicator inside a forked rank: rank 0 makes the unique id, the harness's
+// allgather hands it to the others.
+#pragma once
+
+#include <string>
+
+#include "loom/loom.h"
+#include "tests/support/fork_ranks.h"
+
+namespace loom::testing {
+
+// Returns loomSuccess and *comm, or the failing result (with loomGetLastError(NULL) text).
+loomResult_t initComm(RankContext& ctx, loomComm_t* comm, const loomConfig_t* config = nullptr);
+
+}  // namespace loom::testing
+
+// Inside a rank: a loom call that must succeed.
+#define RANK_LOOM(call)                                                              \
+  do {                                                                               \
+    loomResult_t rankLoomRc_ = (call);                                               \
+    RANK_CHECK(rankLoomRc_ == loomSuccess, "%s -> %s: %s", #call,                    \
+               loomGetErrorString(rankLoomRc_), loomGetLastError(nullptr));          \
+  } while (0)

@@ -1,0 +1,80 @@
+// The symbolic plan verifier (shared/DESIGN.md §2): runs every rank's plan of one call in one
+// process, with symbolic values instead of data. Each element carries the index of the input
+// element it derives from and the set of ranks that contributed to it; buffers are stored as
+// runs of consecutive elements and rank sets as interval lists, so a plan over a million
+// elements and a thousand ranks verifies in seconds.
+//
+// It checks, and reports the first failure with the rank, lane, step index and kind:
+//  1. matching: each Send meets a Recv or RecvReduce on the same lane between the same pair,
+//     in FIFO order, with equal counts, and no receive is left over;
+//  2. regions: every region lies inside its buffer (Input/Output sized by inputCount and
+//     outputCount, Scratch by scratchCount, a p2p operation's buffer by its bytes), no step
+//     writes Input or a send buffer, two-region steps have equal counts, and no two lanes of a
+//     rank touch the same elements when one of them writes (lanes run concurrently);
+//  3. deadlock freedom: a step may complete once every earlier step of its lane that
+//     conflicts with it (overlapping elements of one memory, one of them writing) and every
+//     earlier step on its (peer, lane, direction) has completed; a Send and its receive
+//     complete together once both may. Steps complete until all are done or none can;
+//  4. reductions never combine different elements, elements with overlapping contributor sets
+//     (double counting), or elements nobody wrote; no step reads an element nobody wrote;
+//  5. the postcondition of the collective on every rank's Output (or receive buffers).
+// In place, Input and Output alias as the NCCL API defines (allreduce, broadcast, reduce: the
+// same buffer; allgather: Input = Output block rank; reduce-scatter: Output = Input block
+// rank), and the verifier treats them as one memory for conflicts and values. A Copy whose
+// source and destination are the same memory is skipped, as the executor skips it.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "collectives/builders.h"
+#include "collectives/plan.h"
+
+namespace loom::test {
+
+// What one rank's plan costs, as the builders' headers state it.
+struct RankCounts {
+  uint64_t steps = 0;  // plan steps over all lanes
+  uint64_t messagesSent = 0;
+  uint64_t elementsSent = 0;
+  uint64_t messagesReceived = 0;  // Recv and RecvReduce steps
+  uint64_t elementsReceived = 0;
+};
+
+struct VerifyResult {
+  bool ok = true;
+  std::string message;             // on failure: what went wrong and where
+  std::vector<RankCounts> counts;  // per rank; filled whenever the plans are well formed
+  uint64_t rounds = 0;             // the longest chain of messages that follow one another
+};
+
+// Verifies one collective call: args[r] and plans[r] are rank r's (args differ between ranks
+// only in alltoallv counts). inPlace: Input and Output alias as described above.
+VerifyResult verifyPlans(const std::vector<collectives::CollArgs>& args,
+                         const std::vector<collectives::RankPlan>& plans, bool inPlace);
+
+// Verifies a group of point-to-point operations: ops[r] and plans[r] are rank r's. Each
+// receive buffer must end up holding the send buffer it is matched with (the k-th receive
+// from a peer matches that peer's k-th send to this rank).
+VerifyResult verifyP2PPlans(const std::vector<std::vector<collectives::P2POp>>& ops,
+                            const std::vector<collectives::RankPlan>& plans);
+
+// Builds every rank's plan with builder b (from args[r], or from `a` on every rank) and
+// verifies them.
+VerifyResult verifyBuilder(const collectives::Builder& b,
+                           const std::vector<collectives::CollArgs>& args, bool inPlace);
+VerifyResult verifyBuilder(const collectives::Builder& b, const collectives::CollArgs& a,
+                           bool inPlace);
+// Builds every rank's plan with buildP2P and verifies them.
+VerifyResult verifyP2P(const std::vector<std::vector<collectives::P2POp>>& ops);
+
+// For EXPECT_TRUE(verified(result)): prints the verifier's message on failure.
+inline ::testing::AssertionResult verified(const VerifyResult& r) {
+  if (r.ok) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << r.message;
+}
+
+}  // namespace loom::test

@@ -1,0 +1,41 @@
+// The shared-memory transport (shared/DESIGN.md §3): ranks on one host exchange data through
+// a ring of slots per direction in a POSIX shared-memory segment per (pair, lane), and large
+// messages move with a single copy (process_vm_readv) straight from the sender's buffer.
+// The transport starts no threads; a connection is driven by one thread at a time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "transports/transport.h"
+
+namespace loom::transports {
+
+// Sizes of the rings and the single-copy threshold. createShmTransport(ctx, out) takes them
+// from the LOOM_SHM_* parameters; tests and benchmarks pass their own.
+struct ShmOptions {
+  size_t slotBytes = 256 << 10;    // rounded up to a whole page
+  int slots = 8;                   // per direction
+  size_t cmaThreshold = 64 << 10;  // sends of at least this many bytes go by CMA; 0: never
+  static ShmOptions fromParams();
+};
+
+Status createShmTransport(const CommContext* ctx, const ShmOptions& options,
+                          std::unique_ptr<Transport>* out);
+
+// What a connection of this transport has sent, by path (tests check which path was taken).
+struct ShmConnectionStats {
+  uint64_t slotBytes = 0;  // copied through the ring's slots
+  uint64_t cmaBytes = 0;   // described in the ring and read by the peer with one copy
+};
+// Fills *out and returns true if conn was made by the shm transport.
+bool shmConnectionStats(const Connection& conn, ShmConnectionStats* out);
+
+// Every /dev/shm name the transport of communicator commHash creates starts with this
+// (without the leading '/'), so tests can check that nothing is left behind.
+std::string shmNamePrefix(uint64_t commHash);
+
+}  // namespace loom::transports

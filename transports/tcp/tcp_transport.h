@@ -1,0 +1,54 @@
+// The TCP transport (shared/DESIGN.md §3): several non-blocking sockets per peer and lane, each
+// direction one byte stream cut in chunks striped round-robin over the sockets.
+//
+// Connection setup: the lower rank of a pair opens the sockets to the higher rank's listener and
+// sends a TcpHello on each without waiting for an answer; the higher rank's connect() returns at
+// once and its connection picks its sockets out of the listener as they arrive (progress()),
+// so neither side ever waits for the other to reach connect().
+//
+// A transport and its connections are driven from one thread at a time (the executor's).
+//
+// The createTcpTransport / tcpListenAddress factories are declared in transports/transport.h;
+// this header adds what tests and benchmarks need beyond them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "core/status.h"
+#include "transports/transport.h"
+
+namespace loom::transports::tcp {
+
+// Settings of one TCP transport; fromParams() reads LOOM_TCP_SOCKETS / LOOM_TCP_CHUNK_BYTES.
+// The connecting (lower) rank's settings govern a connection: they travel in its hello, so two
+// ranks configured differently still agree on every chunk boundary.
+struct TcpOptions {
+  int sockets = 2;
+  size_t chunkBytes = size_t(128) << 10;  // rounded down to a multiple of kChunkAlign
+  static TcpOptions fromParams();
+};
+
+inline constexpr size_t kChunkAlign = 64;  // keeps chunk boundaries on element boundaries
+inline constexpr int kMaxSockets = 64;
+
+// The first bytes on every socket, sent by the connecting (lower) rank. Host byte order: the
+// ranks of one job share an architecture.
+struct TcpHello {
+  uint64_t magic;
+  unsigned char secret[16];  // CommContext::secret
+  int32_t rank;              // the connecting rank
+  int32_t lane;
+  int32_t socketIndex;  // 0 .. sockets-1: the position in the round-robin
+  int32_t sockets;
+  uint64_t chunkBytes;
+};
+static_assert(sizeof(TcpHello) == 48, "TcpHello is a wire format");
+inline constexpr uint64_t kTcpHelloMagic = 0x6c6f6f6d2d746370ull;  // "loom-tcp"
+
+// createTcpTransport with explicit settings instead of the parameters (tests, benchmarks).
+Status createTcpTransport(const CommContext* ctx, const TcpOptions& options,
+                          std::unique_ptr<Transport>* out);
+
+}  // namespace loom::transports::tcp

@@ -1,0 +1,104 @@
+// The one narrow interface every transport implements (shared/DESIGN.md §3).
+//
+// A Connection joins this rank to one peer on one lane, both directions. Transfers are posted
+// as TransferOps and advanced by progress() without blocking; in each direction they complete
+// in the order posted, and a receive is posted with the same byte count as its send. The
+// executor moves an op's `limit` forward as the data it needs becomes ready (pipelining), and
+// the transport moves `done` forward as bytes finish.
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/clock.h"
+#include "core/status.h"
+#include "loom/loom.h"
+
+namespace loom::transports {
+
+struct TransferOp {
+  enum class Kind : uint8_t { Send, Recv, RecvReduce };
+  Kind kind = Kind::Send;
+  const void* src = nullptr;  // Send: the data; RecvReduce: the local operand
+  void* dst = nullptr;        // Recv, RecvReduce: where the result lands
+  size_t bytes = 0;
+  loomDataType_t dtype = loomUint8;  // RecvReduce: element type and op
+  loomRedOp_t op = loomSum;
+  // Set by the executor: the transport may touch bytes [0, limit) only. Grows monotonically
+  // up to `bytes`; always a multiple of the element size.
+  size_t limit = 0;
+  // Set by the transport: bytes [0, done) are finished. For a send that means the source may
+  // be overwritten (the peer has its copy); for a receive that dst holds the result.
+  // Grows monotonically, in whole elements; the op is complete when done == bytes.
+  size_t done = 0;
+  bool complete() const { return done == bytes; }
+};
+
+// What each rank publishes at init and every rank learns about every other rank.
+struct PeerInfo {
+  int32_t rank = 0;
+  int32_t pid = 0;
+  uint64_t hostId = 0;    // hash of hostname, boot id and network namespace inode
+  char hostname[64] = {};
+  // The rank's TCP listening address (sockaddr_in or sockaddr_in6).
+  sockaddr_storage tcpAddr = {};
+  uint32_t tcpAddrLen = 0;
+};
+
+// Everything a transport needs to know about its communicator.
+struct CommContext {
+  int rank = 0;
+  int nranks = 1;
+  uint64_t commHash = 0;           // unique per communicator; names shared memory segments
+  unsigned char secret[16] = {};   // proves a connection belongs to this communicator
+  std::vector<PeerInfo> peers;     // indexed by rank, this rank included
+  int64_t timeoutMs = -1;          // the communicator's deadline for any wait
+};
+
+class Connection {
+ public:
+  virtual ~Connection() = default;
+  // Queues op. The op must stay alive and at the same address until complete.
+  virtual Status post(TransferOp* op) = 0;
+  // Advances posted ops without blocking; sets *progressed when any `done` moved or any
+  // internal state changed in a way worth polling again for. Errors name the peer.
+  virtual Status progress(bool* progressed) = 0;
+  // Cheap liveness check for waits that see no progress (e.g. the peer process exists).
+  virtual Status checkAlive() { return Status::ok(); }
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual const char* name() const = 0;
+  virtual bool canConnect(int peer) const = 0;
+  // Connects to peer on lane. Both ranks call it for their shared edge; it must not wait for
+  // the peer to make any other progress (so lazy connection cannot deadlock).
+  virtual Status connect(int peer, int lane, const Deadline& deadline,
+                         std::unique_ptr<Connection>* out) = 0;
+
+  // Sleeping while nothing progresses: armSleep() announces the intent and returns a token,
+  // the caller then polls its connections once more, and only if still idle calls sleep(),
+  // which returns on any event for this rank on this transport, or after timeoutMs.
+  virtual uint64_t armSleep() { return 0; }
+  virtual void sleep(uint64_t token, int timeoutMs) = 0;
+  virtual void disarmSleep() {}
+
+  // Link cost the tuner reads: latency in seconds, inverse bandwidth in seconds per byte.
+  struct Cost { double alpha; double beta; };
+  virtual Cost cost() const = 0;
+};
+
+// Factories (each transport's own folder). The TCP transport starts listening in create();
+// its address goes into PeerInfo before the peers are known, hence the two steps.
+Status createShmTransport(const CommContext* ctx, std::unique_ptr<Transport>* out);
+Status createTcpTransport(const CommContext* ctx, std::unique_ptr<Transport>* out);
+// Fills info->tcpAddr for the TCP transport (called between create and the exchange).
+void tcpListenAddress(const Transport& tcp, PeerInfo* info);
+
+}  // namespace loom::transports
