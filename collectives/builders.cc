@@ -7,7 +7,9 @@ namespace loom::collectives {
 
 namespace {
 
+// Registry order within a collective is the order names are listed in (loom-info, errors).
 const Builder kBuilders[] = {
+    // Foundation: ring, chain, pairwise, p2p.
     {Collective::AllReduce, "ring", buildRingAllReduce},
     {Collective::Broadcast, "chain", buildChainBroadcast},
     {Collective::Reduce, "chain", buildChainReduce},
@@ -16,6 +18,8 @@ const Builder kBuilders[] = {
     {Collective::AlltoAll, "pairwise", buildPairwiseAlltoAll},
     {Collective::AlltoAllv, "pairwise", buildPairwiseAlltoAllv},
     {Collective::SendRecv, "p2p", nullptr},
+    // Allreduce, allgather and reduce-scatter families (tree, halving-doubling, torus, ...).
+    // Alltoall, broadcast and reduce families (bruck, incast-aware, trees, ...).
 };
 
 }  // namespace

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -95,6 +96,9 @@ struct Builder {
   const char* name;  // "ring", "chain", "pairwise", "p2p"
   // Builds one rank's plan. Null for Collective::SendRecv, whose plans come from buildP2P.
   RankPlan (*build)(const CollArgs& a, int rank);
+  // Why this builder cannot serve a call (e.g. torus dims that do not match nranks), or an
+  // empty string when it can. Null: it serves every call.
+  std::string (*refuse)(const CollArgs& a) = nullptr;
 };
 
 // Every builder, grouped by collective.

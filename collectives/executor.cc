@@ -103,12 +103,43 @@ struct StepState {
   Connection* conn = nullptr;
 };
 
+}  // namespace
+
+struct ExecWorkspace::Impl {
+  std::vector<std::vector<StepState>> state;  // per lane, per step
+  std::vector<size_t> first;                  // per lane: the first unfinished step
+  std::vector<Connection*> conns;             // connections this call posted to
+  std::vector<size_t> connLane;
+  std::vector<Transport*> transports;
+  std::vector<uint64_t> tokens;
+};
+
+ExecWorkspace::ExecWorkspace() : impl(std::make_unique<Impl>()) {}
+ExecWorkspace::~ExecWorkspace() = default;
+
+namespace {
+
 class Run {
  public:
-  Run(ExecHost& host, const ExecCall& call, const Deadline& deadline)
-      : host_(host), call_(call), deadline_(deadline), es_(dtypeSize(call.dtype)) {
-    for (const auto& lane : call.plan->lanes) state_.emplace_back(lane.steps.size());
-    first_.assign(call.plan->lanes.size(), 0);
+  Run(ExecHost& host, const ExecCall& call, const Deadline& deadline, ExecWorkspace::Impl& ws)
+      : host_(host),
+        call_(call),
+        deadline_(deadline),
+        es_(dtypeSize(call.dtype)),
+        state_(ws.state),
+        first_(ws.first),
+        conns_(ws.conns),
+        connLane_(ws.connLane),
+        transports_(ws.transports),
+        tokens_(ws.tokens) {
+    size_t lanes = call.plan->lanes.size();
+    state_.resize(lanes);
+    for (size_t l = 0; l < lanes; ++l)
+      state_[l].assign(call.plan->lanes[l].steps.size(), StepState());
+    first_.assign(lanes, 0);
+    conns_.clear();
+    connLane_.clear();
+    transports_.clear();
   }
 
   Status run() {
@@ -283,7 +314,8 @@ class Run {
       sched_yield();
       return Status::ok();
     }
-    std::vector<uint64_t> tokens;
+    std::vector<uint64_t>& tokens = tokens_;
+    tokens.clear();
     for (Transport* t : transports_) tokens.push_back(t->armSleep());
     bool progressed = false;
     Status st = progressConnections(&progressed);
@@ -333,17 +365,19 @@ class Run {
   const ExecCall& call_;
   const Deadline& deadline_;
   size_t es_;
-  std::vector<std::vector<StepState>> state_;
-  std::vector<size_t> first_;  // per lane: the first unfinished step
-  std::vector<Connection*> conns_;
-  std::vector<size_t> connLane_;
-  std::vector<Transport*> transports_;
+  std::vector<std::vector<StepState>>& state_;
+  std::vector<size_t>& first_;
+  std::vector<Connection*>& conns_;
+  std::vector<size_t>& connLane_;
+  std::vector<Transport*>& transports_;
+  std::vector<uint64_t>& tokens_;
 };
 
 }  // namespace
 
-Status execute(ExecHost& host, const ExecCall& call, const Deadline& deadline) {
-  return Run(host, call, deadline).run();
+Status execute(ExecHost& host, const ExecCall& call, const Deadline& deadline,
+               ExecWorkspace& workspace) {
+  return Run(host, call, deadline, *workspace.impl).run();
 }
 
 }  // namespace loom::collectives

@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -57,7 +59,7 @@ class ExecHost {
 
 struct ExecCall {
   const PreparedPlan* plan = nullptr;
-  std::vector<void*> buffers;  // base address of each canonical buffer id
+  std::span<void* const> buffers;  // base address of each canonical buffer id
   loomDataType_t dtype = loomUint8;
   loomRedOp_t op = loomSum;
   // Waiting: polls before yielding, then how long to yield before sleeping.
@@ -69,6 +71,17 @@ struct ExecCall {
   int rank = 0;
 };
 
-Status execute(ExecHost& host, const ExecCall& call, const Deadline& deadline);
+// Memory the executor reuses from call to call (one per communicator), so that a call in the
+// steady state allocates nothing.
+class ExecWorkspace {
+ public:
+  ExecWorkspace();
+  ~ExecWorkspace();
+  struct Impl;
+  std::unique_ptr<Impl> impl;
+};
+
+Status execute(ExecHost& host, const ExecCall& call, const Deadline& deadline,
+               ExecWorkspace& workspace);
 
 }  // namespace loom::collectives

@@ -74,6 +74,13 @@ struct CollArgs {
   uint64_t count = 0;
   int root = 0;
   int lanes = 1;  // a hint; a builder may use fewer when there is too little data
+  // Host index (0..H-1, numbered by first appearance) of every rank; empty means one host.
+  // Hierarchical builders group ranks by it.
+  std::vector<int32_t> hostOf;
+  // 2D torus shape X × Y (X·Y = nranks); 0 means derive it (from hosts, else near-square).
+  int torusX = 0, torusY = 0;
+  // Alltoall: the most senders any receiver has at once (incast-aware scheduling).
+  int fanIn = 1;
   // Alltoallv, this rank's view, in elements (size nranks each).
   std::vector<uint64_t> sendCounts, sendDispls, recvCounts, recvDispls;
 };

@@ -110,12 +110,12 @@ struct GroupItem {
 thread_local int tGroupDepth = 0;
 thread_local std::vector<GroupItem> tGroup;
 
-Status submitCollective(loomComm* comm, const CallDesc& call) {
+Status submitCollective(loomComm* comm, CallDesc call) {
   if (tGroupDepth > 0) {
     tGroup.push_back({comm, false, {}, call});
     return Status::ok();
   }
-  return comm->impl->runCollective(call);
+  return comm->impl->runCollective(std::move(call));
 }
 
 // The shared front half of every collective: comm, stream, dtype checks.

@@ -4,6 +4,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
+#include <array>
 #include <cstring>
 #include <fstream>
 
@@ -148,6 +151,19 @@ Status Comm::init(int nranks, const loomUniqueId& id, int rank, const loomConfig
                     "LOOM_TRANSPORT=shm but rank %d is on another host (%s)", r,
                     ctx_.peers[r].hostname);
   }
+  // Hosts numbered by first appearance, for hierarchical plans.
+  std::vector<uint64_t> hostIds;
+  for (const auto& p : ctx_.peers) {
+    auto pos = std::find(hostIds.begin(), hostIds.end(), p.hostId);
+    hostOf_.push_back(int32_t(pos - hostIds.begin()));
+    if (pos == hostIds.end()) hostIds.push_back(p.hostId);
+  }
+  hostCount_ = int(hostIds.size());
+  std::string dims = params::getString("LOOM_TORUS_DIMS");
+  if (!dims.empty() && sscanf(dims.c_str(), "%dx%d", &torusX_, &torusY_) != 2)
+    return errorf(loomInvalidArgument, "LOOM_TORUS_DIMS=\"%s\": expected XxY, e.g. 4x2",
+                  dims.c_str());
+  fanIn_ = std::max<int>(1, int(params::getInt("LOOM_ALLTOALL_FANIN")));
   // Ranks of this host beyond its usable cores must not spin: the peer they wait for may
   // need the very core they would be burning.
   int localRanks = 0;
@@ -243,26 +259,35 @@ Status Comm::chooseBuilder(const collectives::CollArgs& args,
   auto it = forcedAlgos_.find(collectives::collectiveName(args.coll));
   if (it != forcedAlgos_.end()) {
     *out = collectives::findBuilder(args.coll, it->second);
+    std::string why = (*out)->refuse ? (*out)->refuse(args) : std::string();
+    if (!why.empty())
+      return errorf(loomInvalidArgument, "%s=%s (forced by LOOM_ALGO) cannot serve this call: %s",
+                    collectives::collectiveName(args.coll), (*out)->name, why.c_str());
     return Status::ok();
   }
   *out = &collectives::defaultBuilder(args);
   return Status::ok();
 }
 
-Status Comm::runCollective(const CallDesc& call) {
+Status Comm::runCollective(CallDesc call) {
   LOOM_TRY(usable());
+  collectives::CollArgs& a = call.args;
+  a.lanes = lanes_;
+  if (hostCount_ > 1) a.hostOf = hostOf_;  // empty means one host: no copy per call
+  a.torusX = torusX_;
+  a.torusY = torusY_;
+  a.fanIn = fanIn_;
   const collectives::Builder* builder = nullptr;
-  LOOM_TRY(chooseBuilder(call.args, &builder));
+  LOOM_TRY(chooseBuilder(a, &builder));
   size_t es = dtypeSize(call.dtype);
-  std::vector<void*> buffers = {const_cast<void*>(call.input), call.output, nullptr};
+  std::array<void*, 3> buffers = {const_cast<void*>(call.input), call.output, nullptr};
   std::vector<collectives::BufferAlias> aliases = {{0, 0}, {1, 0}, {2, 0}};
   std::vector<char> inputCopy;  // alltoall in place works on a copy of the input
-  std::string aliasKey = "oop";
+  PlanKey key{a.coll, builder, a.count, a.root, a.lanes, a.torusX, a.torusY, a.fanIn, 0, 0, {}};
   if (rangesOverlap(call.input, call.inputBytes, call.output, call.outputBytes)) {
     auto in = reinterpret_cast<uintptr_t>(call.input);
     auto outp = reinterpret_cast<uintptr_t>(call.output);
-    bool exchange = call.args.coll == Collective::AlltoAll ||
-                    call.args.coll == Collective::AlltoAllv;
+    bool exchange = a.coll == Collective::AlltoAll || a.coll == Collective::AlltoAllv;
     if (exchange) {
       inputCopy.assign(static_cast<const char*>(call.input),
                        static_cast<const char*>(call.input) + call.inputBytes);
@@ -270,29 +295,28 @@ Status Comm::runCollective(const CallDesc& call) {
     } else if (in >= outp && in + call.inputBytes <= outp + call.outputBytes &&
                (in - outp) % es == 0) {
       aliases[0] = {1, (in - outp) / es};
-      aliasKey = strprintf("in@out+%llu", (unsigned long long)aliases[0].offset);
+      key.aliasMode = 1;
+      key.aliasOffset = aliases[0].offset;
     } else if (outp >= in && outp + call.outputBytes <= in + call.inputBytes &&
                (outp - in) % es == 0) {
       aliases[1] = {0, (outp - in) / es};
-      aliasKey = strprintf("out@in+%llu", (unsigned long long)aliases[1].offset);
+      key.aliasMode = 2;
+      key.aliasOffset = aliases[1].offset;
     } else {
       return errorf(loomInvalidArgument,
                     "%s: the send and receive buffers overlap, but not in the in-place layout "
                     "the API defines",
-                    collectives::collectiveName(call.args.coll));
+                    collectives::collectiveName(a.coll));
     }
   }
-  const collectives::CollArgs& a = call.args;
-  std::string key = strprintf("%s/%s/%d/%llu/%d/%d/%s", collectives::collectiveName(a.coll),
-                              builder->name, a.nranks, (unsigned long long)a.count, a.root,
-                              a.lanes, aliasKey.c_str());
-  for (const auto* v : {&a.sendCounts, &a.sendDispls, &a.recvCounts, &a.recvDispls})
-    for (uint64_t x : *v) key += strprintf(",%llu", (unsigned long long)x);
+  if (a.coll == Collective::AlltoAllv)
+    for (const auto* v : {&a.sendCounts, &a.sendDispls, &a.recvCounts, &a.recvDispls})
+      key.counts.insert(key.counts.end(), v->begin(), v->end());
   auto it = planCache_.find(key);
   if (it == planCache_.end()) {
     if (planCache_.size() >= 256) planCache_.clear();  // bounded: signatures are few in practice
     collectives::RankPlan plan = builder->build(a, rank());
-    it = planCache_.emplace(key, collectives::preparePlan(plan, aliases)).first;
+    it = planCache_.emplace(std::move(key), collectives::preparePlan(plan, aliases)).first;
   }
   LOOM_TRACE("COLL", "%s #%llu count %llu %s %s root %d: %s, %zu lane(s)",
              collectives::collectiveName(a.coll), (unsigned long long)sequence_,
@@ -301,27 +325,30 @@ Status Comm::runCollective(const CallDesc& call) {
   const collectives::PreparedPlan& prepared = it->second;
   if (scratch_.size() < prepared.scratchCount * es) scratch_.resize(prepared.scratchCount * es);
   buffers[2] = scratch_.data();
-  collectives::ExecCall exec;
-  exec.plan = &prepared;
-  exec.buffers = buffers;
-  exec.dtype = call.dtype;
-  exec.op = call.op;
-  exec.collective = collectives::collectiveName(a.coll);
-  exec.sequence = sequence_++;
-  exec.rank = rank();
-  exec.spinCount = spinCount_;
-  exec.yieldNs = yieldNs_;
-  Status st = collectives::execute(*this, exec, Deadline(timeoutMs()));
-  if (!st.isOk()) {
-    fail(st);
-    return st;
-  }
+  LOOM_TRY(execute(prepared, buffers, call.dtype, call.op, collectives::collectiveName(a.coll)));
   if (call.op == loomAvg) {
     bool hasResult = a.coll != Collective::Reduce || a.root == rank();
     if (hasResult)
       collectives::divideInPlace(call.output, call.outputBytes / es, call.dtype, nranks());
   }
   return Status::ok();
+}
+
+Status Comm::execute(const collectives::PreparedPlan& plan, std::span<void* const> buffers,
+                     loomDataType_t dtype, loomRedOp_t op, const char* collective) {
+  collectives::ExecCall exec;
+  exec.plan = &plan;
+  exec.buffers = buffers;
+  exec.dtype = dtype;
+  exec.op = op;
+  exec.collective = collective;
+  exec.sequence = sequence_++;
+  exec.rank = rank();
+  exec.spinCount = spinCount_;
+  exec.yieldNs = yieldNs_;
+  Status st = collectives::execute(*this, exec, Deadline(timeoutMs()), workspace_);
+  if (!st.isOk()) fail(st);
+  return st;
 }
 
 Status Comm::runP2P(const std::vector<P2PCall>& calls) {
@@ -353,18 +380,7 @@ Status Comm::runP2P(const std::vector<P2PCall>& calls) {
   std::vector<collectives::BufferAlias> aliases;
   for (uint32_t b = 0; b < buffers.size(); ++b) aliases.push_back({b, 0});
   collectives::PreparedPlan prepared = collectives::preparePlan(plan, aliases);
-  collectives::ExecCall exec;
-  exec.plan = &prepared;
-  exec.buffers = buffers;
-  exec.dtype = loomUint8;
-  exec.collective = "sendrecv";
-  exec.sequence = sequence_++;
-  exec.rank = rank();
-  exec.spinCount = spinCount_;
-  exec.yieldNs = yieldNs_;
-  Status st = collectives::execute(*this, exec, Deadline(timeoutMs()));
-  if (!st.isOk()) fail(st);
-  return st;
+  return execute(prepared, buffers, loomUint8, loomSum, "sendrecv");
 }
 
 }  // namespace loom

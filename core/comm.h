@@ -6,6 +6,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
+#include <unordered_map>
 #include <string>
 #include <vector>
 
@@ -46,7 +48,7 @@ class Comm final : public collectives::ExecHost {
   int64_t timeoutMs() const { return ctx_.timeoutMs; }
 
   // Runs one collective to completion (host buffers, in this thread).
-  Status runCollective(const CallDesc& call);
+  Status runCollective(CallDesc call);
   // Runs a group of sends and receives together.
   Status runP2P(const std::vector<P2PCall>& calls);
 
@@ -70,10 +72,30 @@ class Comm final : public collectives::ExecHost {
   Comm() = default;
   Status init(int nranks, const loomUniqueId& id, int rank, const loomConfig_t* config);
   Status chooseBuilder(const collectives::CollArgs& args, const collectives::Builder** out);
-  Status execute(const collectives::RankPlan& plan, const std::string& cacheKey,
-                 const std::vector<collectives::BufferAlias>& aliases,
-                 std::vector<void*> buffers, loomDataType_t dtype, loomRedOp_t op,
-                 collectives::Collective coll);
+  // Runs a prepared plan over the given buffers; a failure marks the communicator failed.
+  Status execute(const collectives::PreparedPlan& plan, std::span<void* const> buffers,
+                 loomDataType_t dtype, loomRedOp_t op, const char* collective);
+
+  // What identifies a prepared plan: everything a builder reads, plus the aliasing.
+  struct PlanKey {
+    collectives::Collective coll;
+    const collectives::Builder* builder;
+    uint64_t count;
+    int root, lanes, torusX, torusY, fanIn;
+    int aliasMode;  // 0: none, 1: input inside output, 2: output inside input
+    uint64_t aliasOffset;
+    std::vector<uint64_t> counts;  // alltoallv counts and displacements
+    bool operator==(const PlanKey&) const = default;
+  };
+  struct PlanKeyHash {
+    size_t operator()(const PlanKey& k) const {
+      size_t h = std::hash<uint64_t>()(k.count) ^ (size_t(k.coll) << 56) ^
+                 std::hash<const void*>()(k.builder) ^ (size_t(k.root) << 40) ^
+                 (size_t(k.aliasMode) << 60) ^ std::hash<uint64_t>()(k.aliasOffset << 1);
+      for (uint64_t c : k.counts) h = h * 1099511628211ull ^ c;
+      return h;
+    }
+  };
 
   transports::CommContext ctx_;
   Bootstrap boot_;
@@ -81,12 +103,17 @@ class Comm final : public collectives::ExecHost {
   std::string transportMode_;  // auto, shm, tcp
   std::map<std::string, std::string> forcedAlgos_;  // collective name -> builder name
   int lanes_ = 1;
+  std::vector<int32_t> hostOf_;  // host index of every rank (CollArgs::hostOf)
+  int torusX_ = 0, torusY_ = 0;  // LOOM_TORUS_DIMS
+  int fanIn_ = 1;                // LOOM_ALLTOALL_FANIN
   int64_t spinCount_ = 2000;  // executor waiting, see LOOM_SPIN_COUNT / LOOM_YIELD_USEC
   uint64_t yieldNs_ = 2000000;
   // Connections by (lane, peer).
   std::vector<std::vector<std::unique_ptr<transports::Connection>>> conns_;
   std::vector<std::vector<transports::Transport*>> connTransport_;
-  std::map<std::string, collectives::PreparedPlan> planCache_;
+  std::unordered_map<PlanKey, collectives::PreparedPlan, PlanKeyHash> planCache_;
+  collectives::ExecWorkspace workspace_;
+  int hostCount_ = 1;
   std::vector<char> scratch_;
   uint64_t sequence_ = 0;
   Status failed_;

@@ -54,6 +54,10 @@ const Entry kEntries[] = {
      "Force algorithms per collective, e.g. allreduce=ring,allgather=ring."},
     {"LOOM_LANES", Type::Int, "0",
      "Lanes (concurrent connections per peer) a plan may use; 0 lets loom choose."},
+    {"LOOM_TORUS_DIMS", Type::String, "",
+     "XxY shape of the 2D-torus allreduce (X*Y = ranks); empty derives it from the hosts."},
+    {"LOOM_ALLTOALL_FANIN", Type::Int, "1",
+     "Incast-aware alltoall: the most ranks that send to one receiver at the same time."},
     {"LOOM_REDUCE_ISA", Type::String, "auto",
      "Reduction kernel instruction set: auto, avx512, avx2 or generic."},
 };

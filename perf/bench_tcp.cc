@@ -3,11 +3,13 @@
 // allreduce (RecvReduce of one half, forwarding it as it is reduced). Rank 0 runs Google
 // Benchmark and tells rank 1 over the connection what to serve next.
 //
-//   loom_bench_tcp [--benchmark_filter=...]   (LOOM_TCP_SOCKETS, LOOM_TCP_CHUNK_BYTES apply)
+//   loom_bench_tcp [--benchmark_filter=...]
+//   (LOOM_TCP_SOCKETS, LOOM_TCP_CHUNK_BYTES, LOOM_SPIN_COUNT, LOOM_YIELD_USEC apply)
 #include <benchmark/benchmark.h>
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -52,18 +54,22 @@ TransferOp makeOp(TransferOp::Kind kind, const void* src, void* dst, size_t byte
   return op;
 }
 
-// Runs ops to completion the way the executor waits (LOOM_SPIN_COUNT polls, then
-// LOOM_YIELD_COUNT yields, then poll() in the transport). onRound runs before every round.
+// Runs ops to completion the way the executor waits: LOOM_SPIN_COUNT polls (-1: 2000; two
+// ranks on this host's cores may spin), then sched_yield for LOOM_YIELD_USEC, then poll() in
+// the transport. onRound runs before every round.
 void run(Rank& r, std::initializer_list<TransferOp*> ops,
          const std::function<void()>& onRound = nullptr) {
+  static const int64_t kSpins = std::max<int64_t>(
+      params::getInt("LOOM_SPIN_COUNT") < 0 ? 2000 : params::getInt("LOOM_SPIN_COUNT"), 0);
+  static const uint64_t kYieldNs =
+      uint64_t(std::max<int64_t>(params::getInt("LOOM_YIELD_USEC"), 0)) * 1000;
   for (TransferOp* op : ops) {
     Status st = r.conn->post(op);
     if (!st.isOk()) fprintf(stderr, "post: %s\n", st.message().c_str()), _exit(2);
   }
-  static const int64_t kSpins = params::getInt("LOOM_SPIN_COUNT");
-  static const int64_t kYields = params::getInt("LOOM_YIELD_COUNT");
   Deadline deadline(kTimeoutMs);
   int64_t idle = 0;
+  uint64_t idleSince = 0;
   for (;;) {
     if (onRound) onRound();
     bool progressed = false;
@@ -75,15 +81,18 @@ void run(Rank& r, std::initializer_list<TransferOp*> ops,
     if (deadline.expired()) fprintf(stderr, "benchmark op timed out\n"), _exit(4);
     if (progressed) {
       idle = 0;
-    } else if (++idle > kSpins + kYields) {
-      uint64_t token = r.transport->armSleep();
-      progressed = false;
-      st = r.conn->progress(&progressed);
-      if (!progressed && st.isOk()) r.transport->sleep(token, 100);
-      r.transport->disarmSleep();
-    } else if (idle > kSpins) {
-      sched_yield();
+      continue;
     }
+    if (++idle <= kSpins) continue;
+    if (idle == kSpins + 1) idleSince = nowNs();
+    if (nowNs() - idleSince < kYieldNs) {
+      sched_yield();
+      continue;
+    }
+    uint64_t token = r.transport->armSleep();
+    st = r.conn->progress(&progressed);
+    if (!progressed && st.isOk()) r.transport->sleep(token, 100);
+    r.transport->disarmSleep();
   }
 }
 

@@ -263,6 +263,8 @@ struct Params {
   const char* transport;
 };
 
+void PrintTo(const Params& p, std::ostream* os) { *os << p.transport << " x" << p.nranks; }
+
 class Collectives : public ::testing::TestWithParam<Params> {};
 
 TEST_P(Collectives, EveryTypeOpAndSmallCount) {
