@@ -1,4 +1,4 @@
-# Links the perf unit tests (tests/unit/perf_format_test.cc) with loom_perf_common. The top level
+# Links the perf unit tests (tests/unit/perf_*_test.cc) with loom_perf_common. The top level
 # includes it after add_subdirectory(tests), whether or not LOOM_BUILD_PERF is on: perf/ comes
 # before tests/, so loom_unit_tests does not exist yet when perf/CMakeLists.txt runs.
 get_property(_loom_perf_tests_linked GLOBAL PROPERTY LOOM_PERF_TESTS_LINKED)
@@ -10,5 +10,11 @@ if(NOT _loom_perf_tests_linked AND TARGET loom_unit_tests)
       ${PROJECT_SOURCE_DIR})
   endif()
   target_link_libraries(loom_unit_tests PRIVATE loom_perf_common)
+  # perf_launch_test runs the built loom-perf (and perf/netns-cluster.sh) as subprocesses.
+  if(TARGET loom-perf)
+    target_compile_definitions(loom_unit_tests PRIVATE
+      LOOM_PERF_BINARY="$<TARGET_FILE:loom-perf>" LOOM_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+    add_dependencies(loom_unit_tests loom-perf)
+  endif()
   set_property(GLOBAL PROPERTY LOOM_PERF_TESTS_LINKED TRUE)
 endif()

@@ -1,16 +1,29 @@
 // loom-perf: nccl-tests-style sweeps of loom's collectives.
 //
 //   loom-perf all_reduce -b 8 -e 256M -f 4 -N 4        # forks 4 local ranks
-//   mpirun -np 4 loom-perf all_reduce -b 8 -e 256M -f 4 # ranks from the launcher's env
+//   mpirun -np 4 loom-perf all_reduce -b 8 -e 256M -f 4 # ranks meet through MPI (or LOOM_ROOT)
+//   torchrun --nproc-per-node 4 --no-python loom-perf all_reduce   # RANK, MASTER_ADDR, ...
+//   loom-perf all_reduce -N 4 --compare mpi,gloo -R 3   # the peers' busbw beside loom's
 //
 // LOOM_TRANSPORT=tcp (or shm) picks the transport; -A NAME asks for an algorithm (LOOM_ALGO's
 // grammar, e.g. -A ring or -A allreduce=ring,allgather=ring).
+#include <unistd.h>
+
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
 #include "loom/loom.h"
+#include "perf/compare.h"
 #include "perf/perf_common.h"
+#ifdef LOOM_PERF_WITH_MPI
+#include "perf/mpi_bootstrap.h"
+#endif
+
+#ifndef LOOM_GIT_COMMIT
+#define LOOM_GIT_COMMIT "unknown"
+#endif
 
 namespace loom::perf {
 namespace {
@@ -47,14 +60,28 @@ class LoomBackend : public Backend {
   int nranks() const override { return nranks_; }
 
   std::string describe() const override {
-    int version = 0;
-    loomGetVersion(&version);
     const char* transport = std::getenv("LOOM_TRANSPORT");
-    const char* algo = std::getenv("LOOM_ALGO");
-    return "Backend: loom " + std::to_string(version / 10000) + "." +
-           std::to_string(version / 100 % 100) + "." + std::to_string(version % 100) +
-           " transport " + (transport ? transport : "auto") + " algorithms " +
-           (algorithms_.empty() ? (algo && *algo ? algo : "auto") : algorithms_);
+    return "Backend: loom " + version() + " transport " + (transport ? transport : "auto") +
+           " algorithms " + algorithmSetting();
+  }
+
+  std::string library() const override { return "loom"; }
+
+  std::string version() const override {
+    int v = 0;
+    loomGetVersion(&v);
+    return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
+           std::to_string(v % 100);
+  }
+
+  // What --algo (or LOOM_ALGO) forces for this collective; "auto" when loom picks.
+  std::string algorithm(Collective c) const override {
+    const std::string setting = "," + algorithmSetting() + ",";
+    const std::string key = std::string(",") + algoKey(c) + "=";
+    const size_t at = setting.find(key);
+    if (at == std::string::npos) return "auto";
+    const size_t from = at + key.size();
+    return setting.substr(from, setting.find(',', from) - from);
   }
 
   void setAlgorithms(std::string text) { algorithms_ = std::move(text); }
@@ -114,6 +141,11 @@ class LoomBackend : public Backend {
   }
 
  private:
+  std::string algorithmSetting() const {
+    const char* algo = std::getenv("LOOM_ALGO");
+    return algorithms_.empty() ? (algo && *algo ? algo : "auto") : algorithms_;
+  }
+
   loomComm_t comm_;
   int rank_ = 0;
   int nranks_ = 1;
@@ -125,7 +157,7 @@ int runRank(loomComm_t comm, const Options& options, const std::string& algorith
   {
     LoomBackend backend(comm);
     backend.setAlgorithms(algorithms);
-    rc = runSweep(backend, options, "loom-perf");
+    rc = runSweep(backend, options, "loom-perf", LOOM_GIT_COMMIT);
   }
   // After a failure a peer may be gone: abort rather than wait for it in destroy.
   const loomResult_t r = rc >= 3 ? loomCommAbort(comm) : loomCommDestroy(comm);
@@ -159,10 +191,41 @@ int main(int argc, char** argv) {
   loomConfig_t config = LOOM_CONFIG_INITIALIZER;
   config.algorithms = algorithms.empty() ? nullptr : algorithms.c_str();
 
+  if (!options.compare.empty()) {
+    if (options.nranks < 1) {
+      std::fprintf(stderr, "loom-perf: --compare needs -N RANKS (every library forks them)\n");
+      return 2;
+    }
+    char self[PATH_MAX] = {};
+    if (readlink("/proc/self/exe", self, sizeof(self) - 1) <= 0) {
+      std::perror("loom-perf: /proc/self/exe");
+      return 3;
+    }
+    return runComparison(options, self);
+  }
+
   if (options.nranks == 0) {
     loomComm_t comm = nullptr;
+#ifdef LOOM_PERF_WITH_MPI
+    // Under mpirun without LOOM_ROOT / MASTER_ADDR there is no rendezvous but MPI's own.
+    if (needsMpiBootstrap()) {
+      std::string why;
+      const loomResult_t r = mpiInitComm(&comm, &config, &why);
+      const int rc = r != loomSuccess ? initFailed(why.c_str(), r, -1)
+                                      : runRank(comm, options, algorithms);
+      mpiFinalize();
+      return rc;
+    }
+#endif
     const loomResult_t r = loomCommInitFromEnv(&comm, &config);
-    if (r != loomSuccess) return initFailed("loomCommInitFromEnv", r, -1);
+    if (r != loomSuccess) {
+      std::fprintf(stderr,
+                   "loom-perf: without -N the ranks come from the environment: LOOM_RANK, "
+                   "LOOM_WORLD_SIZE and LOOM_ROOT=host:port, torchrun's RANK, WORLD_SIZE, "
+                   "MASTER_ADDR and MASTER_PORT, or mpirun (when loom-perf is built with "
+                   "MPI)\n");
+      return initFailed("loomCommInitFromEnv", r, -1);
+    }
     return runRank(comm, options, algorithms);
   }
   // Fork first: loomGetUniqueId starts a bootstrap thread, which a fork would not carry.

@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -258,6 +259,24 @@ bool parseInt(const char* text, long lo, long hi, int* out) {
 
 constexpr int kOptBytesPerSize = 1000;
 constexpr int kOptBind = 1001;
+constexpr int kOptJson = 1002;
+constexpr int kOptCsv = 1003;
+constexpr int kOptCompare = 1004;
+constexpr int kOptSim = 1005;
+constexpr int kOptInjectError = 1006;
+
+std::string longName(int ch) {
+  switch (ch) {
+    case kOptBytesPerSize:
+      return "-bytes_per_size";
+    case kOptBind:
+      return "-bind";
+    case kOptCompare:
+      return "-compare";
+    default:
+      return std::string(1, static_cast<char>(ch));
+  }
+}
 
 }  // namespace
 
@@ -281,7 +300,17 @@ std::string usage(const char* program) {
        "  -A, --algo NAME            the backend's algorithm\n"
        "      --bind core|none       pin forked rank r to the r-th CPU (default none)\n"
        "      --bytes_per_size SIZE  fewer iterations for sizes where iters * size would\n"
-       "                             pass SIZE, so long sweeps stay short (default 512M; 0: off)\n";
+       "                             pass SIZE, so long sweeps stay short (default 512M; 0: off)\n"
+       "  -a, --average 0|1|2|3      a row's time: rank 0's, the average, min or max over\n"
+       "                             ranks (default 1, as nccl-tests)\n"
+       "  -z, --blocking 0|1         nccl-tests' blocking mode; every call of a host library\n"
+       "                             returns when done, so 0 and 1 measure the same\n"
+       "      --json FILE            write every row and the run's metadata as JSON\n"
+       "      --csv FILE             ... and as CSV\n"
+       "      --compare mpi,gloo     loom-perf: run the same sweep with the peers, side by side\n"
+       "  -R, --repeats K            with --compare: K runs of each library, medians\n"
+       "      --sim                  the tuner's predicted times beside the measured ones\n"
+       "  -d all, -o all             every datatype / op, one block of rows each\n";
   return u;
 }
 
@@ -322,6 +351,14 @@ bool parseOptions(int argc, char** argv, Options* options, std::string* error) {
       {"algo", required_argument, nullptr, 'A'},
       {"bytes_per_size", required_argument, nullptr, kOptBytesPerSize},
       {"bind", required_argument, nullptr, kOptBind},
+      {"average", required_argument, nullptr, 'a'},
+      {"blocking", required_argument, nullptr, 'z'},
+      {"json", required_argument, nullptr, kOptJson},
+      {"csv", required_argument, nullptr, kOptCsv},
+      {"compare", required_argument, nullptr, kOptCompare},
+      {"repeats", required_argument, nullptr, 'R'},
+      {"sim", no_argument, nullptr, kOptSim},
+      {"inject_error", no_argument, nullptr, kOptInjectError},
       {"help", no_argument, nullptr, 'h'},
       {nullptr, 0, nullptr, 0},
   };
@@ -330,7 +367,7 @@ bool parseOptions(int argc, char** argv, Options* options, std::string* error) {
   const int n = static_cast<int>(args.size()) - 1;
   int ch;
   bool sawStepBytes = false;
-  while ((ch = getopt_long(n, args.data(), "b:e:i:f:n:w:c:o:d:r:N:A:h", kLong, nullptr)) != -1) {
+  while ((ch = getopt_long(n, args.data(), "b:e:i:f:n:w:c:o:d:r:N:A:a:z:R:h", kLong, nullptr)) != -1) {
     const char* arg = optarg;
     bool ok = true;
     switch (ch) {
@@ -368,13 +405,54 @@ bool parseOptions(int argc, char** argv, Options* options, std::string* error) {
         o.check = v != 0;
         break;
       }
+      case 'a': {
+        int v = 0;
+        ok = parseInt(arg, 0, 3, &v);
+        o.average = static_cast<Aggregate>(v);
+        break;
+      }
+      case 'z':
+        ok = parseInt(arg, 0, 1, &o.blocking);
+        break;
+      case 'R':
+        ok = parseInt(arg, 1, 1000, &o.repeats);
+        break;
+      case kOptJson:
+        o.jsonPath = arg;
+        break;
+      case kOptCsv:
+        o.csvPath = arg;
+        break;
+      case kOptSim:
+        o.sim = true;
+        break;
+      case kOptInjectError:
+        o.injectError = true;
+        break;
+      case kOptCompare: {
+        o.compare.clear();
+        std::string_view list(arg);
+        while (ok && !list.empty()) {
+          const size_t comma = list.find(',');
+          const std::string_view name = list.substr(0, comma);
+          ok = name == "mpi" || name == "gloo";
+          if (ok) o.compare.emplace_back(name);
+          list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+        }
+        ok = ok && !o.compare.empty();
+        break;
+      }
       case 'o': {
+        o.allOps = std::strcmp(arg, "all") == 0;
+        if (o.allOps) break;
         std::optional<loomRedOp_t> v = parseOp(arg);
         ok = v.has_value();
         if (ok) o.op = *v;
         break;
       }
       case 'd': {
+        o.allDtypes = std::strcmp(arg, "all") == 0;
+        if (o.allDtypes) break;
         std::optional<loomDataType_t> v = parseDtype(arg);
         ok = v.has_value();
         if (ok) o.dtype = *v;
@@ -395,10 +473,7 @@ bool parseOptions(int argc, char** argv, Options* options, std::string* error) {
         return false;
     }
     if (!ok) {
-      *error = std::string("bad value '") + arg + "' for -" +
-               (ch == kOptBytesPerSize ? std::string("-bytes_per_size")
-                : ch == kOptBind       ? std::string("-bind")
-                                       : std::string(1, ch));
+      *error = std::string("bad value '") + arg + "' for -" + longName(ch);
       return false;
     }
   }
@@ -416,6 +491,46 @@ bool parseOptions(int argc, char** argv, Options* options, std::string* error) {
   }
   *options = o;
   return true;
+}
+
+std::vector<std::string> sweepArgs(const Options& o) {
+  std::vector<std::string> a = {collectiveName(o.collective)};
+  const auto add = [&a](const char* flag, const std::string& value) {
+    a.emplace_back(flag);
+    a.push_back(value);
+  };
+  add("-b", std::to_string(o.minBytes));
+  add("-e", std::to_string(o.maxBytes));
+  add("-f", std::to_string(o.stepFactor));
+  add("-i", std::to_string(o.stepBytes));
+  add("-n", std::to_string(o.iters));
+  add("-w", std::to_string(o.warmup));
+  add("-c", o.check ? "1" : "0");
+  add("-o", o.allOps ? "all" : opName(o.op));
+  add("-d", o.allDtypes ? "all" : dtypeName(o.dtype));
+  add("-r", std::to_string(o.root));
+  add("-a", std::to_string(static_cast<int>(o.average)));
+  add("-z", std::to_string(o.blocking));
+  add("--bytes_per_size", std::to_string(o.bytesPerSize));
+  add("--bind", o.bindCores ? "core" : "none");
+  return a;
+}
+
+double aggregateTimes(Aggregate a, const std::vector<double>& t) {
+  if (t.empty()) return 0;
+  switch (a) {
+    case Aggregate::kRank0:
+      return t[0];
+    case Aggregate::kMin:
+      return *std::min_element(t.begin(), t.end());
+    case Aggregate::kMax:
+      return *std::max_element(t.begin(), t.end());
+    case Aggregate::kAvg:
+      break;
+  }
+  double sum = 0;
+  for (double v : t) sum += v;
+  return sum / static_cast<double>(t.size());
 }
 
 // ---- Data ---------------------------------------------------------------------------------
@@ -820,10 +935,11 @@ std::string formatHeader(const std::string& program, const Options& o, int nrank
                          const std::string& backend, const std::vector<std::string>& ranks) {
   std::string h = printfString(
       "# %s %s: nranks %d minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d "
-      "validation: %d bytes per size: %zu\n",
+      "validation: %d bytes per size: %zu average: %d blocking: %d\n",
       program.c_str(), collectiveName(o.collective), nranks, o.minBytes, o.maxBytes,
       o.stepFactor > 1 ? static_cast<size_t>(o.stepFactor) : o.stepBytes,
-      o.stepFactor > 1 ? "factor" : "bytes", o.warmup, o.iters, o.check ? 1 : 0, o.bytesPerSize);
+      o.stepFactor > 1 ? "factor" : "bytes", o.warmup, o.iters, o.check ? 1 : 0, o.bytesPerSize,
+      static_cast<int>(o.average), o.blocking);
   h += "# " + backend + "\n";
   if (o.bindCores) h += "# Forked ranks bound to one CPU each\n";
   h += "#\n# Using ranks\n";
@@ -874,6 +990,230 @@ std::string formatFooter(int64_t wrongTotal, double avgBusBw, bool checked) {
   return f;
 }
 
+// ---- Machine-readable results -------------------------------------------------------------
+
+std::vector<std::pair<std::string, std::string>> loomEnvironment() {
+  std::vector<std::pair<std::string, std::string>> env;
+  for (char** e = environ; e && *e; ++e) {
+    const std::string_view entry(*e);
+    const size_t eq = entry.find('=');
+    if (entry.rfind("LOOM_", 0) != 0 || eq == std::string_view::npos) continue;
+    env.emplace_back(entry.substr(0, eq), entry.substr(eq + 1));
+  }
+  std::sort(env.begin(), env.end());
+  return env;
+}
+
+namespace {
+
+std::string jsonString(std::string_view s) {
+  std::string out = "\"";
+  for (const char ch : s) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (static_cast<unsigned char>(ch) < 0x20) {
+      out += printfString("\\u%04x", ch);
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+// Full precision: consumers recompute ratios, and the table's 2 decimals read 0.00 at 8 B.
+std::string jsonNumber(double v) { return std::isfinite(v) ? printfString("%.9g", v) : "null"; }
+
+std::string jsonMeasurement(const Measurement& m) {
+  return "{\"time_us\": " + jsonNumber(m.timeUs) + ", \"algbw_gbs\": " + jsonNumber(m.algBw) +
+         ", \"busbw_gbs\": " + jsonNumber(m.busBw) +
+         ", \"wrong\": " + (m.wrong < 0 ? std::string("null") : std::to_string(m.wrong)) + "}";
+}
+
+// CSV fields are quoted only when they must be (RFC 4180).
+std::string csvField(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (const char ch : s) out += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+  return out + "\"";
+}
+
+}  // namespace
+
+std::string formatJson(const RunMetadata& meta, const Options& o,
+                       const std::vector<ResultRow>& rows, int64_t wrongTotal, double avgBusBw) {
+  std::string env;
+  for (const auto& [key, value] : meta.env) {
+    env += (env.empty() ? "" : ", ") + jsonString(key) + ": " + jsonString(value);
+  }
+  std::string j = "{\n";
+  j += "  \"schema\": \"loom-perf/1\",\n";
+  j += "  \"program\": " + jsonString(meta.program) + ",\n";
+  j += "  \"library\": " + jsonString(meta.library) + ",\n";
+  j += "  \"version\": " + jsonString(meta.version) + ",\n";
+  j += "  \"git_commit\": " + jsonString(meta.gitCommit) + ",\n";
+  j += "  \"backend\": " + jsonString(meta.backend) + ",\n";
+  j += "  \"collective\": " + jsonString(collectiveName(meta.collective)) + ",\n";
+  j += printfString("  \"ranks\": %d,\n  \"hosts\": %d,\n", meta.ranks, meta.hosts);
+  j += printfString(
+      "  \"options\": {\"minbytes\": %zu, \"maxbytes\": %zu, \"stepfactor\": %d, "
+      "\"stepbytes\": %zu, \"iters\": %d, \"warmup_iters\": %d, \"check\": %d, "
+      "\"average\": %d, \"blocking\": %d, \"bytes_per_size\": %zu},\n",
+      o.minBytes, o.maxBytes, o.stepFactor, o.stepBytes, o.iters, o.warmup, o.check ? 1 : 0,
+      static_cast<int>(o.average), o.blocking, o.bytesPerSize);
+  j += "  \"env\": {" + env + "},\n";
+  j += "  \"rows\": [";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const ResultRow& r = rows[i];
+    j += i ? ",\n    " : "\n    ";
+    j += printfString("{\"size\": %zu, \"count\": %zu, \"type\": \"%s\", \"redop\": \"%s\", "
+                      "\"root\": %d, \"algorithm\": ",
+                      r.bytes, r.count, dtypeName(r.dtype),
+                      collectiveHasOp(meta.collective) ? opName(r.op) : "none", r.root);
+    j += jsonString(r.algorithm) + ", \"out_of_place\": " + jsonMeasurement(r.outOfPlace) +
+         ", \"in_place\": " + jsonMeasurement(r.inPlace) + "}";
+  }
+  j += rows.empty() ? "],\n" : "\n  ],\n";
+  j += "  \"wrong_total\": " + (o.check ? std::to_string(wrongTotal) : std::string("null")) +
+       ",\n  \"avg_busbw_gbs\": " + jsonNumber(avgBusBw) + "\n}\n";
+  return j;
+}
+
+std::string formatCsv(const RunMetadata& meta, const std::vector<ResultRow>& rows) {
+  std::string env;
+  for (const auto& [key, value] : meta.env) env += (env.empty() ? "" : ";") + key + "=" + value;
+  std::string c =
+      "library,version,git_commit,collective,ranks,hosts,algorithm,size,count,type,redop,root,"
+      "oop_time_us,oop_algbw_gbs,oop_busbw_gbs,oop_wrong,ip_time_us,ip_algbw_gbs,ip_busbw_gbs,"
+      "ip_wrong,env\n";
+  for (const ResultRow& r : rows) {
+    c += csvField(meta.library) + "," + csvField(meta.version) + "," + csvField(meta.gitCommit) +
+         "," + collectiveName(meta.collective) + printfString(",%d,%d,", meta.ranks, meta.hosts) +
+         csvField(r.algorithm) +
+         printfString(",%zu,%zu,%s,%s,%d", r.bytes, r.count, dtypeName(r.dtype),
+                      collectiveHasOp(meta.collective) ? opName(r.op) : "none", r.root);
+    for (const Measurement* m : {&r.outOfPlace, &r.inPlace}) {
+      c += printfString(",%.9g,%.9g,%.9g,", m->timeUs, m->algBw, m->busBw);
+      if (m->wrong >= 0) c += std::to_string(m->wrong);
+    }
+    c += "," + csvField(env) + "\n";
+  }
+  return c;
+}
+
+const JsonValue* JsonValue::find(std::string_view key) const {
+  for (const auto& [k, v] : members) {
+    if (k == key) return &v;
+  }
+  return nullptr;
+}
+
+namespace {
+
+// A recursive-descent reader of standard JSON (\u escapes beyond ASCII are kept as '?':
+// nothing loom writes needs them).
+class JsonReader {
+ public:
+  explicit JsonReader(std::string_view text) : s_(text) {}
+
+  std::optional<JsonValue> document(std::string* error) {
+    JsonValue v;
+    if (!value(&v, 0) || (skipSpace(), pos_ != s_.size())) {
+      *error = printfString("malformed JSON at offset %zu", pos_);
+      return std::nullopt;
+    }
+    return v;
+  }
+
+ private:
+  static constexpr int kMaxDepth = 64;
+
+  void skipSpace() {
+    while (pos_ < s_.size() && std::strchr(" \t\r\n", s_[pos_]) && s_[pos_]) ++pos_;
+  }
+  bool eat(char ch) {
+    skipSpace();
+    if (pos_ < s_.size() && s_[pos_] == ch) return ++pos_, true;
+    return false;
+  }
+  bool literal(std::string_view word) {
+    if (s_.substr(pos_, word.size()) != word) return false;
+    pos_ += word.size();
+    return true;
+  }
+  bool string(std::string* out) {
+    if (!eat('"')) return false;
+    while (pos_ < s_.size() && s_[pos_] != '"') {
+      char ch = s_[pos_++];
+      if (ch == '\\') {
+        if (pos_ >= s_.size()) return false;
+        const char e = s_[pos_++];
+        const char* from = "\"\\/bfnrt";
+        const char* to = "\"\\/\b\f\n\r\t";
+        if (const char* hit = e ? std::strchr(from, e) : nullptr) {
+          ch = to[hit - from];
+        } else if (e == 'u' && pos_ + 4 <= s_.size()) {
+          const unsigned code = std::strtoul(std::string(s_.substr(pos_, 4)).c_str(), nullptr, 16);
+          pos_ += 4;
+          ch = code < 0x80 ? static_cast<char>(code) : '?';
+        } else {
+          return false;
+        }
+      }
+      out->push_back(ch);
+    }
+    return eat('"');
+  }
+  bool value(JsonValue* v, int depth) {
+    if (depth > kMaxDepth) return false;
+    skipSpace();
+    if (pos_ >= s_.size()) return false;
+    const char ch = s_[pos_];
+    if (ch == '"') return v->kind = JsonValue::Kind::kString, string(&v->text);
+    if (ch == '{') {
+      v->kind = JsonValue::Kind::kObject;
+      ++pos_;
+      if (eat('}')) return true;
+      do {
+        std::string key;
+        JsonValue member;
+        if (!string(&key) || !eat(':') || !value(&member, depth + 1)) return false;
+        v->members.emplace_back(std::move(key), std::move(member));
+      } while (eat(','));
+      return eat('}');
+    }
+    if (ch == '[') {
+      v->kind = JsonValue::Kind::kArray;
+      ++pos_;
+      if (eat(']')) return true;
+      do {
+        v->items.emplace_back();
+        if (!value(&v->items.back(), depth + 1)) return false;
+      } while (eat(','));
+      return eat(']');
+    }
+    if (literal("true")) return v->kind = JsonValue::Kind::kBool, v->boolean = true, true;
+    if (literal("false")) return v->kind = JsonValue::Kind::kBool, true;
+    if (literal("null")) return true;
+    const std::string rest(s_.substr(pos_, std::min<size_t>(s_.size() - pos_, 64)));
+    char* end = nullptr;
+    v->number = std::strtod(rest.c_str(), &end);
+    if (end == rest.c_str()) return false;
+    v->kind = JsonValue::Kind::kNumber;
+    pos_ += static_cast<size_t>(end - rest.c_str());
+    return true;
+  }
+
+  std::string_view s_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+std::optional<JsonValue> parseJson(std::string_view text, std::string* error) {
+  return JsonReader(text).document(error);
+}
+
 // ---- The driver ---------------------------------------------------------------------------
 
 bool Backend::barrier() {
@@ -905,9 +1245,12 @@ Buffer allocateBuffer(size_t bytes) {
 
 constexpr size_t kWarmupShare = 8;
 
+// A rank's pid and host; hosts are told apart as loom does, by name and network namespace,
+// so that namespace "hosts" on one machine (perf/netns-cluster.sh) count as hosts.
 struct RankId {
   int32_t pid;
   char host[60];
+  uint64_t netns;
 };
 
 struct SizeResult {
@@ -917,21 +1260,84 @@ struct SizeResult {
   int32_t pad;
 };
 
+// The progress line: only on a terminal, so logs and pipes stay byte-identical to
+// nccl-tests' output. Time left is extrapolated from the cost of what is done, with a size's
+// cost taken as its timed bytes plus a fixed per-call share for the latency-bound sizes.
+class Progress {
+ public:
+  Progress(bool enabled, std::vector<double> costs)
+      : enabled_(enabled && isatty(STDERR_FILENO)), costs_(std::move(costs)) {
+    for (double c : costs_) total_ += c;
+  }
+  ~Progress() {
+    if (shown_) std::fputs("\r\033[K", stderr);
+  }
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+
+  void done(size_t index, size_t bytes) {
+    if (!enabled_) return;
+    done_ += costs_[index];
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    const double left = done_ > 0 ? elapsed * (total_ - done_) / done_ : 0;
+    std::fprintf(stderr, "\r\033[K[%zu/%zu] size %zu B done, about %.0f s left", index + 1,
+                 costs_.size(), bytes, left);
+    std::fflush(stderr);
+    shown_ = true;
+  }
+
+ private:
+  bool enabled_;
+  bool shown_ = false;
+  std::vector<double> costs_;
+  double total_ = 0, done_ = 0;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+// A collective's per-call latency, in bytes of bandwidth, for the progress estimate.
+constexpr double kCallCostBytes = 64 << 10;
+
+bool writeFile(const std::string& path, const std::string& text, const std::string& program) {
+  FILE* f = std::fopen(path.c_str(), "w");
+  const bool ok = f && std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (f && std::fclose(f) != 0) return false;
+  if (!ok) std::fprintf(stderr, "%s: cannot write %s\n", program.c_str(), path.c_str());
+  return ok;
+}
+
 }  // namespace
 
-int runSweep(Backend& backend, const Options& o, const std::string& program) {
+int runSweep(Backend& backend, const Options& o, const std::string& program,
+             const std::string& gitCommit) {
   const int rank = backend.rank();
   const int n = backend.nranks();
   const Collective c = o.collective;
   const bool leader = rank == 0;
 
-  std::string why = backend.unsupported(c, o.dtype, o.op);
+  // The (dtype, op) blocks of rows: one unless -d all / -o all.
+  std::vector<std::pair<loomDataType_t, loomRedOp_t>> combos;
+  std::vector<std::string> skipped;
+  for (int d = 0; d < loomNumTypes; ++d) {
+    const auto dtype = static_cast<loomDataType_t>(d);
+    if (!(o.allDtypes ? dtypeBytes(dtype) > 0 : dtype == o.dtype)) continue;
+    for (int p = 0; p < loomNumOps; ++p) {
+      const auto op = static_cast<loomRedOp_t>(p);
+      // Collectives without an op run once per dtype, under the op the options name.
+      if (!(o.allOps && collectiveHasOp(c) ? true : op == o.op)) continue;
+      const std::string why = backend.unsupported(c, dtype, op);
+      if (why.empty()) {
+        combos.emplace_back(dtype, op);
+      } else {
+        skipped.push_back(std::string(dtypeName(dtype)) + " " + opName(op) + ": " + why);
+      }
+    }
+  }
+  std::string why;
+  if (combos.empty()) why = skipped.empty() ? "nothing to run" : skipped.front();
   if (why.empty() && collectiveHasRoot(c) && o.root >= n) why = "root is not a rank";
   if (!why.empty()) {
-    if (leader) {
-      std::fprintf(stderr, "%s: %s %s %s: %s\n", program.c_str(), collectiveName(c),
-                   dtypeName(o.dtype), opName(o.op), why.c_str());
-    }
+    if (leader) std::fprintf(stderr, "%s: %s: %s\n", program.c_str(), collectiveName(c), why.c_str());
     return 2;
   }
 
@@ -939,19 +1345,42 @@ int runSweep(Backend& backend, const Options& o, const std::string& program) {
   RankId me{};
   me.pid = static_cast<int32_t>(getpid());
   gethostname(me.host, sizeof(me.host) - 1);
+  struct stat ns {};
+  if (stat("/proc/self/ns/net", &ns) == 0) me.netns = ns.st_ino;
   std::vector<RankId> ids(static_cast<size_t>(n));
   if (!backend.allGather(&me, ids.data(), sizeof(RankId))) return 3;
+  RunMetadata meta;
   if (leader) {
     std::vector<std::string> lines;
-    for (int r = 0; r < n; ++r) lines.push_back(rankLine(r, ids[r].pid, ids[r].host));
-    std::fputs(formatHeader(program, o, n, backend.describe(), lines).c_str(), stdout);
+    std::vector<std::pair<std::string, uint64_t>> hosts;
+    for (int r = 0; r < n; ++r) {
+      lines.push_back(rankLine(r, ids[r].pid, ids[r].host));
+      const std::pair<std::string, uint64_t> host(ids[r].host, ids[r].netns);
+      if (std::find(hosts.begin(), hosts.end(), host) == hosts.end()) hosts.push_back(host);
+    }
+    meta = RunMetadata{program,           backend.library(), backend.version(), gitCommit,
+                       backend.describe(), c,                n,                 int(hosts.size()),
+                       loomEnvironment()};
+    std::string header = formatHeader(program, o, n, meta.backend, lines);
+    if (o.sim) {
+      // The tuner (its model of each algorithm's time) has not landed: say so rather than
+      // print numbers that no model produced.
+      header.insert(0, "# --sim: no performance model is available yet (the tuner has not "
+                       "landed); only measured times are shown\n");
+    }
+    if (o.allDtypes || o.allOps) {
+      for (const std::string& s : skipped) header.insert(0, "# skipped " + s + "\n");
+    }
+    std::fputs(header.c_str(), stdout);
     std::fflush(stdout);
   }
 
-  const size_t elem = dtypeBytes(o.dtype);
+  const size_t elem0 = 8;  // the widest dtype sizes the buffers for every block
   const std::vector<size_t> sweep = sizeSweep(o.minBytes, o.maxBytes, o.stepFactor, o.stepBytes);
   size_t maxBytes = 0;
-  for (size_t size : sweep) maxBytes = std::max(maxBytes, collSizes(c, size, elem, n).bytes(elem));
+  for (size_t size : sweep) {
+    maxBytes = std::max(maxBytes, collSizes(c, size, 1, n).bytes(1) + elem0 * n);
+  }
   Buffer sendBuf = allocateBuffer(maxBytes);
   Buffer recvBuf = allocateBuffer(maxBytes);
   if (!sendBuf || !recvBuf) {
@@ -960,84 +1389,122 @@ int runSweep(Backend& backend, const Options& o, const std::string& program) {
     return 3;
   }
 
+  std::vector<double> costs;
+  for (size_t b = 0; b < combos.size(); ++b) {
+    for (size_t size : sweep) {
+      costs.push_back(double(itersForSize(o.iters, size, o.bytesPerSize)) *
+                      (double(size) + kCallCostBytes));
+    }
+  }
+  Progress progress(leader, std::move(costs));
+  size_t progressIndex = 0;
+
+  std::vector<ResultRow> results;
   int64_t wrongTotal = 0;
   double busBwSum = 0;
   int rows = 0;
-  for (size_t size : sweep) {
-    const CollSizes s = collSizes(c, size, elem, n);
-    const size_t bytes = s.bytes(elem);
-    // Warm-up only has to build connections and plans and fault in pages: at large sizes one
-    // or two calls do that, so it gets a smaller share of the budget than the timed batch.
-    const int warmup = itersForSize(
-        o.warmup, bytes, o.bytesPerSize ? std::max<size_t>(o.bytesPerSize / kWarmupShare, 1) : 0);
-    const int iters = itersForSize(o.iters, bytes, o.bytesPerSize);
-    SizeResult mine{};
-    for (int placement = 0; placement < 2 && !mine.failed; ++placement) {
-      const bool inPlace = placement == 1;
-      char* shared = recvBuf.get();
-      CollCall call{c, o.dtype, o.op, o.root, sendBuf.get(), shared, s.paramCount, inPlace};
-      if (inPlace) {
-        call.send = shared + s.sendInPlaceOffset * static_cast<size_t>(rank) * elem;
-        call.recv = shared + s.recvInPlaceOffset * static_cast<size_t>(rank) * elem;
+  for (const auto& [dtype, op] : combos) {
+    const size_t elem = dtypeBytes(dtype);
+    for (size_t size : sweep) {
+      const CollSizes s = collSizes(c, size, elem, n);
+      const size_t bytes = s.bytes(elem);
+      // Warm-up only has to build connections and plans and fault in pages: at large sizes
+      // one or two calls do that, so it gets a smaller share of the budget than the timed
+      // batch.
+      const int warmup = itersForSize(
+          o.warmup, bytes, o.bytesPerSize ? std::max<size_t>(o.bytesPerSize / kWarmupShare, 1) : 0);
+      const int iters = itersForSize(o.iters, bytes, o.bytesPerSize);
+      SizeResult mine{};
+      for (int placement = 0; placement < 2 && !mine.failed; ++placement) {
+        const bool inPlace = placement == 1;
+        char* shared = recvBuf.get();
+        CollCall call{c, dtype, op, o.root, sendBuf.get(), shared, s.paramCount, inPlace};
+        if (inPlace) {
+          call.send = shared + s.sendInPlaceOffset * static_cast<size_t>(rank) * elem;
+          call.recv = shared + s.recvInPlaceOffset * static_cast<size_t>(rank) * elem;
+        }
+        if (!backend.prepare(call)) {
+          mine.failed = 1;
+          break;
+        }
+        bool ok = true;
+        for (int i = 0; i < warmup && ok; ++i) ok = backend.run(call);
+        ok = ok && backend.barrier();
+        // The timed batch: one clock read on each side, nothing else in the loop.
+        const auto start = std::chrono::steady_clock::now();
+        for (int i = 0; i < iters && ok; ++i) ok = backend.run(call);
+        const auto end = std::chrono::steady_clock::now();
+        mine.timeUs[placement] =
+            std::chrono::duration<double, std::micro>(end - start).count() / iters;
+        mine.wrong[placement] = -1;
+        if (ok && o.check) {
+          // Poison the output first so that a call which writes nothing cannot pass on
+          // what an earlier one left there (0xff: NaN, or a negative or unused integer).
+          std::memset(shared, 0xff, inPlace ? bytes : s.recvCount * elem);
+          fillInput(c, dtype, op, n, rank, o.root, s, const_cast<void*>(call.send));
+          ok = backend.run(call);
+          char* out = inPlace ? shared + backend.inPlaceOutputOffset(c, s) * elem
+                              : static_cast<char*>(call.recv);
+          const bool hasOutput = s.recvCount > 0 && (c != Collective::kReduce || rank == o.root);
+          if (o.injectError && rank == 0 && hasOutput) out[0] = static_cast<char>(out[0] ^ 0x55);
+          mine.wrong[placement] =
+              static_cast<int64_t>(countWrong(c, dtype, op, n, rank, o.root, s, out));
+        }
+        if (!ok) mine.failed = 1;
       }
-      if (!backend.prepare(call)) {
-        mine.failed = 1;
-        break;
+      // Every rank must reach this exchange, even after an error, or the others would hang.
+      std::vector<SizeResult> all(static_cast<size_t>(n));
+      if (!backend.allGather(&mine, all.data(), sizeof(SizeResult))) return 3;
+      SizeResult total{};
+      bool failed = false;
+      std::vector<double> times[2];
+      for (const SizeResult& r : all) {
+        for (int p = 0; p < 2; ++p) {
+          times[p].push_back(r.timeUs[p]);
+          total.wrong[p] += r.wrong[p];
+        }
+        failed |= r.failed != 0;
       }
-      bool ok = true;
-      for (int i = 0; i < warmup && ok; ++i) ok = backend.run(call);
-      ok = ok && backend.barrier();
-      // The timed batch: one clock read on each side, nothing else in the loop.
-      const auto start = std::chrono::steady_clock::now();
-      for (int i = 0; i < iters && ok; ++i) ok = backend.run(call);
-      const auto end = std::chrono::steady_clock::now();
-      mine.timeUs[placement] =
-          std::chrono::duration<double, std::micro>(end - start).count() / iters;
-      mine.wrong[placement] = -1;
-      if (ok && o.check) {
-        // Poison the output first so that a call which writes nothing cannot pass on
-        // what an earlier one left there (0xff: NaN, or a negative or unused integer).
-        std::memset(shared, 0xff, inPlace ? bytes : s.recvCount * elem);
-        fillInput(c, o.dtype, o.op, n, rank, o.root, s, const_cast<void*>(call.send));
-        ok = backend.run(call);
-        const char* out = inPlace ? shared + backend.inPlaceOutputOffset(c, s) * elem
-                                  : static_cast<const char*>(call.recv);
-        mine.wrong[placement] =
-            static_cast<int64_t>(countWrong(c, o.dtype, o.op, n, rank, o.root, s, out));
+      if (failed) {
+        if (leader) std::fprintf(stderr, "%s: a rank failed at size %zu\n", program.c_str(), size);
+        return 3;
       }
-      if (!ok) mine.failed = 1;
-    }
-    // Every rank must reach this exchange, even after an error, or the others would hang.
-    std::vector<SizeResult> all(static_cast<size_t>(n));
-    if (!backend.allGather(&mine, all.data(), sizeof(SizeResult))) return 3;
-    SizeResult total{};
-    for (int p = 0; p < 2; ++p) total.wrong[p] = o.check ? 0 : -1;
-    for (const SizeResult& r : all) {
-      for (int p = 0; p < 2; ++p) {
-        total.timeUs[p] = std::max(total.timeUs[p], r.timeUs[p]);
-        if (o.check) total.wrong[p] += r.wrong[p];
+      if (!o.check) total.wrong[0] = total.wrong[1] = -1;
+      ResultRow row;
+      row.bytes = bytes;
+      row.count = s.paramCount;
+      row.dtype = dtype;
+      row.op = op;
+      row.root = collectiveHasRoot(c) ? o.root : -1;
+      row.algorithm = backend.algorithm(c);
+      row.outOfPlace =
+          makeMeasurement(c, bytes, n, aggregateTimes(o.average, times[0]), total.wrong[0]);
+      row.inPlace =
+          makeMeasurement(c, bytes, n, aggregateTimes(o.average, times[1]), total.wrong[1]);
+      if (o.check) wrongTotal += total.wrong[0] + total.wrong[1];
+      busBwSum += row.outOfPlace.busBw + row.inPlace.busBw;
+      rows += 2;
+      if (leader) {
+        progress.done(progressIndex, bytes);
+        std::fputs(formatRow(c, s, dtype, op, o.root, row.outOfPlace, row.inPlace).c_str(), stdout);
+        std::fflush(stdout);
+        results.push_back(std::move(row));
       }
-      total.failed |= r.failed;
-    }
-    if (total.failed) {
-      if (leader) std::fprintf(stderr, "%s: a rank failed at size %zu\n", program.c_str(), size);
-      return 3;
-    }
-    const Measurement outOfPlace = makeMeasurement(c, bytes, n, total.timeUs[0], total.wrong[0]);
-    const Measurement inPlace = makeMeasurement(c, bytes, n, total.timeUs[1], total.wrong[1]);
-    if (o.check) wrongTotal += total.wrong[0] + total.wrong[1];
-    busBwSum += outOfPlace.busBw + inPlace.busBw;
-    rows += 2;
-    if (leader) {
-      std::fputs(formatRow(c, s, o.dtype, o.op, o.root, outOfPlace, inPlace).c_str(), stdout);
-      std::fflush(stdout);
+      ++progressIndex;
     }
   }
+  int rc = wrongTotal ? 1 : 0;
   if (leader) {
-    std::fputs(formatFooter(wrongTotal, rows ? busBwSum / rows : 0.0, o.check).c_str(), stdout);
+    const double avg = rows ? busBwSum / rows : 0.0;
+    std::fputs(formatFooter(wrongTotal, avg, o.check).c_str(), stdout);
     std::fflush(stdout);
+    if (!o.jsonPath.empty() &&
+        !writeFile(o.jsonPath, formatJson(meta, o, results, wrongTotal, avg), program)) {
+      rc = 3;
+    }
+    if (!o.csvPath.empty() && !writeFile(o.csvPath, formatCsv(meta, results), program)) rc = 3;
   }
-  return wrongTotal ? 1 : 0;
+  return rc;
 }
 
 // ---- Forked ranks -------------------------------------------------------------------------
@@ -1167,7 +1634,11 @@ int forkRanks(int n, bool bindCores, const std::function<int(ForkedRank&)>& body
     *it = -1;
     --remaining;
     const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    if (clean || result != 0) continue;
+    // Exit 1 is a finished run with wrong results: the other ranks finish too (rank 0 still
+    // prints its footer and files), so only worse failures stop them.
+    const bool finished = WIFEXITED(status) && WEXITSTATUS(status) == 1;
+    if (finished && result == 0) result = 1;
+    if (clean || finished || (result != 0 && result != 1)) continue;
     // The first failure: report it and stop the rest, which would wait for it forever.
     const int r = static_cast<int>(it - pids.begin());
     if (WIFSIGNALED(status)) {

@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "loom/loom.h"
@@ -74,6 +75,11 @@ std::vector<size_t> sizeSweep(size_t minBytes, size_t maxBytes, int factor, size
  *  the same number from the same inputs, so they stay in step. */
 int itersForSize(int iters, size_t bytes, size_t budgetBytes);
 
+/** nccl-tests' -a: which rank's time a row shows, or the average, minimum or maximum. */
+enum class Aggregate { kRank0 = 0, kAvg = 1, kMin = 2, kMax = 3 };
+/** Combines the ranks' times (one per rank, in rank order) as -a asks. */
+double aggregateTimes(Aggregate a, const std::vector<double>& timesUs);
+
 struct Options {
   Collective collective = Collective::kAllReduce;
   size_t minBytes = 32u << 20;  // nccl-tests' defaults
@@ -93,7 +99,25 @@ struct Options {
   bool bindCores = false;
   // Large sizes run fewer iterations so that a full sweep stays short; 0: no cap.
   size_t bytesPerSize = size_t(512) << 20;
+  bool allDtypes = false;  // -d all: every dtype the backend runs, one block of rows each
+  bool allOps = false;     // -o all
+  // -z: nccl-tests' blocking mode. Every call of a host library returns when its work is
+  // done, so both modes measure the same thing; the value is accepted and reported.
+  int blocking = 0;
+  Aggregate average = Aggregate::kAvg;  // -a: how the ranks' times become the row's time
+  std::string jsonPath;                 // --json FILE: every row, with run metadata
+  std::string csvPath;                  // --csv FILE
+  std::vector<std::string> compare;     // --compare mpi,gloo (loom-perf only)
+  int repeats = 1;                      // -R: runs per library under --compare (medians)
+  bool sim = false;                     // --sim: the tuner's predictions beside the numbers
+  // --inject_error: flips one output element before the check, so that tests can prove
+  // end to end that -c catches a wrong result.
+  bool injectError = false;
 };
+
+/** Renders the sweep options back into a command line (collective first), for running the
+ *  same sweep with another program; -N, -A, --json/--csv, --compare and -R are left out. */
+std::vector<std::string> sweepArgs(const Options& options);
 
 /** Parses "COLLECTIVE [flags]" (argv[1] is the collective). On failure returns false with
  *  a message in *error; "-h" returns false with an empty error. */
@@ -133,6 +157,52 @@ std::string formatRow(Collective c, const CollSizes& sizes, loomDataType_t dtype
                       int root, const Measurement& outOfPlace, const Measurement& inPlace);
 std::string formatFooter(int64_t wrongTotal, double avgBusBw, bool checked);
 
+// ---- Machine-readable results (--json, --csv) -------------------------------------------
+
+/** One line of the table, as --json and --csv record it. */
+struct ResultRow {
+  size_t bytes = 0;
+  size_t count = 0;
+  loomDataType_t dtype = loomFloat32;
+  loomRedOp_t op = loomSum;
+  int root = -1;
+  std::string algorithm;  // the forced algorithm, or "auto" when the library picks
+  Measurement outOfPlace, inPlace;
+};
+
+/** What a run records besides its rows. */
+struct RunMetadata {
+  std::string program;  // "loom-perf"
+  std::string library;  // "loom", "mpi", "gloo"
+  std::string version;
+  std::string gitCommit;
+  std::string backend;  // Backend::describe()
+  Collective collective = Collective::kAllReduce;
+  int ranks = 0;
+  int hosts = 0;
+  std::vector<std::pair<std::string, std::string>> env;  // LOOM_* variables that are set
+};
+
+/** The LOOM_* variables of this process's environment, sorted by name. */
+std::vector<std::pair<std::string, std::string>> loomEnvironment();
+std::string formatJson(const RunMetadata& meta, const Options& options,
+                       const std::vector<ResultRow>& rows, int64_t wrongTotal, double avgBusBw);
+std::string formatCsv(const RunMetadata& meta, const std::vector<ResultRow>& rows);
+
+/** A parsed JSON value: enough of JSON to read back what formatJson writes. */
+struct JsonValue {
+  enum class Kind { kNull, kBool, kNumber, kString, kArray, kObject } kind = Kind::kNull;
+  bool boolean = false;
+  double number = 0;
+  std::string text;
+  std::vector<JsonValue> items;
+  std::vector<std::pair<std::string, JsonValue>> members;
+  /** The member called key, or null when absent (or not an object). */
+  const JsonValue* find(std::string_view key) const;
+};
+/** Parses text; nullopt (with *error) when it is not one well-formed JSON value. */
+std::optional<JsonValue> parseJson(std::string_view text, std::string* error);
+
 // ---- The driver -------------------------------------------------------------------------
 
 /** One call, with buffers already laid out for its placement. */
@@ -167,6 +237,14 @@ class Backend {
   /** Every rank contributes `bytes` at mine; all receives nranks * bytes, by rank. */
   virtual bool allGather(const void* mine, void* all, size_t bytes) = 0;
   virtual bool barrier();
+  /** For --json: "loom", "mpi", "gloo"; the library's version; the algorithm it uses for
+   *  collective c ("auto" when the library picks by size). */
+  virtual std::string library() const = 0;
+  virtual std::string version() const = 0;
+  virtual std::string algorithm(Collective c) const {
+    (void)c;
+    return "auto";
+  }
   /** Where an in-place call leaves this rank's output, in elements from the start of the
    *  shared buffer: nccl-tests' layout by default; MPI's in-place reduce-scatter differs. */
   virtual size_t inPlaceOutputOffset(Collective c, const CollSizes& sizes) const;
@@ -174,7 +252,8 @@ class Backend {
 
 /** The whole benchmark on one rank: header, sweep, footer (printed by rank 0). Returns the
  *  process exit code (non-zero on errors or wrong results). */
-int runSweep(Backend& backend, const Options& options, const std::string& program);
+int runSweep(Backend& backend, const Options& options, const std::string& program,
+             const std::string& gitCommit = "unknown");
 
 // ---- Forked ranks (-N) ------------------------------------------------------------------
 

@@ -117,10 +117,21 @@ class GlooBackend : public Backend {
   int nranks() const override { return context_->size; }
 
   std::string describe() const override {
-    return "Backend: gloo " + std::to_string(GLOO_VERSION_MAJOR) + "." +
-           std::to_string(GLOO_VERSION_MINOR) + "." + std::to_string(GLOO_VERSION_PATCH) +
-           " tcp 127.0.0.1, allreduce algorithm " +
+    return "Backend: gloo " + version() + " tcp 127.0.0.1, allreduce algorithm " +
            (algorithm_.empty() ? std::string("ring") : algorithm_);
+  }
+
+  std::string library() const override { return "gloo"; }
+
+  std::string version() const override {
+    return std::to_string(GLOO_VERSION_MAJOR) + "." + std::to_string(GLOO_VERSION_MINOR) + "." +
+           std::to_string(GLOO_VERSION_PATCH);
+  }
+
+  // Only allreduce has a choice of algorithm in Gloo.
+  std::string algorithm(Collective c) const override {
+    if (c != Collective::kAllReduce) return "auto";
+    return algorithm_.empty() ? "ring" : algorithm_;
   }
 
   std::string unsupported(Collective c, loomDataType_t dtype, loomRedOp_t op) const override {
@@ -286,7 +297,7 @@ int runRank(ForkedRank& self, const Options& options, const std::string& storeDi
     gloo::rendezvous::FileStore store(storeDir);
     context->connectFullMesh(store, device);
     GlooBackend backend(std::move(context), options.algorithm);
-    return runSweep(backend, options, "loom-gloo-perf");
+    return runSweep(backend, options, "loom-gloo-perf", LOOM_GIT_COMMIT);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "loom-gloo-perf: rank %d: %s\n", self.rank(), e.what());
     return 3;

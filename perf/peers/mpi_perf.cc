@@ -72,6 +72,13 @@ class MpiBackend : public Backend {
     return "Backend: " + text.substr(0, cut);
   }
 
+  std::string library() const override { return "mpi"; }
+
+  std::string version() const override {
+    const std::string d = describe();
+    return d.substr(d.find(' ') + 1);  // "Open MPI v4.1.4"
+  }
+
   std::string unsupported(Collective c, loomDataType_t dtype, loomRedOp_t op) const override {
     if (mpiType(dtype) == MPI_DATATYPE_NULL) return "MPI has no such datatype";
     if (collectiveHasOp(c) && mpiOp(op) == MPI_OP_NULL) return "MPI has no such op";
@@ -184,7 +191,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   MpiBackend backend;
-  const int rc = runSweep(backend, options, "loom-mpi-perf");
+  const int rc = runSweep(backend, options, "loom-mpi-perf", LOOM_GIT_COMMIT);
   if (rc >= 3) MPI_Abort(MPI_COMM_WORLD, rc);  // a rank may be stuck; don't wait for it
   MPI_Finalize();
   return rc;

@@ -1,0 +1,32 @@
+// loom-perf --compare mpi,gloo: the same sweep, on the same number of ranks, run by loom and by
+// the peer baselines, merged into one table of bus bandwidth with loom's ratio to each peer.
+//
+// Each library runs as its own program (loom-perf -N, mpirun loom-mpi-perf, loom-gloo-perf -N)
+// writing --json to a temporary file; -R K repeats the round K times, the libraries taking
+// turns so that a noisy spell of the machine hits them alike, and the table shows medians.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "perf/perf_common.h"
+
+namespace loom::perf {
+
+/** One library's runs, as read back from its --json files. */
+struct LibraryRuns {
+  std::string name;         // "loom", "mpi", "gloo"
+  std::string unavailable;  // why there are no runs: not built, the collective is missing...
+  std::vector<JsonValue> runs;
+};
+
+/** Median over runs of each row's out-of-place busbw, keyed and ordered as the first library's
+ *  rows ("size type redop"); libraries[0] is loom, the rest are the peers. */
+std::string formatComparison(const std::vector<LibraryRuns>& libraries, const Options& options,
+                             int nranks);
+
+/** Runs the comparison: selfPath is this loom-perf binary, next to which the peers live.
+ *  With --json PREFIX every run's JSON is kept as PREFIX.<library>.<run>.json. */
+int runComparison(const Options& options, const std::string& selfPath);
+
+}  // namespace loom::perf

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# A multi-host testbed on one machine (root): H network namespaces ("hosts") joined through a
+# Linux bridge by veth pairs, each host's link shaped with tc (htb rate, bfifo queue: this
+# kernel has no netem), and loom-perf run with R ranks per host, exactly as on a cluster:
+# every rank is started with LOOM_RANK / LOOM_WORLD_SIZE / LOOM_ROOT, so loom sees H hosts
+# (hosts are told apart by network namespace) and uses TCP between them, shm within one.
+#
+#   sudo perf/netns-cluster.sh -H 2 -R 2 --rate 10gbit -- all_reduce -b 8 -e 64M -f 4
+#   sudo perf/netns-cluster.sh -H 4 --rate 1gbit --peers -- all_reduce -b 1K -e 16M -f 4
+#
+# Options: -H hosts (2), -R ranks per host (1), --rate RATE (tc units: 1gbit, 100mbit; default
+# 10gbit), --queue BYTES (bfifo limit per link; default 1 MB), --build DIR (CMake build folder;
+# default $LOOM_BUILD or ./build), --peers (also run loom-mpi-perf through mpirun, its ranks
+# placed in the namespaces by an rsh agent doing `ip netns exec`), --port P (bootstrap port,
+# default 29517). Arguments after -- go to loom-perf (and the peer). Hosts get 10.214.0.1..H
+# on the bridge; the bridge itself gets 10.214.0.254 in the root namespace, for mpirun's own
+# channel. Everything is torn down on exit, Ctrl-C included.
+set -euo pipefail
+
+usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+
+hosts=2 per=1 rate=10gbit queue=1000000 peers=0 port=29517
+build=${LOOM_BUILD:-$(cd "$(dirname "$0")/.." && pwd)/build}
+args=()
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    -H) hosts=$2; shift 2 ;;
+    -R) per=$2; shift 2 ;;
+    --rate) rate=$2; shift 2 ;;
+    --queue) queue=$2; shift 2 ;;
+    --build) build=$2; shift 2 ;;
+    --peers) peers=1; shift ;;
+    --port) port=$2; shift 2 ;;
+    --) shift; args=("$@"); break ;;
+    -h|--help) usage 0 ;;
+    *) echo "netns-cluster.sh: unknown argument '$1'" >&2; usage 2 ;;
+  esac
+done
+[[ $(id -u) == 0 ]] || { echo "netns-cluster.sh: needs root (network namespaces, tc)" >&2; exit 2; }
+((hosts >= 1 && hosts <= 200 && per >= 1)) || { echo "netns-cluster.sh: bad -H/-R" >&2; exit 2; }
+[[ ${#args[@]} -gt 0 ]] || args=(all_reduce -b 8 -e 1M -f 4)
+perf=$build/perf/loom-perf
+[[ -x $perf ]] || { echo "netns-cluster.sh: $perf is not built" >&2; exit 2; }
+
+# Names carry this script's pid, so two testbeds (or a crashed one's leftovers) never clash;
+# interface names stay within Linux's 15 characters.
+tag=$$
+bridge=lmbr$tag
+ns() { echo "lmh$1.$tag"; }     # host i's namespace
+inner() { echo "lmh$1"; }       # host i's end of its link, inside its namespace
+outer() { echo "lmo$1.$tag"; }  # the bridge's end
+tmp=$(mktemp -d /tmp/loom-netns.XXXXXX)
+
+pids=()
+cleanup() {
+  trap - EXIT INT TERM
+  for p in ${pids[@]+"${pids[@]}"}; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  for ((i = 0; i < hosts; i++)); do
+    # Deleting a namespace deletes its veth end, and with it the bridge's end.
+    ip netns del "$(ns $i)" 2>/dev/null || true
+  done
+  ip link del "$bridge" 2>/dev/null || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM  # runs cleanup through EXIT
+
+# Shapes egress of dev (run with `ip -n NS` prefix or none): htb at the link rate, its queue a
+# bfifo of `queue` bytes, so bursts queue and then drop as on a real switch port.
+shape() {
+  local dev=$1; shift
+  "$@" tc qdisc add dev "$dev" root handle 1: htb default 10
+  "$@" tc class add dev "$dev" parent 1: classid 1:10 htb rate "$rate" ceil "$rate"
+  "$@" tc qdisc add dev "$dev" parent 1:10 handle 10: bfifo limit "$queue"
+}
+
+ip link add "$bridge" type bridge
+ip addr add 10.214.0.254/24 dev "$bridge"
+ip link set "$bridge" up
+for ((i = 0; i < hosts; i++)); do
+  n=$(ns $i)
+  ip netns add "$n"
+  ip link add "$(outer $i)" type veth peer name "$(inner $i)"
+  ip link set "$(inner $i)" netns "$n"
+  ip link set "$(outer $i)" master "$bridge" up
+  ip -n "$n" addr add "10.214.0.$((i + 1))/24" dev "$(inner $i)"
+  ip -n "$n" link set "$(inner $i)" up
+  ip -n "$n" link set lo up
+  # Both directions of the host's link: what it sends (inside) and what it receives (bridge).
+  shape "$(inner $i)" ip netns exec "$n"
+  shape "$(outer $i)"
+done
+echo "# netns-cluster: $hosts hosts x $per ranks, links $rate, queue $queue B; bridge $bridge" >&2
+
+world=$((hosts * per))
+for ((i = 0; i < hosts; i++)); do
+  for ((l = 0; l < per; l++)); do
+    r=$((i * per + l))
+    # Rank 0 prints the table; the others' output is kept for the error report.
+    out=$tmp/rank$r.out
+    [[ $r == 0 ]] && out=/dev/stdout
+    ip netns exec "$(ns $i)" env LOOM_RANK=$r LOOM_WORLD_SIZE=$world \
+      LOOM_ROOT=10.214.0.1:$port LOOM_SOCKET_IFNAME="$(inner $i)" \
+      "$perf" "${args[@]}" >"$out" 2>"$tmp/rank$r.err" &
+    pids+=($!)
+  done
+done
+rc=0
+for ((r = 0; r < world; r++)); do
+  if ! wait "${pids[$r]}"; then
+    rc=1
+    echo "netns-cluster.sh: rank $r failed: $(tail -n 3 "$tmp/rank$r.err")" >&2
+  fi
+done
+pids=()
+
+if ((peers)); then
+  mpiperf=$build/perf/loom-mpi-perf
+  if [[ ! -x $mpiperf ]]; then
+    echo "netns-cluster.sh: --peers: $mpiperf is not built" >&2
+  else
+    # mpirun "logs in" to host h by running its daemon in namespace h: the rsh agent gets
+    # "HOST command..." and HOST is the namespace name.
+    agent=$tmp/netns-rsh
+    printf '#!/bin/sh\nns=$1; shift; exec ip netns exec "$ns" sh -c "$*"\n' >"$agent"
+    chmod +x "$agent"
+    hostlist=$(for ((i = 0; i < hosts; i++)); do printf '%s:%d,' "$(ns $i)" "$per"; done)
+    echo "# netns-cluster: Open MPI over the same links" >&2
+    mpirun --allow-run-as-root --oversubscribe --mca plm_rsh_agent "$agent" \
+      --mca btl tcp,self --mca btl_tcp_if_include 10.214.0.0/24 \
+      --mca oob_tcp_if_include 10.214.0.0/24 -H "${hostlist%,}" -np "$world" \
+      "$mpiperf" "${args[@]}" || rc=1
+  fi
+fi
+exit $rc

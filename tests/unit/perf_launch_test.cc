@@ -1,0 +1,237 @@
+// loom-perf end to end (the built binary, run as a subprocess): the -N launcher with 1-4
+// ranks, the --json schema, -c catching a corrupted result, and a 2-host run through
+// perf/netns-cluster.sh where root is available. Also the JSON/CSV writers, the JSON reader,
+// -a's aggregation and --compare's merged table, in process.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "perf/compare.h"
+#include "perf/perf_common.h"
+
+namespace loom::perf {
+namespace {
+
+struct Result {
+  int status = -1;
+  std::string out;
+};
+
+// Runs a shell command, capturing stdout (stderr goes to the test log).
+Result runCommand(const std::string& command) {
+  Result r;
+  FILE* p = popen(command.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) r.out.append(buf, n);
+  const int status = pclose(p);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  return r;
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string tempPath(const std::string& name) {
+  return "/tmp/loom-perf-test." + std::to_string(getpid()) + "." + name;
+}
+
+#ifdef LOOM_PERF_BINARY
+// Checks what every --json file must hold, whatever the library.
+void expectSchema(const JsonValue& j, int ranks, size_t rows) {
+  for (const char* key : {"schema", "program", "library", "version", "git_commit", "backend",
+                          "collective", "ranks", "hosts", "options", "env", "rows",
+                          "wrong_total", "avg_busbw_gbs"}) {
+    EXPECT_NE(j.find(key), nullptr) << key;
+  }
+  ASSERT_NE(j.find("rows"), nullptr);
+  EXPECT_EQ(j.find("schema")->text, "loom-perf/1");
+  EXPECT_EQ(j.find("ranks")->number, ranks);
+  ASSERT_EQ(j.find("rows")->items.size(), rows);
+  for (const JsonValue& row : j.find("rows")->items) {
+    for (const char* key : {"size", "count", "type", "redop", "root", "algorithm"}) {
+      EXPECT_NE(row.find(key), nullptr) << key;
+    }
+    for (const char* place : {"out_of_place", "in_place"}) {
+      const JsonValue* m = row.find(place);
+      ASSERT_NE(m, nullptr) << place;
+      for (const char* key : {"time_us", "algbw_gbs", "busbw_gbs", "wrong"}) {
+        EXPECT_NE(m->find(key), nullptr) << place << "." << key;
+      }
+    }
+  }
+}
+
+TEST(PerfLaunch, ForksOneToFourRanksAndWritesJson) {
+  for (int n = 1; n <= 4; ++n) {
+    const std::string json = tempPath("launch.json");
+    const Result r = runCommand(std::string("LOOM_TIMEOUT_MS=60000 ") + LOOM_PERF_BINARY +
+                                " all_reduce -b 8 -e 4K -f 8 -n 3 -w 1 -A ring -N " +
+                                std::to_string(n) + " --json " + json);
+    ASSERT_EQ(r.status, 0) << r.out;
+    // 8, 64, 512, 4096: one table row each, and the footer.
+    EXPECT_NE(r.out.find("# Out of bounds values : 0 OK"), std::string::npos) << r.out;
+    std::string error;
+    const std::optional<JsonValue> j = parseJson(readFile(json), &error);
+    ASSERT_TRUE(j) << error;
+    expectSchema(*j, n, 4);
+    EXPECT_EQ(j->find("library")->text, "loom");
+    EXPECT_EQ(j->find("hosts")->number, 1);
+    EXPECT_EQ(j->find("env")->find("LOOM_TIMEOUT_MS")->text, "60000");
+    EXPECT_EQ(j->find("rows")->items[0].find("algorithm")->text, "ring");
+    EXPECT_EQ(j->find("wrong_total")->number, 0);
+    std::remove(json.c_str());
+  }
+}
+
+TEST(PerfLaunch, CheckCatchesACorruptedResult) {
+  const std::string json = tempPath("corrupt.json");
+  const Result r = runCommand(std::string(LOOM_PERF_BINARY) +
+                              " all_reduce -b 1K -e 1K -n 2 -w 1 -N 2 --inject_error --json " +
+                              json);
+  EXPECT_EQ(r.status, 1) << r.out;  // wrong results: exit 1, as nccl-tests
+  EXPECT_NE(r.out.find("FAILED"), std::string::npos) << r.out;
+  std::string error;
+  const std::optional<JsonValue> j = parseJson(readFile(json), &error);
+  ASSERT_TRUE(j) << error;
+  EXPECT_EQ(j->find("wrong_total")->number, 2);  // one element, out of place and in place
+  std::remove(json.c_str());
+}
+
+TEST(PerfLaunch, TwoHostsThroughNetnsCluster) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to create network namespaces";
+  if (system("ip -V > /dev/null 2>&1 && tc -V > /dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "needs iproute2 (ip, tc)";
+  }
+  // The build folder is two levels above the binary (BUILD/perf/loom-perf).
+  std::string build = LOOM_PERF_BINARY;
+  build = build.substr(0, build.rfind('/'));
+  build = build.substr(0, build.rfind('/'));
+  const std::string json = tempPath("netns.json");
+  const Result r = runCommand(std::string(LOOM_SOURCE_DIR) + "/perf/netns-cluster.sh --build " +
+                              build + " -H 2 -R 1 --rate 1gbit --port " +
+                              std::to_string(20000 + getpid() % 20000) +
+                              " -- all_reduce -b 8 -e 4K -f 8 -n 2 -w 1 --json " + json);
+  if (r.status != 0 && r.out.find("Using ranks") == std::string::npos) {
+    GTEST_SKIP() << "could not build the testbed (no CAP_NET_ADMIN?): " << r.out;
+  }
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::string error;
+  const std::optional<JsonValue> j = parseJson(readFile(json), &error);
+  ASSERT_TRUE(j) << error;
+  expectSchema(*j, 2, 4);
+  EXPECT_EQ(j->find("hosts")->number, 2);  // namespaces are hosts
+  std::remove(json.c_str());
+}
+#endif  // LOOM_PERF_BINARY
+
+TEST(PerfJson, WritesWhatItsReaderParses) {
+  RunMetadata meta{"loom-perf", "loom", "0.1.0", "abc123", "Backend: \"q\"\n",
+                   Collective::kReduceScatter, 4, 2, {{"LOOM_ALGO", "a=b,c"}}};
+  Options o;
+  o.check = false;
+  ResultRow row;
+  row.bytes = 4096;
+  row.count = 256;
+  row.algorithm = "ring";
+  row.outOfPlace = makeMeasurement(Collective::kReduceScatter, 4096, 4, 10.0, -1);
+  row.inPlace = makeMeasurement(Collective::kReduceScatter, 4096, 4, 20.0, -1);
+  std::string error;
+  const std::optional<JsonValue> j = parseJson(formatJson(meta, o, {row, row}, 0, 1.5), &error);
+  ASSERT_TRUE(j) << error;
+  EXPECT_EQ(j->find("backend")->text, "Backend: \"q\"\n");
+  EXPECT_EQ(j->find("env")->find("LOOM_ALGO")->text, "a=b,c");
+  EXPECT_EQ(j->find("wrong_total")->kind, JsonValue::Kind::kNull);
+  const JsonValue& r0 = j->find("rows")->items.at(1);
+  EXPECT_EQ(r0.find("size")->number, 4096);
+  // busbw = size / time * (n-1)/n, kept at full precision.
+  EXPECT_DOUBLE_EQ(r0.find("out_of_place")->find("busbw_gbs")->number, 4096 / 10e3 * 0.75);
+  EXPECT_EQ(r0.find("in_place")->find("wrong")->kind, JsonValue::Kind::kNull);
+  // CSV: a header and one line per row, the same number of fields in each (quoted env).
+  const std::string csv = formatCsv(meta, {row});
+  EXPECT_EQ(csv.substr(0, 8), "library,");
+  EXPECT_NE(csv.find(",\"LOOM_ALGO=a=b,c\"\n"), std::string::npos) << csv;
+  EXPECT_FALSE(parseJson("{\"a\": [1, 2,]}", &error));
+  EXPECT_FALSE(parseJson("{} x", &error));
+}
+
+TEST(PerfOptions, AggregatesRankTimesAsNcclTestsA) {
+  const std::vector<double> t = {4, 1, 7};
+  EXPECT_EQ(aggregateTimes(Aggregate::kRank0, t), 4);
+  EXPECT_EQ(aggregateTimes(Aggregate::kAvg, t), 4);
+  EXPECT_EQ(aggregateTimes(Aggregate::kMin, t), 1);
+  EXPECT_EQ(aggregateTimes(Aggregate::kMax, t), 7);
+  Options o;
+  EXPECT_EQ(o.average, Aggregate::kAvg);  // nccl-tests' default
+}
+
+TEST(PerfOptions, SweepArgsRoundTrip) {
+  const char* argv[] = {"x", "broadcast", "-b", "1K", "-e", "1M", "-f", "2", "-r", "1", "-a",
+                        "3", "-z", "1", "-d", "all", "-c", "0", "--compare", "mpi,gloo", "-R",
+                        "5", "--sim"};
+  Options o;
+  std::string error;
+  ASSERT_TRUE(parseOptions(23, const_cast<char**>(argv), &o, &error)) << error;
+  EXPECT_EQ(o.compare, (std::vector<std::string>{"mpi", "gloo"}));
+  EXPECT_EQ(o.repeats, 5);
+  EXPECT_TRUE(o.sim && o.allDtypes && !o.check);
+  std::vector<std::string> args = sweepArgs(o);
+  args.insert(args.begin(), "x");
+  std::vector<char*> ptrs;
+  for (std::string& a : args) ptrs.push_back(a.data());
+  Options back;
+  ASSERT_TRUE(parseOptions(int(ptrs.size()), ptrs.data(), &back, &error)) << error;
+  EXPECT_EQ(back.collective, Collective::kBroadcast);
+  EXPECT_EQ(back.minBytes, 1024u);
+  EXPECT_EQ(back.stepFactor, 2);
+  EXPECT_EQ(back.root, 1);
+  EXPECT_EQ(back.average, Aggregate::kMax);
+  EXPECT_EQ(back.blocking, 1);
+  EXPECT_TRUE(back.allDtypes);
+  EXPECT_TRUE(back.compare.empty());
+  const char* bad[] = {"x", "all_reduce", "--compare", "nccl"};
+  EXPECT_FALSE(parseOptions(4, const_cast<char**>(bad), &o, &error));
+}
+
+TEST(PerfCompare, TableShowsMediansRatiosAndMissingPeers) {
+  const auto run = [](double busBw) {
+    std::string error;
+    return *parseJson("{\"rows\": [{\"size\": 1024, \"type\": \"float\", \"redop\": \"sum\", "
+                      "\"out_of_place\": {\"busbw_gbs\": " + std::to_string(busBw) + "}}]}",
+                      &error);
+  };
+  std::vector<LibraryRuns> libs(3);
+  libs[0] = {"loom", "", {run(4), run(100), run(6)}};  // median 6, whatever the outlier
+  libs[1] = {"mpi", "", {run(3), run(3), run(2)}};
+  libs[2] = {"gloo", "gloo: reduce_scatter: not in Gloo's collective API", {}};
+  Options o;
+  o.repeats = 3;
+  const std::string t = formatComparison(libs, o, 4);
+  EXPECT_NE(t.find("median of 3 runs"), std::string::npos) << t;
+  EXPECT_NE(t.find("# gloo: gloo: reduce_scatter: not in Gloo's collective API"),
+            std::string::npos) << t;
+  std::string row;
+  std::istringstream lines(t);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("1024") != std::string::npos) row = line;
+  }
+  std::istringstream f(row);
+  std::vector<std::string> cells;
+  for (std::string c; f >> c;) cells.push_back(c);
+  EXPECT_EQ(cells, (std::vector<std::string>{"1024", "float", "sum", "6", "3", "2.00", "n/a",
+                                             "n/a"}));
+}
+
+}  // namespace
+}  // namespace loom::perf
