@@ -3,6 +3,9 @@
 
 #include <algorithm>
 
+#include "collectives/builders_exchange.h"
+#include "collectives/builders_reduce.h"
+
 namespace loom::collectives {
 
 namespace {
@@ -19,7 +22,28 @@ const Builder kBuilders[] = {
     {Collective::AlltoAllv, "pairwise", buildPairwiseAlltoAllv},
     {Collective::SendRecv, "p2p", nullptr},
     // Allreduce, allgather and reduce-scatter families (tree, halving-doubling, torus, ...).
+    {Collective::AllReduce, "tree", buildTreeAllReduce},
+    {Collective::AllReduce, "rhd", buildRhdAllReduce},
+    {Collective::AllReduce, "rd", buildRdAllReduce},
+    {Collective::AllReduce, "torus", buildTorusAllReduce, refuseTorus},
+    {Collective::AllReduce, "hierarchical", buildHierarchicalAllReduce, refuseHierarchical},
+    {Collective::AllGather, "rd", buildRdAllGather},
+    {Collective::AllGather, "bruck", buildBruckAllGather},
+    {Collective::AllGather, "hierarchical", buildHierarchicalAllGather, refuseHierarchical},
+    {Collective::ReduceScatter, "rh", buildRhReduceScatter},
+    {Collective::ReduceScatter, "hierarchical", buildHierarchicalReduceScatter,
+     refuseHierarchical},
     // Alltoall, broadcast and reduce families (bruck, incast-aware, trees, ...).
+    {Collective::AlltoAll, "xor", buildXorAlltoAll},
+    {Collective::AlltoAll, "bruck", buildBruckAlltoAll},
+    {Collective::AlltoAll, "hierarchical", buildHierarchicalAlltoAll, refuseHierarchicalAlltoAll},
+    {Collective::AlltoAll, "incast", buildIncastAlltoAll, refuseIncast},
+    {Collective::AlltoAllv, "xor", buildXorAlltoAllv},
+    {Collective::AlltoAllv, "incast", buildIncastAlltoAllv, refuseIncast},
+    {Collective::Broadcast, "tree", buildTreeBroadcast},
+    {Collective::Broadcast, "scatter_allgather", buildScatterAllgatherBroadcast},
+    {Collective::Reduce, "tree", buildTreeReduce},
+    {Collective::Reduce, "rsag", buildRsagReduce},
 };
 
 }  // namespace
@@ -41,10 +65,40 @@ const Builder* findBuilder(Collective c, std::string_view name) {
   return nullptr;
 }
 
-// Each collective has one builder so far; the first registered is its default. The tuner
-// replaces this choice once it can cost the alternatives.
+// Until the tuner costs every candidate on the real topology, a size and rank-count rule:
+// latency-bound calls take the algorithms with the fewest rounds (log N instead of N), larger
+// ones the bandwidth-optimal ring/chain/pairwise, and hierarchical plans serve several equal
+// hosts. Thresholds are in bytes per rank buffer, where the measured crossover sits on one host.
 const Builder& defaultBuilder(const CollArgs& a) {
-  for (const Builder& b : kBuilders) {
+  constexpr uint64_t kSmallBytes = 16 << 10;
+  uint64_t bytes = a.count * a.elemSize;
+  const char* name = nullptr;
+  bool severalHosts = false;
+  for (int32_t h : a.hostOf) severalHosts = severalHosts || h != 0;
+  switch (a.coll) {
+    case Collective::AllReduce:
+      if (a.nranks >= 2 && bytes <= kSmallBytes) name = "rd";
+      else if (severalHosts && !refuseHierarchical(a).size()) name = "hierarchical";
+      break;
+    case Collective::AllGather:
+      if (a.nranks > 2 && bytes * uint64_t(a.nranks) <= kSmallBytes) name = "bruck";
+      break;
+    case Collective::AlltoAll:
+      if (a.nranks > 2 && bytes * uint64_t(a.nranks) <= kSmallBytes) name = "bruck";
+      break;
+    case Collective::Broadcast:
+      if (a.nranks > 3 && bytes <= kSmallBytes) name = "tree";
+      break;
+    case Collective::Reduce:
+      if (a.nranks > 3 && bytes <= kSmallBytes) name = "tree";
+      break;
+    default:
+      break;
+  }
+  if (name != nullptr) {
+    if (const Builder* b = findBuilder(a.coll, name)) return *b;
+  }
+  for (const Builder& b : kBuilders) {  // the first registered: ring, chain, pairwise, p2p
     if (b.coll == a.coll) return b;
   }
   return kBuilders[0];  // unreachable: every collective has a builder

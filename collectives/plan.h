@@ -81,6 +81,8 @@ struct CollArgs {
   int torusX = 0, torusY = 0;
   // Alltoall: the most senders any receiver has at once (incast-aware scheduling).
   int fanIn = 1;
+  // Bytes per element: plans are in elements, but choosing an algorithm depends on bytes.
+  uint32_t elemSize = 4;
   // Alltoallv, this rank's view, in elements (size nranks each).
   std::vector<uint64_t> sendCounts, sendDispls, recvCounts, recvDispls;
 };

@@ -79,6 +79,12 @@ class Root {
         return;
       }
       admit(fd);
+      if (!fatal_.empty()) {
+        // A rank with a different communicator size: nobody can succeed; say why at once
+        // instead of letting the others wait for their deadline.
+        broadcastAbort(fatal_);
+        return;
+      }
     }
     // Phase 2: relay gathers and aborts until every rank has left.
     while (active_ > 0) {
@@ -116,6 +122,10 @@ class Root {
     else if (h.rank < 0 || h.rank >= nranks_) reply = kBadRank;
     else if (fds_[h.rank] >= 0 || joined_ >= nranks_) reply = kDuplicateRank;
     net::sendAll(fd, &reply, 1, Deadline(5000)).ignore();
+    if (reply == kWrongSize)
+      fatal_ = strprintf("bootstrap: a rank joined with nranks=%d, which differs from this "
+                         "communicator's %d",
+                         h.nranks, nranks_);
     if (reply != kAccepted) {
       LOOM_WARN("BOOT", "bootstrap root: refused rank %d of %d (communicator has %d ranks): %s",
                 h.rank, h.nranks, nranks_,
@@ -187,6 +197,7 @@ class Root {
   }
 
   int listenFd_;
+  std::string fatal_;  // set when the job cannot succeed (mismatched sizes)
   unsigned char secret_[16];
   int nranks_ = -1;
   int joined_ = 0;
@@ -286,7 +297,18 @@ Status Bootstrap::readMessage(uint32_t* type, std::string* payload, const Deadli
 Status Bootstrap::allgather(const std::string& mine, std::vector<std::string>* all,
                             const Deadline& deadline) {
   if (!abortReason_.empty()) return Status(loomRemoteError, abortReason_);
-  LOOM_TRY(sendMessage(fd_, kGather, mine, deadline));
+  Status sent = sendMessage(fd_, kGather, mine, deadline);
+  if (!sent.isOk()) {
+    // The root may have closed after telling us why: prefer its reason to "broken pipe".
+    uint32_t type = 0;
+    std::string payload;
+    if (recvMessage(fd_, &type, &payload, Deadline(1000)).isOk() && type == kAbort)
+      abortReason_ = "aborted by a peer: " + payload;
+    else
+      abortReason_ = "lost the connection to the bootstrap root (the process that created the "
+                     "unique id died?)";
+    return Status(loomRemoteError, abortReason_);
+  }
   for (;;) {
     uint32_t type = 0;
     std::string payload;

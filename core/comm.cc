@@ -277,6 +277,7 @@ Status Comm::runCollective(CallDesc call) {
   a.torusX = torusX_;
   a.torusY = torusY_;
   a.fanIn = fanIn_;
+  a.elemSize = uint32_t(dtypeSize(call.dtype));
   const collectives::Builder* builder = nullptr;
   LOOM_TRY(chooseBuilder(a, &builder));
   size_t es = dtypeSize(call.dtype);

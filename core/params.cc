@@ -69,7 +69,9 @@ struct Cache {
 };
 
 Cache& cache() {
-  static Cache c;
+  // Never destroyed: detached bootstrap root threads may still read parameters while the
+  // process runs its exit-time destructors.
+  static Cache& c = *new Cache;
   std::lock_guard<std::mutex> g(c.mutex);
   if (!c.loaded) {
     c.values.clear();

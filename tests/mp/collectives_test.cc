@@ -7,9 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "core/status.h"
 #include "loom/loom.h"
 #include "tests/support/comm_harness.h"
 #include "tests/support/fork_ranks.h"
+#include "tests/support/rank_sets.h"
 #include "tests/support/values.h"
 
 namespace loom::testing {
@@ -26,18 +28,8 @@ using Result = std::string;
 
 #define CASE_CHECK(cond, ...)                                  \
   do {                                                         \
-    if (!(cond)) return what + ": " + strprintf_(__VA_ARGS__); \
+    if (!(cond)) return what + ": " + strprintf(__VA_ARGS__); \
   } while (0)
-
-std::string strprintf_(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-std::string strprintf_(const char* fmt, ...) {
-  char buf[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof(buf), fmt, ap);
-  va_end(ap);
-  return buf;
-}
 
 struct Case {
   loomDataType_t t;
@@ -48,7 +40,7 @@ struct Case {
 };
 
 std::string describe(const char* coll, const Case& c) {
-  return strprintf_("%s %s %s count %llu %s root %d", coll, typeName(c.t), opNameOf(c.op),
+  return strprintf("%s %s %s count %llu %s root %d", coll, typeName(c.t), opNameOf(c.op),
                     (unsigned long long)c.count, c.inPlace ? "in-place" : "out-of-place",
                     c.root);
 }
@@ -258,14 +250,7 @@ int runMatrix(RankContext& ctx, const char* transport, bool large) {
   return failures == 0 ? 0 : 1;
 }
 
-struct Params {
-  int nranks;
-  const char* transport;
-};
-
-void PrintTo(const Params& p, std::ostream* os) { *os << p.transport << " x" << p.nranks; }
-
-class Collectives : public ::testing::TestWithParam<Params> {};
+class Collectives : public ::testing::TestWithParam<RankSet> {};
 
 TEST_P(Collectives, EveryTypeOpAndSmallCount) {
   auto p = GetParam();
@@ -285,12 +270,10 @@ TEST_P(Collectives, SixtyFourMiB) {
 
 INSTANTIATE_TEST_SUITE_P(
     Ranks, Collectives,
-    ::testing::Values(Params{1, "shm"}, Params{2, "shm"}, Params{3, "shm"}, Params{4, "shm"},
-                      Params{8, "shm"}, Params{2, "tcp"}, Params{3, "tcp"}, Params{4, "tcp"},
-                      Params{8, "tcp"}),
-    [](const ::testing::TestParamInfo<Params>& info) {
-      return std::string(info.param.transport) + std::to_string(info.param.nranks);
-    });
+    ::testing::Values(RankSet{1, "shm"}, RankSet{2, "shm"}, RankSet{3, "shm"}, RankSet{4, "shm"},
+                      RankSet{8, "shm"}, RankSet{2, "tcp"}, RankSet{3, "tcp"}, RankSet{4, "tcp"},
+                      RankSet{8, "tcp"}),
+    rankSetName);
 
 }  // namespace
 }  // namespace loom::testing

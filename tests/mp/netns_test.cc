@@ -13,58 +13,17 @@
 #include "loom/loom.h"
 #include "tests/support/comm_harness.h"
 #include "tests/support/fork_ranks.h"
+#include "tests/support/two_hosts.h"
 #include "tests/support/values.h"
 
 namespace loom::testing {
 namespace {
 
-// Two namespaces "lmA<pid>" and "lmB<pid>" with a veth pair between them. The addresses live
-// only inside these namespaces; nothing leaves the machine.
-class TwoHosts : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (geteuid() != 0) GTEST_SKIP() << "needs root to create network namespaces";
-    if (system("ip -V > /dev/null 2>&1") != 0) GTEST_SKIP() << "needs iproute2 (ip)";
-    std::string id = std::to_string(getpid() % 100000);
-    a_ = "lmA" + id, b_ = "lmB" + id;
-    subnet_ = "10.213." + std::to_string(getpid() % 250) + ".";
-    std::string va = "va" + id, vb = "vb" + id;
-    std::string script =
-        "set -e; ip netns add " + a_ + "; ip netns add " + b_ + "; ip link add " + va +
-        " type veth peer name " + vb + "; ip link set " + va + " netns " + a_ +
-        "; ip link set " + vb + " netns " + b_ + "; ip -n " + a_ + " addr add " + subnet_ +
-        "1/24 dev " + va + "; ip -n " + b_ + " addr add " + subnet_ + "2/24 dev " + vb +
-        "; ip -n " + a_ + " link set " + va + " up; ip -n " + b_ + " link set " + vb +
-        " up; ip -n " + a_ + " link set lo up; ip -n " + b_ + " link set lo up";
-    if (system(("(" + script + ") > /tmp/loom-netns.log 2>&1").c_str()) != 0) {
-      TearDown();
-      GTEST_SKIP() << "could not create network namespaces (see /tmp/loom-netns.log); a "
-                      "container without CAP_NET_ADMIN?";
-    }
-    created_ = true;
-  }
-  void TearDown() override {
-    if (a_.empty()) return;
-    // Deleting a namespace removes its end of the veth pair, and with it the other end.
-    system(("ip netns del " + a_ + " 2>/dev/null; ip netns del " + b_ + " 2>/dev/null").c_str());
-  }
-
-  // Moves the calling (forked) rank into host h's namespace and points loom at its veth.
-  static int enter(const std::string& ns) {
-    int fd = open(("/var/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) return -1;
-    close(fd);
-    setenv("LOOM_SOCKET_IFNAME", "v", 1);  // the veth ("va…"/"vb…"), not loopback
-    return 0;
-  }
-
-  std::string a_, b_, subnet_;
-  bool created_ = false;
-};
+using TwoHosts = TwoHostsTest;
 
 TEST_F(TwoHosts, ShmInsideTcpAcrossEveryCollective) {
   const int n = 4;  // ranks 0,1 on host A; 2,3 on host B
-  std::string a = a_, b = b_;
+  std::string a = hostA_, b = hostB_;
   auto results = runRanks(n, [&](RankContext& ctx) {
     RANK_CHECK(enter(ctx.rank() < 2 ? a : b) == 0, "setns failed");
     loomComm_t comm = nullptr;

@@ -1,6 +1,7 @@
 #include "tests/support/verifier.h"
 
 #include <algorithm>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <optional>
@@ -345,10 +346,16 @@ class Verifier {
 
   VerifyResult run() {
     if (checkArgs() && layOutBuffers() && checkSteps() && matchMessages() && buildDependencies() &&
-        execute() && checkResults()) {
+        execute() && checkResults() && measureFanIn()) {
       result_.ok = true;
     }
     return std::move(result_);
+  }
+
+  // Asks run() to measure fan-in, ignoring messages of at most controlElements elements.
+  void measureFanInToo(uint64_t controlElements) {
+    fanIn_ = true;
+    controlElements_ = controlElements;
   }
 
  private:
@@ -800,6 +807,7 @@ class Verifier {
 
   uint32_t complete(uint32_t id, std::vector<uint32_t>& todo) {
     done_[id] = 1;
+    order_.push_back(id);
     for (uint32_t e = depStart_[id]; e < depStart_[id + 1]; ++e) {
       const uint32_t d = depTargets_[e];
       level_[d] = std::max(level_[d], level_[id]);
@@ -931,6 +939,91 @@ class Verifier {
     return std::nullopt;
   }
 
+  // ---- Fan-in ----
+
+  // For each receiver, the data messages into it and, for each, the set of them that complete
+  // before its Send may start (propagated along the completion order, which is topological);
+  // then the largest antichain of that order, as M minus a maximum matching (Kuhn).
+  bool measureFanIn() {
+    if (!fanIn_) return true;
+    std::vector<std::vector<uint32_t>> into(static_cast<size_t>(n_));  // Send ids, per receiver
+    for (uint32_t id = 0; id < stepCount_; ++id) {
+      const Step& s = step(id);
+      if (s.kind == StepKind::Send && s.src.count > controlElements_) {
+        into[size_t(rankOf(partner_[id]))].push_back(id);
+      }
+    }
+    std::vector<uint32_t> message(stepCount_, UINT32_MAX);
+    std::vector<uint64_t> before;
+    std::vector<uint8_t> seen;
+    for (int r = 0; r < n_; ++r) {
+      const auto& sends = into[size_t(r)];
+      const size_t m = sends.size(), words = (m + 63) / 64;
+      if (m <= result_.maxFanIn) continue;
+      for (size_t i = 0; i < m; ++i) message[sends[i]] = uint32_t(i);
+      before.assign(size_t(stepCount_) * words, 0);
+      seen.assign(stepCount_, 0);
+      std::vector<std::vector<uint64_t>> past(m);
+      auto set = [&](uint32_t id) { return before.data() + size_t(id) * words; };
+      auto propagate = [&](uint32_t id, const uint64_t* bits) {
+        for (uint32_t e = depStart_[id]; e < depStart_[id + 1]; ++e) {
+          uint64_t* d = set(depTargets_[e]);
+          for (size_t w = 0; w < words; ++w) d[w] |= bits[w];
+        }
+      };
+      std::vector<uint64_t> after(words);
+      for (uint32_t id : order_) {
+        if (seen[id]) continue;
+        seen[id] = 1;
+        if (!isComm(step(id).kind)) {
+          propagate(id, set(id));
+          continue;
+        }
+        const uint32_t other = partner_[id];
+        seen[other] = 1;
+        const uint32_t send = step(id).kind == StepKind::Send ? id : other;
+        for (size_t w = 0; w < words; ++w) after[w] = set(id)[w] | set(other)[w];
+        if (message[send] != UINT32_MAX && rankOf(partner_[send]) == r) {
+          past[message[send]].assign(set(send), set(send) + words);
+          after[message[send] / 64] |= uint64_t(1) << (message[send] % 64);
+        }
+        propagate(id, after.data());
+        propagate(other, after.data());
+      }
+      for (uint32_t id : sends) message[id] = UINT32_MAX;
+      const uint64_t antichain = m - maxMatching(past);
+      if (antichain > result_.maxFanIn) {
+        result_.maxFanIn = antichain;
+        result_.fanInRank = r;
+      }
+    }
+    return true;
+  }
+
+  // A maximum matching of i → j (i completes before j starts), bit i of past[j].
+  static size_t maxMatching(const std::vector<std::vector<uint64_t>>& past) {
+    const size_t m = past.size();
+    std::vector<int> matchOf(m, -1);  // j → the i matched to it
+    std::vector<uint8_t> visited;
+    std::function<bool(size_t)> augment = [&](size_t i) {
+      for (size_t j = 0; j < m; ++j) {
+        if (visited[j] || !(past[j][i / 64] >> (i % 64) & 1)) continue;
+        visited[j] = 1;
+        if (matchOf[j] < 0 || augment(size_t(matchOf[j]))) {
+          matchOf[j] = int(i);
+          return true;
+        }
+      }
+      return false;
+    };
+    size_t matched = 0;
+    for (size_t i = 0; i < m; ++i) {
+      visited.assign(m, 0);
+      if (augment(i)) ++matched;
+    }
+    return matched;
+  }
+
   // ---- Postconditions ----
 
   bool checkResults() {
@@ -1054,6 +1147,9 @@ class Verifier {
   std::vector<uint8_t> done_, ready_;
   std::vector<uint32_t> level_;  // messages on the longest chain that ends here
   std::vector<Run> bufA_, bufB_, out_;
+  std::vector<uint32_t> order_;  // steps in the order they completed
+  bool fanIn_ = false;
+  uint64_t controlElements_ = 0;
 };
 
 }  // namespace
@@ -1078,6 +1174,21 @@ VerifyResult verifyBuilder(const collectives::Builder& b, const std::vector<Coll
 
 VerifyResult verifyBuilder(const collectives::Builder& b, const CollArgs& a, bool inPlace) {
   return verifyBuilder(b, std::vector<CollArgs>(size_t(a.nranks), a), inPlace);
+}
+
+VerifyResult verifyPlansFanIn(const std::vector<CollArgs>& args,
+                              const std::vector<RankPlan>& plans, uint64_t controlElements) {
+  Verifier v(&args, nullptr, plans, false);
+  v.measureFanInToo(controlElements);
+  return v.run();
+}
+
+VerifyResult verifyBuilderFanIn(const collectives::Builder& b, const std::vector<CollArgs>& args,
+                                uint64_t controlElements) {
+  std::vector<RankPlan> plans;
+  plans.reserve(args.size());
+  for (size_t r = 0; r < args.size(); ++r) plans.push_back(b.build(args[r], int(r)));
+  return verifyPlansFanIn(args, plans, controlElements);
 }
 
 VerifyResult verifyP2P(const std::vector<std::vector<P2POp>>& ops) {

@@ -49,6 +49,10 @@ struct VerifyResult {
   std::string message;             // on failure: what went wrong and where
   std::vector<RankCounts> counts;  // per rank; filled whenever the plans are well formed
   uint64_t rounds = 0;             // the longest chain of messages that follow one another
+  // Filled only by the *FanIn functions: the most data messages into one rank that can be in
+  // flight at once (see verifyPlansFanIn), and the first rank that has that many.
+  uint64_t maxFanIn = 0;
+  int fanInRank = -1;
 };
 
 // Verifies one collective call: args[r] and plans[r] are rank r's (args differ between ranks
@@ -70,6 +74,20 @@ VerifyResult verifyBuilder(const collectives::Builder& b, const collectives::Col
                            bool inPlace);
 // Builds every rank's plan with buildP2P and verifies them.
 VerifyResult verifyP2P(const std::vector<std::vector<collectives::P2POp>>& ops);
+
+// As verifyPlans / verifyBuilder, and also measures fan-in: for every rank R, the largest set
+// of messages into R of which none must complete before another one's Send may start under the
+// execution semantics above (a maximum antichain of the happens-before order, by Dilworth's
+// theorem M − a maximum matching). Those messages may all be in flight into R at once; an
+// incast-aware plan keeps that at most its fanIn. Messages of at most controlElements elements
+// (tokens that carry no data) are not counted. Costs O(steps · N · M/64) on top of verifying,
+// so it is meant for N up to a few hundred.
+VerifyResult verifyPlansFanIn(const std::vector<collectives::CollArgs>& args,
+                              const std::vector<collectives::RankPlan>& plans,
+                              uint64_t controlElements = 1);
+VerifyResult verifyBuilderFanIn(const collectives::Builder& b,
+                                const std::vector<collectives::CollArgs>& args,
+                                uint64_t controlElements = 1);
 
 // For EXPECT_TRUE(verified(result)): prints the verifier's message on failure.
 inline ::testing::AssertionResult verified(const VerifyResult& r) {

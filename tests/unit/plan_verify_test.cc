@@ -16,6 +16,7 @@
 
 #include "collectives/builders.h"
 #include "collectives/plan.h"
+#include "tests/support/plan_test_util.h"
 #include "tests/support/verifier.h"
 
 namespace loom::test {
@@ -28,15 +29,6 @@ constexpr uint64_t kPrimeCount = 1009;
 constexpr uint64_t kLargeCount = uint64_t(1) << 20;
 constexpr int kLaneHints[] = {1, 2, 4};
 
-CollArgs makeArgs(Collective coll, int n, uint64_t count, int lanes = 1, int root = 0) {
-  CollArgs a;
-  a.coll = coll;
-  a.nranks = n;
-  a.count = count;
-  a.lanes = lanes;
-  a.root = root;
-  return a;
-}
 
 // The counts every builder must handle: none, one, fewer than ranks, exactly N, odd, prime and
 // large (cheap to verify, since the verifier stores runs of elements).
@@ -71,27 +63,6 @@ const Builder& builder(Collective c, const char* name) {
   return *b;
 }
 
-// Runs check(i) for i in [0, jobs) on every core; the verifier and the builders are pure, so
-// the cases are independent. Returns the failure of the lowest failing case, or "".
-std::string forEachParallel(size_t jobs, const std::function<std::string(size_t)>& check) {
-  std::atomic<size_t> next{0};
-  std::mutex mu;
-  size_t firstFailed = jobs;
-  std::string failure;
-  auto worker = [&] {
-    for (size_t i; (i = next++) < jobs;) {
-      std::string error = check(i);
-      if (error.empty()) continue;
-      std::lock_guard<std::mutex> lock(mu);
-      if (i < firstFailed) firstFailed = i, failure = std::move(error);
-    }
-  };
-  std::vector<std::thread> threads(std::max(1u, std::thread::hardware_concurrency()) - 1);
-  for (auto& t : threads) t = std::thread(worker);
-  worker();
-  for (auto& t : threads) t.join();
-  return failure;
-}
 
 // Verifies builder `name` of collective c for every N up to maxRanks, every count of
 // countsFor, every lane hint, both placements and every root. A lane hint that yields the
@@ -419,10 +390,12 @@ TEST(PlanVerify, ScalesToAThousandRanks) {
 // ---- Registry and buffer sizes ----------------------------------------------------------------
 
 TEST(PlanBuilders, Registry) {
-  EXPECT_EQ(builderNames(Collective::AllReduce), std::vector<std::string_view>{"ring"});
-  EXPECT_EQ(builderNames(Collective::Broadcast), std::vector<std::string_view>{"chain"});
-  EXPECT_EQ(builderNames(Collective::AlltoAllv), std::vector<std::string_view>{"pairwise"});
+  // The foundation's builder comes first in each collective's list (loom-info's order).
+  EXPECT_EQ(builderNames(Collective::AllReduce).front(), "ring");
+  EXPECT_EQ(builderNames(Collective::Broadcast).front(), "chain");
+  EXPECT_EQ(builderNames(Collective::AlltoAllv).front(), "pairwise");
   EXPECT_EQ(findBuilder(Collective::AllReduce, "chain"), nullptr);
+  EXPECT_EQ(findBuilder(Collective::AllReduce, "no-such-algorithm"), nullptr);
   ASSERT_NE(findBuilder(Collective::Reduce, "chain"), nullptr);
   EXPECT_EQ(findBuilder(Collective::Reduce, "chain")->build, &buildChainReduce);
   for (Collective c : {Collective::AllReduce, Collective::Broadcast, Collective::Reduce,
@@ -435,6 +408,25 @@ TEST(PlanBuilders, Registry) {
   }
   EXPECT_STREQ(collectiveName(Collective::ReduceScatter), "reducescatter");
   EXPECT_STREQ(stepKindName(StepKind::RecvReduce), "RecvReduce");
+}
+
+TEST(PlanBuilders, DefaultRuleBySizeRanksAndHosts) {
+  auto pick = [](Collective c, int n, uint64_t count, std::vector<int32_t> hostOf = {}) {
+    CollArgs a = makeArgs(c, n, count);
+    a.hostOf = std::move(hostOf);
+    return std::string(defaultBuilder(a).name);
+  };
+  EXPECT_EQ(pick(Collective::AllReduce, 4, 16), "rd");          // latency-bound: log N rounds
+  EXPECT_EQ(pick(Collective::AllReduce, 2, 16), "rd");          // one exchange instead of two
+  EXPECT_EQ(pick(Collective::AllReduce, 4, 1 << 20), "ring");   // bandwidth-bound
+  EXPECT_EQ(pick(Collective::AllReduce, 4, 1 << 20, {0, 0, 1, 1}), "hierarchical");
+  EXPECT_EQ(pick(Collective::AllReduce, 3, 1 << 20, {0, 0, 1}), "ring");  // unequal hosts
+  EXPECT_EQ(pick(Collective::AllGather, 8, 4), "bruck");
+  EXPECT_EQ(pick(Collective::AlltoAll, 8, 4), "bruck");
+  EXPECT_EQ(pick(Collective::AlltoAll, 8, 1 << 16), "pairwise");
+  EXPECT_EQ(pick(Collective::Broadcast, 8, 4), "tree");
+  EXPECT_EQ(pick(Collective::Broadcast, 8, 1 << 20), "chain");
+  EXPECT_EQ(pick(Collective::Reduce, 8, 4), "tree");
 }
 
 TEST(PlanBuilders, BufferCounts) {

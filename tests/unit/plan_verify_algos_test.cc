@@ -1,0 +1,421 @@
+// The allreduce, allgather and reduce-scatter algorithms of collectives/builders_reduce.h
+// through the symbolic verifier: N = 1..64 and a few large N, awkward counts, in place and
+// out of place, host layouts and torus shapes; their cost formulas; refusals.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <functional>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collectives/builders.h"
+#include "collectives/builders_reduce.h"
+#include "collectives/plan.h"
+#include "tests/support/plan_test_util.h"
+#include "tests/support/verifier.h"
+
+namespace loom::test {
+namespace {
+
+using namespace collectives;
+
+constexpr int kMaxRanks = 64;
+constexpr int kLargeRanks[] = {128, 256, 1000};
+constexpr uint64_t kPrimeCount = 1009;
+constexpr uint64_t kLargeCount = uint64_t(1) << 20;
+constexpr int kLaneHints[] = {1, 2, 4};
+
+
+const Builder& builder(Collective c, const char* name) {
+  const Builder* b = findBuilder(c, name);
+  if (!b) throw std::runtime_error(std::string("no builder ") + name);
+  return *b;
+}
+
+std::string context(const CollArgs& a, bool inPlace) {
+  std::string hosts;
+  for (int32_t h : a.hostOf) hosts += std::to_string(h);
+  return std::string(collectiveName(a.coll)) + " N=" + std::to_string(a.nranks) +
+         " count=" + std::to_string(a.count) + " lanes=" + std::to_string(a.lanes) +
+         " torus=" + std::to_string(a.torusX) + "x" + std::to_string(a.torusY) +
+         " hosts=[" + hosts + "]" + (inPlace ? " in place: " : " out of place: ");
+}
+
+bool hostAware(const std::string& name) { return name == "hierarchical" || name == "torus"; }
+
+// Host layouts: `hosts` hosts of equal size, ranks numbered host by host (blocked) or dealt
+// round-robin (so a host's ranks are not contiguous).
+std::vector<int32_t> hostLayout(int n, int hosts, bool blocked) {
+  std::vector<int32_t> of(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) of[size_t(r)] = blocked ? r / (n / hosts) : r % hosts;
+  return of;
+}
+
+// The argument variants a builder is verified with: every builder gets the plain call; the
+// host-aware ones also get 2 and 4 equal hosts (blocked and round-robin) and one rank per
+// host; the torus also given shapes (X × Y, 1 × N, N × 1) and one dimension only.
+std::vector<CollArgs> variants(const char* name, CollArgs a) {
+  std::vector<CollArgs> v = {a};
+  const int n = a.nranks;
+  const std::string algo = name;
+  if (hostAware(algo)) {
+    for (int hosts : {2, 4}) {
+      if (n % hosts != 0 || n == hosts) continue;
+      for (bool blocked : {true, false}) {
+        if (!blocked && algo == "torus") continue;
+        a.hostOf = hostLayout(n, hosts, blocked);
+        v.push_back(a);
+      }
+    }
+    if (algo == "hierarchical" && n > 1) {
+      a.hostOf = hostLayout(n, n, true);  // every rank its own host
+      v.push_back(a);
+    }
+    a.hostOf.clear();
+  }
+  if (algo == "torus") {
+    int d = 2;
+    while (d < n && n % d != 0) ++d;
+    for (auto [x, y] : {std::pair{d, n / d}, std::pair{1, n}, std::pair{n, 1}, std::pair{0, d}}) {
+      if (y == 0 || n % d != 0) continue;
+      a.torusX = x, a.torusY = y;
+      v.push_back(a);
+    }
+  }
+  return v;
+}
+
+
+std::vector<uint64_t> countsFor(int n) {
+  std::vector<uint64_t> c;
+  if (n > kMaxRanks) {
+    // Fewer elements than ranks, and a large odd count (not at a thousand ranks, where the
+    // builders whose messages grow with N take seconds per case).
+    c = {uint64_t(n - 1)};
+    if (n < 1000) c.push_back(65537);
+  } else {
+    c = {0, 1, uint64_t(n - 1), uint64_t(n), uint64_t(2 * n + 1), kPrimeCount, kLargeCount};
+  }
+  std::sort(c.begin(), c.end());
+  c.erase(std::unique(c.begin(), c.end()), c.end());
+  return c;
+}
+
+// Verifies builder `name` of collective c for N = 1..64 and the large N, every count of
+// countsFor, every lane hint that changes the plan, every variant, both placements.
+void sweep(Collective c, const char* name) {
+  const Builder& b = builder(c, name);
+  std::vector<int> ranks;
+  for (int n = 1; n <= kMaxRanks; ++n) ranks.push_back(n);
+  ranks.insert(ranks.end(), std::begin(kLargeRanks), std::end(kLargeRanks));
+  std::vector<CollArgs> cases;
+  for (int n : ranks) {
+    for (uint64_t count : countsFor(n)) {
+      size_t lanesSeen = 0;
+      for (int hint : kLaneHints) {
+        if (n > kMaxRanks && hint != 2) continue;
+        const size_t lanes = b.build(makeArgs(c, n, count, hint), 0).lanes.size();
+        if (lanes == lanesSeen) continue;
+        lanesSeen = lanes;
+        // Host layouts and torus shapes multiply the cases: they get one lane hint and one
+        // count that splits unevenly; a large N gets a near-square layout instead.
+        const CollArgs plain = makeArgs(c, n, count, hint);
+        std::vector<CollArgs> all = {plain};
+        if (hint == 1 && count == uint64_t(2 * n + 1)) {
+          all = variants(name, plain);
+        } else if (n > kMaxRanks && hostAware(name)) {
+          // Rings of a thousand ranks are slow to verify (the ring builders' own test has
+          // one); a near-square host layout keeps these plans two-level.
+          int hosts = 1;
+          for (int d = 1; d * d <= n; ++d) hosts = n % d == 0 ? d : hosts;
+          all[0].hostOf = hostLayout(n, hosts, true);
+        }
+        for (const CollArgs& a : all) {
+          if (b.refuse && !b.refuse(a).empty()) {
+            ADD_FAILURE() << context(a, false) << "refused: " << b.refuse(a);
+            continue;
+          }
+          cases.push_back(a);
+        }
+      }
+    }
+  }
+  // Largest first, so that the slowest cases do not end up alone at the end.
+  std::stable_sort(cases.begin(), cases.end(),
+                   [](const CollArgs& x, const CollArgs& y) { return x.nranks > y.nranks; });
+  const std::string failure = forEachParallel(cases.size(), [&](size_t i) -> std::string {
+    for (bool inPlace : {false, true}) {
+      const VerifyResult r = verifyBuilder(b, cases[i], inPlace);
+      if (!r.ok) return context(cases[i], inPlace) + r.message;
+    }
+    return "";
+  });
+  EXPECT_EQ(failure, "");
+}
+
+TEST(PlanVerifyAlgos, TreeAllReduce) { sweep(Collective::AllReduce, "tree"); }
+TEST(PlanVerifyAlgos, RhdAllReduce) { sweep(Collective::AllReduce, "rhd"); }
+TEST(PlanVerifyAlgos, RdAllReduce) { sweep(Collective::AllReduce, "rd"); }
+TEST(PlanVerifyAlgos, TorusAllReduce) { sweep(Collective::AllReduce, "torus"); }
+TEST(PlanVerifyAlgos, HierarchicalAllReduce) { sweep(Collective::AllReduce, "hierarchical"); }
+TEST(PlanVerifyAlgos, RdAllGather) { sweep(Collective::AllGather, "rd"); }
+TEST(PlanVerifyAlgos, BruckAllGather) { sweep(Collective::AllGather, "bruck"); }
+TEST(PlanVerifyAlgos, HierarchicalAllGather) { sweep(Collective::AllGather, "hierarchical"); }
+TEST(PlanVerifyAlgos, RhReduceScatter) { sweep(Collective::ReduceScatter, "rh"); }
+TEST(PlanVerifyAlgos, HierarchicalReduceScatter) {
+  sweep(Collective::ReduceScatter, "hierarchical");
+}
+
+// ---- Refusals -------------------------------------------------------------------------------
+
+TEST(PlanVerifyAlgos, TorusRefusesShapesThatDoNotFit) {
+  const Builder& b = builder(Collective::AllReduce, "torus");
+  CollArgs a = makeArgs(Collective::AllReduce, 8, 100);
+  a.torusX = 3, a.torusY = 3;
+  EXPECT_EQ(b.refuse(a), "torus: grid 3x3 does not fit 8 ranks (X·Y must equal N)");
+  a.torusX = 3, a.torusY = 0;
+  EXPECT_EQ(b.refuse(a), "torus: grid 3x0 does not fit 8 ranks (X·Y must equal N)");
+  a.torusX = -2, a.torusY = 4;
+  EXPECT_EQ(b.refuse(a), "torus: dimensions -2x4 must be positive");
+  // Derived shapes always fit: near-square, from hosts, and a prime N becomes a ring.
+  int x = 0, y = 0;
+  a.torusX = a.torusY = 0;
+  EXPECT_EQ(b.refuse(a), "");
+  EXPECT_EQ(torusShape(a, &x, &y), "");
+  EXPECT_EQ(x * 10 + y, 42);
+  a.hostOf = hostLayout(8, 4, true);
+  EXPECT_EQ(torusShape(a, &x, &y), "");
+  EXPECT_EQ(x * 10 + y, 24);
+  a = makeArgs(Collective::AllReduce, 13, 100);
+  EXPECT_EQ(torusShape(a, &x, &y), "");
+  EXPECT_EQ(x * 100 + y, 1301);
+}
+
+TEST(PlanVerifyAlgos, HierarchicalRefusesUnequalHosts) {
+  for (Collective c :
+       {Collective::AllReduce, Collective::AllGather, Collective::ReduceScatter}) {
+    const Builder& b = builder(c, "hierarchical");
+    CollArgs a = makeArgs(c, 4, 100);
+    EXPECT_EQ(b.refuse(a), "");  // one host
+    a.hostOf = {0, 0, 0, 1};
+    EXPECT_EQ(b.refuse(a),
+              "hierarchical needs the same number of ranks on every host, but host 0 has 3 and "
+              "host 1 has 1; use another algorithm");
+    a.hostOf = {0, 1, 0};
+    EXPECT_EQ(b.refuse(a), "hierarchical: hostOf has 3 entries for 4 ranks");
+    a.hostOf = {0, 1, 1, 0};
+    EXPECT_EQ(b.refuse(a), "");
+  }
+}
+
+// ---- Cost formulas (collectives/builders_reduce.h) ------------------------------------------
+
+constexpr int kCostRanks[] = {1, 2, 3, 5, 6, 8, 13, 16, 64};
+
+int ceilLog2(int n) {
+  int k = 0;
+  while ((1 << k) < n) ++k;
+  return k;
+}
+int floorLog2(int n) { return ceilLog2(n + 1) - 1; }
+
+void expectCounts(const VerifyResult& r, int rank, uint64_t steps, uint64_t messages,
+                  uint64_t elements, const std::string& what) {
+  ASSERT_TRUE(r.ok) << what << r.message;
+  const RankCounts& c = r.counts[size_t(rank)];
+  EXPECT_EQ(c.steps, steps) << what << "rank " << rank;
+  EXPECT_EQ(c.messagesSent, messages) << what << "rank " << rank;
+  EXPECT_EQ(c.elementsSent, elements) << what << "rank " << rank;
+}
+
+TEST(PlanCostAlgos, TreeAllReduce) {
+  for (int n : kCostRanks) {
+    for (int hint : kLaneHints) {
+      const uint64_t count = 4 * kPrimeCount;
+      const CollArgs a = makeArgs(Collective::AllReduce, n, count, hint);
+      const VerifyResult r = verifyBuilder(builder(a.coll, "tree"), a, false);
+      const int lanes = n == 1 ? 1 : std::max(2, hint);
+      for (int rank = 0; rank < n; ++rank) {
+        uint64_t steps = 0, messages = 0, elements = 0;
+        for (int l = 0; l < lanes && n > 1; ++l) {
+          uint64_t links = treeParent(n, l % 2, rank) >= 0;
+          for (int c = 0; c < n; ++c) links += treeParent(n, l % 2, c) == rank;
+          steps += 2 * links, messages += links;
+          elements += links * partCount(count, uint64_t(lanes), uint64_t(l));
+        }
+        expectCounts(r, rank, n == 1 ? 1 : steps, messages, elements, context(a, false));
+        // Every rank is interior (has children) in at most one tree, rank 0 aside for odd N.
+        int interior = 0;
+        for (int t = 0; t < 2 && n > 1; ++t) {
+          for (int c = 0; c < n; ++c) interior += treeParent(n, t, c) == rank ? 1 << t : 0;
+        }
+        if (rank != 0 || n % 2 == 0) {
+          EXPECT_NE(interior, 3) << context(a, false) << "rank " << rank;
+        }
+      }
+      EXPECT_GE(r.rounds, 2 * uint64_t(ceilLog2(n))) << context(a, false);
+      EXPECT_LE(r.rounds, 4 * uint64_t(ceilLog2(n))) << context(a, false);
+    }
+  }
+}
+
+// The fold's share of a cost: a folded-out rank, its partner, or a rank without a pair.
+enum class FoldRole { Out, Partner, None };
+FoldRole foldRole(int n, int rank) {
+  const int extra = n - (1 << floorLog2(n));
+  if (rank >= 2 * extra) return FoldRole::None;
+  return rank % 2 == 0 ? FoldRole::Out : FoldRole::Partner;
+}
+
+TEST(PlanCostAlgos, RhdAndRdAllReduce) {
+  for (int n : kCostRanks) {
+    const int lg = floorLog2(n), p = 1 << lg;
+    const bool folded = p != n;
+    for (int hint : kLaneHints) {
+      const int lanes = n == 1 ? 1 : hint;
+      const uint64_t count = uint64_t(p * lanes) * 37;  // p·L divides it
+      const CollArgs a = makeArgs(Collective::AllReduce, n, count, hint);
+      const VerifyResult rhd = verifyBuilder(builder(a.coll, "rhd"), a, false);
+      const VerifyResult rd = verifyBuilder(builder(a.coll, "rd"), a, false);
+      for (int rank = 0; rank < n && n > 1; ++rank) {
+        const FoldRole role = foldRole(n, rank);
+        const uint64_t extra = role == FoldRole::Partner;
+        if (role == FoldRole::Out) {
+          expectCounts(rhd, rank, 2 * uint64_t(lanes), lanes, count, context(a, false));
+          expectCounts(rd, rank, 2 * uint64_t(lanes), lanes, count, context(a, false));
+          continue;
+        }
+        expectCounts(rhd, rank, (4 * lg + 2 * extra) * lanes, (2 * lg + extra) * lanes,
+                     2 * uint64_t(p - 1) * count / p + extra * count, context(a, false));
+        expectCounts(rd, rank, (3 * lg + (lg == 1) + 2 * extra) * lanes, (lg + extra) * lanes,
+                     (lg + extra) * count, context(a, false));
+      }
+      EXPECT_EQ(rhd.rounds, 2 * uint64_t(lg) + 2 * folded) << context(a, false);
+      EXPECT_EQ(rd.rounds, uint64_t(lg) + 2 * folded) << context(a, false);
+      EXPECT_EQ(buildRdAllReduce(a, n - 1).scratchCount, uint64_t(std::min(lg, 2)) * count);
+    }
+  }
+}
+
+TEST(PlanCostAlgos, RdBruckAndRh) {
+  for (int n : kCostRanks) {
+    const int lg = floorLog2(n), p = 1 << lg;
+    const uint64_t count = 37;
+    const CollArgs ag = makeArgs(Collective::AllGather, n, count, 2);
+    const CollArgs rs = makeArgs(Collective::ReduceScatter, n, count, 2);
+    const VerifyResult rd = verifyBuilder(builder(ag.coll, "rd"), ag, false);
+    const VerifyResult bruck = verifyBuilder(builder(ag.coll, "bruck"), ag, false);
+    const VerifyResult rh = verifyBuilder(builder(rs.coll, "rh"), rs, false);
+    const uint64_t sent = uint64_t(n - 1) * count;
+    for (int rank = 0; rank < n; ++rank) {
+      const uint64_t rotation = n == 1 ? 0 : rank == 0 || rank == n - 1 ? 1 : 2;
+      expectCounts(bruck, rank, n == 1 ? 1 : 2 + 2 * ceilLog2(n) + rotation, ceilLog2(n), sent,
+                   context(ag, false));
+      if (p != n) continue;  // the formulas below are for powers of two
+      expectCounts(rd, rank, 1 + 2 * uint64_t(lg), lg, sent, context(ag, false));
+      expectCounts(rh, rank, n == 1 ? 1 : 2 * uint64_t(lg), lg, sent, context(rs, false));
+    }
+    EXPECT_LE(bruck.rounds, uint64_t(ceilLog2(n)));
+    EXPECT_GE(bruck.rounds, uint64_t(floorLog2(n)));
+    EXPECT_EQ(buildBruckAllGather(ag, 0).scratchCount, n > 1 ? n * count : 0);
+    EXPECT_EQ(buildRhReduceScatter(rs, 0).scratchCount, n > 2 ? n * count : 0);
+    if (p == n) {
+      EXPECT_EQ(rd.rounds, uint64_t(lg));
+      EXPECT_EQ(rh.rounds, uint64_t(lg));
+    } else {
+      EXPECT_GE(rd.rounds, uint64_t(lg) + 1);  // the fold adds one or two
+      EXPECT_LE(rd.rounds, uint64_t(lg) + 2);
+      EXPECT_EQ(rh.rounds, uint64_t(lg) + 2);
+    }
+  }
+}
+
+// The grid allreduce's elements sent per lane (builders_reduce.h, torus).
+uint64_t gridElements(uint64_t len, int x, int y, int xi, int yi) {
+  auto c = [&](int i) { return partCount(len, uint64_t(x), uint64_t(((i % x) + x) % x)); };
+  const uint64_t m = c(xi + 1);
+  auto d = [&](int j) { return partCount(m, uint64_t(y), uint64_t(((j % y) + y) % y)); };
+  return (len - c(xi + 1)) + (len - c(xi + 2)) + 2 * m - d(yi + 1) - d(yi + 2);
+}
+
+TEST(PlanCostAlgos, TorusAndHierarchicalAllReduce) {
+  for (auto [x, y] : {std::pair{1, 1}, std::pair{1, 5}, std::pair{4, 1}, std::pair{2, 3},
+                      std::pair{4, 4}, std::pair{8, 2}}) {
+    const int n = x * y;
+    for (int hint : kLaneHints) {
+      const int lanes = n == 1 ? 1 : hint;
+      for (uint64_t count : {uint64_t(n * lanes * 7), kPrimeCount * 3}) {
+        CollArgs a = makeArgs(Collective::AllReduce, n, count, hint);
+        a.torusX = x, a.torusY = y;
+        const VerifyResult torus = verifyBuilder(builder(a.coll, "torus"), a, false);
+        CollArgs h = makeArgs(Collective::AllReduce, n, count, hint);
+        h.hostOf = hostLayout(n, y, false);  // round-robin: local index r / y, host r % y
+        const VerifyResult hier = verifyBuilder(builder(h.coll, "hierarchical"), h, false);
+        for (int rank = 0; rank < n; ++rank) {
+          uint64_t torusElems = 0, hierElems = 0;
+          for (int l = 0; l < lanes; ++l) {
+            const uint64_t len = partCount(count, uint64_t(lanes), uint64_t(l));
+            torusElems += gridElements(len, x, y, rank % x, rank / x);
+            hierElems += gridElements(len, x, y, rank / y, rank % y);
+          }
+          const uint64_t steps = n == 1 ? 1 : (4 * uint64_t(x - 1) + 4 * uint64_t(y - 1)) * lanes;
+          const uint64_t messages = (2 * uint64_t(x - 1) + 2 * uint64_t(y - 1)) * lanes;
+          expectCounts(torus, rank, steps, messages, torusElems, context(a, false));
+          expectCounts(hier, rank, steps, messages, hierElems, context(h, false));
+        }
+        EXPECT_EQ(torus.rounds, 2 * uint64_t(x - 1) + 2 * uint64_t(y - 1)) << context(a, false);
+        EXPECT_EQ(hier.rounds, 2 * uint64_t(x - 1) + 2 * uint64_t(y - 1)) << context(h, false);
+      }
+    }
+  }
+}
+
+TEST(PlanCostAlgos, HierarchicalAllGatherAndReduceScatter) {
+  for (auto [m, hosts] : {std::pair{1, 1}, std::pair{3, 1}, std::pair{1, 4}, std::pair{2, 2},
+                          std::pair{3, 4}}) {
+    const int n = m * hosts;
+    for (int hint : kLaneHints) {
+      const int lanes = n == 1 ? 1 : hint;
+      const uint64_t count = 101;
+      CollArgs ag = makeArgs(Collective::AllGather, n, count, hint);
+      ag.hostOf = hostLayout(n, hosts, true);
+      CollArgs rs = ag;
+      rs.coll = Collective::ReduceScatter;
+      const VerifyResult g = verifyBuilder(builder(ag.coll, "hierarchical"), ag, false);
+      const VerifyResult s = verifyBuilder(builder(rs.coll, "hierarchical"), rs, false);
+      const uint64_t messages = uint64_t(hosts - 1) + uint64_t(hosts) * (m - 1);
+      for (int rank = 0; rank < n; ++rank) {
+        expectCounts(g, rank, (1 + 2 * messages) * lanes, messages * lanes, messages * count,
+                     context(ag, false));
+        expectCounts(s, rank, n == 1 ? 1 : 2 * messages * lanes, messages * lanes,
+                     messages * count, context(rs, false));
+      }
+      EXPECT_EQ(buildHierarchicalReduceScatter(rs, 0).scratchCount,
+                n > 1 ? uint64_t(3 * hosts + 2) * count : 0);
+    }
+  }
+}
+
+TEST(PlanBuildersAlgos, Registered) {
+  for (auto [c, name] : {std::pair{Collective::AllReduce, "tree"},
+                         std::pair{Collective::AllReduce, "rhd"},
+                         std::pair{Collective::AllReduce, "rd"},
+                         std::pair{Collective::AllReduce, "torus"},
+                         std::pair{Collective::AllReduce, "hierarchical"},
+                         std::pair{Collective::AllGather, "rd"},
+                         std::pair{Collective::AllGather, "bruck"},
+                         std::pair{Collective::AllGather, "hierarchical"},
+                         std::pair{Collective::ReduceScatter, "rh"},
+                         std::pair{Collective::ReduceScatter, "hierarchical"}}) {
+    const Builder* b = findBuilder(c, name);
+    ASSERT_NE(b, nullptr) << name;
+    EXPECT_EQ(b->build(makeArgs(c, 5, 10), 2).algorithm, name);
+  }
+}
+
+}  // namespace
+}  // namespace loom::test
