@@ -46,7 +46,7 @@ perf=$build/perf/loom-perf
 # interface names stay within Linux's 15 characters.
 tag=$$
 bridge=lmbr$tag
-ns() { echo "lmh$1.$tag"; }     # host i's namespace
+ns() { echo "lmh${1}n$tag"; }    # host i's namespace (no dot: mpirun reads one as a domain)
 inner() { echo "lmh$1"; }       # host i's end of its link, inside its namespace
 outer() { echo "lmo$1.$tag"; }  # the bridge's end
 tmp=$(mktemp -d /tmp/loom-netns.XXXXXX)
