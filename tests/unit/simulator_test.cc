@@ -1,0 +1,244 @@
+// The plan simulator (tuner/simulator.h) against answers computed by hand: the α-β formula of
+// a ring, fair sharing of one link, incast, concurrent lanes, pipelining, and plans that
+// cannot run.
+#include "tuner/simulator.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+#include "collectives/builders.h"
+#include "collectives/builders_exchange.h"
+#include "tuner/uniform_topology.h"
+
+namespace loom::tuner {
+namespace {
+
+using collectives::CollArgs;
+using collectives::Collective;
+using collectives::kInput;
+using collectives::kOutput;
+using collectives::RankPlan;
+using collectives::Region;
+
+constexpr double kBandwidth = 10e9;  // bytes/s
+constexpr double kLatency = 1e-6;    // s per link
+constexpr uint32_t kElem = 4;
+
+// Times are sums of a few thousand terms; "exact" means equal up to rounding.
+void expectTime(double expected, double actual) {
+  EXPECT_NEAR(expected, actual, expected * 1e-9) << "expected " << expected << " s";
+}
+
+// H hosts of R ranks; every link has kBandwidth and kLatency.
+topology::Topology cluster(int hosts, int ranksPerHost) {
+  return uniformTopology({hosts, ranksPerHost, kBandwidth, kLatency, kBandwidth, kLatency});
+}
+
+SimOptions whole() {
+  SimOptions o;
+  o.slices = 1;
+  o.memBandwidth = 0;
+  o.elemSize = kElem;
+  return o;
+}
+
+std::vector<RankPlan> buildAll(collectives::RankPlan (*build)(const CollArgs&, int),
+                               const CollArgs& a) {
+  std::vector<RankPlan> plans;
+  for (int r = 0; r < a.nranks; ++r) plans.push_back(build(a, r));
+  return plans;
+}
+
+// Plans for `nranks` ranks of one lane each, filled in by the test.
+std::vector<RankPlan> emptyPlans(int nranks, int lanes = 1) {
+  std::vector<RankPlan> plans(static_cast<size_t>(nranks));
+  for (auto& p : plans) p.lanes.resize(size_t(lanes));
+  return plans;
+}
+
+// One message of `count` elements from rank `from` to rank `to` on `lane`.
+void message(std::vector<RankPlan>& plans, int from, int to, uint64_t count, int lane = 0) {
+  collectives::addSend(plans[size_t(from)].lanes[size_t(lane)], to, Region{kInput, 0, count});
+  collectives::addRecv(plans[size_t(to)].lanes[size_t(lane)], from,
+                       Region{kOutput, uint64_t(from) * count, count});
+}
+
+TEST(Simulator, RingAllReduceMatchesAlphaBeta) {
+  for (int n : {2, 3, 8, 13}) {
+    CollArgs a;
+    a.nranks = n;
+    a.count = uint64_t(n) * 1000;
+    // One host: every message crosses rank → host → rank, two links of its own.
+    SimResult r = simulate(buildAll(collectives::buildRingAllReduce, a), cluster(1, n), whole());
+    ASSERT_TRUE(r.ok) << r.message;
+    const double alpha = 2 * kLatency, beta = 1 / kBandwidth;
+    const double bytes = double(a.count * kElem);
+    expectTime(2 * (n - 1) * (alpha + bytes / n * beta), r.time);
+    EXPECT_EQ(r.messages, uint64_t(2 * (n - 1) * n));
+    EXPECT_EQ(r.bytes, uint64_t(2 * (n - 1)) * a.count * kElem);
+    for (double t : r.rankTime) expectTime(r.time, t);
+  }
+}
+
+TEST(Simulator, TwoFlowsShareALinkFairly) {
+  // Ranks 0 and 1 on host 0 send to ranks 2 and 3 on host 1: both cross host 0's uplink and
+  // host 1's downlink, so each gets half the bandwidth.
+  const uint64_t count = 1 << 20;
+  const double bytes = double(count * kElem), alpha = 4 * kLatency;
+  auto one = emptyPlans(4);
+  message(one, 0, 2, count);
+  SimResult alone = simulate(one, cluster(2, 2), whole());
+  ASSERT_TRUE(alone.ok) << alone.message;
+  expectTime(alpha + bytes / kBandwidth, alone.time);
+
+  auto two = emptyPlans(4);
+  message(two, 0, 2, count);
+  message(two, 1, 3, count);
+  SimResult shared = simulate(two, cluster(2, 2), whole());
+  ASSERT_TRUE(shared.ok) << shared.message;
+  expectTime(alpha + 2 * bytes / kBandwidth, shared.time);
+  EXPECT_EQ(shared.busiestLinkBytes, uint64_t(2 * bytes));
+}
+
+TEST(Simulator, IncastTakesKTimesAsLong) {
+  const uint64_t count = 1 << 18;
+  const double bytes = double(count * kElem), alpha = 4 * kLatency;
+  for (int k : {1, 2, 5, 16}) {
+    // k senders on hosts 1..k, each with its own uplink, into rank 0's host downlink.
+    auto plans = emptyPlans(k + 1);
+    for (int s = 1; s <= k; ++s) message(plans, s, 0, count);
+    SimResult r = simulate(plans, cluster(k + 1, 1), whole());
+    ASSERT_TRUE(r.ok) << r.message;
+    expectTime(alpha + k * bytes / kBandwidth, r.time);
+    const auto& busiest = cluster(k + 1, 1).links[size_t(r.busiestLink)];
+    EXPECT_EQ(busiest.kind, "net");
+    EXPECT_EQ(r.busiestLinkBytes, uint64_t(k * bytes));
+  }
+}
+
+TEST(Simulator, LanesOnDisjointLinksRunConcurrently) {
+  // Lane 0 sends 0 → 1, lane 1 sends 1 → 0: opposite directions of a full-duplex path.
+  const uint64_t count = 1 << 20;
+  const double bytes = double(count * kElem);
+  auto plans = emptyPlans(2, 2);
+  message(plans, 0, 1, count, 0);
+  message(plans, 1, 0, count, 1);
+  SimResult r = simulate(plans, cluster(1, 2), whole());
+  ASSERT_TRUE(r.ok) << r.message;
+  expectTime(2 * kLatency + bytes / kBandwidth, r.time);
+
+  // The same two messages in one direction on two lanes share the links instead.
+  auto same = emptyPlans(2, 2);
+  message(same, 0, 1, count, 0);
+  collectives::addSend(same[0].lanes[1], 1, Region{kInput, count, count});
+  collectives::addRecv(same[1].lanes[1], 0, Region{kOutput, count, count});
+  SimResult s = simulate(same, cluster(1, 2), whole());
+  ASSERT_TRUE(s.ok) << s.message;
+  expectTime(2 * kLatency + 2 * bytes / kBandwidth, s.time);
+}
+
+TEST(Simulator, PipelinedChainBroadcast) {
+  // With k slices of s = S/k bytes each, hop h forwards slice j once it has arrived and slice
+  // j−1 has left: the last slice reaches the last rank after (N−1 + k−1)·s·β + (N−1)·α.
+  const int n = 6;
+  CollArgs a;
+  a.coll = Collective::Broadcast;
+  a.nranks = n;
+  a.count = 1 << 20;
+  const auto plans = buildAll(collectives::buildChainBroadcast, a);
+  const double bytes = double(a.count * kElem), alpha = 2 * kLatency;
+  for (int k : {1, 2, 4, 16}) {
+    SimOptions o = whole();
+    o.slices = k;
+    SimResult r = simulate(plans, cluster(1, n), o);
+    ASSERT_TRUE(r.ok) << r.message;
+    expectTime((n - 1 + k - 1) * bytes / k / kBandwidth + (n - 1) * alpha, r.time);
+    EXPECT_EQ(r.flows, uint64_t((n - 1) * k));
+  }
+}
+
+TEST(Simulator, LocalStepsCostMemoryBandwidth) {
+  auto plans = emptyPlans(1);
+  const uint64_t count = 1000;
+  collectives::addCopy(plans[0].lanes[0], Region{kInput, 0, count}, Region{kOutput, 0, count});
+  collectives::addReduce(plans[0].lanes[0], Region{kInput, 0, count}, Region{kOutput, 0, count});
+  SimOptions o = whole();
+  o.memBandwidth = 1e9;
+  SimResult r = simulate(plans, cluster(1, 1), o);
+  ASSERT_TRUE(r.ok) << r.message;
+  expectTime(2 * count * kElem / 1e9, r.time);  // the Reduce waits for the Copy it overwrites
+}
+
+TEST(Simulator, DeadlockIsReported) {
+  // Each rank forwards what it receives before it sends: both wait for the other.
+  auto plans = emptyPlans(2);
+  for (int r = 0; r < 2; ++r) {
+    auto& lane = plans[size_t(r)].lanes[0];
+    collectives::addRecv(lane, 1 - r, Region{kOutput, 0, 10});
+    collectives::addSend(lane, 1 - r, Region{kOutput, 0, 10});
+  }
+  SimResult r = simulate(plans, cluster(1, 2), whole());
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.message.find("deadlock: rank 0 lane 0 step 0 (Recv from rank 1)"),
+            std::string::npos)
+      << r.message;
+}
+
+TEST(Simulator, MismatchedPlansAreReported) {
+  auto plans = emptyPlans(2);
+  collectives::addSend(plans[0].lanes[0], 1, Region{kInput, 0, 10});
+  SimResult r = simulate(plans, cluster(1, 2), whole());
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.message, "lane 0: rank 0 sends 1 messages to rank 1, which receives 0");
+
+  plans = emptyPlans(2);
+  collectives::addSend(plans[0].lanes[0], 1, Region{kInput, 0, 10});
+  collectives::addRecv(plans[1].lanes[0], 0, Region{kOutput, 0, 9});
+  r = simulate(plans, cluster(1, 2), whole());
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.message.find("10 elements sent, 9 received"), std::string::npos) << r.message;
+
+  r = simulate(emptyPlans(3), cluster(1, 2), whole());
+  EXPECT_FALSE(r.ok);
+}
+
+TEST(Simulator, EveryAllReduceBuilderRuns) {
+  CollArgs a;
+  a.nranks = 8;
+  a.count = 1 << 16;
+  a.hostOf = {0, 0, 0, 0, 1, 1, 1, 1};
+  for (const auto& b : collectives::allBuilders()) {
+    if (b.coll != Collective::AllReduce || (b.refuse && !b.refuse(a).empty())) continue;
+    SimResult r = simulate(buildAll(b.build, a), cluster(2, 4), SimOptions());
+    ASSERT_TRUE(r.ok) << b.name << ": " << r.message;
+    EXPECT_GT(r.time, 0) << b.name;
+  }
+}
+
+// The scale figure (docs/SIMULATOR.md): a ring allreduce of 8 elements per rank, 4 slices, on
+// ranks spread 8 per host. LOOM_SIM_SCALE_RANKS sets the rank count (default 512, ~3 s;
+// docs/SIMULATOR.md has the figures up to 2048 and why 8192 is not run). Logged, not asserted.
+TEST(Simulator, RingAllReduceAtScale) {
+  const char* env = getenv("LOOM_SIM_SCALE_RANKS");
+  const int n = env ? atoi(env) : 512;
+  CollArgs a;
+  a.nranks = n;
+  a.count = uint64_t(n) * 8;
+  const auto topo = uniformTopology({n / 8, 8});
+  const auto start = std::chrono::steady_clock::now();
+  SimResult r = simulateBuilt(
+      n, [&](int rank) { return collectives::buildRingAllReduce(a, rank); }, topo, SimOptions());
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(r.ok) << r.message;
+  printf("ring allreduce, %d ranks: %llu messages, %llu flows simulated in %.2f s "
+         "(predicted %.3f ms)\n",
+         n, (unsigned long long)r.messages, (unsigned long long)r.flows, wall, r.time * 1e3);
+  EXPECT_EQ(r.messages, uint64_t(2) * uint64_t(n - 1) * uint64_t(n));
+}
+
+}  // namespace
+}  // namespace loom::tuner

@@ -1,0 +1,342 @@
+// The topology model: probe, JSON round trips of the corpus, validation messages, routing,
+// unit parsing, bisection, and the cost of building and routing the 1024-node model.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <set>
+
+#include "topology/analysis.h"
+#include "topology/builders.h"
+#include "topology/probe.h"
+
+namespace loom::topology {
+
+// For failure messages: a summary, not the 160 raw bytes gtest would print.
+void PrintTo(const Topology& t, std::ostream* os) {
+  *os << "topology '" << t.name << "' (" << t.nodes.size() << " nodes, " << t.links.size()
+      << " links, " << t.ranks.size() << " ranks)";
+}
+
+namespace {
+
+const std::filesystem::path kModelDir =
+    std::filesystem::path(__FILE__).parent_path() / "../../topology/models";
+
+double secondsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// Save → load must give back the same model, field for field.
+void expectRoundTrip(const Topology& t) {
+  Topology back;
+  Status s = parseTopology(toJson(t), &back);
+  ASSERT_TRUE(s.isOk()) << t.name << ": " << s.message();
+  EXPECT_EQ(back, t) << t.name;
+  EXPECT_EQ(toJson(back), toJson(t)) << t.name;
+}
+
+void expectInvalid(const Topology& t, const std::string& fragment) {
+  Status s = t.validate();
+  ASSERT_FALSE(s.isOk()) << "expected a complaint containing '" << fragment << "'";
+  EXPECT_NE(s.message().find(fragment), std::string::npos) << s.message();
+}
+
+// Consecutive links of a route chain from `from` to `to`.
+void expectPath(const Topology& t, int32_t from, int32_t to, const std::vector<int32_t>& path) {
+  ASSERT_FALSE(path.empty());
+  int32_t at = from;
+  for (int32_t l : path) {
+    ASSERT_EQ(t.links[size_t(l)].from, at);
+    at = t.links[size_t(l)].to;
+  }
+  EXPECT_EQ(at, to);
+}
+
+CpuHostSpec simpleHost(int ranks) {
+  CpuHostSpec h;
+  h.ranksPerSocket = ranks;
+  h.memory = {100e9, 1e-6, "shm"};  // faster than the NICs, so the fabric sets the bisection
+  h.pcie = {32e9, 0.5e-6, "pcie"};
+  return h;
+}
+
+TEST(TopologyProbe, ThisMachine) {
+  HostInfo info;
+  Status s = probeHost(&info);
+  ASSERT_TRUE(s.isOk()) << s.message();
+  EXPECT_FALSE(info.hostname.empty());
+  EXPECT_GE(info.packages, 1);
+  EXPECT_GE(info.numaNodes, 1);
+  EXPECT_GE(info.cores, 1);
+  EXPECT_GE(info.pus, info.cores);
+  ASSERT_EQ(info.numaMemory.size(), size_t(info.numaNodes));
+  for (const CacheLevel& c : info.caches) {
+    EXPECT_GT(c.size, 0u) << c.name;
+    EXPECT_GE(c.count, 1) << c.name;
+  }
+  for (const PciDevice& d : info.devices) {
+    EXPECT_FALSE(d.name.empty());
+    EXPECT_LT(d.numa, info.numaNodes) << d.name;
+  }
+  Topology t = localTopology(info);
+  for (int r = 0; r < 4; ++r) addLocalRank(&t, r % info.numaNodes, LocalLinkFigures().memory);
+  s = t.validate();
+  EXPECT_TRUE(s.isOk()) << s.message();
+  EXPECT_EQ(t.hostCount(), 1);
+  expectRoundTrip(t);
+}
+
+TEST(TopologyProbe, MeasurementStaysInItsBudget) {
+  auto start = std::chrono::steady_clock::now();
+  LinkMeasurement m = measureLocalLinks(0.1);
+  double took = secondsSince(start);
+  EXPECT_LT(took, 0.5);  // one 64 MiB copy past the budget at most
+  EXPECT_GT(m.memcpyBandwidth, 1e8);
+  EXPECT_GT(m.memcpyLatency, 0);
+  EXPECT_GE(m.tcpLatency, 0);
+  printf("measured in %.0f ms: memcpy %.2f GB/s, tcp one-way %.2f us\n", took * 1e3,
+         m.memcpyBandwidth / 1e9, m.tcpLatency * 1e6);
+}
+
+TEST(TopologyJson, CorpusRoundTripsAndFilesMatchTheGenerator) {
+  for (const Topology& built : corpusModels(false)) {
+    SCOPED_TRACE(built.name);
+    Status s = built.validate();
+    EXPECT_TRUE(s.isOk()) << s.message();
+    expectRoundTrip(built);
+    Topology file;
+    s = loadTopology((kModelDir / (built.name + ".json")).string(), &file);
+    ASSERT_TRUE(s.isOk()) << s.message() << " (regenerate: loom-topo --generate topology/models)";
+    EXPECT_EQ(file, built) << "topology/models is stale: loom-topo --generate topology/models";
+  }
+  size_t files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(kModelDir)) {
+    if (entry.path().extension() != ".json") continue;
+    ++files;
+    Topology t;
+    Status s = loadTopology(entry.path().string(), &t);
+    ASSERT_TRUE(s.isOk()) << s.message();
+    s = t.validate();
+    EXPECT_TRUE(s.isOk()) << s.message();
+    expectRoundTrip(t);
+  }
+  EXPECT_GE(files, corpusModels(false).size());
+}
+
+TEST(TopologyJson, ReadsUnitsIndicesAndDefaults) {
+  Topology t;
+  Status s = parseTopology(R"({"name": "two", "nodes": [
+      {"kind": "host", "name": "a"}, {"kind": "cpu", "name": "a/cpu0", "host": "a"},
+      {"kind": "cpu", "name": "a/cpu1", "host": "a"}],
+    "links": [{"from": "a/cpu0", "to": 2, "bandwidth": "25 GB/s", "latency": "1.5us",
+               "kind": "shm", "duplex": true}],
+    "ranks": [{"endpoint": "a/cpu0"}, {"host": "a", "endpoint": "a/cpu1"}]})",
+                           &t);
+  ASSERT_TRUE(s.isOk()) << s.message();
+  ASSERT_EQ(t.links.size(), 2u);
+  EXPECT_EQ(t.links[1].from, 2);
+  EXPECT_EQ(t.links[1].to, 1);
+  EXPECT_EQ(t.links[0].bandwidth, 25e9);
+  EXPECT_EQ(t.links[0].latency, 1.5e-6);
+  EXPECT_EQ(t.ranks[0].host, 0);
+  EXPECT_TRUE(t.validate().isOk());
+}
+
+TEST(TopologyJson, ClearErrors) {
+  Topology t;
+  auto expectError = [&](const std::string& json, const std::string& fragment) {
+    Status s = parseTopology(json, &t);
+    ASSERT_FALSE(s.isOk()) << json;
+    EXPECT_NE(s.message().find(fragment), std::string::npos) << s.message();
+  };
+  expectError("{", "topology JSON");
+  expectError(R"({"nodes": [{"kind": "router", "name": "r"}]})", "nodes[0]: 'kind'");
+  expectError(R"({"nodes": [{"kind": "host", "name": "a"}],
+                  "links": [{"from": "a", "to": "b", "bandwidth": 1}]})",
+              "links[0].to: no node named 'b'");
+  expectError(R"({"nodes": [{"kind": "host", "name": "a"}, {"kind": "cpu", "name": "c"}],
+                  "links": [{"from": "a", "to": "c", "bandwidth": "fast"}]})",
+              "links[0].bandwidth: bandwidth 'fast'");
+  expectError(R"({"nodes": [{"kind": "cpu", "name": "c", "host": "c"}]})",
+              "nodes[0].host: \"c\" is not a host node");
+}
+
+TEST(TopologyValidate, RejectsBrokenModels) {
+  Topology good = uniformHosts("two", 2, simpleHost(1), {12.5e9, 1e-6, "eth"});
+  ASSERT_TRUE(good.validate().isOk()) << good.validate().message();
+
+  Topology t = good;
+  t.links[3].to = 999;
+  expectInvalid(t, "link 3 goes from node");
+  t = good;
+  t.links[0].bandwidth = 0;
+  expectInvalid(t, "has bandwidth 0; it must be positive");
+  t = good;
+  t.links[2].latency = -1;
+  expectInvalid(t, "must be zero or more");
+  t = good;
+  t.ranks[1].endpoint = -4;
+  expectInvalid(t, "rank 1 has endpoint node -4");
+  t = good;
+  t.ranks[1].host = 0;
+  expectInvalid(t, "its endpoint 'node1/cpu0' belongs to host 1");
+  t = good;
+  t.nodes[2].name = t.nodes[1].name;
+  expectInvalid(t, "are both named");
+  // Cut both directions of host 1's cable to the switch: the ranks fall apart.
+  t = good;
+  std::erase_if(t.links, [&](const Link& l) {
+    return t.nodes[size_t(l.from)].name == "node1/nic0" || t.nodes[size_t(l.to)].name == "node1/nic0";
+  });
+  expectInvalid(t, "rank 1 (endpoint 'node1/cpu0') cannot be reached from rank 0");
+  // One direction only: rank 1 hears rank 0 but cannot answer.
+  t = good;
+  std::erase_if(t.links, [&](const Link& l) { return t.nodes[size_t(l.from)].name == "node1/nic0"
+                                                  && t.nodes[size_t(l.to)].kind == NodeKind::Switch; });
+  expectInvalid(t, "cannot reach rank 0");
+}
+
+TEST(TopologyRoute, FatTree) {
+  FabricSpec fabric;
+  fabric.hostsPerLeaf = 2;
+  fabric.spines = 2;
+  fabric.hostLink = {12.5e9, 1e-6, "eth"};
+  Topology t = fatTree("ft", 8, simpleHost(1), fabric);
+  ASSERT_TRUE(t.validate().isOk()) << t.validate().message();
+  EXPECT_TRUE(t.route(5, 5).empty());
+  // Same leaf: cpu → numa → nic → leaf → nic → numa → cpu.
+  std::vector<int32_t> near = t.route(t.ranks[0].endpoint, t.ranks[1].endpoint);
+  expectPath(t, t.ranks[0].endpoint, t.ranks[1].endpoint, near);
+  EXPECT_EQ(near.size(), 6u);
+  // Other leaves go over a spine; the pairs spread over both spines, and every route is
+  // repeatable.
+  std::set<std::string> spinesUsed;
+  for (size_t b = 2; b < 8; ++b) {
+    std::vector<int32_t> far = t.route(t.ranks[0].endpoint, t.ranks[b].endpoint);
+    expectPath(t, t.ranks[0].endpoint, t.ranks[b].endpoint, far);
+    EXPECT_EQ(far.size(), 8u);
+    EXPECT_EQ(far, t.route(t.ranks[0].endpoint, t.ranks[b].endpoint));
+    spinesUsed.insert(t.nodes[size_t(t.links[size_t(far[3])].to)].name);
+  }
+  EXPECT_EQ(spinesUsed, (std::set<std::string>{"spine0", "spine1"}));
+  EXPECT_NEAR(bisectionBandwidth(t), 4 * 12.5e9, 1);
+}
+
+TEST(TopologyRoute, TorusWrapsAround) {
+  Topology t = torus2d("t", 4, 4, simpleHost(1), {25e9, 1e-6, "eth"});
+  ASSERT_TRUE(t.validate().isOk()) << t.validate().message();
+  auto hops = [&](int a, int b) {
+    auto path = t.route(t.ranks[size_t(a)].endpoint, t.ranks[size_t(b)].endpoint);
+    expectPath(t, t.ranks[size_t(a)].endpoint, t.ranks[size_t(b)].endpoint, path);
+    return int(path.size()) - 4;  // minus cpu → numa → nic at both ends
+  };
+  EXPECT_EQ(hops(0, 1), 1);
+  EXPECT_EQ(hops(0, 3), 1);   // (0,0) → (3,0) wraps
+  EXPECT_EQ(hops(0, 12), 1);  // (0,0) → (0,3) wraps
+  EXPECT_EQ(hops(0, 10), 4);  // (0,0) → (2,2)
+  EXPECT_EQ(hops(5, 15), 4);  // (1,1) → (3,3)
+  // Rows 0-1 against rows 2-3: two cut rings per column, each link 25 GB/s.
+  EXPECT_NEAR(bisectionBandwidth(t), 8 * 25e9, 1);
+  // A dimension of 2 gets one link per neighbour pair, not two parallel ones.
+  Topology thin = torus2d("thin", 2, 1, simpleHost(1), {25e9, 1e-6, "eth"});
+  EXPECT_EQ(thin.links.size(), 2u * (2 + 2 + 1));  // per host: cpu-numa, numa-nic; one cable
+}
+
+TEST(TopologyRoute, CopiesDoNotRouteOverStaleGraphs) {
+  Topology a = uniformHosts("u", 2, simpleHost(1), {12.5e9, 1e-6, "eth"});
+  EXPECT_EQ(a.route(a.ranks[0].endpoint, a.ranks[1].endpoint).size(), 6u);
+  Topology b = a;
+  b.links.clear();
+  EXPECT_TRUE(b.route(b.ranks[0].endpoint, b.ranks[1].endpoint).empty());
+  EXPECT_EQ(a.route(a.ranks[0].endpoint, a.ranks[1].endpoint).size(), 6u);
+}
+
+TEST(TopologyUnits, Bandwidth) {
+  struct Case {
+    const char* text;
+    double bytesPerSecond;
+  };
+  const Case kGood[] = {{"400Gbit", 50e9},      {"400 Gbit/s", 50e9}, {"100Gbps", 12.5e9},
+                        {"25GB", 25e9},         {"25 GB/s", 25e9},    {"1.5GiB", 1.5 * (1 << 30)},
+                        {"1e9", 1e9},           {"12345", 12345},     {"800Mbit", 100e6},
+                        {"3.2Tbit", 400e9},     {"64kB", 64e3},       {"10KiB", 10240}};
+  for (const Case& c : kGood) {
+    double v = 0;
+    Status s = parseBandwidth(c.text, &v);
+    EXPECT_TRUE(s.isOk()) << c.text << ": " << s.message();
+    EXPECT_EQ(v, c.bytesPerSecond) << c.text;
+  }
+  for (const char* bad : {"", "fast", "-5GB", "0", "10XB", "1e3Gbit", "GB", "nan"}) {
+    double v = 0;
+    Status s = parseBandwidth(bad, &v);
+    EXPECT_FALSE(s.isOk()) << bad;
+    EXPECT_NE(s.message().find(std::string("'") + bad + "'"), std::string::npos) << s.message();
+  }
+  EXPECT_EQ(formatBandwidth(50e9, true), "400Gbit");
+  EXPECT_EQ(formatBandwidth(25e9), "25GB");
+  EXPECT_EQ(formatBandwidth(450e9), "450GB");
+}
+
+TEST(TopologyUnits, LatencyAndExactRoundTrips) {
+  double v = 0;
+  ASSERT_TRUE(parseLatency("1.5us", &v).isOk());
+  EXPECT_EQ(v, 1.5e-6);
+  ASSERT_TRUE(parseLatency("2ms", &v).isOk());
+  EXPECT_EQ(v, 2e-3);
+  ASSERT_TRUE(parseLatency("0", &v).isOk());
+  EXPECT_EQ(v, 0);
+  EXPECT_FALSE(parseLatency("soon", &v).isOk());
+  EXPECT_FALSE(parseLatency("-1us", &v).isOk());
+  EXPECT_EQ(formatLatency(1.5e-6), "1.5us");
+  EXPECT_EQ(formatLatency(5e-9), "5ns");
+  // Whatever the value, the spelling reads back to the same double.
+  for (double x : {1e-6 / 3, 5e-6 / 2, 0.1, 123456.789, 1e-12}) {
+    ASSERT_TRUE(parseLatency(formatLatency(x), &v).isOk()) << formatLatency(x);
+    EXPECT_EQ(v, x) << formatLatency(x);
+    ASSERT_TRUE(parseBandwidth(formatBandwidth(x * 1e15, true), &v).isOk());
+    EXPECT_EQ(v, x * 1e15) << formatBandwidth(x * 1e15, true);
+  }
+}
+
+TEST(TopologyScale, Rail1024BuildsValidatesAndRoutesFast) {
+  auto start = std::chrono::steady_clock::now();
+  std::vector<Topology> all = corpusModels(true);
+  const Topology& t = all[3];
+  ASSERT_EQ(t.name, "dgx-rail-1024");
+  double built = secondsSince(start);
+  start = std::chrono::steady_clock::now();
+  Status s = t.validate();
+  double validated = secondsSince(start);
+  ASSERT_TRUE(s.isOk()) << s.message();
+  EXPECT_EQ(t.ranks.size(), 8192u);
+  // A ring over all ranks, then one rank to every other: the simulator's access pattern.
+  start = std::chrono::steady_clock::now();
+  size_t hops = 0;
+  for (size_t r = 0; r < t.ranks.size(); ++r) {
+    hops += t.route(t.ranks[r].endpoint, t.ranks[(r + 1) % t.ranks.size()].endpoint).size();
+    hops += t.route(t.ranks[0].endpoint, t.ranks[r].endpoint).size();
+  }
+  double routed = secondsSince(start);
+  EXPECT_GT(hops, 0u);
+  start = std::chrono::steady_clock::now();
+  std::string json = toJson(t);
+  Topology back;
+  ASSERT_TRUE(parseTopology(json, &back).isOk());
+  EXPECT_EQ(back, t);
+  double roundTrip = secondsSince(start);
+  // 8 rails × 32 leaves... 1024 nodes × 8 GPUs × 50 GB/s leave the first half at full rate.
+  start = std::chrono::steady_clock::now();
+  EXPECT_NEAR(bisectionBandwidth(t), 512 * 8 * 50e9, 1e3);
+  double bisection = secondsSince(start);
+  printf("dgx-rail-1024: %zu nodes, %zu links; built %.0f ms (whole corpus), validated %.0f ms, "
+         "16384 routes %.0f ms (%.1f us each), JSON %.1f MB round trip %.0f ms, bisection %.0f "
+         "ms\n", t.nodes.size(), t.links.size(), built * 1e3, validated * 1e3, routed * 1e3,
+         routed * 1e6 / 16384, double(json.size()) / 1e6, roundTrip * 1e3, bisection * 1e3);
+  EXPECT_LT(built + validated, 10.0);  // generous: sanitizer builds on a busy 2-core machine
+  EXPECT_LT(routed, 10.0);
+}
+
+}  // namespace
+}  // namespace loom::topology

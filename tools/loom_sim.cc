@@ -1,0 +1,253 @@
+// loom-sim: simulated time and busbw of every algorithm of a collective, over a sweep of sizes,
+// on a topology file or a uniform cluster (docs/SIMULATOR.md). Sizes, counts and busbw follow
+// nccl-tests, through perf/'s shared code, so the numbers read like loom-perf's.
+#include <getopt.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "collectives/builders.h"
+#include "perf/perf_common.h"
+#include "topology/topology.h"
+#include "tuner/simulator.h"
+#include "tuner/uniform_topology.h"
+
+namespace {
+
+using loom::collectives::Builder;
+using loom::collectives::CollArgs;
+using loom::collectives::Collective;
+namespace perf = loom::perf;
+
+const char kUsage[] =
+    "usage: loom-sim (--topo FILE | --uniform HxR) [options]\n"
+    "  --collective NAME   allreduce (default), allgather, reducescatter, alltoall,\n"
+    "                      broadcast, reduce\n"
+    "  --sizes MIN:MAX:F   sizes in bytes as nccl-tests counts them, from MIN to MAX times F\n"
+    "                      (default 8:256M:4; K, M, G suffixes)\n"
+    "  --algos A,B,...     only these builders (default: every builder of the collective)\n"
+    "  --ranks N           the first N ranks of the topology (default: all)\n"
+    "  --elem-size B       bytes per element (default 4)\n"
+    "  --lanes L           lanes hint given to the builders (default 1)\n"
+    "  --slices K          pipelining pieces per step (default 4; 1 = whole steps)\n"
+    "  --mem-bw BYTES/s    local copy/reduce bandwidth (default 20e9)\n"
+    "  --intra-bw, --intra-lat, --net-bw, --net-lat   the --uniform links (bytes/s, s)\n";
+
+// The plan IR's collective for perf's (nccl-tests') one; send/recv has no builders to compare.
+bool planCollective(perf::Collective c, Collective* out) {
+  switch (c) {
+    case perf::Collective::kAllReduce: *out = Collective::AllReduce; return true;
+    case perf::Collective::kAllGather: *out = Collective::AllGather; return true;
+    case perf::Collective::kReduceScatter: *out = Collective::ReduceScatter; return true;
+    case perf::Collective::kAllToAll: *out = Collective::AlltoAll; return true;
+    case perf::Collective::kBroadcast: *out = Collective::Broadcast; return true;
+    case perf::Collective::kReduce: *out = Collective::Reduce; return true;
+    case perf::Collective::kSendRecv: return false;
+  }
+  return false;
+}
+
+struct Args {
+  std::string topoFile;
+  loom::tuner::UniformCluster uniform;
+  bool useUniform = false;
+  perf::Collective collective = perf::Collective::kAllReduce;
+  size_t minBytes = 8, maxBytes = size_t(256) << 20;
+  int factor = 4;
+  std::vector<std::string> algos;
+  int ranks = 0;
+  int lanes = 1;
+  loom::tuner::SimOptions sim;
+};
+
+bool fail(const std::string& message) {
+  fprintf(stderr, "loom-sim: %s\n%s", message.c_str(), kUsage);
+  return false;
+}
+
+bool parseSizes(const char* text, Args* a) {
+  std::string s = text;
+  size_t c1 = s.find(':'), c2 = s.find(':', c1 == std::string::npos ? c1 : c1 + 1);
+  if (c1 == std::string::npos || c2 == std::string::npos) return false;
+  auto lo = perf::parseSize(s.substr(0, c1)), hi = perf::parseSize(s.substr(c1 + 1, c2 - c1 - 1));
+  char* end = nullptr;
+  long f = strtol(s.c_str() + c2 + 1, &end, 10);
+  if (!lo || !hi || *end || f < 2 || *lo > *hi) return false;
+  a->minBytes = *lo;
+  a->maxBytes = *hi;
+  a->factor = int(f);
+  return true;
+}
+
+bool parseNumber(const char* text, double* out) {
+  char* end = nullptr;
+  *out = strtod(text, &end);
+  return *end == 0 && end != text && *out >= 0;
+}
+
+bool parseArgs(int argc, char** argv, Args* a) {
+  enum { kTopo = 1, kUniform, kColl, kSizes, kAlgos, kRanks, kElem, kLanes, kSlices, kMemBw,
+         kIntraBw, kIntraLat, kNetBw, kNetLat, kHelp };
+  static const option kOptions[] = {
+      {"topo", required_argument, nullptr, kTopo},
+      {"uniform", required_argument, nullptr, kUniform},
+      {"collective", required_argument, nullptr, kColl},
+      {"sizes", required_argument, nullptr, kSizes},
+      {"algos", required_argument, nullptr, kAlgos},
+      {"ranks", required_argument, nullptr, kRanks},
+      {"elem-size", required_argument, nullptr, kElem},
+      {"lanes", required_argument, nullptr, kLanes},
+      {"slices", required_argument, nullptr, kSlices},
+      {"mem-bw", required_argument, nullptr, kMemBw},
+      {"intra-bw", required_argument, nullptr, kIntraBw},
+      {"intra-lat", required_argument, nullptr, kIntraLat},
+      {"net-bw", required_argument, nullptr, kNetBw},
+      {"net-lat", required_argument, nullptr, kNetLat},
+      {"help", no_argument, nullptr, kHelp},
+      {nullptr, 0, nullptr, 0}};
+  double* uniformField[] = {&a->uniform.intraBandwidth, &a->uniform.intraLatency,
+                            &a->uniform.netBandwidth, &a->uniform.netLatency};
+  for (int opt; (opt = getopt_long(argc, argv, "", kOptions, nullptr)) != -1;) {
+    std::string v = optarg ? optarg : "";
+    switch (opt) {
+      case kTopo: a->topoFile = v; break;
+      case kUniform:
+        if (sscanf(optarg, "%dx%d", &a->uniform.hosts, &a->uniform.ranksPerHost) != 2 ||
+            a->uniform.hosts < 1 || a->uniform.ranksPerHost < 1)
+          return fail("--uniform wants HOSTSxRANKS, e.g. 4x8, not '" + v + "'");
+        a->useUniform = true;
+        break;
+      case kColl: {
+        auto c = perf::parseCollective(v);
+        Collective ignored;
+        if (!c || !planCollective(*c, &ignored)) return fail("unknown collective '" + v + "'");
+        a->collective = *c;
+        break;
+      }
+      case kSizes:
+        if (!parseSizes(optarg, a)) return fail("--sizes wants MIN:MAX:FACTOR, not '" + v + "'");
+        break;
+      case kAlgos:
+        for (size_t p = 0; p <= v.size();) {
+          size_t q = std::min(v.find(',', p), v.size());
+          if (q > p) a->algos.push_back(v.substr(p, q - p));
+          p = q + 1;
+        }
+        break;
+      case kRanks: a->ranks = atoi(optarg); break;
+      case kElem: a->sim.elemSize = uint32_t(atoi(optarg)); break;
+      case kLanes: a->lanes = atoi(optarg); break;
+      case kSlices: a->sim.slices = atoi(optarg); break;
+      case kMemBw:
+        if (!parseNumber(optarg, &a->sim.memBandwidth)) return fail("bad --mem-bw '" + v + "'");
+        break;
+      case kIntraBw: case kIntraLat: case kNetBw: case kNetLat:
+        if (!parseNumber(optarg, uniformField[opt - kIntraBw]))
+          return fail(std::string("bad --") + kOptions[opt - 1].name + " '" + v + "'");
+        break;
+      case kHelp: printf("%s", kUsage); exit(0);
+      default: return fail("unknown option");
+    }
+  }
+  if (optind < argc) return fail(std::string("unexpected argument '") + argv[optind] + "'");
+  if (a->topoFile.empty() == !a->useUniform) return fail("give one of --topo and --uniform");
+  if (a->sim.elemSize == 0 || a->lanes < 1 || a->sim.slices < 1)
+    return fail("--elem-size, --lanes and --slices must be positive");
+  return true;
+}
+
+bool wanted(const Args& a, const Builder& b) {
+  if (a.algos.empty()) return true;
+  for (const auto& name : a.algos)
+    if (name == b.name) return true;
+  return false;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  if (!parseArgs(argc, argv, &a)) return 2;
+  loom::topology::Topology topo;
+  if (a.useUniform) {
+    topo = loom::tuner::uniformTopology(a.uniform);
+  } else {
+    loom::Status st = loom::topology::loadTopology(a.topoFile, &topo);
+    if (!st.isOk()) {
+      fprintf(stderr, "loom-sim: %s\n", st.message().c_str());
+      return 1;
+    }
+  }
+  const int nranks = a.ranks > 0 ? a.ranks : int(topo.ranks.size());
+  if (nranks < 1 || nranks > int(topo.ranks.size())) {
+    fprintf(stderr, "loom-sim: --ranks %d, but the topology has %zu ranks\n", nranks,
+            topo.ranks.size());
+    return 2;
+  }
+  Collective coll{};
+  planCollective(a.collective, &coll);
+  CollArgs args;
+  args.coll = coll;
+  args.nranks = nranks;
+  args.lanes = a.lanes;
+  args.elemSize = a.sim.elemSize;
+  for (int r = 0; r < nranks; ++r) args.hostOf.push_back(topo.ranks[size_t(r)].host);
+
+  std::vector<const Builder*> builders;
+  for (const Builder& b : loom::collectives::allBuilders())
+    if (b.coll == coll && b.build && wanted(a, b)) builders.push_back(&b);
+  if (builders.empty()) {
+    fprintf(stderr, "loom-sim: no builder of %s matches --algos\n",
+            loom::collectives::collectiveName(coll));
+    return 2;
+  }
+  printf("# loom-sim: %s, %d ranks on %d hosts, %s, %u-byte elements, %d lane(s), %d slice(s)\n",
+         topo.name.c_str(), nranks, topo.hostCount(), loom::collectives::collectiveName(coll),
+         a.sim.elemSize, a.lanes, a.sim.slices);
+  printf("# * fastest at that size; d = the default rule's choice\n");
+  printf("#%11s %12s  %-18s %12s %12s %12s\n", "size(B)", "count", "algorithm", "time(us)",
+         "algbw(GB/s)", "busbw(GB/s)");
+  const double factor = perf::busBwFactor(a.collective, nranks);
+  for (size_t size : perf::sizeSweep(a.minBytes, a.maxBytes, a.factor, 0)) {
+    const perf::CollSizes sizes = perf::collSizes(a.collective, size, a.sim.elemSize, nranks);
+    args.count = sizes.paramCount;
+    const size_t bytes = sizes.bytes(a.sim.elemSize);
+    const Builder& byDefault = loom::collectives::defaultBuilder(args);
+    struct Row {
+      const Builder* builder;
+      std::string refusal;
+      double time = 0;
+    };
+    std::vector<Row> rows;
+    const Row* best = nullptr;
+    for (const Builder* b : builders) {
+      Row row{b, b->refuse ? b->refuse(args) : std::string()};
+      if (row.refusal.empty()) {
+        auto result = loom::tuner::simulateBuilt(
+            nranks, [&](int r) { return b->build(args, r); }, topo, a.sim);
+        if (result.ok) {
+          row.time = result.time;
+        } else {
+          row.refusal = "simulation failed: " + result.message;
+        }
+      }
+      rows.push_back(row);
+    }
+    for (const Row& row : rows)
+      if (row.refusal.empty() && (!best || row.time < best->time)) best = &row;
+    for (const Row& row : rows) {
+      printf("%12zu %12zu  %-15s %c%c ", bytes, sizes.paramCount, row.builder->name,
+             &row == best ? '*' : ' ', row.builder == &byDefault ? 'd' : ' ');
+      if (!row.refusal.empty()) {
+        printf("skipped: %s\n", row.refusal.c_str());
+        continue;
+      }
+      const double algbw = row.time > 0 ? double(bytes) / row.time / 1e9 : 0;
+      printf("%12.2f %12.3f %12.3f\n", row.time * 1e6, algbw, algbw * factor);
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,223 @@
+// hwloc probe and the bounded local link measurement.
+#include "topology/probe.h"
+
+#include <arpa/inet.h>
+#include <hwloc.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <memory>
+
+namespace loom::topology {
+
+namespace {
+
+int numaOf(hwloc_topology_t topo, hwloc_obj_t obj) {
+  hwloc_obj_t anchor = hwloc_get_non_io_ancestor_obj(topo, obj);
+  if (!anchor || !anchor->nodeset) return -1;
+  int n = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE);
+  for (int i = 0; i < n; ++i) {
+    hwloc_obj_t numa = hwloc_get_obj_by_type(topo, HWLOC_OBJ_NUMANODE, unsigned(i));
+    if (hwloc_bitmap_isincluded(numa->nodeset, anchor->nodeset)) return i;
+  }
+  return -1;
+}
+
+hwloc_obj_t pciParent(hwloc_obj_t obj) {
+  for (hwloc_obj_t p = obj->parent; p; p = p->parent)
+    if (p->type == HWLOC_OBJ_PCI_DEVICE) return p;
+  return nullptr;
+}
+
+double nicSpeed(const std::string& ifname) {  // /sys reports Mbit/s, -1 for virtual links
+  std::ifstream in("/sys/class/net/" + ifname + "/speed");
+  long mbit = 0;
+  return in >> mbit && mbit > 0 ? double(mbit) * 1e6 / 8 : 0;
+}
+
+void addCaches(hwloc_topology_t topo, HostInfo* out) {
+  const std::pair<hwloc_obj_type_t, const char*> kTypes[] = {
+      {HWLOC_OBJ_L1CACHE, "L1d"}, {HWLOC_OBJ_L2CACHE, "L2"}, {HWLOC_OBJ_L3CACHE, "L3"},
+      {HWLOC_OBJ_L4CACHE, "L4"}};
+  for (auto [type, name] : kTypes) {
+    int n = hwloc_get_nbobjs_by_type(topo, type);
+    if (n <= 0) continue;
+    hwloc_obj_t first = hwloc_get_obj_by_type(topo, type, 0);
+    out->caches.push_back({name, int(first->attr->cache.depth), first->attr->cache.size, n});
+  }
+}
+
+void addDevices(hwloc_topology_t topo, HostInfo* out) {
+  for (hwloc_obj_t os = hwloc_get_next_osdev(topo, nullptr); os;
+       os = hwloc_get_next_osdev(topo, os)) {
+    hwloc_obj_osdev_type_t type = os->attr->osdev.type;
+    bool nic = type == HWLOC_OBJ_OSDEV_NETWORK || type == HWLOC_OBJ_OSDEV_OPENFABRICS;
+    bool gpu = type == HWLOC_OBJ_OSDEV_GPU || type == HWLOC_OBJ_OSDEV_COPROC;
+    if (!nic && !gpu) continue;
+    PciDevice d;
+    d.kind = nic ? NodeKind::Nic : NodeKind::Gpu;
+    d.name = os->name ? os->name : "?";
+    if (hwloc_obj_t pci = pciParent(os)) {
+      const auto& a = pci->attr->pcidev;
+      d.busId = strprintf("%04x:%02x:%02x.%01x", a.domain, a.bus, a.dev, a.func);
+      d.pcieBandwidth = double(a.linkspeed) * 1e9;  // hwloc: GB/s
+    }
+    d.numa = numaOf(topo, os);
+    if (type == HWLOC_OBJ_OSDEV_NETWORK) d.linkBandwidth = nicSpeed(d.name);
+    out->devices.push_back(std::move(d));
+  }
+}
+
+}  // namespace
+
+Status probeHost(HostInfo* out) {
+  hwloc_topology_t topo = nullptr;
+  if (hwloc_topology_init(&topo) != 0)
+    return Status(loomSystemError, "hwloc_topology_init failed");
+  std::unique_ptr<hwloc_topology, void (*)(hwloc_topology_t)> guard(topo,
+                                                                    hwloc_topology_destroy);
+  hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+  if (hwloc_topology_load(topo) != 0)
+    return errorf(loomSystemError, "hwloc_topology_load failed: %s", strerror(errno));
+  HostInfo info;
+  char name[256] = {};
+  gethostname(name, sizeof(name) - 1);
+  info.hostname = name;
+  info.packages = std::max(1, hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PACKAGE));
+  info.numaNodes = std::max(1, hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE));
+  info.cores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
+  info.pus = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU);
+  for (int i = 0; i < info.numaNodes; ++i) {
+    hwloc_obj_t numa = hwloc_get_obj_by_type(topo, HWLOC_OBJ_NUMANODE, unsigned(i));
+    info.numaMemory.push_back(numa ? numa->attr->numanode.local_memory : 0);
+    info.coresPerNuma.push_back(
+        numa ? hwloc_get_nbobjs_inside_cpuset_by_type(topo, numa->cpuset, HWLOC_OBJ_CORE) : 0);
+  }
+  addCaches(topo, &info);
+  addDevices(topo, &info);
+  *out = std::move(info);
+  return Status::ok();
+}
+
+Topology localTopology(const HostInfo& info, const LocalLinkFigures& figures) {
+  TopologyBuilder b(info.hostname.empty() ? "localhost" : info.hostname);
+  const std::string& host = b.topology().name;
+  b.addHost(host);
+  std::vector<int32_t> hubs;
+  for (int i = 0; i < std::max(1, info.numaNodes); ++i) {
+    hubs.push_back(b.addNode(NodeKind::Numa, host + "/numa" + std::to_string(i), 0));
+    for (size_t p = 0; p + 1 < hubs.size(); ++p) b.connect(hubs[p], hubs.back(), figures.interSocket);
+  }
+  for (const PciDevice& d : info.devices) {
+    int32_t node = b.addNode(d.kind, host + "/" + d.name, 0);
+    double bw = d.pcieBandwidth > 0 ? d.pcieBandwidth : figures.pcieBandwidth;
+    b.connect(hubs[size_t(std::clamp(d.numa, 0, int(hubs.size()) - 1))], node,
+              {bw, figures.pcieLatency, "pcie"});
+  }
+  return b.take();
+}
+
+int32_t addLocalRank(Topology* t, int numa, const LinkSpec& memory) {
+  int32_t hub = t->findNode(t->nodes[size_t(t->hostNodes().at(0))].name + "/numa" +
+                            std::to_string(numa));
+  if (hub < 0) hub = t->findNode(t->nodes[size_t(t->hostNodes().at(0))].name + "/numa0");
+  TopologyBuilder b(std::move(*t));
+  int32_t cpu = b.addCpuRank(0, hub, memory);
+  *t = b.take();
+  return cpu;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double secondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Copies a 64 MiB buffer (beyond the caches of this class of machine) until the budget runs
+// out; the best pass counts, as the others were disturbed.
+void measureMemcpy(double budget, LinkMeasurement* m) {
+  constexpr size_t kBytes = 64 << 20, kSmall = 64;
+  std::vector<char> src(kBytes, 1), dst(kBytes, 0);
+  auto start = Clock::now();
+  for (int pass = 0; pass < 8 && (pass < 1 || secondsSince(start) < budget); ++pass) {
+    auto t = Clock::now();
+    memcpy(dst.data(), src.data(), kBytes);
+    m->memcpyBandwidth = std::max(m->memcpyBandwidth, double(kBytes) / secondsSince(t));
+  }
+  constexpr int kSmallCopies = 100000;
+  auto t = Clock::now();
+  for (int i = 0; i < kSmallCopies; ++i) {
+    memcpy(dst.data() + (i & 1) * kSmall, src.data() + (i & 7), kSmall);
+    asm volatile("" ::: "memory");  // keep each copy
+  }
+  m->memcpyLatency = secondsSince(t) / kSmallCopies;
+}
+
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) close(fd);
+  }
+};
+
+bool waitFor(int fd, short events, double deadlineSeconds, Clock::time_point start) {
+  pollfd p{fd, events, 0};
+  int ms = int((deadlineSeconds - secondsSince(start)) * 1000);
+  return ms > 0 && poll(&p, 1, ms) == 1;
+}
+
+// A 1-byte ping-pong over loopback between two sockets of this thread (non-blocking, so a
+// stuck kernel cannot hold the caller past the budget).
+void measureTcp(double budget, LinkMeasurement* m) {
+  auto start = Clock::now();
+  Fd listener, client, server;
+  listener.fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (listener.fd < 0 || bind(listener.fd, (sockaddr*)&addr, sizeof(addr)) != 0 ||
+      listen(listener.fd, 1) != 0 || getsockname(listener.fd, (sockaddr*)&addr, &len) != 0)
+    return;
+  client.fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  if (client.fd < 0) return;
+  connect(client.fd, (sockaddr*)&addr, sizeof(addr));  // EINPROGRESS: finished by accept
+  if (!waitFor(listener.fd, POLLIN, budget, start)) return;
+  server.fd = accept4(listener.fd, nullptr, nullptr, SOCK_NONBLOCK);
+  if (server.fd < 0) return;
+  int one = 1;
+  setsockopt(client.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  setsockopt(server.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  char byte = 0;
+  int rounds = 0;
+  auto pingStart = Clock::now();
+  for (; rounds < 2000 && secondsSince(start) < budget; ++rounds) {
+    int from = rounds & 1 ? server.fd : client.fd, to = rounds & 1 ? client.fd : server.fd;
+    if (send(from, &byte, 1, MSG_NOSIGNAL) != 1 || !waitFor(to, POLLIN, budget, start) ||
+        recv(to, &byte, 1, 0) != 1)
+      break;
+  }
+  if (rounds > 0) m->tcpLatency = secondsSince(pingStart) / rounds;
+}
+
+}  // namespace
+
+LinkMeasurement measureLocalLinks(double budgetSeconds) {
+  LinkMeasurement m;
+  // Fixed shares: the first memcpy pass (page faults on fresh buffers) may overrun its share
+  // on a slow machine, and the TCP figure should not be what pays for it.
+  measureMemcpy(budgetSeconds * 0.6, &m);
+  measureTcp(budgetSeconds * 0.4, &m);
+  return m;
+}
+
+}  // namespace loom::topology

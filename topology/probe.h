@@ -1,0 +1,68 @@
+// The probe: what this host is (hwloc: packages, NUMA nodes, cores, caches, PCI NICs and GPUs
+// with their NUMA locality), as a Topology the communicator adds its ranks to, plus a short
+// bounded measurement of the local links. hwloc stays inside probe.cc.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "topology/builders.h"
+#include "topology/topology.h"
+
+namespace loom::topology {
+
+struct CacheLevel {
+  std::string name;   // "L1d", "L2", "L3"...
+  int level = 0;
+  uint64_t size = 0;  // bytes per instance (0 when hwloc does not say)
+  int count = 0;      // instances on the host
+};
+
+struct PciDevice {
+  NodeKind kind = NodeKind::Nic;  // Nic or Gpu
+  std::string name;               // OS name: "eth0", "mlx5_0", "card0", "cuda0"...
+  std::string busId;              // "0000:3b:00.0"
+  int numa = -1;                  // logical NUMA node it hangs off; -1 when unknown
+  double pcieBandwidth = 0;       // bytes/s of its PCIe link as hwloc reports it (0: unknown)
+  double linkBandwidth = 0;       // NICs: bytes/s of the port (/sys/class/net), 0 if unknown
+};
+
+struct HostInfo {
+  std::string hostname;
+  int packages = 0, numaNodes = 0, cores = 0, pus = 0;
+  std::vector<uint64_t> numaMemory;      // bytes per NUMA node (0 when unknown)
+  std::vector<int> coresPerNuma;
+  std::vector<CacheLevel> caches;        // data and unified caches, innermost first
+  std::vector<PciDevice> devices;
+};
+
+// Reads hwloc. Fails only when hwloc itself cannot load a topology.
+Status probeHost(HostInfo* out);
+
+// Figures for the local links; defaults are conservative guesses, overwritten by measurement.
+struct LocalLinkFigures {
+  LinkSpec memory{10e9, 1e-6, "shm"};        // rank endpoint ↔ NUMA hub
+  LinkSpec interSocket{40e9, 0.2e-6, "upi"};  // NUMA hub ↔ NUMA hub
+  double pcieLatency = 0.5e-6;
+  double pcieBandwidth = 16e9;               // when hwloc does not report the link speed
+};
+
+// The local host as a one-host Topology: Host node "<hostname>", NUMA hubs "<host>/numa<i>"
+// joined pairwise, NICs and GPUs on their NUMA hub over PCIe. No ranks: the caller adds them
+// with TopologyBuilder::addCpuRank-like endpoints (see addLocalRank).
+Topology localTopology(const HostInfo& info, const LocalLinkFigures& figures = {});
+// Adds a rank bound to NUMA node `numa` (its own Cpu endpoint on that hub).
+int32_t addLocalRank(Topology* t, int numa, const LinkSpec& memory);
+
+// A short measurement of the local links, bounded by `budgetSeconds` (60% for memcpy, 40% for
+// TCP; each stops when its share runs out, after at least one sample, so one 64 MiB copy may
+// overrun). Pure: no global state, no logging.
+struct LinkMeasurement {
+  double memcpyBandwidth = 0;  // bytes/s, one thread, buffers beyond the last-level cache
+  double memcpyLatency = 0;    // s for a 64-byte copy (cache-hot; the floor of a shm message)
+  double tcpLatency = 0;       // s, one-way (1-byte ping-pong over 127.0.0.1); 0: failed
+};
+LinkMeasurement measureLocalLinks(double budgetSeconds);
+
+}  // namespace loom::topology

@@ -1,0 +1,122 @@
+// The topology model (shared/DESIGN.md §6): a graph of hosts, devices, switches and links,
+// each link with a bandwidth and a latency, and where every rank sits. It is what the probe
+// finds, what JSON files describe (so a user can model a cluster that is not the machine in
+// front of them), and what the simulator replays plans over. No CUDA, no sockets: it builds and
+// tests anywhere. docs/TOPOLOGY.md describes the conventions and the JSON schema.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+namespace loom::topology {
+
+struct Topology;
+
+enum class NodeKind : uint8_t { Host, Cpu, Numa, Gpu, Nic, Switch };
+const char* nodeKindName(NodeKind k);  // "host", "cpu", "numa", "gpu", "nic", "switch"
+std::optional<NodeKind> parseNodeKind(std::string_view name);
+
+struct Node {
+  NodeKind kind = NodeKind::Host;
+  std::string name;      // unique within the topology, e.g. "node3/nic2", "leaf7"
+  int32_t host = -1;     // the host this node belongs to (-1 for switches)
+
+  bool operator==(const Node&) const = default;
+};
+
+// A directed link: traffic from `from` to `to` shares `bandwidth` (bytes per second) fairly
+// among the flows crossing it, and pays `latency` (seconds) once per message. Full-duplex
+// connections are two links.
+struct Link {
+  int32_t from = 0, to = 0;  // node indices
+  double bandwidth = 0;      // bytes/s
+  double latency = 0;        // s
+  std::string kind;          // "shm", "nvlink", "pcie", "eth", "ib", "xgmi"... (for reports)
+
+  bool operator==(const Link&) const = default;
+};
+
+struct Rank {
+  int32_t host = 0;      // host index (order of the hosts in `nodes` of kind Host)
+  int32_t endpoint = 0;  // the node its traffic enters the graph at (a CPU/NUMA/GPU node)
+
+  bool operator==(const Rank&) const = default;
+};
+
+// The adjacency route() searches, built once per topology on first use (a 1024-node fat-tree
+// is routed millions of times by the simulator; rebuilding per call would dominate). Copies
+// start empty, so a copied-then-edited topology never routes over a stale graph; the cache
+// also rebuilds itself when the node or link count changes. Edit links in place (from/to)
+// after routing only through a fresh copy or after invalidate(). Compares equal always: it is
+// derived data, not part of the model.
+class RouteCache {
+ public:
+  struct Graph;  // compressed-sparse-row out- and in-adjacency (topology.cc)
+
+  RouteCache() = default;
+  RouteCache(const RouteCache&) {}
+  RouteCache& operator=(const RouteCache&) {
+    invalidate();
+    return *this;
+  }
+  void invalidate();
+  std::shared_ptr<const Graph> get(const Topology& t) const;
+  friend bool operator==(const RouteCache&, const RouteCache&) { return true; }
+
+ private:
+  mutable std::mutex mutex_;
+  mutable std::shared_ptr<const Graph> graph_;
+};
+
+struct Topology {
+  std::string name;
+  std::vector<Node> nodes;
+  std::vector<Link> links;
+  std::vector<Rank> ranks;
+  RouteCache routeCache_ = {};
+
+  int hostCount() const;
+  // The links (indices) on a shortest path by hop count from node fromNode to node toNode, in
+  // order. Empty when fromNode == toNode or when no path exists (validate() reports that).
+  // Among equal-length paths the choice is a deterministic hash of (fromNode, toNode) at each
+  // branching, so flows between different pairs spread over parallel spines like ECMP instead
+  // of all crossing the lowest-numbered one. Thread-safe.
+  std::vector<int32_t> route(int32_t fromNode, int32_t toNode) const;
+  // Structural checks with a clear message: indices in range, unique names, positive
+  // bandwidths, non-negative latencies, host indices consistent, ranks on existing nodes,
+  // every pair of ranks connected.
+  Status validate() const;
+  // Host index → node index of that Host node.
+  std::vector<int32_t> hostNodes() const;
+  int32_t findNode(std::string_view name) const;  // -1 when absent (linear scan)
+
+  bool operator==(const Topology&) const = default;
+};
+
+// JSON (nlohmann::json) load/save. The schema is documented in docs/TOPOLOGY.md.
+Status loadTopology(const std::string& path, Topology* out);
+Status parseTopology(const std::string& json, Topology* out);
+std::string toJson(const Topology& t);
+Status saveTopology(const Topology& t, const std::string& path);
+
+// "400Gbit", "400 Gbit/s", "25GB", "25 GB/s", "1.5GiB", "100Gbps" or a plain number → bytes/s.
+// Decimal prefixes are powers of 1000, binary ones (Ki, Mi, Gi, Ti) of 1024; "bit"/"b" are
+// bits and "B" bytes. Returns an error naming the text when it cannot be read.
+Status parseBandwidth(std::string_view text, double* bytesPerSecond);
+// "1.5us", "500ns", "2ms", "0.001s" or a plain number → seconds.
+Status parseLatency(std::string_view text, double* seconds);
+// A unit spelling that parses back to exactly `bytesPerSecond` ("400Gbit" with preferBits,
+// as network links are quoted; "25GB" without), or the plain number when none is exact.
+std::string formatBandwidth(double bytesPerSecond, bool preferBits = false);
+std::string formatLatency(double seconds);
+// Network links ("eth", "ib", "roce", "net", "tcp") are quoted in bits per second.
+bool isNetworkLinkKind(std::string_view kind);
+
+}  // namespace loom::topology

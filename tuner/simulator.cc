@@ -1,0 +1,617 @@
+// Flow-level discrete-event simulation of plans (tuner/simulator.h, docs/SIMULATOR.md).
+//
+// Plans are first compiled into flat arrays (steps, slice-level dependencies, connections),
+// because at thousands of ranks the RankPlans themselves do not fit in memory; the event loop
+// then pushes completions along reverse dependency edges, so its cost is per event, never a
+// rescan of a lane.
+#include "tuner/simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <queue>
+#include <unordered_map>
+
+#include "core/status.h"
+
+namespace loom::tuner {
+namespace {
+
+using collectives::Lane;
+using collectives::RankPlan;
+using collectives::Region;
+using collectives::Step;
+using collectives::StepKind;
+
+constexpr uint32_t kNone = UINT32_MAX;
+
+SimResult failure(std::string message) {
+  SimResult r;
+  r.ok = false;
+  r.message = std::move(message);
+  return r;
+}
+
+bool isLocal(StepKind k) { return k == StepKind::Copy || k == StepKind::Reduce; }
+uint64_t stepElems(const Step& s) { return s.kind == StepKind::Send ? s.src.count : s.dst.count; }
+
+// One step in compact form. Transfers point at their connection; local steps at their rank.
+struct SimStep {
+  uint64_t count = 0;  // elements
+  uint32_t owner = 0;  // connection (Send/Recv/RecvReduce) or rank (Copy/Reduce)
+  int32_t peer = -1;
+  StepKind kind = StepKind::Copy;
+  uint8_t slices = 1;  // pieces this step is cut into: min(options.slices, count), at least 1
+  uint8_t ready = 0;   // leading slices whose dependencies are met
+  uint8_t issued = 0;  // local steps: slices handed to the rank's CPU
+  uint8_t done = 0;    // slices finished
+  bool free = false;   // a Copy onto itself: the executor skips it
+};
+
+// The FIFO channel of one (sender, receiver, lane): its messages in order, the slice being
+// transmitted and the slice to be delivered next.
+struct Connection {
+  int32_t src = 0, dst = 0, lane = 0;
+  uint32_t route = 0;
+  std::vector<uint32_t> sends, recvs;  // step indices, in lane order
+  uint32_t headMsg = 0, deliverMsg = 0;
+  uint8_t headSlice = 0, deliverSlice = 0;
+  bool busy = false;  // a slice is transmitting
+};
+
+struct Route {
+  std::vector<int32_t> links;
+  double latency = 0;
+};
+
+// Whose access to a range of one buffer the next conflicting step has to wait for: the last
+// writer and the readers since. Waiting for these is enough, as they waited for the earlier ones.
+struct Accessor {
+  uint32_t step;
+  uint64_t start;  // where that step's region starts
+};
+struct Segment {
+  uint64_t end = 0;
+  Accessor writer{kNone, 0};
+  std::vector<Accessor> readers;
+};
+using SegmentMap = std::map<uint64_t, Segment>;  // by start; segments never overlap
+
+// Makes sure a segment starts at pos, splitting the one that covers it.
+void splitAt(SegmentMap& m, uint64_t pos) {
+  auto it = m.upper_bound(pos);
+  if (it == m.begin()) return;
+  --it;
+  if (it->first == pos || it->second.end <= pos) return;
+  Segment tail = it->second;
+  it->second.end = pos;
+  m.emplace(pos, std::move(tail));
+}
+
+// Segments covering exactly [begin, end), with gaps filled by untouched segments.
+std::vector<SegmentMap::iterator> cover(SegmentMap& m, uint64_t begin, uint64_t end) {
+  splitAt(m, begin);
+  splitAt(m, end);
+  std::vector<SegmentMap::iterator> out;
+  uint64_t pos = begin;
+  auto it = m.lower_bound(begin);
+  while (pos < end) {
+    if (it == m.end() || it->first > pos) {
+      uint64_t gapEnd = it == m.end() ? end : std::min(end, it->first);
+      it = m.emplace_hint(it, pos, Segment{gapEnd, {kNone, 0}, {}});
+    }
+    out.push_back(it);
+    pos = it->second.end;
+    ++it;
+  }
+  return out;
+}
+
+class Simulator {
+ public:
+  Simulator(int nranks, const topology::Topology& topo, const SimOptions& o)
+      : nranks_(nranks), topo_(topo), opt_(o) {
+    opt_.slices = std::clamp(opt_.slices, 1, SimOptions::kMaxSlices);
+    rankLaneBegin_.push_back(0);
+    depBegin_.push_back(0);
+    rankTime_.assign(size_t(nranks), 0.0);
+    cpuFree_.assign(size_t(nranks), 0.0);
+  }
+
+  Status addRank(int rank, const RankPlan& plan) {
+    for (size_t l = 0; l < plan.lanes.size(); ++l) {
+      laneBegin_.push_back(uint32_t(steps_.size()));
+      LOOM_TRY(addLane(rank, int(l), plan.lanes[l]));
+    }
+    rankLaneBegin_.push_back(uint32_t(laneBegin_.size()));
+    return Status::ok();
+  }
+
+  SimResult run() {
+    SimResult res;
+    laneBegin_.push_back(uint32_t(steps_.size()));
+    Status st = checkMatching();
+    if (!st.isOk()) return failure(st.message());
+    buildReverseDeps();
+    for (uint32_t g = 0; g < steps_.size(); ++g) advanceReady(g);
+    for (uint32_t c = 0; c < conns_.size(); ++c) tryStart(c);
+    // Events at one instant are handled together, then rates are recomputed once for them.
+    for (rebalance(); !events_.empty(); rebalance()) {
+      now_ = events_.top().time;
+      while (!events_.empty() && events_.top().time == now_) {
+        Event e = events_.top();
+        events_.pop();
+        handle(e);
+      }
+    }
+    for (uint32_t g = 0; g < steps_.size(); ++g)
+      if (steps_[g].done < steps_[g].slices) return failure(deadlockMessage(g));
+    res.rankTime = rankTime_;
+    for (double t : rankTime_) res.time = std::max(res.time, t);
+    res.messages = messages_;
+    res.bytes = bytes_;
+    res.flows = flowsStarted_;
+    for (size_t l = 0; l < linkBytes_.size(); ++l) {
+      double busy = double(linkBytes_[l]) / topo_.links[l].bandwidth;
+      if (linkBytes_[l] > 0 && busy > res.busiestLinkBusy) {
+        res.busiestLink = int32_t(l);
+        res.busiestLinkBytes = linkBytes_[l];
+        res.busiestLinkBusy = busy;
+      }
+    }
+    return res;
+  }
+
+ private:
+  enum class EventKind : uint8_t { FlowDone, Deliver, LocalDone };
+  struct Event {
+    double time;
+    EventKind kind;
+    uint32_t id;
+    uint32_t version;
+    bool operator>(const Event& o) const { return time > o.time; }
+  };
+  struct Flow {
+    uint32_t conn = 0;
+    double remaining = 0;  // bytes still to transmit as of `last`
+    double rate = 0;       // bytes/s
+    double last = 0;
+    uint32_t version = 0;
+    uint32_t stamp = 0;  // component search epoch
+    double newRate = 0;
+  };
+
+  // ---- Compilation ----------------------------------------------------------------------------
+
+  Status addLane(int rank, int lane, const Lane& steps) {
+    std::unordered_map<uint32_t, SegmentMap> buffers;  // conflicts are per lane (lanes disjoint)
+    for (const Step& s : steps.steps) {
+      const uint32_t g = uint32_t(steps_.size());
+      SimStep ss;
+      ss.kind = s.kind;
+      ss.count = stepElems(s);
+      ss.slices = uint8_t(std::clamp<uint64_t>(ss.count, 1, uint64_t(opt_.slices)));
+      ss.peer = s.peer;
+      if (isLocal(s.kind)) {
+        ss.owner = uint32_t(rank);
+        ss.free = s.kind == StepKind::Copy && s.src == s.dst;
+      } else {
+        if (s.peer < 0 || s.peer >= nranks_ || s.peer == rank)
+          return errorf(loomInvalidArgument, "rank %d lane %d step %zu: %s with peer %d", rank,
+                        lane, size_t(g - laneBegin_.back()),
+                        collectives::stepKindName(s.kind), s.peer);
+        const bool send = s.kind == StepKind::Send;
+        Connection& c = connection(send ? rank : s.peer, send ? s.peer : rank, lane);
+        ss.owner = uint32_t(&c - conns_.data());
+        (send ? c.sends : c.recvs).push_back(g);
+        if (send) {
+          ++messages_;
+          bytes_ += ss.count * opt_.elemSize;
+        }
+      }
+      steps_.push_back(ss);
+      addDependencies(g, s, buffers);
+      depBegin_.push_back(uint32_t(depStep_.size()));
+    }
+    return Status::ok();
+  }
+
+  Connection& connection(int src, int dst, int lane) {
+    uint64_t key = (uint64_t(src) << 40) | (uint64_t(dst) << 16) | uint64_t(lane);
+    auto [it, added] = connIndex_.emplace(key, uint32_t(conns_.size()));
+    if (added) {
+      Connection c;
+      c.src = src;
+      c.dst = dst;
+      c.lane = lane;
+      c.route = routeBetween(topo_.ranks[size_t(src)].endpoint, topo_.ranks[size_t(dst)].endpoint);
+      conns_.push_back(std::move(c));
+    }
+    return conns_[it->second];
+  }
+
+  uint32_t routeBetween(int32_t from, int32_t to) {
+    uint64_t key = (uint64_t(uint32_t(from)) << 32) | uint32_t(to);
+    auto [it, added] = routeIndex_.emplace(key, uint32_t(routes_.size()));
+    if (added) {
+      Route r;
+      if (from != to) r.links = topo_.route(from, to);
+      for (int32_t l : r.links) r.latency += topo_.links[size_t(l)].latency;
+      if (from != to && r.links.empty()) missingRoute_ = {from, to};
+      routes_.push_back(std::move(r));
+    }
+    return it->second;
+  }
+
+  // Records, for step g, the earlier steps of its lane it conflicts with and, for each of its
+  // slices, how many slices of that step must be done first (the executor's prefix rule).
+  void addDependencies(uint32_t g, const Step& s, std::unordered_map<uint32_t, SegmentMap>& bufs) {
+    struct Access {
+      Region region;
+      bool write;
+    };
+    Access acc[2];
+    int n = 0;
+    if (s.kind != StepKind::Recv) acc[n++] = {s.src, false};
+    if (s.kind != StepKind::Send) acc[n++] = {s.dst, true};
+    const size_t firstDep = depStep_.size();
+    auto need = [&](const Accessor& a, uint64_t myStart, uint64_t ob, uint64_t oe) {
+      if (a.step == kNone) return;
+      const SimStep& me = steps_[g];
+      const SimStep& them = steps_[a.step];
+      size_t d = firstDep;
+      while (d < depStep_.size() && depStep_[d] != a.step) ++d;
+      if (d == depStep_.size()) {
+        depStep_.push_back(a.step);
+        depNeed_.resize(depNeed_.size() + size_t(opt_.slices), 0);
+      }
+      uint8_t* needs = &depNeed_[d * size_t(opt_.slices)];
+      for (int j = 0; j < me.slices; ++j) {
+        uint64_t limit = myStart + collectives::partOffset(me.count, me.slices, uint64_t(j) + 1);
+        if (ob >= limit) continue;  // this slice does not reach the overlap
+        uint64_t target = std::min(oe, limit) - a.start;
+        uint8_t m = 0;
+        while (collectives::partOffset(them.count, them.slices, m) < target) ++m;
+        needs[j] = std::max(needs[j], m);
+      }
+    };
+    for (int i = 0; i < n; ++i) {
+      const Region& r = acc[i].region;
+      if (r.count == 0) continue;
+      for (auto it : cover(bufs[r.buf], r.offset, r.offset + r.count)) {
+        const uint64_t ob = it->first, oe = it->second.end;
+        need(it->second.writer, r.offset, ob, oe);
+        if (acc[i].write)
+          for (const Accessor& a : it->second.readers) need(a, r.offset, ob, oe);
+      }
+    }
+    for (int i = 0; i < n; ++i) {
+      const Region& r = acc[i].region;
+      if (r.count == 0) continue;
+      SegmentMap& m = bufs[r.buf];
+      auto segs = cover(m, r.offset, r.offset + r.count);
+      if (acc[i].write) {
+        // One writer now owns the whole range: merge it into one segment.
+        for (auto it : segs) m.erase(it);
+        m.emplace(r.offset, Segment{r.offset + r.count, {g, r.offset}, {}});
+      } else {
+        for (auto it : segs) it->second.readers.push_back({g, r.offset});
+      }
+    }
+  }
+
+  Status checkMatching() {
+    if (missingRoute_.first >= 0)
+      return errorf(loomInvalidArgument, "the topology has no route from node %d to node %d",
+                    missingRoute_.first, missingRoute_.second);
+    for (const Connection& c : conns_) {
+      if (c.sends.size() != c.recvs.size())
+        return errorf(loomInvalidArgument,
+                      "lane %d: rank %d sends %zu messages to rank %d, which receives %zu",
+                      c.lane, c.src, c.sends.size(), c.dst, c.recvs.size());
+      for (size_t m = 0; m < c.sends.size(); ++m)
+        if (steps_[c.sends[m]].count != steps_[c.recvs[m]].count)
+          return errorf(loomInvalidArgument,
+                        "lane %d: message %zu from rank %d to rank %d: %llu elements sent, "
+                        "%llu received",
+                        c.lane, m, c.src, c.dst, (unsigned long long)steps_[c.sends[m]].count,
+                        (unsigned long long)steps_[c.recvs[m]].count);
+    }
+    return Status::ok();
+  }
+
+  void buildReverseDeps() {
+    rdepBegin_.assign(steps_.size() + 1, 0);
+    for (uint32_t d : depStep_) ++rdepBegin_[d + 1];
+    for (size_t g = 0; g < steps_.size(); ++g) rdepBegin_[g + 1] += rdepBegin_[g];
+    rdep_.resize(depStep_.size());
+    std::vector<uint32_t> fill(rdepBegin_.begin(), rdepBegin_.end() - 1);
+    for (uint32_t g = 0; g < steps_.size(); ++g)
+      for (uint32_t d = depBegin_[g]; d < depBegin_[g + 1]; ++d) rdep_[fill[depStep_[d]]++] = g;
+  }
+
+  // ---- Execution ------------------------------------------------------------------------------
+
+  uint64_t sliceBytes(const SimStep& s, int j) const {
+    return collectives::partCount(s.count, s.slices, uint64_t(j)) * opt_.elemSize;
+  }
+
+  void push(double time, EventKind kind, uint32_t id, uint32_t version = 0) {
+    events_.push({time, kind, id, version});
+  }
+
+  // Moves step g's ready mark past every slice whose dependencies are now done, and starts
+  // what that allows.
+  void advanceReady(uint32_t g) {
+    SimStep& s = steps_[g];
+    const uint8_t before = s.ready;
+    while (s.ready < s.slices) {
+      bool met = true;
+      for (uint32_t d = depBegin_[g]; d < depBegin_[g + 1] && met; ++d)
+        met = steps_[depStep_[d]].done >= depNeed_[size_t(d) * size_t(opt_.slices) + s.ready];
+      if (!met) break;
+      ++s.ready;
+    }
+    if (s.ready == before) return;
+    if (isLocal(s.kind)) {
+      issueLocal(g);
+    } else {
+      tryStart(s.owner);
+    }
+  }
+
+  // Local slices run one after another on the rank's CPU, in the order they became ready.
+  void issueLocal(uint32_t g) {
+    SimStep& s = steps_[g];
+    double& cpu = cpuFree_[s.owner];
+    for (; s.issued < s.ready; ++s.issued) {
+      double cost = s.free || opt_.memBandwidth <= 0
+                        ? 0
+                        : double(sliceBytes(s, s.issued)) / opt_.memBandwidth;
+      cpu = std::max(cpu, now_) + cost;
+      push(cpu, EventKind::LocalDone, g);
+    }
+  }
+
+  void sliceDone(uint32_t g, uint32_t rank) {
+    ++steps_[g].done;
+    rankTime_[rank] = std::max(rankTime_[rank], now_);
+    for (uint32_t i = rdepBegin_[g]; i < rdepBegin_[g + 1]; ++i) advanceReady(rdep_[i]);
+  }
+
+  // Starts the connection's next slice when its send and its receive both may touch it.
+  void tryStart(uint32_t ci) {
+    Connection& c = conns_[ci];
+    if (c.busy || c.headMsg >= c.sends.size()) return;
+    const SimStep& snd = steps_[c.sends[c.headMsg]];
+    const SimStep& rcv = steps_[c.recvs[c.headMsg]];
+    if (snd.ready <= c.headSlice || rcv.ready <= c.headSlice) return;
+    c.busy = true;
+    ++flowsStarted_;
+    const uint64_t bytes = sliceBytes(snd, c.headSlice);
+    const Route& route = routes_[c.route];
+    uint32_t f = allocFlow();
+    Flow& fl = flows_[f];
+    fl.conn = ci;
+    fl.remaining = double(bytes);
+    fl.rate = 0;
+    fl.last = now_;
+    if (route.links.empty() || bytes == 0) {
+      double t = bytes == 0 || opt_.memBandwidth <= 0 ? 0 : double(bytes) / opt_.memBandwidth;
+      push(now_ + t, EventKind::FlowDone, f, fl.version);
+      return;
+    }
+    for (int32_t l : route.links) {
+      linkFlows_[size_t(l)].push_back(f);
+      linkBytes_[size_t(l)] += bytes;
+      markDirty(l);
+    }
+  }
+
+  uint32_t allocFlow() {
+    if (!freeFlows_.empty()) {
+      uint32_t f = freeFlows_.back();
+      freeFlows_.pop_back();
+      return f;
+    }
+    flows_.emplace_back();
+    return uint32_t(flows_.size() - 1);
+  }
+
+  void markDirty(int32_t l) {
+    if (linkDirty_[size_t(l)]) return;
+    linkDirty_[size_t(l)] = true;
+    dirty_.push_back(l);
+  }
+
+  void handle(const Event& e) {
+    switch (e.kind) {
+      case EventKind::FlowDone: {
+        Flow& fl = flows_[e.id];
+        if (fl.version != e.version) return;  // its rate changed since; a newer event stands
+        ++fl.version;
+        Connection& c = conns_[fl.conn];
+        const Route& route = routes_[c.route];
+        for (int32_t l : route.links) {
+          auto& v = linkFlows_[size_t(l)];
+          *std::find(v.begin(), v.end(), e.id) = v.back();
+          v.pop_back();
+          markDirty(l);
+        }
+        freeFlows_.push_back(e.id);
+        c.busy = false;
+        push(now_ + route.latency, EventKind::Deliver, fl.conn);
+        if (++c.headSlice == steps_[c.sends[c.headMsg]].slices) {
+          c.headSlice = 0;
+          ++c.headMsg;
+        }
+        tryStart(fl.conn);
+        return;
+      }
+      case EventKind::Deliver: {
+        Connection& c = conns_[e.id];
+        const uint32_t snd = c.sends[c.deliverMsg], rcv = c.recvs[c.deliverMsg];
+        if (++c.deliverSlice == steps_[snd].slices) {
+          c.deliverSlice = 0;
+          ++c.deliverMsg;
+        }
+        sliceDone(snd, uint32_t(c.src));
+        sliceDone(rcv, uint32_t(c.dst));
+        return;
+      }
+      case EventKind::LocalDone:
+        sliceDone(e.id, steps_[e.id].owner);
+        return;
+    }
+  }
+
+  // Max-min fair rates (progressive filling) over the flows that share links, transitively,
+  // with the links whose flow set changed; flows elsewhere keep their rates and events.
+  void rebalance() {
+    if (dirty_.empty()) return;
+    ++epoch_;
+    compLinks_.clear();
+    compFlows_.clear();
+    for (int32_t l : dirty_) {
+      linkDirty_[size_t(l)] = false;
+      visitLink(l);
+    }
+    dirty_.clear();
+    for (size_t i = 0; i < compLinks_.size(); ++i)
+      for (uint32_t f : linkFlows_[size_t(compLinks_[i])]) {
+        if (flows_[f].stamp == epoch_) continue;
+        flows_[f].stamp = epoch_;
+        compFlows_.push_back(f);
+        for (int32_t l : routes_[conns_[flows_[f].conn].route].links) visitLink(l);
+      }
+    // Progressive filling: the link with the smallest fair share fixes its flows at that
+    // share; their bandwidth leaves every other link they cross.
+    using Share = std::pair<double, int32_t>;
+    std::priority_queue<Share, std::vector<Share>, std::greater<Share>> heap;
+    for (int32_t l : compLinks_) {
+      capLeft_[size_t(l)] = topo_.links[size_t(l)].bandwidth;
+      unfixed_[size_t(l)] = uint32_t(linkFlows_[size_t(l)].size());
+      if (unfixed_[size_t(l)]) heap.push({capLeft_[size_t(l)] / unfixed_[size_t(l)], l});
+    }
+    for (uint32_t f : compFlows_) flows_[f].newRate = -1;
+    while (!heap.empty()) {
+      auto [share, l] = heap.top();
+      heap.pop();
+      const uint32_t n = unfixed_[size_t(l)];
+      if (n == 0 || share != std::max(0.0, capLeft_[size_t(l)]) / n) continue;  // stale
+      for (uint32_t f : linkFlows_[size_t(l)]) {
+        if (flows_[f].newRate >= 0) continue;
+        flows_[f].newRate = share;
+        for (int32_t o : routes_[conns_[flows_[f].conn].route].links) {
+          capLeft_[size_t(o)] -= share;
+          if (--unfixed_[size_t(o)] && o != l)
+            heap.push({std::max(0.0, capLeft_[size_t(o)]) / unfixed_[size_t(o)], o});
+        }
+      }
+    }
+    for (uint32_t f : compFlows_) {
+      Flow& fl = flows_[f];
+      if (fl.newRate == fl.rate) continue;
+      fl.remaining = std::max(0.0, fl.remaining - fl.rate * (now_ - fl.last));
+      fl.last = now_;
+      fl.rate = fl.newRate;
+      ++fl.version;
+      if (fl.rate > 0) push(now_ + fl.remaining / fl.rate, EventKind::FlowDone, f, fl.version);
+    }
+  }
+
+  void visitLink(int32_t l) {
+    if (linkStamp_[size_t(l)] == epoch_) return;
+    linkStamp_[size_t(l)] = epoch_;
+    compLinks_.push_back(l);
+  }
+
+  // Names where a stuck plan stops: the first unfinished step and what it waits for.
+  std::string deadlockMessage(uint32_t g) const {
+    size_t lane = size_t(std::upper_bound(laneBegin_.begin(), laneBegin_.end(), g) -
+                         laneBegin_.begin()) - 1;
+    int rank = int(std::upper_bound(rankLaneBegin_.begin(), rankLaneBegin_.end(), uint32_t(lane)) -
+                   rankLaneBegin_.begin()) - 1;
+    const SimStep& s = steps_[g];
+    std::string why = s.ready < s.slices ? "waits for an earlier step of its lane"
+                                         : "waits for its peer's matching step";
+    return strprintf("deadlock: rank %d lane %zu step %u (%s%s%s) cannot finish: it %s; "
+                     "%u of %u slices done",
+                     rank, lane - rankLaneBegin_[size_t(rank)], g - laneBegin_[lane],
+                     collectives::stepKindName(s.kind),
+                     isLocal(s.kind) ? "" : s.kind == StepKind::Send ? " to rank " : " from rank ",
+                     isLocal(s.kind) ? "" : std::to_string(s.peer).c_str(), why.c_str(),
+                     unsigned(s.done), unsigned(s.slices));
+  }
+
+  int nranks_;
+  const topology::Topology& topo_;
+  SimOptions opt_;
+
+  // Compiled plans.
+  std::vector<SimStep> steps_;
+  std::vector<uint32_t> laneBegin_;      // first step of every lane, all ranks in order
+  std::vector<uint32_t> rankLaneBegin_;  // first lane (index into laneBegin_) of every rank
+  std::vector<uint32_t> depBegin_, depStep_, rdepBegin_, rdep_;
+  std::vector<uint8_t> depNeed_;  // per dependency, per slice of the dependent step
+  std::vector<Connection> conns_;
+  std::unordered_map<uint64_t, uint32_t> connIndex_;
+  std::vector<Route> routes_;
+  std::unordered_map<uint64_t, uint32_t> routeIndex_;
+  std::pair<int32_t, int32_t> missingRoute_{-1, -1};
+  uint64_t messages_ = 0, bytes_ = 0, flowsStarted_ = 0;
+
+  // Execution state.
+  double now_ = 0;
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
+  std::vector<Flow> flows_;
+  std::vector<uint32_t> freeFlows_;
+  std::vector<double> rankTime_, cpuFree_;
+  size_t nlinks_ = topo_.links.size();
+  std::vector<std::vector<uint32_t>> linkFlows_ = std::vector<std::vector<uint32_t>>(nlinks_);
+  std::vector<uint64_t> linkBytes_ = std::vector<uint64_t>(nlinks_, 0);
+  std::vector<char> linkDirty_ = std::vector<char>(nlinks_, 0);
+  std::vector<uint32_t> linkStamp_ = std::vector<uint32_t>(nlinks_, 0);
+  std::vector<double> capLeft_ = std::vector<double>(nlinks_, 0);
+  std::vector<uint32_t> unfixed_ = std::vector<uint32_t>(nlinks_, 0);
+  std::vector<int32_t> dirty_, compLinks_;
+  std::vector<uint32_t> compFlows_;
+  uint32_t epoch_ = 0;
+};
+
+}  // namespace
+
+namespace {
+
+// Both entry points: plan(r) returns rank r's plan (a reference or a temporary), which is
+// compiled and then no longer needed.
+template <typename PlanOf>
+SimResult simulateRanks(int nranks, PlanOf plan, const topology::Topology& topo,
+                        const SimOptions& options) {
+  if (nranks > int(topo.ranks.size()))
+    return failure(strprintf("the plans have %d ranks, the topology %zu", nranks,
+                             topo.ranks.size()));
+  Simulator sim(nranks, topo, options);
+  for (int r = 0; r < nranks; ++r) {
+    const RankPlan& p = plan(r);
+    Status st = sim.addRank(r, p);
+    if (!st.isOk()) return failure(st.message());
+  }
+  return sim.run();
+}
+
+}  // namespace
+
+SimResult simulateBuilt(int nranks, const std::function<RankPlan(int)>& build,
+                        const topology::Topology& topo, const SimOptions& options) {
+  return simulateRanks(nranks, build, topo, options);
+}
+
+SimResult simulate(const std::vector<RankPlan>& plans, const topology::Topology& topo,
+                   const SimOptions& options) {
+  return simulateRanks(
+      int(plans.size()), [&](int r) -> const RankPlan& { return plans[size_t(r)]; }, topo,
+      options);
+}
+
+}  // namespace loom::tuner

@@ -1,0 +1,67 @@
+// The plan simulator (shared/DESIGN.md §6, docs/SIMULATOR.md): replays every rank's plan of one
+// call over a topology at flow level and predicts how long it takes.
+//
+// Model, in short (docs/SIMULATOR.md has the details and why):
+//  - a message is a flow over the links of topo.route() between the two ranks' endpoints. It
+//    transmits its bytes at a rate that is max-min fair among all flows crossing the same links
+//    at the same time (progressive filling, recomputed at every flow start and finish, only
+//    over the flows that share links with the change), then arrives route-latency later (α,
+//    paid once per message; the next message on the connection transmits meanwhile);
+//  - the executor's semantics: every transfer of a lane is posted at once, transfers between a
+//    pair of ranks on a lane go in FIFO order, and a step may work on the prefix of its regions
+//    that the earlier conflicting steps of its lane have finished. The simulator cuts each step
+//    into `slices` equal pieces and lets piece j start once the earlier conflicting steps have
+//    finished the pieces that cover it — the executor's element-granular rule at slice
+//    granularity. slices = 1 is whole-step (store-and-forward) execution;
+//  - a message starts when both its send and its receive may touch the slice (rendezvous);
+//  - Copy and Reduce cost bytes / memBandwidth on the rank's one CPU (the executor runs local
+//    steps in the calling thread, so they do not overlap one another); the combine of a
+//    RecvReduce is overlapped with the transfer and costs nothing extra.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "collectives/plan.h"
+#include "topology/topology.h"
+
+namespace loom::tuner {
+
+struct SimOptions {
+  uint32_t elemSize = 4;  // bytes per element of the plans' dtype
+  // Pieces each step is cut into for pipelining (1 = whole steps); at most kMaxSlices.
+  int slices = 4;
+  // Bytes per second of a local Copy/Reduce, and of a message between two ranks on the same
+  // endpoint node (empty route). 0: local work is free.
+  double memBandwidth = 20e9;
+  static constexpr int kMaxSlices = 16;
+};
+
+struct SimResult {
+  bool ok = true;
+  std::string message;  // on failure: mismatched plans, a missing route, or a deadlock
+  double time = 0;      // seconds until the last rank finished
+  std::vector<double> rankTime;  // per rank: when its last step finished
+  uint64_t messages = 0;         // plan messages (Send steps), not slices
+  uint64_t bytes = 0;            // bytes sent over all messages
+  uint64_t flows = 0;            // flows simulated (messages × their slices)
+  // The link that was busy longest (bytes it carried / its bandwidth); -1 when no message
+  // crossed a link.
+  int32_t busiestLink = -1;
+  uint64_t busiestLinkBytes = 0;
+  double busiestLinkBusy = 0;  // seconds of transmission at full bandwidth
+};
+
+// Simulates plans[r] (rank r's plan) over topo; topo.ranks must cover every rank of the plans.
+SimResult simulate(const std::vector<collectives::RankPlan>& plans,
+                   const topology::Topology& topo, const SimOptions& options);
+
+// As simulate(), but builds rank r's plan with build(r) one rank at a time and keeps only the
+// simulator's compact form of it, so that plans of thousands of ranks need not be held at once
+// (8192-rank ring allreduce plans take ~15 GB as RankPlans).
+SimResult simulateBuilt(int nranks, const std::function<collectives::RankPlan(int)>& build,
+                        const topology::Topology& topo, const SimOptions& options);
+
+}  // namespace loom::tuner
