@@ -197,7 +197,8 @@ def table(cells, algos, mpi):
                 t = fmt(c[s])
                 row.append(f"**{t}**" if a != "auto" and best is not None and c[s] == best
                            and best > 0 else t)
-        row.append(fmt(mpi[s]) if isinstance(mpi, dict) and s in mpi else
+        # Parsed from a printed table (netns), 0.00 only says "under 0.005".
+        row.append(("<0.005" if mpi[s] == 0 else fmt(mpi[s])) if isinstance(mpi, dict) and s in mpi else
                    "–" if isinstance(mpi, dict) else "n/a")
         lines.append("| " + " | ".join(row) + " |")
     notes = []
