@@ -113,7 +113,8 @@ TEST(Simulator, IncastTakesKTimesAsLong) {
     SimResult r = simulate(plans, cluster(k + 1, 1), whole());
     ASSERT_TRUE(r.ok) << r.message;
     expectTime(alpha + k * bytes / kBandwidth, r.time);
-    const auto& busiest = cluster(k + 1, 1).links[size_t(r.busiestLink)];
+    const topology::Topology topo = cluster(k + 1, 1);  // kept alive: busiest refers into it
+    const auto& busiest = topo.links[size_t(r.busiestLink)];
     EXPECT_EQ(busiest.kind, "net");
     EXPECT_EQ(r.busiestLinkBytes, uint64_t(k * bytes));
   }
