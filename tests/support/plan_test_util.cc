@@ -1,10 +1,13 @@
 #include "tests/support/plan_test_util.h"
 
 #include <algorithm>
+#include <stdexcept>
 #include <atomic>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "tests/support/verifier.h"
 
 namespace loom::test {
 
@@ -17,6 +20,64 @@ collectives::CollArgs makeArgs(collectives::Collective coll, int n, uint64_t cou
   a.lanes = lanes;
   a.root = root;
   return a;
+}
+
+std::vector<collectives::CollArgs> alltoallvArgs(const std::vector<std::vector<uint64_t>>& sends,
+                                                 int lanes, int fanIn) {
+  const int n = int(sends.size());
+  std::vector<collectives::CollArgs> args(
+      size_t(n), makeArgs(collectives::Collective::AlltoAllv, n, 0, lanes));
+  for (int r = 0; r < n; ++r) {
+    collectives::CollArgs& a = args[size_t(r)];
+    a.fanIn = fanIn;
+    a.sendCounts.resize(size_t(n));
+    a.sendDispls.resize(size_t(n));
+    a.recvCounts.resize(size_t(n));
+    a.recvDispls.resize(size_t(n));
+    uint64_t sendAt = 0, recvAt = 0;
+    for (int k = 0; k < n; ++k) {
+      const size_t j = size_t(n - 1 - k);
+      a.sendDispls[j] = sendAt;
+      a.sendCounts[j] = sends[size_t(r)][j];
+      sendAt += a.sendCounts[j] + 3;
+      a.recvDispls[size_t(k)] = recvAt;
+      a.recvCounts[size_t(k)] = sends[size_t(k)][size_t(r)];
+      recvAt += a.recvCounts[size_t(k)] + 1;
+    }
+  }
+  return args;
+}
+
+const collectives::Builder& builderNamed(collectives::Collective c, const char* name) {
+  const collectives::Builder* b = collectives::findBuilder(c, name);
+  if (!b) throw std::runtime_error(std::string("no builder ") + name);
+  return *b;
+}
+
+bool hasInPlaceForm(collectives::Collective c) {
+  return c != collectives::Collective::AlltoAll && c != collectives::Collective::AlltoAllv;
+}
+
+std::string describeCase(const collectives::CollArgs& a, bool inPlace) {
+  std::string hosts;
+  for (int32_t h : a.hostOf) hosts += std::to_string(h);
+  return std::string(collectives::collectiveName(a.coll)) + " N=" + std::to_string(a.nranks) +
+         " count=" + std::to_string(a.count) + " lanes=" + std::to_string(a.lanes) +
+         " root=" + std::to_string(a.root) + " fanIn=" + std::to_string(a.fanIn) +
+         " torus=" + std::to_string(a.torusX) + "x" + std::to_string(a.torusY) + " hosts=[" +
+         hosts + "]" + (inPlace ? " in place: " : " out of place: ");
+}
+
+std::string verifyCases(const collectives::Builder& b,
+                        const std::vector<collectives::CollArgs>& cases) {
+  return forEachParallel(cases.size(), [&](size_t i) -> std::string {
+    for (bool inPlace : {false, true}) {
+      if (inPlace && !hasInPlaceForm(b.coll)) continue;
+      const VerifyResult r = verifyBuilder(b, cases[i], inPlace);
+      if (!r.ok) return describeCase(cases[i], inPlace) + r.message;
+    }
+    return "";
+  });
 }
 
 std::string forEachParallel(size_t jobs, const std::function<std::string(size_t)>& check) {

@@ -4,17 +4,44 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
+#include "collectives/builders.h"
 #include "collectives/plan.h"
 
 namespace loom::test {
+
+// Counts every sweep includes besides the ones derived from N: a prime, and a large one
+// (cheap to verify, since the verifier stores runs of elements).
+inline constexpr uint64_t kPrimeCount = 1009;
+inline constexpr uint64_t kLargeCount = uint64_t(1) << 20;
 
 // A call's arguments with the fields every builder reads; the rest keep their defaults.
 collectives::CollArgs makeArgs(collectives::Collective coll, int n, uint64_t count,
                                int lanes = 1, int root = 0);
 
+// Per-rank alltoallv arguments from a matrix of counts (sends[i][j]: elements i → j). Send
+// blocks are laid out in reverse peer order with gaps and receive blocks in order with gaps,
+// so displacements, not positions, decide where data goes.
+std::vector<collectives::CollArgs> alltoallvArgs(const std::vector<std::vector<uint64_t>>& sends,
+                                                 int lanes = 1, int fanIn = 1);
+
+// The registered builder; throws (failing the test) when there is none.
+const collectives::Builder& builderNamed(collectives::Collective c, const char* name);
+
+// Whether the collective has an in-place form (alltoall has none in NCCL's API).
+bool hasInPlaceForm(collectives::Collective c);
+
+// "allreduce N=8 count=17 lanes=2 root=0 ...: ", the prefix of a failure message.
+std::string describeCase(const collectives::CollArgs& a, bool inPlace);
+
 // Runs check(i) for i in [0, jobs) on every core (builders and the verifier are pure, so the
 // cases are independent). Returns the failure of the lowest failing case, or "".
 std::string forEachParallel(size_t jobs, const std::function<std::string(size_t)>& check);
+
+// Verifies every case with builder b, out of place and, where the collective has that form,
+// in place. Returns the first failure (with describeCase's prefix), or "".
+std::string verifyCases(const collectives::Builder& b,
+                        const std::vector<collectives::CollArgs>& cases);
 
 }  // namespace loom::test

@@ -25,25 +25,8 @@ using namespace collectives;
 
 constexpr int kMaxRanks = 64;
 constexpr int kLargeRanks[] = {128, 256, 1000};
-constexpr uint64_t kPrimeCount = 1009;
-constexpr uint64_t kLargeCount = uint64_t(1) << 20;
 constexpr int kLaneHints[] = {1, 2, 4};
 
-
-const Builder& builder(Collective c, const char* name) {
-  const Builder* b = findBuilder(c, name);
-  if (!b) throw std::runtime_error(std::string("no builder ") + name);
-  return *b;
-}
-
-std::string context(const CollArgs& a, bool inPlace) {
-  std::string hosts;
-  for (int32_t h : a.hostOf) hosts += std::to_string(h);
-  return std::string(collectiveName(a.coll)) + " N=" + std::to_string(a.nranks) +
-         " count=" + std::to_string(a.count) + " lanes=" + std::to_string(a.lanes) +
-         " torus=" + std::to_string(a.torusX) + "x" + std::to_string(a.torusY) +
-         " hosts=[" + hosts + "]" + (inPlace ? " in place: " : " out of place: ");
-}
 
 bool hostAware(const std::string& name) { return name == "hierarchical" || name == "torus"; }
 
@@ -108,7 +91,7 @@ std::vector<uint64_t> countsFor(int n) {
 // Verifies builder `name` of collective c for N = 1..64 and the large N, every count of
 // countsFor, every lane hint that changes the plan, every variant, both placements.
 void sweep(Collective c, const char* name) {
-  const Builder& b = builder(c, name);
+  const Builder& b = builderNamed(c, name);
   std::vector<int> ranks;
   for (int n = 1; n <= kMaxRanks; ++n) ranks.push_back(n);
   ranks.insert(ranks.end(), std::begin(kLargeRanks), std::end(kLargeRanks));
@@ -136,7 +119,7 @@ void sweep(Collective c, const char* name) {
         }
         for (const CollArgs& a : all) {
           if (b.refuse && !b.refuse(a).empty()) {
-            ADD_FAILURE() << context(a, false) << "refused: " << b.refuse(a);
+            ADD_FAILURE() << describeCase(a, false) << "refused: " << b.refuse(a);
             continue;
           }
           cases.push_back(a);
@@ -147,14 +130,7 @@ void sweep(Collective c, const char* name) {
   // Largest first, so that the slowest cases do not end up alone at the end.
   std::stable_sort(cases.begin(), cases.end(),
                    [](const CollArgs& x, const CollArgs& y) { return x.nranks > y.nranks; });
-  const std::string failure = forEachParallel(cases.size(), [&](size_t i) -> std::string {
-    for (bool inPlace : {false, true}) {
-      const VerifyResult r = verifyBuilder(b, cases[i], inPlace);
-      if (!r.ok) return context(cases[i], inPlace) + r.message;
-    }
-    return "";
-  });
-  EXPECT_EQ(failure, "");
+  EXPECT_EQ(verifyCases(b, cases), "");
 }
 
 TEST(PlanVerifyAlgos, TreeAllReduce) { sweep(Collective::AllReduce, "tree"); }
@@ -173,7 +149,7 @@ TEST(PlanVerifyAlgos, HierarchicalReduceScatter) {
 // ---- Refusals -------------------------------------------------------------------------------
 
 TEST(PlanVerifyAlgos, TorusRefusesShapesThatDoNotFit) {
-  const Builder& b = builder(Collective::AllReduce, "torus");
+  const Builder& b = builderNamed(Collective::AllReduce, "torus");
   CollArgs a = makeArgs(Collective::AllReduce, 8, 100);
   a.torusX = 3, a.torusY = 3;
   EXPECT_EQ(b.refuse(a), "torus: grid 3x3 does not fit 8 ranks (X·Y must equal N)");
@@ -198,7 +174,7 @@ TEST(PlanVerifyAlgos, TorusRefusesShapesThatDoNotFit) {
 TEST(PlanVerifyAlgos, HierarchicalRefusesUnequalHosts) {
   for (Collective c :
        {Collective::AllReduce, Collective::AllGather, Collective::ReduceScatter}) {
-    const Builder& b = builder(c, "hierarchical");
+    const Builder& b = builderNamed(c, "hierarchical");
     CollArgs a = makeArgs(c, 4, 100);
     EXPECT_EQ(b.refuse(a), "");  // one host
     a.hostOf = {0, 0, 0, 1};
@@ -237,7 +213,7 @@ TEST(PlanCostAlgos, TreeAllReduce) {
     for (int hint : kLaneHints) {
       const uint64_t count = 4 * kPrimeCount;
       const CollArgs a = makeArgs(Collective::AllReduce, n, count, hint);
-      const VerifyResult r = verifyBuilder(builder(a.coll, "tree"), a, false);
+      const VerifyResult r = verifyBuilder(builderNamed(a.coll, "tree"), a, false);
       const int lanes = n == 1 ? 1 : std::max(2, hint);
       for (int rank = 0; rank < n; ++rank) {
         uint64_t steps = 0, messages = 0, elements = 0;
@@ -247,18 +223,18 @@ TEST(PlanCostAlgos, TreeAllReduce) {
           steps += 2 * links, messages += links;
           elements += links * partCount(count, uint64_t(lanes), uint64_t(l));
         }
-        expectCounts(r, rank, n == 1 ? 1 : steps, messages, elements, context(a, false));
+        expectCounts(r, rank, n == 1 ? 1 : steps, messages, elements, describeCase(a, false));
         // Every rank is interior (has children) in at most one tree, rank 0 aside for odd N.
         int interior = 0;
         for (int t = 0; t < 2 && n > 1; ++t) {
           for (int c = 0; c < n; ++c) interior += treeParent(n, t, c) == rank ? 1 << t : 0;
         }
         if (rank != 0 || n % 2 == 0) {
-          EXPECT_NE(interior, 3) << context(a, false) << "rank " << rank;
+          EXPECT_NE(interior, 3) << describeCase(a, false) << "rank " << rank;
         }
       }
-      EXPECT_GE(r.rounds, 2 * uint64_t(ceilLog2(n))) << context(a, false);
-      EXPECT_LE(r.rounds, 4 * uint64_t(ceilLog2(n))) << context(a, false);
+      EXPECT_GE(r.rounds, 2 * uint64_t(ceilLog2(n))) << describeCase(a, false);
+      EXPECT_LE(r.rounds, 4 * uint64_t(ceilLog2(n))) << describeCase(a, false);
     }
   }
 }
@@ -279,23 +255,23 @@ TEST(PlanCostAlgos, RhdAndRdAllReduce) {
       const int lanes = n == 1 ? 1 : hint;
       const uint64_t count = uint64_t(p * lanes) * 37;  // p·L divides it
       const CollArgs a = makeArgs(Collective::AllReduce, n, count, hint);
-      const VerifyResult rhd = verifyBuilder(builder(a.coll, "rhd"), a, false);
-      const VerifyResult rd = verifyBuilder(builder(a.coll, "rd"), a, false);
+      const VerifyResult rhd = verifyBuilder(builderNamed(a.coll, "rhd"), a, false);
+      const VerifyResult rd = verifyBuilder(builderNamed(a.coll, "rd"), a, false);
       for (int rank = 0; rank < n && n > 1; ++rank) {
         const FoldRole role = foldRole(n, rank);
         const uint64_t extra = role == FoldRole::Partner;
         if (role == FoldRole::Out) {
-          expectCounts(rhd, rank, 2 * uint64_t(lanes), lanes, count, context(a, false));
-          expectCounts(rd, rank, 2 * uint64_t(lanes), lanes, count, context(a, false));
+          expectCounts(rhd, rank, 2 * uint64_t(lanes), lanes, count, describeCase(a, false));
+          expectCounts(rd, rank, 2 * uint64_t(lanes), lanes, count, describeCase(a, false));
           continue;
         }
         expectCounts(rhd, rank, (4 * lg + 2 * extra) * lanes, (2 * lg + extra) * lanes,
-                     2 * uint64_t(p - 1) * count / p + extra * count, context(a, false));
+                     2 * uint64_t(p - 1) * count / p + extra * count, describeCase(a, false));
         expectCounts(rd, rank, (3 * lg + (lg == 1) + 2 * extra) * lanes, (lg + extra) * lanes,
-                     (lg + extra) * count, context(a, false));
+                     (lg + extra) * count, describeCase(a, false));
       }
-      EXPECT_EQ(rhd.rounds, 2 * uint64_t(lg) + 2 * folded) << context(a, false);
-      EXPECT_EQ(rd.rounds, uint64_t(lg) + 2 * folded) << context(a, false);
+      EXPECT_EQ(rhd.rounds, 2 * uint64_t(lg) + 2 * folded) << describeCase(a, false);
+      EXPECT_EQ(rd.rounds, uint64_t(lg) + 2 * folded) << describeCase(a, false);
       EXPECT_EQ(buildRdAllReduce(a, n - 1).scratchCount, uint64_t(std::min(lg, 2)) * count);
     }
   }
@@ -307,17 +283,17 @@ TEST(PlanCostAlgos, RdBruckAndRh) {
     const uint64_t count = 37;
     const CollArgs ag = makeArgs(Collective::AllGather, n, count, 2);
     const CollArgs rs = makeArgs(Collective::ReduceScatter, n, count, 2);
-    const VerifyResult rd = verifyBuilder(builder(ag.coll, "rd"), ag, false);
-    const VerifyResult bruck = verifyBuilder(builder(ag.coll, "bruck"), ag, false);
-    const VerifyResult rh = verifyBuilder(builder(rs.coll, "rh"), rs, false);
+    const VerifyResult rd = verifyBuilder(builderNamed(ag.coll, "rd"), ag, false);
+    const VerifyResult bruck = verifyBuilder(builderNamed(ag.coll, "bruck"), ag, false);
+    const VerifyResult rh = verifyBuilder(builderNamed(rs.coll, "rh"), rs, false);
     const uint64_t sent = uint64_t(n - 1) * count;
     for (int rank = 0; rank < n; ++rank) {
       const uint64_t rotation = n == 1 ? 0 : rank == 0 || rank == n - 1 ? 1 : 2;
       expectCounts(bruck, rank, n == 1 ? 1 : 2 + 2 * ceilLog2(n) + rotation, ceilLog2(n), sent,
-                   context(ag, false));
+                   describeCase(ag, false));
       if (p != n) continue;  // the formulas below are for powers of two
-      expectCounts(rd, rank, 1 + 2 * uint64_t(lg), lg, sent, context(ag, false));
-      expectCounts(rh, rank, n == 1 ? 1 : 2 * uint64_t(lg), lg, sent, context(rs, false));
+      expectCounts(rd, rank, 1 + 2 * uint64_t(lg), lg, sent, describeCase(ag, false));
+      expectCounts(rh, rank, n == 1 ? 1 : 2 * uint64_t(lg), lg, sent, describeCase(rs, false));
     }
     EXPECT_LE(bruck.rounds, uint64_t(ceilLog2(n)));
     EXPECT_GE(bruck.rounds, uint64_t(floorLog2(n)));
@@ -351,10 +327,10 @@ TEST(PlanCostAlgos, TorusAndHierarchicalAllReduce) {
       for (uint64_t count : {uint64_t(n * lanes * 7), kPrimeCount * 3}) {
         CollArgs a = makeArgs(Collective::AllReduce, n, count, hint);
         a.torusX = x, a.torusY = y;
-        const VerifyResult torus = verifyBuilder(builder(a.coll, "torus"), a, false);
+        const VerifyResult torus = verifyBuilder(builderNamed(a.coll, "torus"), a, false);
         CollArgs h = makeArgs(Collective::AllReduce, n, count, hint);
         h.hostOf = hostLayout(n, y, false);  // round-robin: local index r / y, host r % y
-        const VerifyResult hier = verifyBuilder(builder(h.coll, "hierarchical"), h, false);
+        const VerifyResult hier = verifyBuilder(builderNamed(h.coll, "hierarchical"), h, false);
         for (int rank = 0; rank < n; ++rank) {
           uint64_t torusElems = 0, hierElems = 0;
           for (int l = 0; l < lanes; ++l) {
@@ -364,11 +340,11 @@ TEST(PlanCostAlgos, TorusAndHierarchicalAllReduce) {
           }
           const uint64_t steps = n == 1 ? 1 : (4 * uint64_t(x - 1) + 4 * uint64_t(y - 1)) * lanes;
           const uint64_t messages = (2 * uint64_t(x - 1) + 2 * uint64_t(y - 1)) * lanes;
-          expectCounts(torus, rank, steps, messages, torusElems, context(a, false));
-          expectCounts(hier, rank, steps, messages, hierElems, context(h, false));
+          expectCounts(torus, rank, steps, messages, torusElems, describeCase(a, false));
+          expectCounts(hier, rank, steps, messages, hierElems, describeCase(h, false));
         }
-        EXPECT_EQ(torus.rounds, 2 * uint64_t(x - 1) + 2 * uint64_t(y - 1)) << context(a, false);
-        EXPECT_EQ(hier.rounds, 2 * uint64_t(x - 1) + 2 * uint64_t(y - 1)) << context(h, false);
+        EXPECT_EQ(torus.rounds, 2 * uint64_t(x - 1) + 2 * uint64_t(y - 1)) << describeCase(a, false);
+        EXPECT_EQ(hier.rounds, 2 * uint64_t(x - 1) + 2 * uint64_t(y - 1)) << describeCase(h, false);
       }
     }
   }
@@ -385,14 +361,14 @@ TEST(PlanCostAlgos, HierarchicalAllGatherAndReduceScatter) {
       ag.hostOf = hostLayout(n, hosts, true);
       CollArgs rs = ag;
       rs.coll = Collective::ReduceScatter;
-      const VerifyResult g = verifyBuilder(builder(ag.coll, "hierarchical"), ag, false);
-      const VerifyResult s = verifyBuilder(builder(rs.coll, "hierarchical"), rs, false);
+      const VerifyResult g = verifyBuilder(builderNamed(ag.coll, "hierarchical"), ag, false);
+      const VerifyResult s = verifyBuilder(builderNamed(rs.coll, "hierarchical"), rs, false);
       const uint64_t messages = uint64_t(hosts - 1) + uint64_t(hosts) * (m - 1);
       for (int rank = 0; rank < n; ++rank) {
         expectCounts(g, rank, (1 + 2 * messages) * lanes, messages * lanes, messages * count,
-                     context(ag, false));
+                     describeCase(ag, false));
         expectCounts(s, rank, n == 1 ? 1 : 2 * messages * lanes, messages * lanes,
-                     messages * count, context(rs, false));
+                     messages * count, describeCase(rs, false));
       }
       EXPECT_EQ(buildHierarchicalReduceScatter(rs, 0).scratchCount,
                 n > 1 ? uint64_t(3 * hosts + 2) * count : 0);

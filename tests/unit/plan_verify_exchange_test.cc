@@ -25,37 +25,13 @@ using namespace collectives;
 
 constexpr int kMaxRanks = 64;
 constexpr int kBigRanks[] = {128, 256, 1000};
-constexpr uint64_t kPrimeCount = 1009;
-constexpr uint64_t kLargeCount = uint64_t(1) << 20;
 constexpr int kFanIns[] = {1, 2, 4};
 
-
-const Builder& builder(Collective c, const char* name) {
-  const Builder* b = findBuilder(c, name);
-  EXPECT_NE(b, nullptr) << name;
-  return *b;
-}
-
-std::string describe(const CollArgs& a, bool inPlace) {
-  return std::string(collectiveName(a.coll)) + " N=" + std::to_string(a.nranks) +
-         " count=" + std::to_string(a.count) + " lanes=" + std::to_string(a.lanes) +
-         " root=" + std::to_string(a.root) + " fanIn=" + std::to_string(a.fanIn) +
-         " hosts=" + std::to_string(a.hostOf.size()) + (inPlace ? " in place: " : ": ");
-}
 
 
 // Verifies every case with builder b, in place too where the collective has that form.
 void verifyAll(const Builder& b, const std::vector<CollArgs>& cases) {
-  const bool inPlaceForm = b.coll != Collective::AlltoAll && b.coll != Collective::AlltoAllv;
-  const std::string failure = forEachParallel(cases.size(), [&](size_t i) -> std::string {
-    for (bool inPlace : {false, true}) {
-      if (inPlace && !inPlaceForm) continue;
-      const VerifyResult r = verifyBuilder(b, cases[i], inPlace);
-      if (!r.ok) return describe(cases[i], inPlace) + r.message;
-    }
-    return "";
-  });
-  EXPECT_EQ(failure, "") << b.name;
+  EXPECT_EQ(verifyCases(b, cases), "") << b.name;
 }
 
 std::vector<uint64_t> countsFor(int n, uint64_t large) {
@@ -135,11 +111,11 @@ void withLanes(CollArgs a, std::vector<CollArgs>& out) {
 // ---- Alltoall -------------------------------------------------------------------------------
 
 TEST(ExchangeVerify, XorAlltoAll) {
-  verifyAll(builder(Collective::AlltoAll, "xor"), cases(Collective::AlltoAll, 4096, withLanes));
+  verifyAll(builderNamed(Collective::AlltoAll, "xor"), cases(Collective::AlltoAll, 4096, withLanes));
 }
 
 TEST(ExchangeVerify, BruckAlltoAll) {
-  verifyAll(builder(Collective::AlltoAll, "bruck"),
+  verifyAll(builderNamed(Collective::AlltoAll, "bruck"),
             cases(Collective::AlltoAll, 4096, [](CollArgs a, std::vector<CollArgs>& out) {
               out.push_back(a);
             },
@@ -147,7 +123,7 @@ TEST(ExchangeVerify, BruckAlltoAll) {
 }
 
 TEST(ExchangeVerify, HierarchicalAlltoAll) {
-  verifyAll(builder(Collective::AlltoAll, "hierarchical"),
+  verifyAll(builderNamed(Collective::AlltoAll, "hierarchical"),
             cases(Collective::AlltoAll, 4096, [](CollArgs a, std::vector<CollArgs>& out) {
               for (const auto& layout : hostLayouts(a.nranks)) {
                 if (a.nranks > kMaxRanks && (layout.empty() || layout[1] != 0)) continue;  // blocks
@@ -159,7 +135,7 @@ TEST(ExchangeVerify, HierarchicalAlltoAll) {
 }
 
 TEST(ExchangeVerify, IncastAlltoAll) {
-  verifyAll(builder(Collective::AlltoAll, "incast"),
+  verifyAll(builderNamed(Collective::AlltoAll, "incast"),
             cases(Collective::AlltoAll, 4096, [](CollArgs a, std::vector<CollArgs>& out) {
               for (int k : {1, 2, 4, 1 << 20}) {
                 if (a.nranks > kMaxRanks && k != 2) continue;
@@ -171,33 +147,6 @@ TEST(ExchangeVerify, IncastAlltoAll) {
 }
 
 // ---- Alltoallv ------------------------------------------------------------------------------
-
-// Per-rank alltoallv arguments from a matrix of counts (sends[i][j]: elements i → j); send
-// blocks in reverse peer order with gaps, receive blocks in order with gaps.
-std::vector<CollArgs> alltoallvArgs(const std::vector<std::vector<uint64_t>>& sends, int fanIn,
-                                    int lanes = 1) {
-  const int n = int(sends.size());
-  std::vector<CollArgs> args(size_t(n), makeArgs(Collective::AlltoAllv, n, 0, lanes));
-  for (int r = 0; r < n; ++r) {
-    CollArgs& a = args[size_t(r)];
-    a.fanIn = fanIn;
-    a.sendCounts.resize(size_t(n));
-    a.sendDispls.resize(size_t(n));
-    a.recvCounts.resize(size_t(n));
-    a.recvDispls.resize(size_t(n));
-    uint64_t sendAt = 0, recvAt = 0;
-    for (int k = 0; k < n; ++k) {
-      const size_t j = size_t(n - 1 - k);
-      a.sendDispls[j] = sendAt;
-      a.sendCounts[j] = sends[size_t(r)][j];
-      sendAt += a.sendCounts[j] + 3;
-      a.recvDispls[size_t(k)] = recvAt;
-      a.recvCounts[size_t(k)] = sends[size_t(k)][size_t(r)];
-      recvAt += a.recvCounts[size_t(k)] + 1;
-    }
-  }
-  return args;
-}
 
 // Uneven blocks with many zeros; and a hot receiver (rank 0) that everyone floods.
 std::vector<std::vector<uint64_t>> skewed(int n) {
@@ -223,20 +172,20 @@ std::vector<std::vector<uint64_t>> hotspot(int n) {
 }
 
 void sweepAlltoallv(const char* name, const Sweep& sweep) {
-  const Builder& b = builder(Collective::AlltoAllv, name);
+  const Builder& b = builderNamed(Collective::AlltoAllv, name);
   std::vector<std::vector<CollArgs>> all;
   for (int n : ranksToSweep(sweep)) {
     if (n > 256) continue;  // alltoallv's matrices cost N² per case
     for (int k : {1, 2, 4}) {
       for (int lanes : {1, 3}) {
-        all.push_back(alltoallvArgs(skewed(n), k, lanes));
-        all.push_back(alltoallvArgs(hotspot(n), k, lanes));
+        all.push_back(alltoallvArgs(skewed(n), lanes, k));
+        all.push_back(alltoallvArgs(hotspot(n), lanes, k));
       }
     }
   }
   const std::string failure = forEachParallel(all.size(), [&](size_t i) -> std::string {
     const VerifyResult r = verifyBuilder(b, all[i], false);
-    return r.ok ? "" : describe(all[i][0], false) + r.message;
+    return r.ok ? "" : describeCase(all[i][0], false) + r.message;
   });
   EXPECT_EQ(failure, "") << name;
 }
@@ -249,7 +198,7 @@ TEST(ExchangeVerify, IncastAlltoAllv) { sweepAlltoallv("incast", kThinSweep); }
 // Incast plans never let more than k data messages into a rank at once, and do use k (the
 // measure is tight: unscheduled pairwise exchange lets all N−1 in).
 TEST(ExchangeFanIn, IncastAlltoAllBoundedByK) {
-  const Builder& b = builder(Collective::AlltoAll, "incast");
+  const Builder& b = builderNamed(Collective::AlltoAll, "incast");
   std::vector<CollArgs> all;
   for (int n = 1; n <= 48; ++n) {
     for (int k : kFanIns) {
@@ -261,10 +210,10 @@ TEST(ExchangeFanIn, IncastAlltoAllBoundedByK) {
   const std::string failure = forEachParallel(all.size(), [&](size_t i) -> std::string {
     const CollArgs& a = all[i];
     const VerifyResult r = verifyBuilderFanIn(b, std::vector<CollArgs>(size_t(a.nranks), a));
-    if (!r.ok) return describe(a, false) + r.message;
+    if (!r.ok) return describeCase(a, false) + r.message;
     const uint64_t want = uint64_t(std::min(a.fanIn, a.nranks - 1));
     if (r.maxFanIn != want) {
-      return describe(a, false) + "fan-in " + std::to_string(r.maxFanIn) + " at rank " +
+      return describeCase(a, false) + "fan-in " + std::to_string(r.maxFanIn) + " at rank " +
              std::to_string(r.fanInRank) + ", want " + std::to_string(want);
     }
     return "";
@@ -274,7 +223,7 @@ TEST(ExchangeFanIn, IncastAlltoAllBoundedByK) {
 
 TEST(ExchangeFanIn, PairwiseIsUnbounded) {
   const CollArgs a = makeArgs(Collective::AlltoAll, 9, 5);
-  const VerifyResult r = verifyBuilderFanIn(builder(Collective::AlltoAll, "pairwise"),
+  const VerifyResult r = verifyBuilderFanIn(builderNamed(Collective::AlltoAll, "pairwise"),
                                             std::vector<CollArgs>(9, a));
   ASSERT_TRUE(verified(r));
   EXPECT_EQ(r.maxFanIn, 8u);
@@ -283,26 +232,26 @@ TEST(ExchangeFanIn, PairwiseIsUnbounded) {
 // A hot receiver: every rank floods rank 0. Incast keeps exactly k senders on it (busy, not
 // flooded); skewed matrices stay within k everywhere.
 TEST(ExchangeFanIn, IncastAlltoAllvHotReceiver) {
-  const Builder& b = builder(Collective::AlltoAllv, "incast");
+  const Builder& b = builderNamed(Collective::AlltoAllv, "incast");
   std::vector<std::pair<std::vector<CollArgs>, int>> all;
   for (int n = 2; n <= 40; n += 3) {
     for (int k : kFanIns) {
-      all.emplace_back(alltoallvArgs(hotspot(n), k), k);
-      all.emplace_back(alltoallvArgs(skewed(n), k), k);
+      all.emplace_back(alltoallvArgs(hotspot(n), 1, k), k);
+      all.emplace_back(alltoallvArgs(skewed(n), 1, k), k);
     }
   }
   const std::string failure = forEachParallel(all.size(), [&](size_t i) -> std::string {
     const auto& [args, k] = all[i];
     const VerifyResult r = verifyBuilderFanIn(b, args);
-    if (!r.ok) return describe(args[0], false) + r.message;
+    if (!r.ok) return describeCase(args[0], false) + r.message;
     if (r.maxFanIn > uint64_t(k)) {
-      return describe(args[0], false) + "fan-in " + std::to_string(r.maxFanIn) + " at rank " +
+      return describeCase(args[0], false) + "fan-in " + std::to_string(r.maxFanIn) + " at rank " +
              std::to_string(r.fanInRank) + " exceeds " + std::to_string(k);
     }
     const bool hot = args[0].recvCounts[1] >= kLargeCount;
     const uint64_t want = uint64_t(std::min(k, args[0].nranks - 1));
     if (hot && r.maxFanIn != want) {
-      return describe(args[0], false) + "hot receiver has fan-in " + std::to_string(r.maxFanIn);
+      return describeCase(args[0], false) + "hot receiver has fan-in " + std::to_string(r.maxFanIn);
     }
     return "";
   });
@@ -312,18 +261,18 @@ TEST(ExchangeFanIn, IncastAlltoAllvHotReceiver) {
 // ---- Broadcast and reduce -------------------------------------------------------------------
 
 TEST(ExchangeVerify, TreeBroadcast) {
-  verifyAll(builder(Collective::Broadcast, "tree"),
+  verifyAll(builderNamed(Collective::Broadcast, "tree"),
             cases(Collective::Broadcast, kLargeCount, withLanes));
 }
 TEST(ExchangeVerify, ScatterAllgatherBroadcast) {
-  verifyAll(builder(Collective::Broadcast, "scatter_allgather"),
+  verifyAll(builderNamed(Collective::Broadcast, "scatter_allgather"),
             cases(Collective::Broadcast, kLargeCount, withLanes, kThinSweep));
 }
 TEST(ExchangeVerify, TreeReduce) {
-  verifyAll(builder(Collective::Reduce, "tree"), cases(Collective::Reduce, kLargeCount, withLanes));
+  verifyAll(builderNamed(Collective::Reduce, "tree"), cases(Collective::Reduce, kLargeCount, withLanes));
 }
 TEST(ExchangeVerify, RsagReduce) {
-  verifyAll(builder(Collective::Reduce, "rsag"),
+  verifyAll(builderNamed(Collective::Reduce, "rsag"),
             cases(Collective::Reduce, kLargeCount, withLanes, kThinSweep));
 }
 
@@ -333,14 +282,14 @@ constexpr int kCostRanks[] = {1, 2, 3, 5, 8, 13, 64};
 
 VerifyResult verifyUniform(const Builder& b, const CollArgs& a) {
   const VerifyResult r = verifyBuilder(b, a, false);
-  EXPECT_TRUE(verified(r)) << describe(a, false);
+  EXPECT_TRUE(verified(r)) << describeCase(a, false);
   return r;
 }
 
 TEST(ExchangeCost, XorAlltoAll) {
   for (int n : kCostRanks) {
     const uint64_t c = 7, m = uint64_t(n - 1);
-    const VerifyResult r = verifyUniform(builder(Collective::AlltoAll, "xor"),
+    const VerifyResult r = verifyUniform(builderNamed(Collective::AlltoAll, "xor"),
                                          makeArgs(Collective::AlltoAll, n, c, 2));
     for (const RankCounts& rc : r.counts) {
       EXPECT_EQ(rc.steps, 1 + 2 * m);
@@ -355,7 +304,7 @@ TEST(ExchangeCost, BruckAlltoAll) {
   for (int n : kCostRanks) {
     const uint64_t c = 3;
     const CollArgs a = makeArgs(Collective::AlltoAll, n, c);
-    const VerifyResult r = verifyUniform(builder(Collective::AlltoAll, "bruck"), a);
+    const VerifyResult r = verifyUniform(builderNamed(Collective::AlltoAll, "bruck"), a);
     uint64_t rounds = 0, moved = 0, copies = 0;
     for (int d = 1; d < n; d <<= 1) {
       uint64_t mb = 0;
@@ -386,7 +335,7 @@ TEST(ExchangeCost, HierarchicalAlltoAll) {
   const std::vector<int32_t> hosts = {0, 1, 0, 2, 1, 0, 1, 2, 0, 1};
   CollArgs a = makeArgs(Collective::AlltoAll, n, 5);
   a.hostOf = hosts;
-  const VerifyResult r = verifyUniform(builder(Collective::AlltoAll, "hierarchical"), a);
+  const VerifyResult r = verifyUniform(builderNamed(Collective::AlltoAll, "hierarchical"), a);
   const uint64_t c = 5, row = uint64_t(n) * c;
   const int leaders[] = {0, 1, 3};
   const uint64_t sizes[] = {4, 4, 2};
@@ -412,7 +361,7 @@ TEST(ExchangeCost, IncastAlltoAll) {
       const uint64_t kk = uint64_t(std::max(1, std::min(k, n - 1))), g = m - std::min(m, kk);
       CollArgs a = makeArgs(Collective::AlltoAll, n, c);
       a.fanIn = k;
-      const VerifyResult r = verifyUniform(builder(Collective::AlltoAll, "incast"), a);
+      const VerifyResult r = verifyUniform(builderNamed(Collective::AlltoAll, "incast"), a);
       for (const RankCounts& rc : r.counts) {
         EXPECT_EQ(rc.steps, 1 + 2 * m + 3 * g) << n << " " << k;
         EXPECT_EQ(rc.messagesSent, m + g);
@@ -441,8 +390,8 @@ TEST(ExchangeCost, TreeBroadcastAndReduce) {
       const uint64_t c = 100, lanes = 2;
       const CollArgs bc = makeArgs(Collective::Broadcast, n, c, int(lanes), root);
       const CollArgs rd = makeArgs(Collective::Reduce, n, c, int(lanes), root);
-      const VerifyResult b = verifyUniform(builder(Collective::Broadcast, "tree"), bc);
-      const VerifyResult d = verifyUniform(builder(Collective::Reduce, "tree"), rd);
+      const VerifyResult b = verifyUniform(builderNamed(Collective::Broadcast, "tree"), bc);
+      const VerifyResult d = verifyUniform(builderNamed(Collective::Reduce, "tree"), rd);
       for (int r = 0; r < n; ++r) {
         const int v = wrap(r - root, n);
         const uint64_t children = uint64_t((2 * v + 1 < n) + (2 * v + 2 < n));
@@ -465,7 +414,7 @@ TEST(ExchangeCost, TreeBroadcastAndReduce) {
 TEST(ExchangeCost, ScatterAllgatherBroadcast) {
   for (int n : kCostRanks) {
     const uint64_t c = 1000;
-    const VerifyResult r = verifyUniform(builder(Collective::Broadcast, "scatter_allgather"),
+    const VerifyResult r = verifyUniform(builderNamed(Collective::Broadcast, "scatter_allgather"),
                                          makeArgs(Collective::Broadcast, n, c, 1, n / 2));
     uint64_t lg = 0;
     while ((1 << lg) < n) ++lg;
@@ -485,7 +434,7 @@ TEST(ExchangeCost, RsagReduce) {
     const uint64_t c = 1000;
     const int root = n - 1;
     const CollArgs a = makeArgs(Collective::Reduce, n, c, 1, root);
-    const VerifyResult r = verifyUniform(builder(Collective::Reduce, "rsag"), a);
+    const VerifyResult r = verifyUniform(builderNamed(Collective::Reduce, "rsag"), a);
     const uint64_t m = uint64_t(n - 1);
     for (int rank = 0; rank < n; ++rank) {
       const RankCounts& rc = r.counts[size_t(rank)];
@@ -507,7 +456,7 @@ TEST(ExchangeCost, RsagReduce) {
 // ---- Refusals and registry ------------------------------------------------------------------
 
 TEST(ExchangeBuilders, Refusals) {
-  const Builder& h = builder(Collective::AlltoAll, "hierarchical");
+  const Builder& h = builderNamed(Collective::AlltoAll, "hierarchical");
   ASSERT_NE(h.refuse, nullptr);
   CollArgs a = makeArgs(Collective::AlltoAll, 4, 8);
   EXPECT_EQ(h.refuse(a), "");
@@ -518,7 +467,7 @@ TEST(ExchangeBuilders, Refusals) {
   a.hostOf = {0, 0, 1, 7};
   EXPECT_EQ(h.refuse(a), "hostOf[3] = 7 is not a host index below 4");
   for (Collective c : {Collective::AlltoAll, Collective::AlltoAllv}) {
-    const Builder& b = builder(c, "incast");
+    const Builder& b = builderNamed(c, "incast");
     ASSERT_NE(b.refuse, nullptr);
     CollArgs f = makeArgs(c, 4, 8);
     f.fanIn = 2;
@@ -530,7 +479,7 @@ TEST(ExchangeBuilders, Refusals) {
                          {Collective::AlltoAllv, "xor"}, {Collective::Broadcast, "tree"},
                          {Collective::Broadcast, "scatter_allgather"}, {Collective::Reduce, "tree"},
                          {Collective::Reduce, "rsag"}}) {
-    EXPECT_EQ(builder(c, name).refuse, nullptr) << name;
+    EXPECT_EQ(builderNamed(c, name).refuse, nullptr) << name;
   }
 }
 

@@ -25,8 +25,6 @@ namespace {
 using namespace collectives;
 
 constexpr int kMaxRanks = 64;
-constexpr uint64_t kPrimeCount = 1009;
-constexpr uint64_t kLargeCount = uint64_t(1) << 20;
 constexpr int kLaneHints[] = {1, 2, 4};
 
 
@@ -49,26 +47,12 @@ std::vector<int> rootsFor(Collective c, int n) {
   return r;
 }
 
-bool hasInPlace(Collective c) { return c != Collective::AlltoAll && c != Collective::AlltoAllv; }
-
-std::string context(const CollArgs& a, bool inPlace) {
-  return std::string(collectiveName(a.coll)) + " N=" + std::to_string(a.nranks) +
-         " count=" + std::to_string(a.count) + " lanes=" + std::to_string(a.lanes) +
-         " root=" + std::to_string(a.root) + (inPlace ? " in place" : " out of place") + ": ";
-}
-
-const Builder& builder(Collective c, const char* name) {
-  const Builder* b = findBuilder(c, name);
-  if (!b) throw std::runtime_error(std::string("no builder ") + name);
-  return *b;
-}
-
 
 // Verifies builder `name` of collective c for every N up to maxRanks, every count of
 // countsFor, every lane hint, both placements and every root. A lane hint that yields the
 // same plans as a smaller one (too little data for more lanes) is not verified twice.
 void sweep(Collective c, const char* name, int maxRanks = kMaxRanks) {
-  const Builder& b = builder(c, name);
+  const Builder& b = builderNamed(c, name);
   std::vector<CollArgs> cases;
   for (int n = 1; n <= maxRanks; ++n) {
     for (uint64_t count : countsFor(n)) {
@@ -84,15 +68,7 @@ void sweep(Collective c, const char* name, int maxRanks = kMaxRanks) {
       }
     }
   }
-  const std::string failure = forEachParallel(cases.size(), [&](size_t i) -> std::string {
-    for (bool inPlace : {false, true}) {
-      if (inPlace && !hasInPlace(c)) continue;
-      const VerifyResult r = verifyBuilder(b, cases[i], inPlace);
-      if (!r.ok) return context(cases[i], inPlace) + r.message;
-    }
-    return "";
-  });
-  EXPECT_EQ(failure, "");
+  EXPECT_EQ(verifyCases(b, cases), "");
 }
 
 TEST(PlanVerify, RingAllReduce) { sweep(Collective::AllReduce, "ring"); }
@@ -104,34 +80,8 @@ TEST(PlanVerify, PairwiseAlltoAll) { sweep(Collective::AlltoAll, "pairwise"); }
 
 // ---- Alltoallv --------------------------------------------------------------------------------
 
-// Per-rank alltoallv arguments from a matrix of counts (sends[i][j]: elements i → j). Send
-// blocks are laid out in reverse peer order with gaps and receive blocks in order with gaps,
-// so displacements, not positions, decide where data goes.
-std::vector<CollArgs> alltoallvArgs(const std::vector<std::vector<uint64_t>>& sends, int lanes) {
-  const int n = int(sends.size());
-  std::vector<CollArgs> args(size_t(n), makeArgs(Collective::AlltoAllv, n, 0, lanes));
-  for (int r = 0; r < n; ++r) {
-    CollArgs& a = args[size_t(r)];
-    a.sendCounts.resize(size_t(n));
-    a.sendDispls.resize(size_t(n));
-    a.recvCounts.resize(size_t(n));
-    a.recvDispls.resize(size_t(n));
-    uint64_t sendAt = 0, recvAt = 0;
-    for (int k = 0; k < n; ++k) {
-      const size_t j = size_t(n - 1 - k);
-      a.sendDispls[j] = sendAt;
-      a.sendCounts[j] = sends[size_t(r)][j];
-      sendAt += a.sendCounts[j] + 3;
-      a.recvDispls[size_t(k)] = recvAt;
-      a.recvCounts[size_t(k)] = sends[size_t(k)][size_t(r)];
-      recvAt += a.recvCounts[size_t(k)] + 1;
-    }
-  }
-  return args;
-}
-
 TEST(PlanVerify, PairwiseAlltoAllv) {
-  const Builder& b = builder(Collective::AlltoAllv, "pairwise");
+  const Builder& b = builderNamed(Collective::AlltoAllv, "pairwise");
   for (int n = 1; n <= kMaxRanks; ++n) {
     std::vector<std::vector<uint64_t>> skewed(n, std::vector<uint64_t>(n));
     std::vector<std::vector<uint64_t>> hotspot = skewed;
@@ -247,7 +197,7 @@ TEST(PlanCost, RingAllReduce) {
     for (int hint : kLaneHints) {
       for (uint64_t count : costCounts(n, hint)) {
         const CollArgs a = makeArgs(Collective::AllReduce, n, count, hint);
-        const VerifyResult r = verifyBuilder(builder(a.coll, "ring"), a, false);
+        const VerifyResult r = verifyBuilder(builderNamed(a.coll, "ring"), a, false);
         const int lanes = n == 1 ? 1 : hint;
         for (int rank = 0; rank < n; ++rank) {
           uint64_t elements = 0;
@@ -259,9 +209,9 @@ TEST(PlanCost, RingAllReduce) {
             EXPECT_EQ(elements, 2 * uint64_t(n - 1) * count / uint64_t(n));
           }
           const uint64_t steps = n == 1 ? 1 : 4 * uint64_t(n - 1) * lanes;
-          expectCounts(r, rank, steps, 2 * uint64_t(n - 1) * lanes, elements, context(a, false));
+          expectCounts(r, rank, steps, 2 * uint64_t(n - 1) * lanes, elements, describeCase(a, false));
         }
-        EXPECT_EQ(r.rounds, 2 * uint64_t(n - 1)) << context(a, false);
+        EXPECT_EQ(r.rounds, 2 * uint64_t(n - 1)) << describeCase(a, false);
       }
     }
   }
@@ -274,14 +224,14 @@ TEST(PlanCost, RingAllGatherAndReduceScatter) {
         const int lanes = n == 1 ? 1 : hint;
         const uint64_t sent = uint64_t(n - 1) * count;
         const CollArgs ag = makeArgs(Collective::AllGather, n, count, hint);
-        const VerifyResult g = verifyBuilder(builder(ag.coll, "ring"), ag, false);
+        const VerifyResult g = verifyBuilder(builderNamed(ag.coll, "ring"), ag, false);
         const CollArgs rs = makeArgs(Collective::ReduceScatter, n, count, hint);
-        const VerifyResult s = verifyBuilder(builder(rs.coll, "ring"), rs, false);
+        const VerifyResult s = verifyBuilder(builderNamed(rs.coll, "ring"), rs, false);
         for (int rank = 0; rank < n; ++rank) {
           expectCounts(g, rank, uint64_t(2 * n - 1) * lanes, uint64_t(n - 1) * lanes, sent,
-                       context(ag, false));
+                       describeCase(ag, false));
           expectCounts(s, rank, n == 1 ? 1 : 2 * uint64_t(n - 1) * lanes, uint64_t(n - 1) * lanes,
-                       sent, context(rs, false));
+                       sent, describeCase(rs, false));
         }
         EXPECT_EQ(g.rounds, uint64_t(n - 1));
         EXPECT_EQ(s.rounds, uint64_t(n - 1));
@@ -299,19 +249,19 @@ TEST(PlanCost, ChainBroadcastAndReduce) {
         const int lanes = n == 1 ? 1 : hint;
         for (int root : rootsFor(Collective::Broadcast, n)) {
           const CollArgs bc = makeArgs(Collective::Broadcast, n, count, hint, root);
-          const VerifyResult b = verifyBuilder(builder(bc.coll, "chain"), bc, false);
+          const VerifyResult b = verifyBuilder(builderNamed(bc.coll, "chain"), bc, false);
           const CollArgs rd = makeArgs(Collective::Reduce, n, count, hint, root);
-          const VerifyResult d = verifyBuilder(builder(rd.coll, "chain"), rd, false);
+          const VerifyResult d = verifyBuilder(builderNamed(rd.coll, "chain"), rd, false);
           for (int rank = 0; rank < n; ++rank) {
             const int pos = (rank - root + n) % n;
             const bool last = pos == n - 1;
             // Broadcast: everyone but the last forwards; the root also copies.
             const uint64_t bSteps = n == 1 ? 1 : uint64_t(last ? 1 : 2) * lanes;
-            expectCounts(b, rank, bSteps, last ? 0 : lanes, last ? 0 : count, context(bc, false));
+            expectCounts(b, rank, bSteps, last ? 0 : lanes, last ? 0 : count, describeCase(bc, false));
             // Reduce: everyone but the root sends; the ends have one step per lane.
             const uint64_t dSteps = n == 1 ? 1 : uint64_t(pos == 0 || last ? 1 : 2) * lanes;
             expectCounts(d, rank, dSteps, pos == 0 ? 0 : lanes, pos == 0 ? 0 : count,
-                         context(rd, false));
+                         describeCase(rd, false));
             const bool between = pos > 0 && !last;
             EXPECT_EQ(buildChainReduce(rd, rank).scratchCount, between ? count : 0);
           }
@@ -328,10 +278,10 @@ TEST(PlanCost, PairwiseAlltoAll) {
     for (int hint : kLaneHints) {
       const uint64_t count = 37;
       const CollArgs a = makeArgs(Collective::AlltoAll, n, count, hint);
-      const VerifyResult r = verifyBuilder(builder(a.coll, "pairwise"), a, false);
+      const VerifyResult r = verifyBuilder(builderNamed(a.coll, "pairwise"), a, false);
       for (int rank = 0; rank < n; ++rank) {
         expectCounts(r, rank, 1 + 2 * uint64_t(n - 1), uint64_t(n - 1), uint64_t(n - 1) * count,
-                     context(a, false));
+                     describeCase(a, false));
       }
       EXPECT_EQ(r.rounds, n > 1 ? 1u : 0u);
     }
@@ -345,7 +295,7 @@ TEST(PlanCost, PairwiseAlltoAllvSkipsEmptyBlocks) {
     for (int j = 0; j < n; ++j) sends[size_t(i)][size_t(j)] = uint64_t((i + 2 * j) % 4);
   }
   const auto args = alltoallvArgs(sends, 2);
-  const VerifyResult r = verifyBuilder(builder(Collective::AlltoAllv, "pairwise"), args, false);
+  const VerifyResult r = verifyBuilder(builderNamed(Collective::AlltoAllv, "pairwise"), args, false);
   for (int rank = 0; rank < n; ++rank) {
     uint64_t messages = 0, elements = 0, recvs = 0;
     for (int j = 0; j < n; ++j) {
@@ -380,7 +330,7 @@ TEST(PlanCost, P2PGroup) {
 TEST(PlanVerify, ScalesToAThousandRanks) {
   const std::clock_t start = std::clock();
   const CollArgs a = makeArgs(Collective::AllReduce, 1000, kLargeCount, 1);
-  const VerifyResult r = verifyBuilder(builder(a.coll, "ring"), a, true);
+  const VerifyResult r = verifyBuilder(builderNamed(a.coll, "ring"), a, true);
   EXPECT_TRUE(verified(r));
   EXPECT_EQ(r.counts[0].messagesSent, 2u * 999u);
   EXPECT_EQ(r.rounds, 2u * 999u);
