@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/params.h"
 #include "core/status.h"
 #include "loom/loom.h"
 #include "tests/support/comm_harness.h"
@@ -101,7 +102,10 @@ int runAll(RankContext& ctx, const char* transport) {
   for (const Forced& f : kForced) {
     std::string dims;
     if (f.torusDims) dims = n % 2 == 0 ? strprintf("2x%d", n / 2) : strprintf("1x%d", n);
+    // The communicator reads LOOM_TORUS_DIMS when it is created; parameters are cached per
+    // process, so each change is followed by a reload.
     if (f.torusDims) setenv("LOOM_TORUS_DIMS", dims.c_str(), 1);
+    params::reloadFromEnvironment();
     loomConfig_t config = LOOM_CONFIG_INITIALIZER;
     config.transport = transport;
     config.algorithms = f.algorithms;
@@ -109,6 +113,7 @@ int runAll(RankContext& ctx, const char* transport) {
     loomComm_t comm = nullptr;
     RANK_LOOM(initComm(ctx, &comm, &config));
     unsetenv("LOOM_TORUS_DIMS");
+    params::reloadFromEnvironment();
     auto report = [&](const std::string& text) {
       if (text.empty()) return;
       fprintf(stderr, "rank %d [%s %s]: %s", rank, f.algorithms, dims.c_str(), text.c_str());
