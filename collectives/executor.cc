@@ -52,7 +52,7 @@ constexpr uint64_t kLocalChunkBytes = 256 << 10;
 
 }  // namespace
 
-PreparedPlan preparePlan(const RankPlan& plan, const std::vector<BufferAlias>& aliases) {
+PreparedPlan preparePlan(const RankPlan& plan, std::span<const BufferAlias> aliases) {
   PreparedPlan out;
   out.scratchCount = plan.scratchCount;
   out.algorithm = plan.algorithm;

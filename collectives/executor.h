@@ -43,8 +43,9 @@ struct BufferAlias {
   uint64_t offset;
 };
 
-// Prepares plan; aliases[b] folds buffer b into another (identity where b is its own).
-PreparedPlan preparePlan(const RankPlan& plan, const std::vector<BufferAlias>& aliases);
+// Prepares plan; aliases[b] folds buffer b into another. Buffers past the end of aliases are
+// their own (so an empty list means no aliasing).
+PreparedPlan preparePlan(const RankPlan& plan, std::span<const BufferAlias> aliases);
 
 // What the executor needs from the communicator.
 class ExecHost {

@@ -282,7 +282,8 @@ Status Comm::runCollective(CallDesc call) {
   LOOM_TRY(chooseBuilder(a, &builder));
   size_t es = dtypeSize(call.dtype);
   std::array<void*, 3> buffers = {const_cast<void*>(call.input), call.output, nullptr};
-  std::vector<collectives::BufferAlias> aliases = {{0, 0}, {1, 0}, {2, 0}};
+  // Filled on every call (cheap, no allocation), read only when the plan is not cached yet.
+  std::array<collectives::BufferAlias, 3> aliases = {{{0, 0}, {1, 0}, {2, 0}}};
   std::vector<char> inputCopy;  // alltoall in place works on a copy of the input
   PlanKey key{a.coll, builder, a.count, a.root, a.lanes, a.torusX, a.torusY, a.fanIn, 0, 0, {}};
   if (rangesOverlap(call.input, call.inputBytes, call.output, call.outputBytes)) {
@@ -378,9 +379,8 @@ Status Comm::runP2P(const std::vector<P2PCall>& calls) {
   }
   if (ops.empty()) return Status::ok();
   collectives::RankPlan plan = collectives::buildP2P(ops);
-  std::vector<collectives::BufferAlias> aliases;
-  for (uint32_t b = 0; b < buffers.size(); ++b) aliases.push_back({b, 0});
-  collectives::PreparedPlan prepared = collectives::preparePlan(plan, aliases);
+  // Each operation has its own buffer: nothing aliases.
+  collectives::PreparedPlan prepared = collectives::preparePlan(plan, {});
   return execute(prepared, buffers, loomUint8, loomSum, "sendrecv");
 }
 
