@@ -27,9 +27,11 @@ const Builder kBuilders[] = {
     {Collective::AllReduce, "rd", buildRdAllReduce},
     {Collective::AllReduce, "torus", buildTorusAllReduce, refuseTorus},
     {Collective::AllReduce, "hierarchical", buildHierarchicalAllReduce, refuseHierarchical},
+    {Collective::AllReduce, "direct", buildDirectAllReduce, refuseDirect},
     {Collective::AllGather, "rd", buildRdAllGather},
     {Collective::AllGather, "bruck", buildBruckAllGather},
     {Collective::AllGather, "hierarchical", buildHierarchicalAllGather, refuseHierarchical},
+    {Collective::AllGather, "direct", buildDirectAllGather, refuseDirect},
     {Collective::ReduceScatter, "rh", buildRhReduceScatter},
     {Collective::ReduceScatter, "hierarchical", buildHierarchicalReduceScatter,
      refuseHierarchical},
@@ -38,6 +40,7 @@ const Builder kBuilders[] = {
     {Collective::AlltoAll, "bruck", buildBruckAlltoAll},
     {Collective::AlltoAll, "hierarchical", buildHierarchicalAlltoAll, refuseHierarchicalAlltoAll},
     {Collective::AlltoAll, "incast", buildIncastAlltoAll, refuseIncast},
+    {Collective::AlltoAll, "direct", buildDirectAlltoAll, refuseDirect},
     {Collective::AlltoAllv, "xor", buildXorAlltoAllv},
     {Collective::AlltoAllv, "incast", buildIncastAlltoAllv, refuseIncast},
     {Collective::Broadcast, "tree", buildTreeBroadcast},
@@ -63,45 +66,6 @@ const Builder* findBuilder(Collective c, std::string_view name) {
     if (b.coll == c && name == b.name) return &b;
   }
   return nullptr;
-}
-
-// Until the tuner costs every candidate on the real topology, a size and rank-count rule:
-// latency-bound calls take the algorithms with the fewest rounds (log N instead of N), larger
-// ones the bandwidth-optimal ring/chain/pairwise, and hierarchical plans serve several equal
-// hosts. Thresholds are in bytes per rank buffer, where the measured crossover sits on one host.
-const Builder& defaultBuilder(const CollArgs& a) {
-  constexpr uint64_t kSmallBytes = 16 << 10;
-  uint64_t bytes = a.count * a.elemSize;
-  const char* name = nullptr;
-  bool severalHosts = false;
-  for (int32_t h : a.hostOf) severalHosts = severalHosts || h != 0;
-  switch (a.coll) {
-    case Collective::AllReduce:
-      if (a.nranks >= 2 && bytes <= kSmallBytes) name = "rd";
-      else if (severalHosts && !refuseHierarchical(a).size()) name = "hierarchical";
-      break;
-    case Collective::AllGather:
-      if (a.nranks > 2 && bytes * uint64_t(a.nranks) <= kSmallBytes) name = "bruck";
-      break;
-    case Collective::AlltoAll:
-      if (a.nranks > 2 && bytes * uint64_t(a.nranks) <= kSmallBytes) name = "bruck";
-      break;
-    case Collective::Broadcast:
-      if (a.nranks > 3 && bytes <= kSmallBytes) name = "tree";
-      break;
-    case Collective::Reduce:
-      if (a.nranks > 3 && bytes <= kSmallBytes) name = "tree";
-      break;
-    default:
-      break;
-  }
-  if (name != nullptr) {
-    if (const Builder* b = findBuilder(a.coll, name)) return *b;
-  }
-  for (const Builder& b : kBuilders) {  // the first registered: ring, chain, pairwise, p2p
-    if (b.coll == a.coll) return b;
-  }
-  return kBuilders[0];  // unreachable: every collective has a builder
 }
 
 int usableLanes(uint64_t count, uint64_t minPerLane, int hint) {

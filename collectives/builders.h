@@ -107,8 +107,6 @@ std::span<const Builder> allBuilders();
 std::vector<std::string_view> builderNames(Collective c);
 // The builder of collective c called name, or null.
 const Builder* findBuilder(Collective c, std::string_view name);
-// The builder used when neither the user nor the tuner picks one.
-const Builder& defaultBuilder(const CollArgs& a);
 
 // ---- Helpers shared by the builders ---------------------------------------------------------
 

@@ -79,6 +79,16 @@ RankPlan buildIncastAlltoAllv(const CollArgs& a, int rank);
 // Refuses fanIn < 1.
 std::string refuseIncast(const CollArgs& a);
 
+// Direct shared memory alltoall ("direct", collectives/direct.cc; refused as the direct
+// allreduce is, by refuseDirect, and when a slot cannot hold one element per rank): with slots
+// of S elements (as the direct allreduce's) and P = ⌊S/N⌋ elements per block and chunk,
+// Copy the own block Input → Output, then per chunk k of P elements of every block (c_k its
+// size, half k mod 2): Copy piece k of each other block j into slot r at j·c_k; Barrier; Copy
+// piece k of block r from each other rank's slot into Output block j.
+// Cost: no messages; K = ⌈count / P⌉ chunks: 1 + K·(2(N−1) + 1) steps, K barriers (rounds).
+// N = 1: one Copy; count = 0: the (empty) own copy is dropped, nothing else.
+RankPlan buildDirectAlltoAll(const CollArgs& a, int rank);
+
 // ---- Broadcast ------------------------------------------------------------------------------
 
 // Pipelined binary tree broadcast: place v has parent (v−1)/2 and children 2v+1, 2v+2; each

@@ -74,7 +74,31 @@ std::string torusShape(const CollArgs& a, int* x, int* y);
 // Cost: as torus with X = M, Y = H and x, y the local and host index.
 RankPlan buildHierarchicalAllReduce(const CollArgs& a, int rank);
 
+// Direct shared memory ("direct"): the ranks of one host reduce through its Shared arena
+// (CollArgs::sharedBytes) instead of exchanging messages. The arena holds two halves of N slots
+// of S elements (S = sharedBytes / elemSize / 2N, rounded down to whole cache lines once it
+// holds one). Up to 16 KiB that fits a slot (one-shot): Copy Input to slot r; Barrier; Copy
+// slot 0 to Output and Reduce slots 1..N−1 into it. Otherwise per chunk k of S elements
+// (c_k = its size, half k mod 2): Copy Input chunk to slot r; Barrier; Reduce slice r
+// (partCount(c_k, N, r) elements) of slots 1..N−1 into slot 0; Barrier; Copy slot 0 to Output.
+// Refuses ranks on several hosts, no arena, or an arena too small for one element per slot.
+// Cost: no messages. One-shot: N + 2 steps, 1 barrier. Chunked, K = ⌈count / S⌉ chunks:
+// 4K + (N−1)·#{k : partCount(c_k, N, r) > 0} steps, 2K barriers. The verifier counts each
+// barrier as a round. N = 1: one Copy; count = 0: nothing.
+RankPlan buildDirectAllReduce(const CollArgs& a, int rank);
+// Why a direct builder (allreduce, allgather, alltoall) cannot serve a call: ranks on several
+// hosts, no arena, or slots too small (alltoall needs one element per rank in a slot).
+std::string refuseDirect(const CollArgs& a);
+
 // ---- Allgather ------------------------------------------------------------------------------
+
+// Direct shared memory allgather ("direct", collectives/direct.cc; refuseDirect): with slots of
+// S elements as the direct allreduce's, Copy Input → Output block r, then per chunk k of S
+// elements of the contribution (c_k its size, half k mod 2): Copy the chunk into slot r;
+// Barrier; Copy the chunk of every other rank j from its slot into Output block j.
+// Cost: no messages; K = ⌈count / S⌉ chunks: 1 + K·(N + 1) steps, K barriers (rounds).
+// N = 1: one Copy (none in place); count = 0: nothing.
+RankPlan buildDirectAllGather(const CollArgs& a, int rank);
 
 // Recursive doubling ("rd"): Copy of Input into Output block r, then lg exchanges of the
 // blocks gathered so far (virtual rank v owns the blocks of the ranks folded onto it, which

@@ -41,11 +41,17 @@ int accesses(const Step& s, Access out[2]) {
       out[0] = {s.src, false};
       out[1] = {s.dst, true};
       return 2;
+    case StepKind::Barrier:
+      return 0;
   }
   return 0;
 }
 
-uint64_t stepCount(const Step& s) { return s.kind == StepKind::Send ? s.src.count : s.dst.count; }
+// Elements a step handles; a Barrier is one unit, done when it has passed.
+uint64_t stepCount(const Step& s) {
+  if (s.kind == StepKind::Barrier) return 1;
+  return s.kind == StepKind::Send ? s.src.count : s.dst.count;
+}
 
 // Elements a local step handles per pass, so that later steps can start on its output early.
 constexpr uint64_t kLocalChunkBytes = 256 << 10;
@@ -69,12 +75,20 @@ PreparedPlan preparePlan(const RankPlan& plan, std::span<const BufferAlias> alia
       s.src = canon(s.src);
       s.dst = canon(s.dst);
       ls.steps.push_back(s);
+      out.usesShared = out.usesShared || s.kind == StepKind::Barrier;
+      for (const Region& r : {s.src, s.dst}) {
+        if (r.count == 0 || r.buf != kShared) continue;
+        out.usesShared = true;
+        out.sharedEnd = std::max(out.sharedEnd, r.offset + r.count);
+      }
     }
     ls.conflicts.resize(ls.steps.size());
+    size_t sinceBarrier = 0;  // steps before the last Barrier are done before later ones start
     for (size_t i = 0; i < ls.steps.size(); ++i) {
+      if (ls.steps[i].kind == StepKind::Barrier) sinceBarrier = i + 1;
       Access mine[2];
       int nm = accesses(ls.steps[i], mine);
-      for (size_t j = 0; j < i; ++j) {
+      for (size_t j = sinceBarrier; j < i; ++j) {
         Access theirs[2];
         int nt = accesses(ls.steps[j], theirs);
         for (int a = 0; a < nm; ++a)
@@ -98,9 +112,10 @@ namespace {
 
 struct StepState {
   TransferOp op;
-  uint64_t done = 0;  // elements finished
-  bool posted = false;
+  uint64_t done = 0;    // elements finished
+  bool posted = false;  // a transfer handed to its connection, or this rank at a Barrier
   Connection* conn = nullptr;
+  uint32_t ticket = 0;  // Barrier: what the arena returned on arrival
 };
 
 }  // namespace
@@ -143,12 +158,16 @@ class Run {
   }
 
   Status run() {
+    if (call_.plan->usesShared && call_.arena == nullptr)
+      return errorf(loomInternalError, "%s: the plan uses the shared arena, but there is none",
+                    header().c_str());
     int64_t idle = 0;
     uint64_t idleSinceNs = 0;
     uint64_t lastCheckNs = nowNs();
     for (;;) {
       bool progressed = false;
       bool finished = true;
+      barrierWaiting_ = nullptr;
       for (size_t l = 0; l < state_.size(); ++l) {
         LOOM_TRY(advanceLane(l, &progressed));
         finished = finished && first_[l] == state_[l].size();
@@ -209,6 +228,22 @@ class Run {
       uint64_t count = stepCount(s);
       if (ss.done == count) {
         if (i == first_[l]) ++first_[l];
+        continue;
+      }
+      if (s.kind == StepKind::Barrier) {
+        if (i != first_[l]) break;  // arrive only after every earlier step, start none after
+        if (!ss.posted) {
+          ss.ticket = call_.arena->arrive();
+          ss.posted = true;
+          *progressed = true;
+        }
+        if (!call_.arena->passed(ss.ticket)) {
+          barrierWaiting_ = &ss;
+          break;
+        }
+        ss.done = 1;
+        ++first_[l];
+        *progressed = true;
         continue;
       }
       uint64_t limit = readyLimit(l, i);
@@ -304,13 +339,17 @@ class Run {
       Status st = conns_[c]->checkAlive();
       if (!st.isOk()) return st.withContext(connectionContext(c));
     }
+    if (call_.arena != nullptr) {
+      Status st = call_.arena->checkAlive();
+      if (!st.isOk()) return st.withContext(firstUnfinishedContext());
+    }
     Status st = host_.pollAsyncErrors();
     if (!st.isOk()) return st.withContext(header());
     return Status::ok();
   }
 
   Status sleepUntilEvent() {
-    if (transports_.empty()) {
+    if (transports_.empty() && barrierWaiting_ == nullptr) {
       sched_yield();
       return Status::ok();
     }
@@ -320,10 +359,12 @@ class Run {
     bool progressed = false;
     Status st = progressConnections(&progressed);
     if (st.isOk() && !progressed) {
-      // One transport: sleep on it until its event. Several: take turns, briefly.
-      int cap = transports_.size() == 1 ? 100 : 1;
+      // One thing to wait for: sleep on it until its event. Several: take turns, briefly.
+      int cap = transports_.size() + (barrierWaiting_ != nullptr) == 1 ? 100 : 1;
       for (size_t t = 0; t < transports_.size(); ++t)
         transports_[t]->sleep(tokens[t], deadline_.remainingMs(cap));
+      if (barrierWaiting_ != nullptr)
+        call_.arena->sleep(barrierWaiting_->ticket, deadline_.remainingMs(cap));
     }
     for (Transport* t : transports_) t->disarmSleep();
     return st;
@@ -337,6 +378,12 @@ class Run {
   std::string stepContext(size_t l, size_t i) const {
     const Step& s = lane(l).steps[i];
     const StepState& ss = state_[l][i];
+    if (s.kind == StepKind::Barrier) {
+      const std::string absent = ss.posted ? "not there yet: rank " + call_.arena->absentRanks()
+                                           : std::string("this rank not there yet");
+      return strprintf("%s, lane %zu step %zu (Barrier of the %d ranks of this host; %s)",
+                       header().c_str(), l, i, call_.arena->members(), absent.c_str());
+    }
     bool toPeer = s.kind == StepKind::Send;
     return strprintf("%s, lane %zu step %zu (%s %s rank %d, %llu of %llu elements done)",
                      header().c_str(), l, i, stepKindName(s.kind), toPeer ? "to" : "from", s.peer,
@@ -353,12 +400,16 @@ class Run {
     return header();
   }
 
-  Status timeoutError() const {
+  // Names the first unfinished step of the first unfinished lane.
+  std::string firstUnfinishedContext() const {
     for (size_t l = 0; l < state_.size(); ++l)
-      if (first_[l] < state_[l].size())
-        return errorf(loomTimeout, "%s: no progress before the deadline (LOOM_TIMEOUT_MS)",
-                      stepContext(l, first_[l]).c_str());
-    return errorf(loomTimeout, "%s: deadline passed", header().c_str());
+      if (first_[l] < state_[l].size()) return stepContext(l, first_[l]);
+    return header();
+  }
+
+  Status timeoutError() const {
+    return errorf(loomTimeout, "%s: no progress before the deadline (LOOM_TIMEOUT_MS)",
+                  firstUnfinishedContext().c_str());
   }
 
   ExecHost& host_;
@@ -371,6 +422,7 @@ class Run {
   std::vector<size_t>& connLane_;
   std::vector<Transport*>& transports_;
   std::vector<uint64_t>& tokens_;
+  const StepState* barrierWaiting_ = nullptr;  // the Barrier this pass found not yet passed
 };
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "collectives/plan.h"
 #include "core/clock.h"
 #include "core/status.h"
+#include "transports/shm/shm_arena.h"
 #include "transports/transport.h"
 
 namespace loom::collectives {
@@ -26,15 +27,17 @@ struct PreparedPlan {
     uint32_t step;        // the earlier step, index within the lane
     uint64_t theirStart;  // where the earlier step's region starts (canonical buffer offset)
     uint64_t overlapBegin, overlapEnd;  // the overlap, canonical buffer offsets
-    uint64_t myStart;     // where this step's region starts (canonical buffer offset)
+    uint64_t myStart;                   // where this step's region starts (canonical buffer offset)
   };
   struct LaneSteps {
-    std::vector<Step> steps;                     // regions rewritten to canonical buffers
+    std::vector<Step> steps;                       // regions rewritten to canonical buffers
     std::vector<std::vector<Conflict>> conflicts;  // per step
   };
   std::vector<LaneSteps> lanes;
   uint64_t scratchCount = 0;
   std::string algorithm;
+  bool usesShared = false;  // has Shared regions or Barrier steps: the call needs the arena
+  uint64_t sharedEnd = 0;   // elements of Shared the plan reaches (its furthest region's end)
 };
 
 // How one buffer id maps into memory: canonical buffer id and element offset within it.
@@ -61,6 +64,8 @@ class ExecHost {
 struct ExecCall {
   const PreparedPlan* plan = nullptr;
   std::span<void* const> buffers;  // base address of each canonical buffer id
+  // The host's arena (Barrier steps; buffers[kShared] points into it) when plan->usesShared.
+  transports::ShmArena* arena = nullptr;
   loomDataType_t dtype = loomUint8;
   loomRedOp_t op = loomSum;
   // Waiting: polls before yielding, then how long to yield before sleeping.

@@ -38,6 +38,8 @@ const char* stepKindName(StepKind k) {
       return "Copy";
     case StepKind::Reduce:
       return "Reduce";
+    case StepKind::Barrier:
+      return "Barrier";
   }
   return "invalid";
 }

@@ -23,9 +23,12 @@ enum class Collective : uint8_t {
 };
 const char* collectiveName(Collective c);  // "allreduce", "broadcast", ...
 
-// Buffers a region can name. Collectives use Input, Output and Scratch; a group of
-// point-to-point operations names the buffer of its i-th operation as kFirstUserBuffer + i.
-enum : uint32_t { kInput = 0, kOutput = 1, kScratch = 2, kFirstUserBuffer = 3 };
+// Buffers a region can name. Collectives use Input, Output and Scratch, and Shared: an arena
+// of shared memory that every rank of a host maps, so one rank's writes are the others' reads
+// (CollArgs::sharedBytes says how large it is; ranks coordinate through Barrier steps). A
+// group of point-to-point operations names the buffer of its i-th operation as
+// kFirstUserBuffer + i.
+enum : uint32_t { kInput = 0, kOutput = 1, kScratch = 2, kShared = 3, kFirstUserBuffer = 4 };
 
 // A range of elements of one buffer. Offsets and counts are in elements of the plan's dtype.
 struct Region {
@@ -41,12 +44,17 @@ enum class StepKind : uint8_t {
   RecvReduce,  // dst = src (local operand) ⊕ received; src may equal dst
   Copy,        // dst = src (local)
   Reduce,      // dst = dst ⊕ src (local)
+  // No regions. Completes once every rank of the plan has reached its matching Barrier (the
+  // k-th of each rank's lane 0); it starts after every earlier step of its lane and no later
+  // one starts before it completes. The ranks must share one host (the barrier lives in the
+  // host's Shared arena); Barrier steps and Shared regions appear on lane 0 only.
+  Barrier,
 };
 const char* stepKindName(StepKind k);
 
 struct Step {
   StepKind kind;
-  int32_t peer = -1;  // for Send, Recv, RecvReduce
+  int32_t peer = -1;  // for Send, Recv, RecvReduce (-1 for the others)
   Region src;         // Send, RecvReduce, Copy, Reduce
   Region dst;         // Recv, RecvReduce, Copy, Reduce
 };
@@ -83,6 +91,9 @@ struct CollArgs {
   int fanIn = 1;
   // Bytes per element: plans are in elements, but choosing an algorithm depends on bytes.
   uint32_t elemSize = 4;
+  // Bytes of the Shared buffer a plan may use (the communicator's LOOM_SHM_DIRECT_BYTES arena
+  // gives each call half of it); 0: there is none.
+  uint64_t sharedBytes = 0;
   // Alltoallv, this rank's view, in elements (size nranks each).
   std::vector<uint64_t> sendCounts, sendDispls, recvCounts, recvDispls;
 };

@@ -1,7 +1,6 @@
 #include "core/comm.h"
 
 #include <sched.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +13,7 @@
 #include "core/dtype.h"
 #include "core/log.h"
 #include "core/params.h"
+#include "topology/discover.h"
 
 namespace loom {
 namespace {
@@ -24,21 +24,6 @@ uint64_t fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull) 
   const unsigned char* p = static_cast<const unsigned char*>(data);
   for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
   return h;
-}
-
-// A host is its hostname, boot id and network namespace: ranks in different network
-// namespaces of one machine count as different hosts (that is how tests play a cluster).
-uint64_t hostIdentity(std::string* hostname) {
-  char name[64] = {};
-  gethostname(name, sizeof(name) - 1);
-  *hostname = name;
-  std::string bootId;
-  std::ifstream("/proc/sys/kernel/random/boot_id") >> bootId;
-  struct stat st = {};
-  stat("/proc/self/ns/net", &st);
-  uint64_t h = fnv1a(name, strlen(name));
-  h = fnv1a(bootId.data(), bootId.size(), h);
-  return fnv1a(&st.st_ino, sizeof(st.st_ino), h);
 }
 
 // Parses "allreduce=ring,allgather=ring" into a map, checking every name.
@@ -75,12 +60,13 @@ Status parseAlgorithms(const std::string& text, std::map<std::string, std::strin
   return Status::ok();
 }
 
+// LOOM_TUNE's rules and LOOM_TUNER's mode.
+}  // namespace
+
 bool rangesOverlap(const void* a, size_t an, const void* b, size_t bn) {
   auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
   return an > 0 && bn > 0 && x < y + bn && y < x + an;
 }
-
-}  // namespace
 
 Status Comm::create(int nranks, const loomUniqueId& id, int rank, const loomConfig_t* config,
                     std::unique_ptr<Comm>* out) {
@@ -113,7 +99,11 @@ Status Comm::init(int nranks, const loomUniqueId& id, int rank, const loomConfig
     return errorf(loomInvalidArgument, "LOOM_TRANSPORT=\"%s\": expected auto, shm or tcp",
                   transportMode_.c_str());
   LOOM_TRY(parseAlgorithms(algos, &forcedAlgos_));
-  lanes_ = std::max<int>(1, int(params::getInt("LOOM_LANES")));
+  tuner::TunerConfig tuning;  // a bad LOOM_TUNE fails here, before any rank connects
+  LOOM_TRY(tuner::tunerConfigFromParams(&tuning));
+  settings_ = tuner::callSettings(tuning.fixed);
+  // LOOM_TRANSPORT=tcp means no shared memory at all, so no direct (arena) algorithms either.
+  if (transportMode_ == "tcp") settings_.sharedBytes = 0;
 
   Deadline deadline(ctx_.timeoutMs);
   LOOM_TRY(boot_.connect(id, rank, nranks, deadline));
@@ -127,7 +117,7 @@ Status Comm::init(int nranks, const loomUniqueId& id, int rank, const loomConfig
   me.rank = rank;
   me.pid = getpid();
   std::string hostname;
-  me.hostId = hostIdentity(&hostname);
+  me.hostId = topology::hostIdentity(&hostname);
   snprintf(me.hostname, sizeof(me.hostname), "%s", hostname.c_str());
   if (transportMode_ != "tcp") LOOM_TRY(transports::createShmTransport(&ctx_, &shm_));
   if (transportMode_ != "shm") {
@@ -159,11 +149,7 @@ Status Comm::init(int nranks, const loomUniqueId& id, int rank, const loomConfig
     if (pos == hostIds.end()) hostIds.push_back(p.hostId);
   }
   hostCount_ = int(hostIds.size());
-  std::string dims = params::getString("LOOM_TORUS_DIMS");
-  if (!dims.empty() && sscanf(dims.c_str(), "%dx%d", &torusX_, &torusY_) != 2)
-    return errorf(loomInvalidArgument, "LOOM_TORUS_DIMS=\"%s\": expected XxY, e.g. 4x2",
-                  dims.c_str());
-  fanIn_ = std::max<int>(1, int(params::getInt("LOOM_ALLTOALL_FANIN")));
+  directBytes_ = uint64_t(std::max<int64_t>(0, params::getInt("LOOM_SHM_DIRECT_BYTES")));
   // Ranks of this host beyond its usable cores must not spin: the peer they wait for may
   // need the very core they would be burning.
   int localRanks = 0;
@@ -173,18 +159,28 @@ Status Comm::init(int nranks, const loomUniqueId& id, int rank, const loomConfig
   spinCount_ = params::getInt("LOOM_SPIN_COUNT");
   if (spinCount_ < 0) spinCount_ = localRanks > usableCores ? 0 : 2000;
   yieldNs_ = uint64_t(std::max<int64_t>(0, params::getInt("LOOM_YIELD_USEC"))) * 1000;
+  LOOM_TRY(discoverTopology(deadline));
+  initTuner(std::move(tuning));
+  LOOM_TRY(initAutotune(deadline));
   LOOM_INFO("INIT",
             "rank %d of %d on %s (pid %d): %d host(s), %d local rank(s) on %d core(s), "
             "transport %s, lanes %d, spin %lld",
             rank, nranks, me.hostname, me.pid, hosts, localRanks, usableCores,
-            transportMode_.c_str(), lanes_, (long long)spinCount_);
+            transportMode_.c_str(), settings_.lanes, (long long)spinCount_);
   return Status::ok();
 }
 
 Comm::~Comm() {
+  arena_.reset();
   conns_.clear();
   shm_.reset();
   tcp_.reset();
+}
+
+transports::Transport* Comm::transportFor(int peer) const {
+  if (transportMode_ == "tcp") return tcp_.get();
+  if (transportMode_ == "shm") return shm_.get();
+  return shm_->canConnect(peer) ? shm_.get() : tcp_.get();
 }
 
 Status Comm::connection(int peer, int lane, transports::Connection** out,
@@ -198,10 +194,7 @@ Status Comm::connection(int peer, int lane, transports::Connection** out,
     connTransport_[lane].assign(nranks(), nullptr);
   }
   if (!conns_[lane][peer]) {
-    transports::Transport* t = nullptr;
-    if (transportMode_ == "tcp") t = tcp_.get();
-    else if (transportMode_ == "shm") t = shm_.get();
-    else t = shm_->canConnect(peer) ? shm_.get() : tcp_.get();
+    transports::Transport* t = transportFor(peer);
     Status st = t->connect(peer, lane, Deadline(timeoutMs()), &conns_[lane][peer]);
     if (!st.isOk())
       return st.withContext(strprintf("connecting to rank %d over %s", peer, t->name()));
@@ -254,38 +247,68 @@ void Comm::leave() { boot_.leave(); }
 
 void Comm::abortPeers(const std::string& reason) { boot_.sendAbort(reason); }
 
-Status Comm::chooseBuilder(const collectives::CollArgs& args,
-                           const collectives::Builder** out) {
-  auto it = forcedAlgos_.find(collectives::collectiveName(args.coll));
+void Comm::initTuner(tuner::TunerConfig config) {
+  tuner_ = tuner::Tuner(topo_, std::move(config));
+  if (rank() != 0 || !log::enabled(log::Level::Info, "TUNE")) return;
+  // The table for float32 calls of every nccl-tests size, as this communicator would run them.
+  collectives::CollArgs base = settings_;
+  base.nranks = nranks();
+  if (hostCount_ > 1) base.hostOf = hostOf_;
+  const auto rows = tuner::decisionTable(
+      tuner_, base,
+      {Collective::AllReduce, Collective::AllGather, Collective::ReduceScatter,
+       Collective::AlltoAll, Collective::Broadcast, Collective::Reduce},
+      8, uint64_t(1) << 30);
+  const std::string& off = tuner_.modelOff();
+  LOOM_INFO("TUNE", "decision table (%s%s%s):", off.empty() ? "cost model" : "model off: ",
+            off.c_str(), tuner_.config().rules.empty() ? "" : ", LOOM_TUNE rules first");
+  for (const std::string& line : tuner::summarize(rows)) LOOM_INFO("TUNE", "  %s", line.c_str());
+}
+
+Status Comm::chooseBuilder(CallDesc* call, tuner::Decision* out) {
+  collectives::CollArgs* args = &call->args;
+  auto it = forcedAlgos_.find(collectives::collectiveName(args->coll));
   if (it != forcedAlgos_.end()) {
-    *out = collectives::findBuilder(args.coll, it->second);
-    std::string why = (*out)->refuse ? (*out)->refuse(args) : std::string();
+    const collectives::Builder* b = collectives::findBuilder(args->coll, it->second);
+    std::string why = b->refuse ? b->refuse(*args) : std::string();
     if (!why.empty())
       return errorf(loomInvalidArgument, "%s=%s (forced by LOOM_ALGO) cannot serve this call: %s",
-                    collectives::collectiveName(args.coll), (*out)->name, why.c_str());
+                    collectives::collectiveName(args->coll), b->name, why.c_str());
+    *out = tuner::Decision{{b, {}, 0}, tuner::Source::Forced, 0, {}};
     return Status::ok();
   }
-  *out = &collectives::defaultBuilder(args);
+  LOOM_TRY(tuner_.decide(*args, out));
+  // Measured decisions beat the model and the built-in table, not the user's rules.
+  if (autotune_ && out->source != tuner::Source::Rule) LOOM_TRY(autotuneDecision(*call, out));
+  tuner::applyParams(out->choice.params, args);
   return Status::ok();
 }
 
 Status Comm::runCollective(CallDesc call) {
   LOOM_TRY(usable());
   collectives::CollArgs& a = call.args;
-  a.lanes = lanes_;
+  a.lanes = settings_.lanes;
   if (hostCount_ > 1) a.hostOf = hostOf_;  // empty means one host: no copy per call
-  a.torusX = torusX_;
-  a.torusY = torusY_;
-  a.fanIn = fanIn_;
+  a.torusX = settings_.torusX;
+  a.torusY = settings_.torusY;
+  a.fanIn = settings_.fanIn;
   a.elemSize = uint32_t(dtypeSize(call.dtype));
-  const collectives::Builder* builder = nullptr;
-  LOOM_TRY(chooseBuilder(a, &builder));
+  a.sharedBytes = settings_.sharedBytes;
+  tuner::Decision decision;
+  LOOM_TRY(chooseBuilder(&call, &decision));
+  return runDecided(std::move(call), decision);
+}
+
+Status Comm::runDecided(CallDesc call, const tuner::Decision& decision) {
+  const collectives::CollArgs& a = call.args;
+  const collectives::Builder* builder = decision.choice.builder;
   size_t es = dtypeSize(call.dtype);
-  std::array<void*, 3> buffers = {const_cast<void*>(call.input), call.output, nullptr};
+  std::array<void*, 4> buffers = {const_cast<void*>(call.input), call.output, nullptr, nullptr};
   // Filled on every call (cheap, no allocation), read only when the plan is not cached yet.
   std::array<collectives::BufferAlias, 3> aliases = {{{0, 0}, {1, 0}, {2, 0}}};
   std::vector<char> inputCopy;  // alltoall in place works on a copy of the input
-  PlanKey key{a.coll, builder, a.count, a.root, a.lanes, a.torusX, a.torusY, a.fanIn, 0, 0, {}};
+  PlanKey key{a.coll,   builder, a.count,    a.root, a.lanes, a.torusX,
+              a.torusY, a.fanIn, a.elemSize, 0,      0,       {}};
   if (rangesOverlap(call.input, call.inputBytes, call.output, call.outputBytes)) {
     auto in = reinterpret_cast<uintptr_t>(call.input);
     auto outp = reinterpret_cast<uintptr_t>(call.output);
@@ -320,13 +343,15 @@ Status Comm::runCollective(CallDesc call) {
     collectives::RankPlan plan = builder->build(a, rank());
     it = planCache_.emplace(std::move(key), collectives::preparePlan(plan, aliases)).first;
   }
-  LOOM_TRACE("COLL", "%s #%llu count %llu %s %s root %d: %s, %zu lane(s)",
+  LOOM_TRACE("COLL", "%s #%llu count %llu %s %s root %d: %s (%s), %zu lane(s)",
              collectives::collectiveName(a.coll), (unsigned long long)sequence_,
              (unsigned long long)a.count, dtypeName(call.dtype), opName(call.op), a.root,
-             builder->name, it->second.lanes.size());
+             tuner::describe(decision.choice).c_str(), tuner::sourceText(decision).c_str(),
+             it->second.lanes.size());
   const collectives::PreparedPlan& prepared = it->second;
   if (scratch_.size() < prepared.scratchCount * es) scratch_.resize(prepared.scratchCount * es);
   buffers[2] = scratch_.data();
+  if (prepared.usesShared) LOOM_TRY(mapShared(prepared, es, buffers));
   LOOM_TRY(execute(prepared, buffers, call.dtype, call.op, collectives::collectiveName(a.coll)));
   if (call.op == loomAvg) {
     bool hasResult = a.coll != Collective::Reduce || a.root == rank();
@@ -336,11 +361,31 @@ Status Comm::runCollective(CallDesc call) {
   return Status::ok();
 }
 
+Status Comm::mapShared(const collectives::PreparedPlan& plan, size_t elemSize,
+                       std::span<void*> buffers) {
+  // A plan that reached past its half would corrupt the other half, or another mapping.
+  if (plan.sharedEnd * elemSize > settings_.sharedBytes)
+    return errorf(loomInternalError,
+                  "%s: the plan uses %llu bytes of the shared arena, but a call has only %llu",
+                  plan.algorithm.c_str(), (unsigned long long)(plan.sharedEnd * elemSize),
+                  (unsigned long long)settings_.sharedBytes);
+  if (!arena_) {
+    Status st = transports::ShmArena::open(ctx_, directBytes_, Deadline(timeoutMs()), &arena_);
+    if (!st.isOk()) {
+      fail(st);
+      return st;
+    }
+  }
+  buffers[collectives::kShared] = arena_->nextCallBase();
+  return Status::ok();
+}
+
 Status Comm::execute(const collectives::PreparedPlan& plan, std::span<void* const> buffers,
                      loomDataType_t dtype, loomRedOp_t op, const char* collective) {
   collectives::ExecCall exec;
   exec.plan = &plan;
   exec.buffers = buffers;
+  exec.arena = arena_.get();
   exec.dtype = dtype;
   exec.op = op;
   exec.collective = collective;
@@ -358,7 +403,7 @@ Status Comm::runP2P(const std::vector<P2PCall>& calls) {
   // Sends to self pair with receives from self in order: a plain copy, no transport.
   std::vector<const P2PCall*> selfSends, selfRecvs;
   std::vector<collectives::P2POp> ops;
-  std::vector<void*> buffers = {nullptr, nullptr, nullptr};
+  std::vector<void*> buffers(collectives::kFirstUserBuffer, nullptr);
   for (const P2PCall& c : calls) {
     if (c.op.peer == rank()) {
       (c.op.kind == collectives::P2POp::Kind::Send ? selfSends : selfRecvs).push_back(&c);

@@ -15,7 +15,10 @@
 #include "collectives/executor.h"
 #include "core/bootstrap.h"
 #include "core/status.h"
+#include "topology/topology.h"
 #include "transports/transport.h"
+#include "tuner/autotune.h"
+#include "tuner/tuner.h"
 
 namespace loom {
 
@@ -29,6 +32,9 @@ struct CallDesc {
   // Bytes of input and output (to detect in-place calls and aliasing).
   size_t inputBytes = 0, outputBytes = 0;
 };
+
+// Whether two byte ranges share a byte (empty ranges share none).
+bool rangesOverlap(const void* a, size_t an, const void* b, size_t bn);
 
 struct P2PCall {
   collectives::P2POp op;
@@ -46,6 +52,8 @@ class Comm final : public collectives::ExecHost {
   const transports::PeerInfo& peer(int r) const { return ctx_.peers[r]; }
   Bootstrap& bootstrap() { return boot_; }
   int64_t timeoutMs() const { return ctx_.timeoutMs; }
+  // Identical on every rank (docs/TOPOLOGY.md, "Discovery at init").
+  const topology::Topology& topology() const { return topo_; }
 
   // Runs one collective to completion (host buffers, in this thread).
   Status runCollective(CallDesc call);
@@ -71,10 +79,35 @@ class Comm final : public collectives::ExecHost {
  private:
   Comm() = default;
   Status init(int nranks, const loomUniqueId& id, int rank, const loomConfig_t* config);
-  Status chooseBuilder(const collectives::CollArgs& args, const collectives::Builder** out);
+  // Fills topo_ (core/comm_topology.cc): LOOM_TOPO_FILE, or the probe, the per-host cache and
+  // a short measurement, exchanged so that every rank builds the same model.
+  Status discoverTopology(const Deadline& deadline);
+  Status detectTopology(const Deadline& deadline);  // the part without LOOM_TOPO_FILE
+  // The transport a connection to `peer` uses (LOOM_TRANSPORT, else shm within a host).
+  transports::Transport* transportFor(int peer) const;
+  // Builds tuner_ from the rules and mode read at init, the fixed parameters and topo_; logs
+  // its decision table (INFO, rank 0).
+  void initTuner(tuner::TunerConfig config);
+  // The algorithm for a call: LOOM_ALGO's, else the tuner's (or autotune's). Applies the
+  // decision's parameters (lanes, torus dims, fan-in) to call->args, so that the plan and its
+  // cache key see them.
+  Status chooseBuilder(CallDesc* call, tuner::Decision* out);
+  // Runs a call whose args carry the decision's parameters: the plan (cached) and its execution.
+  Status runDecided(CallDesc call, const tuner::Decision& decision);
+  // LOOM_AUTOTUNE (core/comm_autotune.cc). Init reads the cache file, and the ranks agree on
+  // it; a call of a bucket without an entry measures the candidates first. Replaces *out with
+  // the measured winner when the call is one autotune measures.
+  Status initAutotune(const Deadline& deadline);
+  Status autotuneDecision(const CallDesc& call, tuner::Decision* out);
+  // Runs each candidate 1 + LOOM_AUTOTUNE_RUNS times on scratch buffers shaped like the call's
+  // (a bounded cost: candidates x runs calls of that size, one bootstrap allgather).
+  Status measureBucket(const CallDesc& call, tuner::AutotuneEntry* out);
   // Runs a prepared plan over the given buffers; a failure marks the communicator failed.
   Status execute(const collectives::PreparedPlan& plan, std::span<void* const> buffers,
                  loomDataType_t dtype, loomRedOp_t op, const char* collective);
+  // Points buffers[kShared] at this call's half of the arena, mapping it first if need be.
+  Status mapShared(const collectives::PreparedPlan& plan, size_t elemSize,
+                   std::span<void*> buffers);
 
   // What identifies a prepared plan: everything a builder reads, plus the aliasing.
   struct PlanKey {
@@ -82,6 +115,7 @@ class Comm final : public collectives::ExecHost {
     const collectives::Builder* builder;
     uint64_t count;
     int root, lanes, torusX, torusY, fanIn;
+    uint32_t elemSize;  // the direct allreduce sizes its arena slots in elements
     int aliasMode;  // 0: none, 1: input inside output, 2: output inside input
     uint64_t aliasOffset;
     std::vector<uint64_t> counts;  // alltoallv counts and displacements
@@ -91,7 +125,8 @@ class Comm final : public collectives::ExecHost {
     size_t operator()(const PlanKey& k) const {
       size_t h = std::hash<uint64_t>()(k.count) ^ (size_t(k.coll) << 56) ^
                  std::hash<const void*>()(k.builder) ^ (size_t(k.root) << 40) ^
-                 (size_t(k.aliasMode) << 60) ^ std::hash<uint64_t>()(k.aliasOffset << 1);
+                 (size_t(k.aliasMode) << 60) ^ std::hash<uint64_t>()(k.aliasOffset << 1) ^
+                 (size_t(k.lanes) << 48) ^ (size_t(k.fanIn) << 24) ^ (size_t(k.torusX) << 32);
       for (uint64_t c : k.counts) h = h * 1099511628211ull ^ c;
       return h;
     }
@@ -102,10 +137,12 @@ class Comm final : public collectives::ExecHost {
   std::unique_ptr<transports::Transport> shm_, tcp_;
   std::string transportMode_;  // auto, shm, tcp
   std::map<std::string, std::string> forcedAlgos_;  // collective name -> builder name
-  int lanes_ = 1;
+  // What every call's CollArgs start from (tuner::callSettings): lanes, torus dims and fan-in
+  // the user fixed (else 1 / derived / 1), the direct arena's bytes per call.
+  collectives::CollArgs settings_;
   std::vector<int32_t> hostOf_;  // host index of every rank (CollArgs::hostOf)
-  int torusX_ = 0, torusY_ = 0;  // LOOM_TORUS_DIMS
-  int fanIn_ = 1;                // LOOM_ALLTOALL_FANIN
+  uint64_t directBytes_ = 0;  // LOOM_SHM_DIRECT_BYTES: the direct allreduce's arena
+  std::unique_ptr<transports::ShmArena> arena_;  // mapped at the first call that uses it
   int64_t spinCount_ = 2000;  // executor waiting, see LOOM_SPIN_COUNT / LOOM_YIELD_USEC
   uint64_t yieldNs_ = 2000000;
   // Connections by (lane, peer).
@@ -114,6 +151,13 @@ class Comm final : public collectives::ExecHost {
   std::unordered_map<PlanKey, collectives::PreparedPlan, PlanKeyHash> planCache_;
   collectives::ExecWorkspace workspace_;
   int hostCount_ = 1;
+  topology::Topology topo_;  // the communicator's topology (discoverTopology)
+  tuner::Tuner tuner_;       // picks algorithm and parameters per call (initTuner)
+  // LOOM_AUTOTUNE's measured decisions; null when it is off.
+  std::unique_ptr<tuner::AutotuneCache> autotune_;
+  std::string autotunePath_;  // its file; "" when there is no cache directory
+  int autotuneCandidates_ = 3, autotuneRuns_ = 3;
+  uint64_t autotuneMaxBytes_ = 0;
   std::vector<char> scratch_;
   uint64_t sequence_ = 0;
   Status failed_;

@@ -23,38 +23,42 @@ struct Config {
   char host[64] = {};
 };
 
-const Config& config() {
-  static Config c = [] {
-    Config k;
-    std::string lvl = params::getString("LOOM_DEBUG");
-    for (auto& ch : lvl) ch = char(toupper(ch));
-    k.level = lvl == "NONE" ? Level::None
-              : lvl == "INFO" ? Level::Info
-              : lvl == "TRACE" ? Level::Trace
-                               : Level::Warn;
-    k.subsys = params::getString("LOOM_DEBUG_SUBSYS");
-    for (auto& ch : k.subsys) ch = char(toupper(ch));
-    gethostname(k.host, sizeof(k.host) - 1);
-    std::string file = params::getString("LOOM_DEBUG_FILE");
-    if (!file.empty()) {
-      std::string path;
-      for (size_t i = 0; i < file.size(); ++i) {
-        if (file[i] == '%' && i + 1 < file.size() && file[i + 1] == 'h') {
-          path += k.host;
-          ++i;
-        } else if (file[i] == '%' && i + 1 < file.size() && file[i + 1] == 'p') {
-          path += std::to_string(getpid());
-          ++i;
-        } else {
-          path += file[i];
-        }
+Config makeConfig() {
+  Config k;
+  std::string lvl = params::getString("LOOM_DEBUG");
+  for (auto& ch : lvl) ch = char(toupper(ch));
+  k.level = lvl == "NONE" ? Level::None
+            : lvl == "INFO" ? Level::Info
+            : lvl == "TRACE" ? Level::Trace
+                             : Level::Warn;
+  k.subsys = params::getString("LOOM_DEBUG_SUBSYS");
+  for (auto& ch : k.subsys) ch = char(toupper(ch));
+  gethostname(k.host, sizeof(k.host) - 1);
+  std::string file = params::getString("LOOM_DEBUG_FILE");
+  if (!file.empty()) {
+    std::string path;
+    for (size_t i = 0; i < file.size(); ++i) {
+      if (file[i] == '%' && i + 1 < file.size() && file[i + 1] == 'h') {
+        path += k.host;
+        ++i;
+      } else if (file[i] == '%' && i + 1 < file.size() && file[i + 1] == 'p') {
+        path += std::to_string(getpid());
+        ++i;
+      } else {
+        path += file[i];
       }
-      if (FILE* f = fopen(path.c_str(), "a")) k.out = f;
     }
-    return k;
-  }();
+    if (FILE* f = fopen(path.c_str(), "a")) k.out = f;
+  }
+  return k;
+}
+
+Config& configSlot() {
+  static Config c = makeConfig();
   return c;
 }
+
+const Config& config() { return configSlot(); }
 
 bool subsysWanted(const std::string& list, const char* subsys) {
   if (list.empty() || list == "ALL") return true;
@@ -71,6 +75,12 @@ bool subsysWanted(const std::string& list, const char* subsys) {
 }  // namespace
 
 void setThreadRank(int rank) { tRank = rank; }
+
+void reload() {
+  Config& c = configSlot();
+  if (c.out != stderr) fclose(c.out);
+  c = makeConfig();
+}
 
 bool enabled(Level level, const char* subsys) {
   const Config& c = config();

@@ -11,6 +11,10 @@ void write(Level level, const char* subsys, const char* fmt, ...)
     __attribute__((format(printf, 3, 4)));
 // The rank printed on this thread's lines (-1 before a communicator exists).
 void setThreadRank(int rank);
+// Reads LOOM_DEBUG, LOOM_DEBUG_SUBSYS and LOOM_DEBUG_FILE again (after
+// params::reloadFromEnvironment), for a forked test rank with its own settings. Not while
+// other threads log.
+void reload();
 
 }  // namespace loom::log
 

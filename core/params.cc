@@ -21,7 +21,7 @@ const Entry kEntries[] = {
      "Microseconds an idle wait yields the CPU (sched_yield) before it sleeps (futex or poll)."},
     {"LOOM_DEBUG", Type::String, "WARN", "Log level: NONE, WARN, INFO or TRACE."},
     {"LOOM_DEBUG_SUBSYS", Type::String, "ALL",
-     "Comma list of subsystems to log (INIT, BOOT, SHM, TCP, COLL, EXEC) or ALL."},
+     "Comma list of subsystems to log (INIT, BOOT, SHM, TCP, COLL, EXEC, TUNE) or ALL."},
     {"LOOM_DEBUG_FILE", Type::String, "",
      "Write logs to this file instead of stderr; %h is the host, %p the pid."},
     // Bootstrap and sockets.
@@ -46,6 +46,11 @@ const Entry kEntries[] = {
      "Messages of at least this size move by a single copy (process_vm_readv) instead of "
      "through the ring; 0 (the default: on the machines measured so far the ring with "
      "streaming stores was faster) disables the single-copy path."},
+    {"LOOM_SHM_DIRECT_BYTES", Type::Bytes, "16M",
+     "Shared-memory arena of the direct allreduce, one per communicator and host, mapped at "
+     "its first call. A call uses half, as 2 x ranks slots; larger messages go through the "
+     "slots in chunks, two barriers each, so a larger arena means fewer barriers. 0 disables "
+     "direct."},
     {"LOOM_TCP_SOCKETS", Type::Int, "2", "TCP sockets per peer and lane."},
     {"LOOM_TCP_CHUNK_BYTES", Type::Bytes, "128K",
      "Messages are striped over a peer's sockets in chunks of this size."},
@@ -56,10 +61,45 @@ const Entry kEntries[] = {
      "Lanes (concurrent connections per peer) a plan may use; 0 lets loom choose."},
     {"LOOM_TORUS_DIMS", Type::String, "",
      "XxY shape of the 2D-torus allreduce (X*Y = ranks); empty derives it from the hosts."},
-    {"LOOM_ALLTOALL_FANIN", Type::Int, "1",
-     "Incast-aware alltoall: the most ranks that send to one receiver at the same time."},
+    {"LOOM_ALLTOALL_FANIN", Type::Int, "0",
+     "Incast-aware alltoall: the most ranks that send to one receiver at the same time; 0 "
+     "lets the tuner choose (1 when no cost model decides)."},
+    {"LOOM_TUNE", Type::String, "",
+     "Tuning rules that override the cost model (docs/TUNING.md), ';' or newline separated, "
+     "e.g. \"allreduce size=0-64K -> rd; alltoall -> incast k=2\"; @FILE reads them from FILE."},
+    {"LOOM_TUNER", Type::String, "model",
+     "How loom picks algorithms without a matching LOOM_TUNE rule: model (simulate the "
+     "candidates on the communicator's topology; the built-in table when there is none) or "
+     "table (the built-in table only)."},
+    {"LOOM_AUTOTUNE", Type::Bool, "0",
+     "1: measure the best candidates of each size bucket on the communicator at its first call "
+     "and cache the winners per topology signature in LOOM_CACHE_DIR (docs/TUNING.md, "
+     "\"Autotune\"); later communicators read them. Set it alike on every rank."},
+    {"LOOM_AUTOTUNE_CANDIDATES", Type::Int, "3",
+     "Autotune: how many of the cost model's fastest candidates to measure per size bucket "
+     "(without a model: every algorithm that accepts the call)."},
+    {"LOOM_AUTOTUNE_MAX_BYTES", Type::Bytes, "16M",
+     "Autotune measures calls up to this size (nccl-tests bytes; its scratch buffers are the "
+     "call's size); larger ones keep the cost model's choice."},
+    {"LOOM_AUTOTUNE_RUNS", Type::Int, "3",
+     "Autotune: timed runs of each candidate, after one warm-up run."},
     {"LOOM_REDUCE_ISA", Type::String, "auto",
      "Reduction kernel instruction set: auto, avx512, avx2 or generic."},
+    // Topology (docs/TOPOLOGY.md).
+    {"LOOM_TOPO_MEASURE", Type::Int, "1",
+     "Link measurement at init: 0 never (cached figures, else defaults), 1 when this host's "
+     "cache has no figures for a link kind the communicator uses, 2 always."},
+    {"LOOM_TOPO_MEASURE_MS", Type::Int, "4",
+     "Milliseconds one pair of ranks spends measuring one link kind (latency and bandwidth), "
+     "besides connecting; at least a few samples are always taken."},
+    {"LOOM_TOPO_FILE", Type::String, "",
+     "Load the communicator's topology from this JSON model instead of detecting it (its "
+     "ranks must match the communicator)."},
+    {"LOOM_TOPO_DUMP", Type::String, "",
+     "Rank 0 writes the communicator's topology to this JSON file after init."},
+    {"LOOM_CACHE_DIR", Type::String, "",
+     "Directory of loom's per-host caches (topology probe and link figures, LOOM_AUTOTUNE's "
+     "measurements); empty: $XDG_CACHE_HOME/loom, else ~/.cache/loom."},
 };
 
 struct Cache {

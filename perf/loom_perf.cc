@@ -9,14 +9,22 @@
 // grammar, e.g. -A ring or -A allreduce=ring,allgather=ring).
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
+#include "collectives/builders.h"
+#include "core/params.h"
 #include "loom/loom.h"
 #include "perf/compare.h"
 #include "perf/perf_common.h"
+#include "tools/model_args.h"
+#include "topology/topology.h"
+#include "tuner/calibrate.h"
+#include "tuner/tuner.h"
+#include "tuner/uniform_topology.h"
 #ifdef LOOM_PERF_WITH_MPI
 #include "perf/mpi_bootstrap.h"
 #endif
@@ -88,6 +96,70 @@ class LoomBackend : public Backend {
 
   std::string unsupported(Collective, loomDataType_t, loomRedOp_t) const override { return {}; }
 
+  // --sim's model: --topo, else LOOM_TOPO_FILE, else a uniform model of the run's hosts.
+  std::string setUpPrediction(const Options& options, const std::vector<int>& hostOfRank) override {
+    std::string file = options.topoFile;
+    const char* source = "--topo";
+    if (file.empty()) {
+      file = params::getString("LOOM_TOPO_FILE");
+      source = "LOOM_TOPO_FILE";
+    }
+    if (file.empty()) {
+      model_ = uniformModel(hostOfRank);
+    } else if (Status st = topology::loadTopology(file, &model_); !st.isOk()) {
+      model_ = {};
+      return "no predictions: " + std::string(source) + ": " + st.message();
+    } else if (model_.ranks.size() < hostOfRank.size()) {
+      const std::string why = strprintf(
+          "no predictions: the model '%s' (%s) has %zu ranks, the "
+          "run %zu",
+          model_.name.c_str(), source, model_.ranks.size(), hostOfRank.size());
+      model_ = {};
+      return why;
+    }
+    settings_ = tuner::communicatorSettings();
+    if (Status st = makeTuner(); !st.isOk()) {
+      model_ = {};
+      return "no predictions: " + st.message();
+    }
+    return strprintf("predicted on the model '%s' (%s), %d slices per step", model_.name.c_str(),
+                     file.empty() ? "uniform, default figures" : source,
+                     tuner::SimOptions().slices);
+  }
+
+  // The simulated time of the plans this call runs: the forced algorithm's, else the one the
+  // communicator's tuner picks on the same model (the communicator's own topology is the same
+  // one when LOOM_TOPO_FILE names it).
+  bool predict(const CollCall& call, Prediction* out) override {
+    collectives::Collective coll;
+    if (model_.ranks.empty() || !tools::planCollective(call.collective, &coll)) {
+      out->algorithm = model_.ranks.empty() ? "no model" : "no plan builders";
+      return false;
+    }
+    tuner::MeasuredPoint p;
+    p.coll = coll;
+    p.count = call.count;
+    p.elemSize = uint32_t(dtypeBytes(call.dtype));
+    p.nranks = nranks_;
+    p.algorithm = algorithm(call.collective);
+    tuner::CalibrationOptions options;
+    options.settings = settings_;
+    if (p.algorithm == "auto") {
+      tuner::Decision d;
+      if (Status st = tuner_.decide(tuner::callOf(p, model_, settings_), &d); !st.isOk()) {
+        out->algorithm = "no prediction: " + st.message();
+        return false;
+      }
+      p.algorithm = d.choice.builder->name;
+      tuner::applyParams(d.choice.params, &options.settings);
+    }
+    std::vector<std::string> failures;
+    const double seconds = tuner::predictPoints({p}, model_, options, &failures)[0];
+    out->algorithm = failures[0].empty() ? p.algorithm : "no prediction: " + failures[0];
+    out->time.timeUs = seconds * 1e6;
+    return failures[0].empty();
+  }
+
   bool run(const CollCall& call) override {
     const size_t n = call.count;
     const loomDataType_t t = call.dtype;
@@ -146,10 +218,38 @@ class LoomBackend : public Backend {
     return algorithms_.empty() ? (algo && *algo ? algo : "auto") : algorithms_;
   }
 
+  // The tuner as the communicator configures it (Comm::initTuner), over --sim's model.
+  Status makeTuner() {
+    tuner::TunerConfig config;
+    LOOM_TRY(tuner::tunerConfigFromParams(&config));
+    tuner_ = tuner::Tuner(model_, std::move(config));
+    return Status::ok();
+  }
+
+  // A uniform model (tuner/uniform_topology.h) with as many hosts and ranks as the run; rank r
+  // takes the next rank slot of its host, so any placement of ranks on hosts is modelled.
+  static topology::Topology uniformModel(const std::vector<int>& hostOfRank) {
+    tuner::UniformCluster shape;
+    shape.hosts = 1 + *std::max_element(hostOfRank.begin(), hostOfRank.end());
+    std::vector<int> perHost(size_t(shape.hosts), 0);
+    for (int h : hostOfRank)
+      shape.ranksPerHost = std::max(shape.ranksPerHost, ++perHost[size_t(h)]);
+    topology::Topology t = tuner::uniformTopology(shape);
+    std::vector<topology::Rank> slots = t.ranks;  // host-major: host h's slots start at h * R
+    t.ranks.clear();
+    std::fill(perHost.begin(), perHost.end(), 0);
+    for (int h : hostOfRank)
+      t.ranks.push_back(slots[size_t(h * shape.ranksPerHost + perHost[size_t(h)]++)]);
+    return t;
+  }
+
   loomComm_t comm_;
   int rank_ = 0;
   int nranks_ = 1;
   std::string algorithms_;
+  topology::Topology model_;  // --sim's model; no ranks: no predictions
+  collectives::CollArgs settings_;
+  tuner::Tuner tuner_;
 };
 
 int runRank(loomComm_t comm, const Options& options, const std::string& algorithms) {

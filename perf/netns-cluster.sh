@@ -10,7 +10,9 @@
 #
 # Options: -H hosts (2), -R ranks per host (1), --rate RATE (tc units: 1gbit, 100mbit; default
 # 10gbit), --queue BYTES (bfifo limit per link; default 1 MB), --build DIR (CMake build folder;
-# default $LOOM_BUILD or ./build), --peers (also run loom-mpi-perf through mpirun, its ranks
+# default $LOOM_BUILD or ./build), --map-by host|node (host: ranks 0..R-1 on host 0, the next
+# R on host 1, ...; node: round robin, rank r on host r % H, as mpirun --map-by node; default
+# host), --peers (also run loom-mpi-perf through mpirun, its ranks
 # placed in the namespaces by an rsh agent doing `ip netns exec`), --port P (bootstrap port,
 # default 29517). Arguments after -- go to loom-perf (and the peer). Hosts get 10.214.0.1..H
 # on the bridge; the bridge itself gets 10.214.0.254 in the root namespace, for mpirun's own
@@ -19,7 +21,7 @@ set -euo pipefail
 
 usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 
-hosts=2 per=1 rate=10gbit queue=1000000 peers=0 port=29517
+hosts=2 per=1 rate=10gbit queue=1000000 peers=0 port=29517 mapby=host
 build=${LOOM_BUILD:-$(cd "$(dirname "$0")/.." && pwd)/build}
 args=()
 while [[ $# -gt 0 ]]; do
@@ -29,6 +31,7 @@ while [[ $# -gt 0 ]]; do
     --rate) rate=$2; shift 2 ;;
     --queue) queue=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
+    --map-by) mapby=$2; shift 2 ;;
     --peers) peers=1; shift ;;
     --port) port=$2; shift 2 ;;
     --) shift; args=("$@"); break ;;
@@ -38,6 +41,8 @@ while [[ $# -gt 0 ]]; do
 done
 [[ $(id -u) == 0 ]] || { echo "netns-cluster.sh: needs root (network namespaces, tc)" >&2; exit 2; }
 ((hosts >= 1 && hosts <= 200 && per >= 1)) || { echo "netns-cluster.sh: bad -H/-R" >&2; exit 2; }
+[[ $mapby == host || $mapby == node ]] ||
+  { echo "netns-cluster.sh: --map-by takes host or node, not '$mapby'" >&2; exit 2; }
 [[ ${#args[@]} -gt 0 ]] || args=(all_reduce -b 8 -e 1M -f 4)
 perf=$build/perf/loom-perf
 [[ -x $perf ]] || { echo "netns-cluster.sh: $perf is not built" >&2; exit 2; }
@@ -51,7 +56,7 @@ inner() { echo "lmh$1"; }       # host i's end of its link, inside its namespace
 outer() { echo "lmo$1.$tag"; }  # the bridge's end
 tmp=$(mktemp -d /tmp/loom-netns.XXXXXX)
 
-pids=()
+pids=() ranks=()
 cleanup() {
   trap - EXIT INT TERM
   for p in ${pids[@]+"${pids[@]}"}; do kill "$p" 2>/dev/null || true; done
@@ -87,6 +92,11 @@ for ((i = 0; i < hosts; i++)); do
   ip -n "$n" addr add "10.214.0.$((i + 1))/24" dev "$(inner $i)"
   ip -n "$n" link set "$(inner $i)" up
   ip -n "$n" link set lo up
+  # No segmentation offload: TCP then hands the link MTU-sized packets, as a switch port sees
+  # them, so a short bfifo queue drops packets of an incast burst instead of 64 KB super-frames
+  # (a super-frame larger than the queue would never get through).
+  ip -n "$n" link set "$(inner $i)" gso_max_segs 1
+  ip link set "$(outer $i)" gso_max_segs 1
   # Both directions of the host's link: what it sends (inside) and what it receives (bridge).
   shape "$(inner $i)" ip netns exec "$n"
   shape "$(outer $i)"
@@ -97,6 +107,7 @@ world=$((hosts * per))
 for ((i = 0; i < hosts; i++)); do
   for ((l = 0; l < per; l++)); do
     r=$((i * per + l))
+    [[ $mapby == node ]] && r=$((l * hosts + i))
     # Rank 0 prints the table; the others' output is kept for the error report.
     out=$tmp/rank$r.out
     [[ $r == 0 ]] && out=/dev/stdout
@@ -104,11 +115,13 @@ for ((i = 0; i < hosts; i++)); do
       LOOM_ROOT=10.214.0.1:$port LOOM_SOCKET_IFNAME="$(inner $i)" \
       "$perf" "${args[@]}" >"$out" 2>"$tmp/rank$r.err" &
     pids+=($!)
+    ranks+=($r)
   done
 done
 rc=0
-for ((r = 0; r < world; r++)); do
-  if ! wait "${pids[$r]}"; then
+for ((k = 0; k < world; k++)); do
+  r=${ranks[$k]}
+  if ! wait "${pids[$k]}"; then
     rc=1
     echo "netns-cluster.sh: rank $r failed: $(tail -n 3 "$tmp/rank$r.err")" >&2
   fi
@@ -129,7 +142,7 @@ if ((peers)); then
     echo "# netns-cluster: Open MPI over the same links" >&2
     mpirun --allow-run-as-root --oversubscribe --mca plm_rsh_agent "$agent" \
       --mca btl tcp,self --mca btl_tcp_if_include 10.214.0.0/24 \
-      --mca oob_tcp_if_include 10.214.0.0/24 -H "${hostlist%,}" -np "$world" \
+      --mca oob_tcp_if_include 10.214.0.0/24 -H "${hostlist%,}" -np "$world" --map-by "$([[ $mapby == node ]] && echo node || echo slot)" \
       "$mpiperf" "${args[@]}" || rc=1
   fi
 fi

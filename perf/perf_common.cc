@@ -264,6 +264,7 @@ constexpr int kOptCsv = 1003;
 constexpr int kOptCompare = 1004;
 constexpr int kOptSim = 1005;
 constexpr int kOptInjectError = 1006;
+constexpr int kOptTopo = 1007;
 
 std::string longName(int ch) {
   switch (ch) {
@@ -309,7 +310,9 @@ std::string usage(const char* program) {
        "      --csv FILE             ... and as CSV\n"
        "      --compare mpi,gloo     loom-perf: run the same sweep with the peers, side by side\n"
        "  -R, --repeats K            with --compare: K runs of each library, medians\n"
-       "      --sim                  the tuner's predicted times beside the measured ones\n"
+       "      --sim                  the model's predicted time and busbw beside the measured\n"
+       "      --topo FILE            --sim's topology model (default LOOM_TOPO_FILE, else a\n"
+       "                             uniform model of the run's hosts)\n"
        "  -d all, -o all             every datatype / op, one block of rows each\n";
   return u;
 }
@@ -358,6 +361,7 @@ bool parseOptions(int argc, char** argv, Options* options, std::string* error) {
       {"compare", required_argument, nullptr, kOptCompare},
       {"repeats", required_argument, nullptr, 'R'},
       {"sim", no_argument, nullptr, kOptSim},
+      {"topo", required_argument, nullptr, kOptTopo},
       {"inject_error", no_argument, nullptr, kOptInjectError},
       {"help", no_argument, nullptr, 'h'},
       {nullptr, 0, nullptr, 0},
@@ -425,6 +429,9 @@ bool parseOptions(int argc, char** argv, Options* options, std::string* error) {
         break;
       case kOptSim:
         o.sim = true;
+        break;
+      case kOptTopo:
+        o.topoFile = arg;
         break;
       case kOptInjectError:
         o.injectError = true;
@@ -927,6 +934,16 @@ Measurement makeMeasurement(Collective c, size_t bytes, int nranks, double timeU
   return m;
 }
 
+namespace {
+
+// nccl-tests' widths: fewer decimals as the time grows, so the column stays 7 wide.
+std::string timeColumn(double timeUs) {
+  const char* format = timeUs >= 10000.0 ? "%7.0f" : timeUs >= 100.0 ? "%7.1f" : "%7.2f";
+  return printfString(format, timeUs);
+}
+
+}  // namespace
+
 std::string rankLine(int rank, int pid, const char* host) {
   return printfString("#  Rank %2d Pid %6d on %10s\n", rank, pid, host);
 }
@@ -947,35 +964,39 @@ std::string formatHeader(const std::string& program, const Options& o, int nrank
   h += "#\n";
   h += printfString(
       "# %10s  %12s  %8s  %6s  %6s           out-of-place                       "
-      "in-place          \n",
-      "", "", "", "", "");
-  h += printfString("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "size",
-                    "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
-                    "algbw", "busbw", "#wrong");
-  h += printfString("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n", "(B)",
-                    "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
-                    "(GB/s)", "");
+      "in-place          %s\n",
+      "", "", "", "", "", o.sim ? "       simulated" : "");
+  h += printfString(
+      "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s%s\n", "size", "count",
+      "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw",
+      "#wrong", o.sim ? printfString("  %7s  %6s  %s", "time", "busbw", "algorithm").c_str() : "");
+  h +=
+      printfString("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s%s\n", "(B)",
+                   "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
+                   "(GB/s)", "", o.sim ? printfString("  %7s  %6s", "(us)", "(GB/s)").c_str() : "");
   return h;
 }
 
 std::string formatRow(Collective c, const CollSizes& sizes, loomDataType_t dtype, loomRedOp_t op,
-                      int root, const Measurement& outOfPlace, const Measurement& inPlace) {
+                      int root, const Measurement& outOfPlace, const Measurement& inPlace,
+                      const Prediction* simulated) {
   std::string row = printfString(
       "%12zu  %12zu  %8s  %6s  %6d", sizes.bytes(dtypeBytes(dtype)), sizes.paramCount,
       dtypeName(dtype), collectiveHasOp(c) ? opName(op) : "none", collectiveHasRoot(c) ? root : -1);
   for (const Measurement* m : {&outOfPlace, &inPlace}) {
-    // nccl-tests' widths: fewer decimals as the time grows, so the column stays 7 wide.
-    const char* timeFormat = m->timeUs >= 10000.0 ? "%7.0f"
-                             : m->timeUs >= 100.0 ? "%7.1f"
-                                                  : "%7.2f";
-    char timeText[32];
-    std::snprintf(timeText, sizeof(timeText), timeFormat, m->timeUs);
+    const std::string timeText = timeColumn(m->timeUs);
     if (m->wrong >= 0) {
-      row += printfString("  %7s  %6.2f  %6.2f  %5g", timeText, m->algBw, m->busBw,
+      row += printfString("  %7s  %6.2f  %6.2f  %5g", timeText.c_str(), m->algBw, m->busBw,
                           static_cast<double>(m->wrong));
     } else {
-      row += printfString("  %7s  %6.2f  %6.2f  %5s", timeText, m->algBw, m->busBw, "N/A");
+      row += printfString("  %7s  %6.2f  %6.2f  %5s", timeText.c_str(), m->algBw, m->busBw, "N/A");
     }
+  }
+  if (simulated) {
+    const Measurement& m = simulated->time;
+    row += m.timeUs > 0 ? printfString("  %7s  %6.2f  %s", timeColumn(m.timeUs).c_str(), m.busBw,
+                                       simulated->algorithm.c_str())
+                        : printfString("  %7s  %6s  %s", "-", "-", simulated->algorithm.c_str());
   }
   return row + "\n";
 }
@@ -1066,12 +1087,20 @@ std::string formatJson(const RunMetadata& meta, const Options& o,
   for (size_t i = 0; i < rows.size(); ++i) {
     const ResultRow& r = rows[i];
     j += i ? ",\n    " : "\n    ";
-    j += printfString("{\"size\": %zu, \"count\": %zu, \"type\": \"%s\", \"redop\": \"%s\", "
-                      "\"root\": %d, \"algorithm\": ",
-                      r.bytes, r.count, dtypeName(r.dtype),
-                      collectiveHasOp(meta.collective) ? opName(r.op) : "none", r.root);
+    j += printfString(
+        "{\"size\": %zu, \"count\": %zu, \"type\": \"%s\", \"redop\": \"%s\", "
+        "\"root\": %d, \"algorithm\": ",
+        r.bytes, r.count, dtypeName(r.dtype),
+        collectiveHasOp(meta.collective) ? opName(r.op) : "none", r.root);
     j += jsonString(r.algorithm) + ", \"out_of_place\": " + jsonMeasurement(r.outOfPlace) +
-         ", \"in_place\": " + jsonMeasurement(r.inPlace) + "}";
+         ", \"in_place\": " + jsonMeasurement(r.inPlace);
+    if (r.simulated && r.simulated->time.timeUs > 0) {
+      const Measurement& m = r.simulated->time;
+      j += ", \"simulated\": {\"time_us\": " + jsonNumber(m.timeUs) +
+           ", \"algbw_gbs\": " + jsonNumber(m.algBw) + ", \"busbw_gbs\": " + jsonNumber(m.busBw) +
+           ", \"algorithm\": " + jsonString(r.simulated->algorithm) + "}";
+    }
+    j += "}";
   }
   j += rows.empty() ? "],\n" : "\n  ],\n";
   j += "  \"wrong_total\": " + (o.check ? std::to_string(wrongTotal) : std::string("null")) +
@@ -1363,10 +1392,12 @@ int runSweep(Backend& backend, const Options& o, const std::string& program,
                        loomEnvironment()};
     std::string header = formatHeader(program, o, n, meta.backend, lines);
     if (o.sim) {
-      // The tuner (its model of each algorithm's time) has not landed: say so rather than
-      // print numbers that no model produced.
-      header.insert(0, "# --sim: no performance model is available yet (the tuner has not "
-                       "landed); only measured times are shown\n");
+      std::vector<int> hostOfRank;
+      for (int r = 0; r < n; ++r) {
+        const std::pair<std::string, uint64_t> host(ids[r].host, ids[r].netns);
+        hostOfRank.push_back(int(std::find(hosts.begin(), hosts.end(), host) - hosts.begin()));
+      }
+      header.insert(0, "# --sim: " + backend.setUpPrediction(o, hostOfRank) + "\n");
     }
     if (o.allDtypes || o.allOps) {
       for (const std::string& s : skipped) header.insert(0, "# skipped " + s + "\n");
@@ -1484,9 +1515,19 @@ int runSweep(Backend& backend, const Options& o, const std::string& program,
       if (o.check) wrongTotal += total.wrong[0] + total.wrong[1];
       busBwSum += row.outOfPlace.busBw + row.inPlace.busBw;
       rows += 2;
+      if (leader && o.sim) {
+        Prediction p;
+        const CollCall call{c,    dtype, op, o.root, sendBuf.get(), recvBuf.get(), s.paramCount,
+                            false};
+        if (backend.predict(call, &p)) p.time = makeMeasurement(c, bytes, n, p.time.timeUs, -1);
+        row.simulated = p;
+      }
       if (leader) {
         progress.done(progressIndex, bytes);
-        std::fputs(formatRow(c, s, dtype, op, o.root, row.outOfPlace, row.inPlace).c_str(), stdout);
+        std::fputs(formatRow(c, s, dtype, op, o.root, row.outOfPlace, row.inPlace,
+                             row.simulated ? &*row.simulated : nullptr)
+                       .c_str(),
+                   stdout);
         std::fflush(stdout);
         results.push_back(std::move(row));
       }

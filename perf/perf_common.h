@@ -110,6 +110,9 @@ struct Options {
   std::vector<std::string> compare;     // --compare mpi,gloo (loom-perf only)
   int repeats = 1;                      // -R: runs per library under --compare (medians)
   bool sim = false;                     // --sim: the tuner's predictions beside the numbers
+  // --topo FILE: --sim's topology model (default LOOM_TOPO_FILE, else a uniform model of the
+  // run's hosts and ranks).
+  std::string topoFile;
   // --inject_error: flips one output element before the check, so that tests can prove
   // end to end that -c catches a wrong result.
   bool injectError = false;
@@ -153,8 +156,18 @@ Measurement makeMeasurement(Collective c, size_t bytes, int nranks, double timeU
 std::string formatHeader(const std::string& program, const Options& options, int nranks,
                          const std::string& backend, const std::vector<std::string>& ranks);
 std::string rankLine(int rank, int pid, const char* host);
+/** --sim: what the backend's model predicts for one call (out of place). */
+struct Prediction {
+  Measurement time;  // timeUs 0 when there is no prediction
+  // The algorithm simulated (the forced one, or the library's choice), or why there is no
+  // prediction.
+  std::string algorithm;
+};
+
+/** The --sim columns come after the measured ones when `simulated` is given. */
 std::string formatRow(Collective c, const CollSizes& sizes, loomDataType_t dtype, loomRedOp_t op,
-                      int root, const Measurement& outOfPlace, const Measurement& inPlace);
+                      int root, const Measurement& outOfPlace, const Measurement& inPlace,
+                      const Prediction* simulated = nullptr);
 std::string formatFooter(int64_t wrongTotal, double avgBusBw, bool checked);
 
 // ---- Machine-readable results (--json, --csv) -------------------------------------------
@@ -168,6 +181,7 @@ struct ResultRow {
   int root = -1;
   std::string algorithm;  // the forced algorithm, or "auto" when the library picks
   Measurement outOfPlace, inPlace;
+  std::optional<Prediction> simulated;  // with --sim (JSON only)
 };
 
 /** What a run records besides its rows. */
@@ -244,6 +258,21 @@ class Backend {
   virtual std::string algorithm(Collective c) const {
     (void)c;
     return "auto";
+  }
+  /** --sim, on rank 0, once before the sweep: sets up the backend's model of the run, whose
+   *  rank r sits on host hostOfRank[r] (0..hosts-1), and returns a line that names the model
+   *  or says why there is none. */
+  virtual std::string setUpPrediction(const Options& options, const std::vector<int>& hostOfRank) {
+    (void)options;
+    (void)hostOfRank;
+    return "no performance model for this library";
+  }
+  /** --sim: the predicted out-of-place time of the call; false (with the reason in
+   *  out->algorithm) when there is none. */
+  virtual bool predict(const CollCall& call, Prediction* out) {
+    (void)call;
+    (void)out;
+    return false;
   }
   /** Where an in-place call leaves this rank's output, in elements from the start of the
    *  shared buffer: nccl-tests' layout by default; MPI's in-place reduce-scatter differs. */

@@ -11,8 +11,10 @@
 
 #include "collectives/builders.h"
 #include "perf/perf_common.h"
+#include "tools/model_args.h"
 #include "topology/topology.h"
 #include "tuner/simulator.h"
+#include "tuner/tuner.h"
 #include "tuner/uniform_topology.h"
 
 namespace {
@@ -36,20 +38,6 @@ const char kUsage[] =
     "  --mem-bw BYTES/s    local copy/reduce bandwidth (default 20e9)\n"
     "  --intra-bw, --intra-lat, --net-bw, --net-lat   the --uniform links (bytes/s, s)\n";
 
-// The plan IR's collective for perf's (nccl-tests') one; send/recv has no builders to compare.
-bool planCollective(perf::Collective c, Collective* out) {
-  switch (c) {
-    case perf::Collective::kAllReduce: *out = Collective::AllReduce; return true;
-    case perf::Collective::kAllGather: *out = Collective::AllGather; return true;
-    case perf::Collective::kReduceScatter: *out = Collective::ReduceScatter; return true;
-    case perf::Collective::kAllToAll: *out = Collective::AlltoAll; return true;
-    case perf::Collective::kBroadcast: *out = Collective::Broadcast; return true;
-    case perf::Collective::kReduce: *out = Collective::Reduce; return true;
-    case perf::Collective::kSendRecv: return false;
-  }
-  return false;
-}
-
 struct Args {
   std::string topoFile;
   loom::tuner::UniformCluster uniform;
@@ -66,20 +54,6 @@ struct Args {
 bool fail(const std::string& message) {
   fprintf(stderr, "loom-sim: %s\n%s", message.c_str(), kUsage);
   return false;
-}
-
-bool parseSizes(const char* text, Args* a) {
-  std::string s = text;
-  size_t c1 = s.find(':'), c2 = s.find(':', c1 == std::string::npos ? c1 : c1 + 1);
-  if (c1 == std::string::npos || c2 == std::string::npos) return false;
-  auto lo = perf::parseSize(s.substr(0, c1)), hi = perf::parseSize(s.substr(c1 + 1, c2 - c1 - 1));
-  char* end = nullptr;
-  long f = strtol(s.c_str() + c2 + 1, &end, 10);
-  if (!lo || !hi || *end || f < 2 || *lo > *hi) return false;
-  a->minBytes = *lo;
-  a->maxBytes = *hi;
-  a->factor = int(f);
-  return true;
 }
 
 bool parseNumber(const char* text, double* out) {
@@ -115,20 +89,21 @@ bool parseArgs(int argc, char** argv, Args* a) {
     switch (opt) {
       case kTopo: a->topoFile = v; break;
       case kUniform:
-        if (sscanf(optarg, "%dx%d", &a->uniform.hosts, &a->uniform.ranksPerHost) != 2 ||
-            a->uniform.hosts < 1 || a->uniform.ranksPerHost < 1)
+        if (!loom::tools::parseUniformShape(v, &a->uniform))
           return fail("--uniform wants HOSTSxRANKS, e.g. 4x8, not '" + v + "'");
         a->useUniform = true;
         break;
       case kColl: {
         auto c = perf::parseCollective(v);
         Collective ignored;
-        if (!c || !planCollective(*c, &ignored)) return fail("unknown collective '" + v + "'");
+        if (!c || !loom::tools::planCollective(*c, &ignored))
+          return fail("unknown collective '" + v + "'");
         a->collective = *c;
         break;
       }
       case kSizes:
-        if (!parseSizes(optarg, a)) return fail("--sizes wants MIN:MAX:FACTOR, not '" + v + "'");
+        if (!loom::tools::parseSizeSweep(v, &a->minBytes, &a->maxBytes, &a->factor))
+          return fail("--sizes wants MIN:MAX:FACTOR, not '" + v + "'");
         break;
       case kAlgos:
         for (size_t p = 0; p <= v.size();) {
@@ -172,29 +147,21 @@ int main(int argc, char** argv) {
   Args a;
   if (!parseArgs(argc, argv, &a)) return 2;
   loom::topology::Topology topo;
-  if (a.useUniform) {
-    topo = loom::tuner::uniformTopology(a.uniform);
-  } else {
-    loom::Status st = loom::topology::loadTopology(a.topoFile, &topo);
-    if (!st.isOk()) {
-      fprintf(stderr, "loom-sim: %s\n", st.message().c_str());
-      return 1;
-    }
+  std::string error;
+  if (!loom::tools::loadModel(a.topoFile, a.useUniform ? &a.uniform : nullptr, a.ranks, &topo,
+                              &error)) {
+    fprintf(stderr, "loom-sim: %s\n", error.c_str());
+    return 1;
   }
-  const int nranks = a.ranks > 0 ? a.ranks : int(topo.ranks.size());
-  if (nranks < 1 || nranks > int(topo.ranks.size())) {
-    fprintf(stderr, "loom-sim: --ranks %d, but the topology has %zu ranks\n", nranks,
-            topo.ranks.size());
-    return 2;
-  }
+  const int nranks = int(topo.ranks.size());
   Collective coll{};
-  planCollective(a.collective, &coll);
+  loom::tools::planCollective(a.collective, &coll);
   CollArgs args;
   args.coll = coll;
   args.nranks = nranks;
   args.lanes = a.lanes;
   args.elemSize = a.sim.elemSize;
-  for (int r = 0; r < nranks; ++r) args.hostOf.push_back(topo.ranks[size_t(r)].host);
+  args.hostOf = loom::tools::hostsByFirstAppearance(topo);
 
   std::vector<const Builder*> builders;
   for (const Builder& b : loom::collectives::allBuilders())
@@ -205,17 +172,22 @@ int main(int argc, char** argv) {
     return 2;
   }
   printf("# loom-sim: %s, %d ranks on %d hosts, %s, %u-byte elements, %d lane(s), %d slice(s)\n",
-         topo.name.c_str(), nranks, topo.hostCount(), loom::collectives::collectiveName(coll),
-         a.sim.elemSize, a.lanes, a.sim.slices);
-  printf("# * fastest at that size; d = the default rule's choice\n");
+         topo.name.c_str(), nranks, loom::tuner::hostCount(args),
+         loom::collectives::collectiveName(coll), a.sim.elemSize, a.lanes, a.sim.slices);
+  printf("# * fastest at that size; t = the tuner's choice (loom-tune shows its parameters)\n");
   printf("#%11s %12s  %-18s %12s %12s %12s\n", "size(B)", "count", "algorithm", "time(us)",
          "algbw(GB/s)", "busbw(GB/s)");
   const double factor = perf::busBwFactor(a.collective, nranks);
+  loom::tuner::TunerConfig tunerConfig;
+  tunerConfig.sim = a.sim;
+  loom::tuner::Tuner tuner(topo, std::move(tunerConfig));
   for (size_t size : perf::sizeSweep(a.minBytes, a.maxBytes, a.factor, 0)) {
     const perf::CollSizes sizes = perf::collSizes(a.collective, size, a.sim.elemSize, nranks);
     args.count = sizes.paramCount;
     const size_t bytes = sizes.bytes(a.sim.elemSize);
-    const Builder& byDefault = loom::collectives::defaultBuilder(args);
+    loom::tuner::Decision decision;
+    const Builder* chosen = tuner.decide(args, &decision).isOk() ? decision.choice.builder
+                                                                  : nullptr;
     struct Row {
       const Builder* builder;
       std::string refusal;
@@ -240,7 +212,7 @@ int main(int argc, char** argv) {
       if (row.refusal.empty() && (!best || row.time < best->time)) best = &row;
     for (const Row& row : rows) {
       printf("%12zu %12zu  %-15s %c%c ", bytes, sizes.paramCount, row.builder->name,
-             &row == best ? '*' : ' ', row.builder == &byDefault ? 'd' : ' ');
+             &row == best ? '*' : ' ', row.builder == chosen ? 't' : ' ');
       if (!row.refusal.empty()) {
         printf("skipped: %s\n", row.refusal.c_str());
         continue;

@@ -9,6 +9,7 @@
 
 #include "topology/analysis.h"
 #include "topology/builders.h"
+#include "topology/discover.h"
 #include "topology/probe.h"
 
 namespace {
@@ -19,7 +20,9 @@ constexpr double kMeasureBudgetSeconds = 0.2;
 constexpr size_t kMatrixMax = 16;  // wider matrices stop being readable
 
 const char* kUsage =
-    "usage: loom-topo [--ranks N]        the local host: hwloc view, measured links, path matrix\n"
+    "usage: loom-topo [--ranks N]        the local host: hwloc view, measured links, path matrix;\n"
+    "                                    with N, also the model a communicator of N ranks here\n"
+    "                                    gets at init (link kinds and figures between ranks)\n"
     "       loom-topo --file MODEL.json  the cluster view of a model\n"
     "       loom-topo --dump OUT.json [--ranks N]  write the probed host as a model\n"
     "       loom-topo --generate DIR     write the corpus of models (topology/models/)\n";
@@ -66,6 +69,63 @@ void printRankMatrix(const Topology& t) {
   printMatrix(t, nodes, labels);
 }
 
+// A rank-by-rank matrix of what one message sees between two ranks: latency and bandwidth.
+void printFigureMatrix(const Topology& t) {
+  size_t n = std::min(t.ranks.size(), kMatrixMax);
+  printf("%-8s", "");
+  for (size_t j = 0; j < n; ++j) printf(" %14s", ("rank" + std::to_string(j)).c_str());
+  printf("\n");
+  for (size_t i = 0; i < n; ++i) {
+    printf("%-8s", ("rank" + std::to_string(i)).c_str());
+    for (size_t j = 0; j < n; ++j) {
+      PathFigures f = pathFigures(t, t.ranks[i].endpoint, t.ranks[j].endpoint);
+      std::string cell =
+          f.hops == 0 ? "X" : loom::strprintf("%.3gus %.3gG", f.latency * 1e6, f.bandwidth / 1e9);
+      printf(" %14s", cell.c_str());
+    }
+    printf("\n");
+  }
+  printf("cells: one-way latency of a small message, bandwidth of one stream in GB/s\n");
+}
+
+// The model a communicator of `ranks` ranks on this host gets at init (core/comm_topology.cc),
+// with this host's cached figures where init measured them before, else the defaults. Ranks
+// are spread over the NUMA nodes, as when a launcher binds them round-robin.
+void showCommunicator(const HostInfo& info, int ranks) {
+  std::string hostname;
+  uint64_t hostId = hostIdentity(&hostname);
+  std::string dir = cacheDirectory(), signature = hostSignature(hostname, hostId);
+  HostCache cache;
+  bool haveCache = !dir.empty() && loadHostCache(dir, signature, &cache).isOk();
+  HostDescription host;
+  host.name = hostname;
+  host.cores = info.cores;
+  host.numaNodes = info.numaNodes;
+  printf("\ncommunicator of %d rank(s) on this host, as init builds it (LOOM_TOPO_MEASURE):\n",
+         ranks);
+  for (LinkKind kind : {LinkKind::SameNuma, LinkKind::CrossNuma}) {
+    if (kind == LinkKind::CrossNuma && info.numaNodes < 2) continue;
+    auto it = cache.links.find(linkCacheKey(kind, "shm"));
+    bool cached = it != cache.links.end() && it->second.known();
+    LinkFigures f = cached ? it->second : defaultFigures(kind);
+    (kind == LinkKind::SameNuma ? host.sameNuma : host.crossNuma) = f;
+    printf("  %-10s shm %.3g us, %s (%s)\n", linkKindName(kind), f.latency * 1e6,
+           rate(f.bandwidth).c_str(), cached ? "cached" : "default: init measures it");
+  }
+  printf("  cache: %s\n", dir.empty() ? "none (no LOOM_CACHE_DIR, XDG_CACHE_HOME or HOME)"
+                          : haveCache ? hostCachePath(dir, signature).c_str()
+                                      : (hostCachePath(dir, signature) + " (absent)").c_str());
+  CommDescription d;
+  d.hosts = {host};
+  for (int r = 0; r < ranks; ++r) {
+    d.rankHost.push_back(0);
+    d.rankNuma.push_back(r % std::max(1, info.numaNodes));
+  }
+  Topology t = buildCommTopology("local", d);
+  printRankMatrix(t);
+  printFigureMatrix(t);
+}
+
 Topology probedTopology(const HostInfo& info, int ranks) {
   Topology t = localTopology(info);
   LinkSpec memory = LocalLinkFigures().memory;
@@ -106,6 +166,7 @@ int showLocal(int ranks) {
   }
   printf("\npaths between devices%s:\n", ranks ? " and rank endpoints" : "");
   printMatrix(t, nodes, labels);
+  if (ranks > 0) showCommunicator(info, ranks);
   return 0;
 }
 

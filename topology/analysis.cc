@@ -2,6 +2,7 @@
 #include "topology/analysis.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <tuple>
@@ -98,14 +99,52 @@ double bisectionBandwidth(const Topology& t) {
   return flow.run(source, sink);
 }
 
-std::string pathLabel(const Topology& t, int32_t from, int32_t to) {
-  if (from == to) return "X";
+PathFigures pathFigures(const Topology& t, int32_t from, int32_t to) {
+  PathFigures f;
+  if (from == to) return f;
   std::vector<int32_t> path = t.route(from, to);
-  if (path.empty()) return "-";
-  const Link* narrowest = &t.links[size_t(path[0])];
-  for (int32_t l : path)
-    if (t.links[size_t(l)].bandwidth < narrowest->bandwidth) narrowest = &t.links[size_t(l)];
-  return narrowest->kind + std::to_string(path.size());
+  f.hops = path.empty() ? -1 : int(path.size());
+  for (int32_t l : path) {
+    const Link& link = t.links[size_t(l)];
+    f.latency += link.latency;
+    if (f.kind.empty() || link.bandwidth < f.bandwidth) {
+      f.bandwidth = link.bandwidth;
+      f.kind = link.kind;
+    }
+  }
+  return f;
+}
+
+std::string pathLabel(const Topology& t, int32_t from, int32_t to) {
+  PathFigures f = pathFigures(t, from, to);
+  if (f.hops == 0) return "X";
+  if (f.hops < 0) return "-";
+  return f.kind + std::to_string(f.hops);
+}
+
+uint64_t hash64(std::string_view text) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+namespace {
+
+// Half-octave buckets: figures within about 20% of each other usually share one.
+long bucket(double v) { return v > 0 ? std::lround(std::log2(v) * 2) : -1000; }
+
+}  // namespace
+
+std::string topologySignature(const Topology& t) {
+  std::string s;
+  for (const Node& n : t.nodes)
+    s += strprintf("n%d,%d,%d,%ld,%ld;", int(n.kind), n.host, n.cpu.cores,
+                   bucket(n.cpu.memBandwidth), bucket(n.cpu.stepOverhead));
+  for (const Link& l : t.links)
+    s += strprintf("l%d,%d,%s,%ld,%ld;", l.from, l.to, l.kind.c_str(), bucket(l.bandwidth),
+                   bucket(l.latency));
+  for (const Rank& r : t.ranks) s += strprintf("r%d,%d;", r.host, r.endpoint);
+  return strprintf("%dh%zur-%016llx", t.hostCount(), t.ranks.size(), (unsigned long long)hash64(s));
 }
 
 }  // namespace loom::topology

@@ -2,7 +2,9 @@
 // kind of path between two nodes (the `nvidia-smi topo -m` matrix).
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "topology/topology.h"
@@ -23,8 +25,26 @@ std::vector<LinkClass> linkClasses(const Topology& t);
 // instead. 0 when there are fewer than two ranks.
 double bisectionBandwidth(const Topology& t);
 
+// The route between two nodes as one message sees it: latencies summed, the narrowest link's
+// bandwidth and kind. `hops` is 0 from a node to itself and -1 when unreachable.
+struct PathFigures {
+  double latency = 0, bandwidth = 0;
+  int hops = 0;
+  std::string kind;  // of the narrowest link
+};
+PathFigures pathFigures(const Topology& t, int32_t from, int32_t to);
+
 // A short label for the path between two nodes: "X" (same node), else the kind of the
 // narrowest link on the route and the hop count, e.g. "nvlink2", "ib6"; "-" when unreachable.
 std::string pathLabel(const Topology& t, int32_t from, int32_t to);
+
+// A stable 64-bit FNV-1a hash (the same on every build and machine, unlike std::hash).
+uint64_t hash64(std::string_view text);
+
+// A short stable name for a topology's structure and figures, e.g. "2h4r-5f0c9e1d2a3b4c5d"
+// (hosts, ranks, hash), for caches keyed by "the same machine shape": names are left out, and
+// bandwidths, latencies and host CPU figures are rounded to half-octave buckets, so run-to-run
+// noise in measured figures rarely changes it.
+std::string topologySignature(const Topology& t);
 
 }  // namespace loom::topology

@@ -20,7 +20,11 @@ int32_t TopologyBuilder::addHost(const std::string& name) {
 }
 
 int32_t TopologyBuilder::addNode(NodeKind kind, const std::string& name, int32_t host) {
-  topology_.nodes.push_back({kind, name, host});
+  Node node;
+  node.kind = kind;
+  node.name = name;
+  node.host = host;
+  topology_.nodes.push_back(std::move(node));
   return int32_t(topology_.nodes.size() - 1);
 }
 

@@ -29,6 +29,7 @@ class TopologyBuilder {
   // A Cpu endpoint "<host>/cpu<k>" joined to `hub` by `spec`, with a rank on it.
   int32_t addCpuRank(int32_t host, int32_t hub, const LinkSpec& spec);
   void addRank(int32_t host, int32_t endpoint) { topology_.ranks.push_back({host, endpoint}); }
+  Node& node(int32_t index) { return topology_.nodes[size_t(index)]; }  // e.g. to set a host's cpu
   const Topology& topology() const { return topology_; }
   Topology take() { return std::move(topology_); }
 

@@ -54,6 +54,51 @@ const json& member(const json& object, const char* key) {
   return it == object.end() ? kNull : *it;
 }
 
+// The optional CPU figures of a host node (HostCpu): absent keys stay 0 ("not modelled").
+Status readHostCpu(const json& node, NodeKind kind, const std::string& where, HostCpu* out) {
+  static const char* const kKeys[] = {"cores",      "memBandwidth",   "stepOverhead",
+                                      "cacheBytes", "cacheBandwidth", "messageCopies"};
+  bool any = false;
+  for (const char* key : kKeys) any = any || !member(node, key).is_null();
+  if (!any) return Status::ok();
+  if (kind != NodeKind::Host)
+    return Status(loomInvalidArgument, where +
+                                           ": 'cores', 'memBandwidth', 'stepOverhead', "
+                                           "'cacheBytes', 'cacheBandwidth' and 'messageCopies' "
+                                           "belong on host nodes");
+  auto count = [&](const char* key, uint64_t max, uint64_t* value) {
+    const json& v = member(node, key);
+    if (v.is_null()) return Status::ok();
+    if (!v.is_number_unsigned() || v.get<uint64_t>() < 1 || v.get<uint64_t>() > max)
+      return Status(loomInvalidArgument,
+                    where + "." + key + ": expected a positive whole number, got " + v.dump());
+    *value = v.get<uint64_t>();
+    return Status::ok();
+  };
+  auto bandwidth = [&](const char* key, double* value) {
+    const json& v = member(node, key);
+    if (v.is_null()) return Status::ok();
+    LOOM_TRY(readQuantity(v, parseBandwidth, where + "." + key, value));
+    if (!(*value > 0)) return Status(loomInvalidArgument, where + "." + key + ": must be positive");
+    return Status::ok();
+  };
+  uint64_t cores = 0;
+  LOOM_TRY(count("cores", 1 << 20, &cores));
+  out->cores = int32_t(cores);
+  LOOM_TRY(count("cacheBytes", UINT64_MAX, &out->cacheBytes));
+  LOOM_TRY(bandwidth("memBandwidth", &out->memBandwidth));
+  LOOM_TRY(bandwidth("cacheBandwidth", &out->cacheBandwidth));
+  const json& copies = member(node, "messageCopies");
+  if (!copies.is_null() && (!copies.is_number() || !(copies.get<double>() > 0)))
+    return Status(loomInvalidArgument,
+                  where + ".messageCopies: expected a positive number, got " + copies.dump());
+  if (!copies.is_null()) out->messageCopies = copies.get<double>();
+  if (!member(node, "stepOverhead").is_null())
+    LOOM_TRY(readQuantity(node["stepOverhead"], parseLatency, where + ".stepOverhead",
+                          &out->stepOverhead));
+  return Status::ok();
+}
+
 Status parseDocument(const json& doc, Topology* out) {
   Topology t;
   if (!doc.is_object()) return Status(loomInvalidArgument, "the model is not a JSON object");
@@ -75,6 +120,7 @@ Status parseDocument(const json& doc, Topology* out) {
       return Status(loomInvalidArgument, where + ": 'name' must be a string");
     node.name = nodes[i]["name"].get<std::string>();
     if (node.kind == NodeKind::Host) node.host = hosts++;
+    LOOM_TRY(readHostCpu(nodes[i], node.kind, where, &node.cpu));
     if (!byName.emplace(node.name, int32_t(i)).second)
       return Status(loomInvalidArgument, where + ": a second node named '" + node.name + "'");
     t.nodes.push_back(std::move(node));
@@ -164,6 +210,12 @@ std::string toJson(const Topology& t) {
     const Node& n = t.nodes[i];
     json item = {{"kind", nodeKindName(n.kind)}, {"name", n.name}};
     if (n.kind != NodeKind::Host && n.host >= 0) item["host"] = hostName(n.host);
+    if (n.cpu.cores > 0) item["cores"] = n.cpu.cores;
+    if (n.cpu.memBandwidth > 0) item["memBandwidth"] = formatBandwidth(n.cpu.memBandwidth);
+    if (n.cpu.stepOverhead > 0) item["stepOverhead"] = formatLatency(n.cpu.stepOverhead);
+    if (n.cpu.cacheBytes > 0) item["cacheBytes"] = n.cpu.cacheBytes;
+    if (n.cpu.cacheBandwidth > 0) item["cacheBandwidth"] = formatBandwidth(n.cpu.cacheBandwidth);
+    if (n.cpu.messageCopies > 0) item["messageCopies"] = n.cpu.messageCopies;
     append(item, i == 0);
   }
   s += "\n  ],\n  \"links\": [";

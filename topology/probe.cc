@@ -77,13 +77,14 @@ void addDevices(hwloc_topology_t topo, HostInfo* out) {
 
 }  // namespace
 
-Status probeHost(HostInfo* out) {
+Status probeHost(HostInfo* out, bool withDevices) {
   hwloc_topology_t topo = nullptr;
   if (hwloc_topology_init(&topo) != 0)
     return Status(loomSystemError, "hwloc_topology_init failed");
   std::unique_ptr<hwloc_topology, void (*)(hwloc_topology_t)> guard(topo,
                                                                     hwloc_topology_destroy);
-  hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+  hwloc_topology_set_io_types_filter(
+      topo, withDevices ? HWLOC_TYPE_FILTER_KEEP_IMPORTANT : HWLOC_TYPE_FILTER_KEEP_NONE);
   if (hwloc_topology_load(topo) != 0)
     return errorf(loomSystemError, "hwloc_topology_load failed: %s", strerror(errno));
   HostInfo info;
@@ -99,9 +100,15 @@ Status probeHost(HostInfo* out) {
     info.numaMemory.push_back(numa ? numa->attr->numanode.local_memory : 0);
     info.coresPerNuma.push_back(
         numa ? hwloc_get_nbobjs_inside_cpuset_by_type(topo, numa->cpuset, HWLOC_OBJ_CORE) : 0);
+    std::vector<int>& cpus = info.numaCpus.emplace_back();
+    if (numa) {
+      unsigned cpu = 0;
+      hwloc_bitmap_foreach_begin(cpu, numa->cpuset) cpus.push_back(int(cpu));
+      hwloc_bitmap_foreach_end();
+    }
   }
   addCaches(topo, &info);
-  addDevices(topo, &info);
+  if (withDevices) addDevices(topo, &info);
   *out = std::move(info);
   return Status::ok();
 }

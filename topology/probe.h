@@ -33,12 +33,14 @@ struct HostInfo {
   int packages = 0, numaNodes = 0, cores = 0, pus = 0;
   std::vector<uint64_t> numaMemory;      // bytes per NUMA node (0 when unknown)
   std::vector<int> coresPerNuma;
+  std::vector<std::vector<int>> numaCpus;  // OS CPU numbers per NUMA node (for rank binding)
   std::vector<CacheLevel> caches;        // data and unified caches, innermost first
   std::vector<PciDevice> devices;
 };
 
-// Reads hwloc. Fails only when hwloc itself cannot load a topology.
-Status probeHost(HostInfo* out);
+// Reads hwloc. Fails only when hwloc itself cannot load a topology. Without `withDevices` the
+// PCI scan (the slow part) is skipped and `devices` stays empty.
+Status probeHost(HostInfo* out, bool withDevices = true);
 
 // Figures for the local links; defaults are conservative guesses, overwritten by measurement.
 struct LocalLinkFigures {

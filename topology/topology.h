@@ -23,10 +23,31 @@ enum class NodeKind : uint8_t { Host, Cpu, Numa, Gpu, Nic, Switch };
 const char* nodeKindName(NodeKind k);  // "host", "cpu", "numa", "gpu", "nic", "switch"
 std::optional<NodeKind> parseNodeKind(std::string_view name);
 
+// The CPU of a host, as the simulator costs local work (docs/TOPOLOGY.md, docs/SIMULATOR.md).
+// Every field 0 means "not modelled": then each rank has a core of its own, local work runs at
+// the simulator's default memory bandwidth, and plan steps cost no CPU time of their own.
+struct HostCpu {
+  int32_t cores = 0;        // cores the host's ranks share (fewer than ranks: they compete)
+  double memBandwidth = 0;  // bytes/s one core copies or reduces (data in memory)
+  double stepOverhead = 0;  // s of one core's time per plan step (bookkeeping, wake-ups)
+  // The last-level cache the host's ranks share, and how fast one core copies data that is in
+  // it: the part of a call's working set that fits is copied at cacheBandwidth, the rest at
+  // memBandwidth. 0: no cache model.
+  uint64_t cacheBytes = 0;
+  double cacheBandwidth = 0;
+  // CPU bytes a byte of a message between two CPU endpoints of the host costs; 0: 2, the shm
+  // transport's copy into a slot of its ring and out of it. More when its synchronisation (slot
+  // handshakes, wake-ups) costs more than the copies themselves.
+  double messageCopies = 0;
+
+  bool operator==(const HostCpu&) const = default;
+};
+
 struct Node {
   NodeKind kind = NodeKind::Host;
-  std::string name;      // unique within the topology, e.g. "node3/nic2", "leaf7"
-  int32_t host = -1;     // the host this node belongs to (-1 for switches)
+  std::string name;   // unique within the topology, e.g. "node3/nic2", "leaf7"
+  int32_t host = -1;  // the host this node belongs to (-1 for switches)
+  HostCpu cpu = {};   // host nodes only (the initializer keeps {kind, name, host} quiet)
 
   bool operator==(const Node&) const = default;
 };

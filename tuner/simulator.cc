@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <map>
 #include <queue>
 #include <unordered_map>
@@ -46,7 +47,11 @@ struct SimStep {
   uint8_t issued = 0;  // local steps: slices handed to the rank's CPU
   uint8_t done = 0;    // slices finished
   bool free = false;   // a Copy onto itself: the executor skips it
+  // Whether the rank's CPU has done the step's bookkeeping (HostCpu::stepOverhead): until then
+  // not even its first slice may start.
+  uint8_t admission = 0;  // kAdmitted, kNeedsAdmission or kAdmissionQueued
 };
+constexpr uint8_t kAdmitted = 0, kNeedsAdmission = 1, kAdmissionQueued = 2;
 
 // The FIFO channel of one (sender, receiver, lane): its messages in order, the slice being
 // transmitted and the slice to be delivered next.
@@ -62,7 +67,13 @@ struct Connection {
 struct Route {
   std::vector<int32_t> links;
   double latency = 0;
+  double cpuWeight = 1;  // CPU bytes per byte, for a message the host's cores copy
 };
+
+// A message through the shm transport is two copies (into a slot of the ring, out of it; a
+// RecvReduce's combine replaces the second), so by default it takes twice its bytes of the
+// host's CPU (HostCpu::messageCopies).
+constexpr double kDefaultMessageCopies = 2;
 
 // Whose access to a range of one buffer the next conflicting step has to wait for: the last
 // writer and the readers since. Waiting for these is enough, as they waited for the earlier ones.
@@ -115,7 +126,7 @@ class Simulator {
     rankLaneBegin_.push_back(0);
     depBegin_.push_back(0);
     rankTime_.assign(size_t(nranks), 0.0);
-    cpuFree_.assign(size_t(nranks), 0.0);
+    addCpuResources();
   }
 
   Status addRank(int rank, const RankPlan& plan) {
@@ -123,6 +134,15 @@ class Simulator {
       laneBegin_.push_back(uint32_t(steps_.size()));
       LOOM_TRY(addLane(rank, int(l), plan.lanes[l]));
     }
+    // The rank's working set: the extent of every buffer its plan touches.
+    std::unordered_map<uint32_t, uint64_t> extent;
+    for (const Lane& lane : plan.lanes)
+      for (const Step& s : lane.steps)
+        for (const Region* r : {&s.src, &s.dst})
+          if (r->count > 0) extent[r->buf] = std::max(extent[r->buf], r->offset + r->count);
+    const int32_t host = rankCpu_[size_t(rank)].host;
+    for (const auto& [buf, elems] : extent)
+      if (host >= 0) hostWorkingSet_[size_t(host)] += double(elems) * opt_.elemSize;
     rankLaneBegin_.push_back(uint32_t(laneBegin_.size()));
     return Status::ok();
   }
@@ -132,6 +152,7 @@ class Simulator {
     laneBegin_.push_back(uint32_t(steps_.size()));
     Status st = checkMatching();
     if (!st.isOk()) return failure(st.message());
+    sizeCpuResources();
     buildReverseDeps();
     for (uint32_t g = 0; g < steps_.size(); ++g) advanceReady(g);
     for (uint32_t c = 0; c < conns_.size(); ++c) tryStart(c);
@@ -151,7 +172,7 @@ class Simulator {
     res.messages = messages_;
     res.bytes = bytes_;
     res.flows = flowsStarted_;
-    for (size_t l = 0; l < linkBytes_.size(); ++l) {
+    for (size_t l = 0; l < topo_.links.size(); ++l) {
       double busy = double(linkBytes_[l]) / topo_.links[l].bandwidth;
       if (linkBytes_[l] > 0 && busy > res.busiestLinkBusy) {
         res.busiestLink = int32_t(l);
@@ -163,7 +184,22 @@ class Simulator {
   }
 
  private:
-  enum class EventKind : uint8_t { FlowDone, Deliver, LocalDone };
+  // LocalDone: id is the rank; BarrierDone: id is the barrier's index k (barriers_).
+  enum class EventKind : uint8_t { FlowDone, Deliver, LocalDone, BarrierDone };
+  // One piece of work for a rank's CPU: a slice of a local step, or a step's bookkeeping.
+  static constexpr uint8_t kBookkeeping = UINT8_MAX;
+  struct CpuWork {
+    uint32_t step;
+    uint8_t slice;  // or kBookkeeping
+  };
+  struct RankCpu {
+    int32_t host = -1;
+    double bandwidth = 0;     // bytes/s of one core for this call; 0: local work is free
+    double stepOverhead = 0;  // s of one core per step
+    uint32_t route = 0;       // its CPU route (one core, then the host's cores), when bandwidth > 0
+    std::deque<CpuWork> queue;
+    bool busy = false;  // the queue's front is running
+  };
   struct Event {
     double time;
     EventKind kind;
@@ -172,7 +208,10 @@ class Simulator {
     bool operator>(const Event& o) const { return time > o.time; }
   };
   struct Flow {
-    uint32_t conn = 0;
+    uint32_t route = 0;
+    uint32_t owner = 0;    // its connection, or for local work its rank
+    bool local = false;    // local work (a slice of a Copy/Reduce, or a step's bookkeeping)
+    double cpuWeight = 1;  // CPU bytes per byte it moves, on CPU resources (other links: 1)
     double remaining = 0;  // bytes still to transmit as of `last`
     double rate = 0;       // bytes/s
     double last = 0;
@@ -181,10 +220,99 @@ class Simulator {
     double newRate = 0;
   };
 
+  // ---- CPU resources ---------------------------------------------------------------------------
+
+  // Local work shares the hosts' CPUs max-min, as messages share links (docs/SIMULATOR.md,
+  // "Local work"): every rank has a virtual link of one core's memory bandwidth (a rank's
+  // thread runs on one core at a time), and a host whose model gives its core count a virtual
+  // link of cores × memBandwidth that all its ranks' local work crosses. The two are appended
+  // after the topology's links, so the fair-sharing code serves them unchanged. Their
+  // capacities depend on the call's working set (sizeCpuResources), known once every plan is in.
+  void addCpuResources() {
+    for (const topology::Link& l : topo_.links) capacity_.push_back(l.bandwidth);
+    const std::vector<int32_t> hostNode = topo_.hostNodes();
+    for (int32_t n : hostNode) hostCpu_.push_back(topo_.nodes[size_t(n)].cpu);
+    hostCpuLink_.assign(hostNode.size(), -1);
+    hostWorkingSet_.assign(hostNode.size(), 0);
+    for (size_t h = 0; h < hostNode.size(); ++h) {
+      if (hostCpu_[h].cores > 0 && memBandwidth(h, 0) > 0) {
+        hostCpuLink_[h] = int32_t(capacity_.size());
+        capacity_.push_back(0);
+      }
+    }
+    rankCpu_.resize(size_t(nranks_));
+    for (int r = 0; r < nranks_; ++r) {
+      const int32_t host = topo_.ranks[size_t(r)].host;
+      RankCpu& rc = rankCpu_[size_t(r)];
+      rc.host = host >= 0 && size_t(host) < hostCpu_.size() ? host : -1;
+      rc.stepOverhead = rc.host >= 0 ? hostCpu_[size_t(host)].stepOverhead : 0;
+      if (memBandwidth(size_t(rc.host), 0) <= 0) continue;  // local work is free: no flows
+      Route route;
+      route.links.push_back(int32_t(capacity_.size()));
+      capacity_.push_back(0);
+      if (rc.host >= 0 && hostCpuLink_[size_t(host)] >= 0)
+        route.links.push_back(hostCpuLink_[size_t(host)]);
+      rc.route = uint32_t(routes_.size());
+      routes_.push_back(std::move(route));
+    }
+    const size_t n = capacity_.size();
+    linkFlows_.resize(n);
+    linkBytes_.assign(n, 0);
+    linkDirty_.assign(n, 0);
+    linkStamp_.assign(n, 0);
+    capLeft_.assign(n, 0);
+    unfixed_.assign(n, 0);
+    weightLeft_.assign(n, 0);
+  }
+
+  // Bytes/s of one core of host h (size_t(-1): a rank without a host) for a call whose ranks
+  // on that host touch workingSet bytes: the part that fits in the host's cache is copied at
+  // cacheBandwidth, the rest at memBandwidth.
+  double memBandwidth(size_t h, double workingSet) const {
+    const topology::HostCpu cpu = h < hostCpu_.size() ? hostCpu_[h] : topology::HostCpu{};
+    const double mem = cpu.memBandwidth > 0 ? cpu.memBandwidth : opt_.memBandwidth;
+    if (mem <= 0 || cpu.cacheBytes == 0 || cpu.cacheBandwidth <= 0) return mem;
+    const double cached = workingSet > 0 ? std::min(1.0, double(cpu.cacheBytes) / workingSet) : 1;
+    return 1 / (cached / cpu.cacheBandwidth + (1 - cached) / mem);
+  }
+
+  // The CPU resources' capacities for this call (addCpuResources made them).
+  void sizeCpuResources() {
+    for (size_t h = 0; h < hostCpuLink_.size(); ++h)
+      if (hostCpuLink_[h] >= 0)
+        capacity_[size_t(hostCpuLink_[h])] =
+            hostCpu_[h].cores * memBandwidth(h, hostWorkingSet_[h]);
+    for (RankCpu& rc : rankCpu_) {
+      const size_t h = size_t(rc.host);
+      rc.bandwidth = memBandwidth(h, h < hostWorkingSet_.size() ? hostWorkingSet_[h] : 0);
+      if (rc.bandwidth > 0) capacity_[size_t(routes_[rc.route].links[0])] = rc.bandwidth;
+    }
+  }
+
+  // A message between two CPU (or NUMA) endpoints of one host is a memory copy made by the
+  // host's cores (the shm transport's memcpy), so besides its route's links it also crosses
+  // the host's CPU resource: whichever is tighter limits it — the shm links for one message
+  // alone, the cores when the host's ranks copy more at once than its cores can (4 ranks on 2
+  // cores). It is not charged to either rank's own core: the transport's copies are made by
+  // whichever of the two ranks' threads polls, so they belong to neither alone. GPU endpoints
+  // copy with their own engines and never cross it.
+  int32_t cpuLinkOfCopy(int32_t from, int32_t to) const {
+    const topology::Node& a = topo_.nodes[size_t(from)];
+    const topology::Node& b = topo_.nodes[size_t(to)];
+    auto onCpu = [](const topology::Node& n) {
+      return n.kind == topology::NodeKind::Cpu || n.kind == topology::NodeKind::Numa;
+    };
+    if (a.host < 0 || a.host != b.host || !onCpu(a) || !onCpu(b) ||
+        size_t(a.host) >= hostCpuLink_.size())
+      return -1;
+    return hostCpuLink_[size_t(a.host)];
+  }
+
   // ---- Compilation ----------------------------------------------------------------------------
 
   Status addLane(int rank, int lane, const Lane& steps) {
     std::unordered_map<uint32_t, SegmentMap> buffers;  // conflicts are per lane (lanes disjoint)
+    uint32_t lastBarrier = kNone, barriers = 0;
     for (const Step& s : steps.steps) {
       const uint32_t g = uint32_t(steps_.size());
       SimStep ss;
@@ -195,6 +323,14 @@ class Simulator {
       if (isLocal(s.kind)) {
         ss.owner = uint32_t(rank);
         ss.free = s.kind == StepKind::Copy && s.src == s.dst;
+      } else if (s.kind == StepKind::Barrier) {
+        if (lane != 0)
+          return errorf(loomInvalidArgument, "rank %d lane %d step %zu: a Barrier off lane 0", rank,
+                        lane, size_t(g - laneBegin_.back()));
+        ss.owner = uint32_t(rank);
+        if (barriers_.size() <= barriers) barriers_.emplace_back();
+        barrierOf_[g] = barriers;
+        barriers_[barriers++].push_back(g);
       } else {
         if (s.peer < 0 || s.peer >= nranks_ || s.peer == rank)
           return errorf(loomInvalidArgument, "rank %d lane %d step %zu: %s with peer %d", rank,
@@ -209,8 +345,12 @@ class Simulator {
           bytes_ += ss.count * opt_.elemSize;
         }
       }
+      // The executor skips a free Copy altogether, bookkeeping included.
+      ss.admission =
+          rankCpu_[size_t(rank)].stepOverhead > 0 && !ss.free ? kNeedsAdmission : kAdmitted;
       steps_.push_back(ss);
       addDependencies(g, s, buffers);
+      addBarrierDependencies(g, s.kind, &lastBarrier);
       depBegin_.push_back(uint32_t(depStep_.size()));
     }
     return Status::ok();
@@ -238,6 +378,11 @@ class Simulator {
       if (from != to) r.links = topo_.route(from, to);
       for (int32_t l : r.links) r.latency += topo_.links[size_t(l)].latency;
       if (from != to && r.links.empty()) missingRoute_ = {from, to};
+      if (int32_t cpu = cpuLinkOfCopy(from, to); cpu >= 0 && !r.links.empty()) {
+        r.links.push_back(cpu);
+        const double copies = hostCpu_[size_t(topo_.nodes[size_t(from)].host)].messageCopies;
+        r.cpuWeight = copies > 0 ? copies : kDefaultMessageCopies;
+      }
       routes_.push_back(std::move(r));
     }
     return it->second;
@@ -300,7 +445,25 @@ class Simulator {
     }
   }
 
+  // A Barrier waits for every earlier step of its lane (whole), every later step for it.
+  void addBarrierDependencies(uint32_t g, StepKind kind, uint32_t* lastBarrier) {
+    auto wholeOf = [&](uint32_t a) {
+      depStep_.push_back(a);
+      depNeed_.resize(depNeed_.size() + size_t(opt_.slices), steps_[a].slices);
+    };
+    if (*lastBarrier != kNone) wholeOf(*lastBarrier);
+    if (kind != StepKind::Barrier) return;
+    const uint32_t since = *lastBarrier != kNone ? *lastBarrier + 1 : laneBegin_.back();
+    for (uint32_t a = since; a < g; ++a) wholeOf(a);
+    *lastBarrier = g;
+  }
+
   Status checkMatching() {
+    for (size_t k = 0; k < barriers_.size(); ++k)
+      if (barriers_[k].size() != size_t(nranks_))
+        return errorf(loomInvalidArgument,
+                      "barrier %zu: %zu of %d ranks have it (every rank needs the same barriers)",
+                      k, barriers_[k].size(), nranks_);
     if (missingRoute_.first >= 0)
       return errorf(loomInvalidArgument, "the topology has no route from node %d to node %d",
                     missingRoute_.first, missingRoute_.second);
@@ -342,35 +505,102 @@ class Simulator {
 
   // Moves step g's ready mark past every slice whose dependencies are now done, and starts
   // what that allows.
+  bool sliceDepsMet(uint32_t g, uint8_t slice) const {
+    for (uint32_t d = depBegin_[g]; d < depBegin_[g + 1]; ++d)
+      if (steps_[depStep_[d]].done < depNeed_[size_t(d) * size_t(opt_.slices) + slice])
+        return false;
+    return true;
+  }
+
+  uint32_t rankOf(uint32_t g) const {
+    const SimStep& s = steps_[g];
+    if (isLocal(s.kind) || s.kind == StepKind::Barrier) return s.owner;
+    const Connection& c = conns_[s.owner];
+    return uint32_t(s.kind == StepKind::Send ? c.src : c.dst);
+  }
+
   void advanceReady(uint32_t g) {
     SimStep& s = steps_[g];
-    const uint8_t before = s.ready;
-    while (s.ready < s.slices) {
-      bool met = true;
-      for (uint32_t d = depBegin_[g]; d < depBegin_[g + 1] && met; ++d)
-        met = steps_[depStep_[d]].done >= depNeed_[size_t(d) * size_t(opt_.slices) + s.ready];
-      if (!met) break;
-      ++s.ready;
+    if (s.admission != kAdmitted) {
+      // The bookkeeping comes when the step could start, in its rank's CPU queue.
+      if (s.admission == kNeedsAdmission && sliceDepsMet(g, 0)) {
+        s.admission = kAdmissionQueued;
+        queueCpu(rankOf(g), {g, kBookkeeping});
+      }
+      return;
     }
+    if (s.kind == StepKind::Barrier) {
+      // When the last rank arrives, all leave together a barrier latency later.
+      if (s.ready > 0 || !sliceDepsMet(g, 0)) return;
+      s.ready = 1;
+      const uint32_t k = barrierOf_.at(g);
+      barrierArrived_.resize(barriers_.size(), 0);
+      if (++barrierArrived_[k] == nranks_)
+        push(now_ + opt_.barrierLatency, EventKind::BarrierDone, k);
+      return;
+    }
+    const uint8_t before = s.ready;
+    while (s.ready < s.slices && sliceDepsMet(g, s.ready)) ++s.ready;
     if (s.ready == before) return;
     if (isLocal(s.kind)) {
-      issueLocal(g);
+      for (; s.issued < s.ready; ++s.issued) queueCpu(s.owner, {g, s.issued});
     } else {
       tryStart(s.owner);
     }
   }
 
-  // Local slices run one after another on the rank's CPU, in the order they became ready.
-  void issueLocal(uint32_t g) {
-    SimStep& s = steps_[g];
-    double& cpu = cpuFree_[s.owner];
-    for (; s.issued < s.ready; ++s.issued) {
-      double cost = s.free || opt_.memBandwidth <= 0
-                        ? 0
-                        : double(sliceBytes(s, s.issued)) / opt_.memBandwidth;
-      cpu = std::max(cpu, now_) + cost;
-      push(cpu, EventKind::LocalDone, g);
+  // A rank's thread does one thing at a time: its local slices and its steps' bookkeeping run
+  // one after another, in the order they became ready, each as a flow over the rank's CPU route.
+  void queueCpu(uint32_t rank, CpuWork work) {
+    RankCpu& rc = rankCpu_[rank];
+    rc.queue.push_back(work);
+    if (!rc.busy) startCpu(rank);
+  }
+
+  void startCpu(uint32_t rank) {
+    RankCpu& rc = rankCpu_[rank];
+    if (rc.queue.empty()) return;
+    rc.busy = true;
+    const CpuWork w = rc.queue.front();
+    const SimStep& s = steps_[w.step];
+    if (rc.bandwidth <= 0) {  // no CPU model: copies are free, bookkeeping takes its time
+      push(now_ + (w.slice == kBookkeeping ? rc.stepOverhead : 0), EventKind::LocalDone, rank);
+      return;
     }
+    const double bytes = w.slice == kBookkeeping ? rc.stepOverhead * rc.bandwidth
+                         : s.free                ? 0
+                                                 : double(sliceBytes(s, w.slice));
+    if (bytes <= 0) {
+      push(now_, EventKind::LocalDone, rank);
+      return;
+    }
+    const uint32_t f = allocFlow();
+    Flow& fl = flows_[f];
+    fl.route = rc.route;
+    fl.owner = rank;
+    fl.local = true;
+    fl.cpuWeight = 1;
+    fl.remaining = bytes;
+    fl.rate = 0;
+    fl.last = now_;
+    for (int32_t l : routes_[rc.route].links) {
+      linkFlows_[size_t(l)].push_back(f);
+      markDirty(l);
+    }
+  }
+
+  void finishCpu(uint32_t rank) {
+    RankCpu& rc = rankCpu_[rank];
+    const CpuWork w = rc.queue.front();
+    rc.queue.pop_front();
+    rc.busy = false;
+    if (w.slice == kBookkeeping) {
+      steps_[w.step].admission = kAdmitted;
+      advanceReady(w.step);
+    } else {
+      sliceDone(w.step, rank);
+    }
+    if (!rc.busy) startCpu(rank);
   }
 
   void sliceDone(uint32_t g, uint32_t rank) {
@@ -392,12 +622,16 @@ class Simulator {
     const Route& route = routes_[c.route];
     uint32_t f = allocFlow();
     Flow& fl = flows_[f];
-    fl.conn = ci;
+    fl.route = c.route;
+    fl.owner = ci;
+    fl.local = false;
+    fl.cpuWeight = route.cpuWeight;
     fl.remaining = double(bytes);
     fl.rate = 0;
     fl.last = now_;
     if (route.links.empty() || bytes == 0) {
-      double t = bytes == 0 || opt_.memBandwidth <= 0 ? 0 : double(bytes) / opt_.memBandwidth;
+      const double bw = rankCpu_[size_t(c.src)].bandwidth;
+      double t = bytes == 0 || bw <= 0 ? 0 : double(bytes) / bw;
       push(now_ + t, EventKind::FlowDone, f, fl.version);
       return;
     }
@@ -430,8 +664,7 @@ class Simulator {
         Flow& fl = flows_[e.id];
         if (fl.version != e.version) return;  // its rate changed since; a newer event stands
         ++fl.version;
-        Connection& c = conns_[fl.conn];
-        const Route& route = routes_[c.route];
+        const Route& route = routes_[fl.route];
         for (int32_t l : route.links) {
           auto& v = linkFlows_[size_t(l)];
           *std::find(v.begin(), v.end(), e.id) = v.back();
@@ -439,13 +672,19 @@ class Simulator {
           markDirty(l);
         }
         freeFlows_.push_back(e.id);
+        if (fl.local) {
+          finishCpu(fl.owner);
+          return;
+        }
+        const uint32_t ci = fl.owner;
+        Connection& c = conns_[ci];
         c.busy = false;
-        push(now_ + route.latency, EventKind::Deliver, fl.conn);
+        push(now_ + route.latency, EventKind::Deliver, ci);
         if (++c.headSlice == steps_[c.sends[c.headMsg]].slices) {
           c.headSlice = 0;
           ++c.headMsg;
         }
-        tryStart(fl.conn);
+        tryStart(ci);
         return;
       }
       case EventKind::Deliver: {
@@ -459,8 +698,11 @@ class Simulator {
         sliceDone(rcv, uint32_t(c.dst));
         return;
       }
-      case EventKind::LocalDone:
-        sliceDone(e.id, steps_[e.id].owner);
+      case EventKind::LocalDone:  // local work that needed no flow
+        finishCpu(e.id);
+        return;
+      case EventKind::BarrierDone:
+        for (uint32_t m : barriers_[e.id]) sliceDone(m, steps_[m].owner);
         return;
     }
   }
@@ -482,30 +724,39 @@ class Simulator {
         if (flows_[f].stamp == epoch_) continue;
         flows_[f].stamp = epoch_;
         compFlows_.push_back(f);
-        for (int32_t l : routes_[conns_[flows_[f].conn].route].links) visitLink(l);
+        for (int32_t l : routes_[flows_[f].route].links) visitLink(l);
       }
     // Progressive filling: the link with the smallest fair share fixes its flows at that
-    // share; their bandwidth leaves every other link they cross.
+    // share; their bandwidth leaves every other link they cross. On a CPU resource a flow
+    // uses its cpuWeight per byte, so the share there is the capacity over the flows' weights.
     using Share = std::pair<double, int32_t>;
     std::priority_queue<Share, std::vector<Share>, std::greater<Share>> heap;
     for (int32_t l : compLinks_) {
-      capLeft_[size_t(l)] = topo_.links[size_t(l)].bandwidth;
+      capLeft_[size_t(l)] = capacity_[size_t(l)];
       unfixed_[size_t(l)] = uint32_t(linkFlows_[size_t(l)].size());
-      if (unfixed_[size_t(l)]) heap.push({capLeft_[size_t(l)] / unfixed_[size_t(l)], l});
+      weightLeft_[size_t(l)] = unfixed_[size_t(l)];
+      if (size_t(l) >= topo_.links.size()) {
+        weightLeft_[size_t(l)] = 0;
+        for (uint32_t f : linkFlows_[size_t(l)]) weightLeft_[size_t(l)] += flows_[f].cpuWeight;
+      }
+      if (unfixed_[size_t(l)]) heap.push({capLeft_[size_t(l)] / weightLeft_[size_t(l)], l});
     }
     for (uint32_t f : compFlows_) flows_[f].newRate = -1;
     while (!heap.empty()) {
       auto [share, l] = heap.top();
       heap.pop();
-      const uint32_t n = unfixed_[size_t(l)];
-      if (n == 0 || share != std::max(0.0, capLeft_[size_t(l)]) / n) continue;  // stale
+      if (unfixed_[size_t(l)] == 0 ||
+          share != std::max(0.0, capLeft_[size_t(l)]) / weightLeft_[size_t(l)])
+        continue;  // stale
       for (uint32_t f : linkFlows_[size_t(l)]) {
         if (flows_[f].newRate >= 0) continue;
         flows_[f].newRate = share;
-        for (int32_t o : routes_[conns_[flows_[f].conn].route].links) {
-          capLeft_[size_t(o)] -= share;
+        for (int32_t o : routes_[flows_[f].route].links) {
+          const double w = size_t(o) >= topo_.links.size() ? flows_[f].cpuWeight : 1;
+          capLeft_[size_t(o)] -= share * w;
+          weightLeft_[size_t(o)] -= w;
           if (--unfixed_[size_t(o)] && o != l)
-            heap.push({std::max(0.0, capLeft_[size_t(o)]) / unfixed_[size_t(o)], o});
+            heap.push({std::max(0.0, capLeft_[size_t(o)]) / weightLeft_[size_t(o)], o});
         }
       }
     }
@@ -533,14 +784,16 @@ class Simulator {
     int rank = int(std::upper_bound(rankLaneBegin_.begin(), rankLaneBegin_.end(), uint32_t(lane)) -
                    rankLaneBegin_.begin()) - 1;
     const SimStep& s = steps_[g];
-    std::string why = s.ready < s.slices ? "waits for an earlier step of its lane"
-                                         : "waits for its peer's matching step";
+    std::string why = s.ready < s.slices              ? "waits for an earlier step of its lane"
+                      : s.kind == StepKind::Barrier ? "waits for the other ranks at the barrier"
+                                                    : "waits for its peer's matching step";
+    const bool peer = !isLocal(s.kind) && s.kind != StepKind::Barrier;
     return strprintf("deadlock: rank %d lane %zu step %u (%s%s%s) cannot finish: it %s; "
                      "%u of %u slices done",
                      rank, lane - rankLaneBegin_[size_t(rank)], g - laneBegin_[lane],
                      collectives::stepKindName(s.kind),
-                     isLocal(s.kind) ? "" : s.kind == StepKind::Send ? " to rank " : " from rank ",
-                     isLocal(s.kind) ? "" : std::to_string(s.peer).c_str(), why.c_str(),
+                     !peer ? "" : s.kind == StepKind::Send ? " to rank " : " from rank ",
+                     !peer ? "" : std::to_string(s.peer).c_str(), why.c_str(),
                      unsigned(s.done), unsigned(s.slices));
   }
 
@@ -554,6 +807,11 @@ class Simulator {
   std::vector<uint32_t> rankLaneBegin_;  // first lane (index into laneBegin_) of every rank
   std::vector<uint32_t> depBegin_, depStep_, rdepBegin_, rdep_;
   std::vector<uint8_t> depNeed_;  // per dependency, per slice of the dependent step
+  // Barriers: the k-th Barrier step of every rank's lane 0, each Barrier step's k, and how many
+  // ranks have arrived at barrier k.
+  std::vector<std::vector<uint32_t>> barriers_;
+  std::unordered_map<uint32_t, uint32_t> barrierOf_;
+  std::vector<int> barrierArrived_;
   std::vector<Connection> conns_;
   std::unordered_map<uint64_t, uint32_t> connIndex_;
   std::vector<Route> routes_;
@@ -566,14 +824,20 @@ class Simulator {
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   std::vector<Flow> flows_;
   std::vector<uint32_t> freeFlows_;
-  std::vector<double> rankTime_, cpuFree_;
-  size_t nlinks_ = topo_.links.size();
-  std::vector<std::vector<uint32_t>> linkFlows_ = std::vector<std::vector<uint32_t>>(nlinks_);
-  std::vector<uint64_t> linkBytes_ = std::vector<uint64_t>(nlinks_, 0);
-  std::vector<char> linkDirty_ = std::vector<char>(nlinks_, 0);
-  std::vector<uint32_t> linkStamp_ = std::vector<uint32_t>(nlinks_, 0);
-  std::vector<double> capLeft_ = std::vector<double>(nlinks_, 0);
-  std::vector<uint32_t> unfixed_ = std::vector<uint32_t>(nlinks_, 0);
+  std::vector<double> rankTime_;
+  std::vector<RankCpu> rankCpu_;
+  std::vector<topology::HostCpu> hostCpu_;  // per host
+  std::vector<int32_t> hostCpuLink_;        // per host: its CPU resource, -1 when not modelled
+  std::vector<double> hostWorkingSet_;      // per host: bytes its ranks' plans touch
+  // Per link, the topology's links first, then the CPU resources (addCpuResources).
+  std::vector<double> capacity_;
+  std::vector<std::vector<uint32_t>> linkFlows_;
+  std::vector<uint64_t> linkBytes_;
+  std::vector<char> linkDirty_;
+  std::vector<uint32_t> linkStamp_;
+  std::vector<double> capLeft_;
+  std::vector<uint32_t> unfixed_;   // flows not yet given a rate
+  std::vector<double> weightLeft_;  // their weights (their count, except on CPU resources)
   std::vector<int32_t> dirty_, compLinks_;
   std::vector<uint32_t> compFlows_;
   uint32_t epoch_ = 0;

@@ -14,9 +14,13 @@
 //    finished the pieces that cover it — the executor's element-granular rule at slice
 //    granularity. slices = 1 is whole-step (store-and-forward) execution;
 //  - a message starts when both its send and its receive may touch the slice (rendezvous);
-//  - Copy and Reduce cost bytes / memBandwidth on the rank's one CPU (the executor runs local
-//    steps in the calling thread, so they do not overlap one another); the combine of a
-//    RecvReduce is overlapped with the transfer and costs nothing extra.
+//  - Copy and Reduce, and each step's bookkeeping (HostCpu::stepOverhead), run one after another
+//    on the rank's thread (the executor runs them in the calling thread), as flows over the
+//    rank's core and, when the host model gives its core count, the host's cores, which all its
+//    ranks' local work and shm messages share max-min (HostCpu, docs/SIMULATOR.md "Local work
+//    and the CPU"); the combine of a RecvReduce is overlapped with the transfer.
+//  - a Barrier completes barrierLatency after the last rank reaches it; it waits for the earlier
+//    steps of its lane and holds back the later ones. Shared regions are local memory.
 #pragma once
 
 #include <cstdint>
@@ -33,9 +37,13 @@ struct SimOptions {
   uint32_t elemSize = 4;  // bytes per element of the plans' dtype
   // Pieces each step is cut into for pipelining (1 = whole steps); at most kMaxSlices.
   int slices = 4;
-  // Bytes per second of a local Copy/Reduce, and of a message between two ranks on the same
-  // endpoint node (empty route). 0: local work is free.
+  // Bytes per second of one core's Copy/Reduce on hosts whose model gives no memBandwidth
+  // (topology::HostCpu), and of a message between two ranks on the same endpoint node (empty
+  // route). 0: local work is free.
   double memBandwidth = 20e9;
+  // Seconds from the last rank's arrival at a Barrier until all go on (a few cache-line
+  // transfers between cores, and waking the ranks that slept).
+  double barrierLatency = 1e-6;
   static constexpr int kMaxSlices = 16;
 };
 

@@ -36,6 +36,7 @@ const Forced kForced[] = {
     {"allreduce=rhd,allgather=bruck,reducescatter=hierarchical", nullptr},
     {"allreduce=rd,allgather=hierarchical", nullptr},
     {"allreduce=hierarchical", nullptr},
+    {"allreduce=direct,allgather=direct", nullptr},
     {"allreduce=torus", nullptr},   // near-square grid
     {"allreduce=torus", "given"},  // X × Y from LOOM_TORUS_DIMS: 2 × N/2, or 1 × N
 };

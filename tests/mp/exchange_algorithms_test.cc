@@ -44,6 +44,7 @@ const Forced kForced[] = {
     {"alltoall=xor,alltoallv=xor,broadcast=tree,reduce=tree", 1, kAll},
     {"alltoall=bruck,alltoallv=pairwise,broadcast=scatter_allgather,reduce=rsag", 1, kAll},
     {"alltoall=hierarchical", 1, kAlltoAll},
+    {"alltoall=direct", 1, kAlltoAll},
     {"alltoall=incast,alltoallv=incast", 1, kAlltoAll | kAlltoAllv},
     {"alltoall=incast,alltoallv=incast", 2, kAlltoAll | kAlltoAllv},
     {"alltoall=incast,alltoallv=incast", 4, kAlltoAll | kAlltoAllv},

@@ -1,9 +1,9 @@
 #include "tests/support/plan_test_util.h"
 
 #include <algorithm>
-#include <stdexcept>
 #include <atomic>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -19,6 +19,7 @@ collectives::CollArgs makeArgs(collectives::Collective coll, int n, uint64_t cou
   a.count = count;
   a.lanes = lanes;
   a.root = root;
+  a.sharedBytes = kSweepSharedBytes;
   return a;
 }
 
@@ -65,7 +66,8 @@ std::string describeCase(const collectives::CollArgs& a, bool inPlace) {
          " count=" + std::to_string(a.count) + " lanes=" + std::to_string(a.lanes) +
          " root=" + std::to_string(a.root) + " fanIn=" + std::to_string(a.fanIn) +
          " torus=" + std::to_string(a.torusX) + "x" + std::to_string(a.torusY) + " hosts=[" +
-         hosts + "]" + (inPlace ? " in place: " : " out of place: ");
+         hosts + "] shared=" + std::to_string(a.sharedBytes) +
+         (inPlace ? " in place: " : " out of place: ");
 }
 
 std::string verifyCases(const collectives::Builder& b,

@@ -16,9 +16,15 @@ namespace loom::test {
 inline constexpr uint64_t kPrimeCount = 1009;
 inline constexpr uint64_t kLargeCount = uint64_t(1) << 20;
 
-// A call's arguments with the fields every builder reads; the rest keep their defaults.
-collectives::CollArgs makeArgs(collectives::Collective coll, int n, uint64_t count,
-                               int lanes = 1, int root = 0);
+// The Shared arena the sweeps give each call: large enough that big counts take a few chunks
+// of the direct allreduce at large N (its plans have ~N² steps per chunk); the direct tests add
+// small arenas for many chunks.
+inline constexpr uint64_t kSweepSharedBytes = uint64_t(32) << 20;
+
+// A call's arguments with the fields every builder reads (sharedBytes = kSweepSharedBytes); the
+// rest keep their defaults.
+collectives::CollArgs makeArgs(collectives::Collective coll, int n, uint64_t count, int lanes = 1,
+                               int root = 0);
 
 // Per-rank alltoallv arguments from a matrix of counts (sends[i][j]: elements i → j). Send
 // blocks are laid out in reverse peer order with gaps and receive blocks in order with gaps,

@@ -11,6 +11,12 @@
 
 namespace loom::testing {
 
+// Every dtype and every reduction op of the API, for tests that sweep them.
+inline constexpr loomDataType_t kAllTypes[] = {
+    loomInt8,    loomUint8,    loomInt32,   loomUint32,  loomInt64,      loomUint64,
+    loomFloat16, loomBfloat16, loomFloat32, loomFloat64, loomFloat8e4m3, loomFloat8e5m2};
+inline constexpr loomRedOp_t kAllOps[] = {loomSum, loomProd, loomMin, loomMax, loomAvg};
+
 size_t typeSize(loomDataType_t t);
 // Writes the exactly representable value v (a small integer) as dtype t at p.
 void encodeValue(loomDataType_t t, double v, void* p);

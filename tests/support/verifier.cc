@@ -26,6 +26,7 @@ using collectives::kFirstUserBuffer;
 using collectives::kInput;
 using collectives::kOutput;
 using collectives::kScratch;
+using collectives::kShared;
 using collectives::P2POp;
 using collectives::RankPlan;
 using collectives::Region;
@@ -285,6 +286,8 @@ const char* bufferName(uint32_t buf) {
       return "Output";
     case kScratch:
       return "Scratch";
+    case kShared:
+      return "Shared";
     default:
       return nullptr;
   }
@@ -299,8 +302,8 @@ bool isComm(StepKind k) {
   return k == StepKind::Send || k == StepKind::Recv || k == StepKind::RecvReduce;
 }
 bool isRecv(StepKind k) { return k == StepKind::Recv || k == StepKind::RecvReduce; }
-bool readsSrc(StepKind k) { return k != StepKind::Recv; }
-bool writesDst(StepKind k) { return k != StepKind::Send; }
+bool readsSrc(StepKind k) { return k != StepKind::Recv && k != StepKind::Barrier; }
+bool writesDst(StepKind k) { return k != StepKind::Send && k != StepKind::Barrier; }
 bool readsDst(StepKind k) { return k == StepKind::RecvReduce || k == StepKind::Reduce; }
 
 // Where a rank's buffer lives: memory `mem` from element `base`, `size` elements.
@@ -328,6 +331,55 @@ struct LaneRef {
   uint32_t first;  // global id of its step 0
 };
 
+// One step's access to a range of one memory, for the race checks.
+struct RangeAccess {
+  uint64_t group;  // accesses can only race within a group (a memory; a phase between barriers)
+  uint64_t off, end;
+  uint32_t actor;  // a lane, or a rank: one actor's accesses are ordered among themselves
+  uint32_t id;     // the step
+  bool write;
+};
+
+// The furthest end the accesses seen so far reach, kept for the best actor and the best other
+// actor, so that "the furthest reach of any actor but a" is a lookup.
+struct Reach {
+  uint64_t end = 0, end2 = 0;
+  uint32_t actor = UINT32_MAX, id = 0, id2 = 0;
+  void add(uint64_t e, uint32_t a, uint32_t i) {
+    if (a == actor) {
+      if (e > end) end = e, id = i;
+    } else if (e > end) {
+      end2 = end, id2 = id;
+      end = e, actor = a, id = i;
+    } else if (e > end2) {
+      end2 = e, id2 = i;
+    }
+  }
+  std::pair<uint64_t, uint32_t> other(uint32_t a) const {
+    return actor != a ? std::pair(end, id) : std::pair(end2, id2);
+  }
+};
+
+// The first two accesses (step ids) of different actors in one group that overlap, one of them
+// writing; nullopt when there are none. Sorts `accesses` (stably: ties keep step order).
+std::optional<std::pair<uint32_t, uint32_t>> findRace(std::vector<RangeAccess>& accesses) {
+  std::stable_sort(accesses.begin(), accesses.end(),
+                   [](const RangeAccess& a, const RangeAccess& b) {
+                     return std::pair(a.group, a.off) < std::pair(b.group, b.off);
+                   });
+  Reach writes, any;
+  for (size_t i = 0; i < accesses.size(); ++i) {
+    const RangeAccess& x = accesses[i];
+    if (i > 0 && x.group != accesses[i - 1].group) writes = any = Reach{};
+    const auto w = writes.other(x.actor), a = any.other(x.actor);
+    if (w.first > x.off) return std::pair(w.second, x.id);
+    if (x.write && a.first > x.off) return std::pair(a.second, x.id);
+    if (x.write) writes.add(x.end, x.actor, x.id);
+    any.add(x.end, x.actor, x.id);
+  }
+  return std::nullopt;
+}
+
 // What a rank's buffer must hold at the end: `count` elements from `off` start with `v`.
 struct Expectation {
   uint32_t buf;
@@ -345,8 +397,9 @@ class Verifier {
   }
 
   VerifyResult run() {
-    if (checkArgs() && layOutBuffers() && checkSteps() && matchMessages() && buildDependencies() &&
-        execute() && checkResults() && measureFanIn()) {
+    if (checkArgs() && layOutBuffers() && checkSteps() && matchMessages() && matchBarriers() &&
+        checkSharedRaces() && buildDependencies() && execute() && checkResults() &&
+        measureFanIn()) {
       result_.ok = true;
     }
     return std::move(result_);
@@ -372,6 +425,9 @@ class Verifier {
   std::string where(uint32_t id) const {
     const LaneRef& l = lanes_[laneOf_[id]];
     const Step& s = step(id);
+    if (s.kind == StepKind::Barrier) {
+      return strprintf("rank %d lane %d step %u (Barrier)", l.rank, l.lane, id - l.first);
+    }
     const uint64_t count = s.kind == StepKind::Send ? s.src.count : s.dst.count;
     std::string peer;
     if (s.kind == StepKind::Send) peer = strprintf(" to %d", s.peer);
@@ -406,6 +462,10 @@ class Verifier {
       if ((coll_ == Collective::Broadcast || coll_ == Collective::Reduce) &&
           (a.root < 0 || a.root >= n_)) {
         return fail(strprintf("rank %d: root %d out of range", r, a.root));
+      }
+      if (!a.hostOf.empty() && a.hostOf.size() != size_t(n_)) {
+        return fail(
+            strprintf("rank %d: hostOf has %zu entries for %d ranks", r, a.hostOf.size(), n_));
       }
     }
     if (coll_ == Collective::AlltoAllv) RETURN_IF_FAILED(checkAlltoallvArgs());
@@ -451,18 +511,30 @@ class Verifier {
 
   const CollArgs& arg(int r) const { return (*args_)[size_t(r)]; }
 
+  // The host of rank r (CollArgs::hostOf; none means one host). A p2p group has no Shared.
+  int32_t hostOf(int r) const {
+    return args_ == nullptr || arg(r).hostOf.empty() ? 0 : arg(r).hostOf[size_t(r)];
+  }
+
   // Maps every buffer of every rank to memory, aliasing Input and Output in place, and fills
   // Input (and p2p send buffers) with each element's own symbolic value.
   bool layOutBuffers() {
     ranks_.resize(size_t(n_));
+    std::vector<uint64_t> hostShared;  // elements of each host's Shared memory
     for (int r = 0; r < n_; ++r) {
       std::vector<BufferMap>& bufs = ranks_[size_t(r)].bufs;
       if (args_) {
         const CollArgs& a = arg(r);
-        bufs.resize(3);
+        bufs.resize(kShared + 1);
         bufs[kInput] = {true, false, 0, 0, collectives::inputCount(a, r)};
         bufs[kOutput] = {true, true, 1, 0, collectives::outputCount(a, r)};
         bufs[kScratch] = {true, true, 2, 0, plans_[size_t(r)].scratchCount};
+        // One memory per host (see memory()); the rank's own memory kShared stays unused.
+        const uint64_t shared = a.sharedBytes / std::max<uint32_t>(1, a.elemSize);
+        bufs[kShared] = {true, true, kShared, 0, shared};
+        const size_t host = size_t(hostOf(r));
+        if (hostShared.size() <= host) hostShared.resize(host + 1, 0);
+        hostShared[host] = std::max(hostShared[host], shared);
         if (inPlace_) alias(bufs, a, r);
       } else {
         const auto& ops = (*ops_)[size_t(r)];
@@ -489,6 +561,7 @@ class Verifier {
         }
       }
     }
+    for (uint64_t size : hostShared) hostMems_.emplace_back(size);
     return true;
   }
 
@@ -539,6 +612,7 @@ class Verifier {
       const Step& s = step(id);
       RankCounts& c = result_.counts[size_t(rankOf(id))];
       ++c.steps;
+      c.barriers += s.kind == StepKind::Barrier;
       if (s.kind == StepKind::Send) {
         ++c.messagesSent;
         c.elementsSent += s.src.count;
@@ -574,8 +648,17 @@ class Verifier {
   bool checkStep(uint32_t id) {
     const Step& s = step(id);
     const int rank = rankOf(id);
-    if (uint8_t(s.kind) > uint8_t(StepKind::Reduce)) {
+    if (uint8_t(s.kind) > uint8_t(StepKind::Barrier)) {
       return fail(strprintf("%s: unknown step kind %d", where(id).c_str(), int(s.kind)));
+    }
+    const bool laneZero = lanes_[laneOf_[id]].lane == 0;
+    if (s.kind == StepKind::Barrier && (s.src.count > 0 || s.dst.count > 0 || !laneZero)) {
+      return fail(strprintf("%s: a Barrier has no regions and sits on lane 0", where(id).c_str()));
+    }
+    if (!laneZero && ((readsSrc(s.kind) && s.src.buf == kShared) ||
+                      (writesDst(s.kind) && s.dst.buf == kShared))) {
+      return fail(
+          strprintf("%s: Shared regions belong on lane 0, with the barriers", where(id).c_str()));
     }
     if (isComm(s.kind) && (s.peer < 0 || s.peer >= n_)) {
       return fail(strprintf("%s: peer %d out of range", where(id).c_str(), s.peer));
@@ -598,57 +681,27 @@ class Verifier {
 
   // Lanes run concurrently, so two lanes must not touch the same elements if one writes.
   bool checkLaneOverlap(int rank) {
-    const size_t laneCount = plans_[size_t(rank)].lanes.size();
-    if (laneCount < 2) return true;
-    struct Access {
-      Loc loc;
-      uint32_t lane, id;
-      bool write;
-    };
-    std::vector<Access> accesses;
+    if (plans_[size_t(rank)].lanes.size() < 2) return true;
+    std::vector<RangeAccess> accesses;
     for (const LaneRef& l : lanes_) {
       if (l.rank != rank) continue;
       const auto& steps = plans_[size_t(rank)].lanes[size_t(l.lane)].steps;
       for (uint32_t i = 0; i < steps.size(); ++i) {
         forEachAccess(rank, steps[i], [&](const Loc& loc, bool write) {
-          accesses.push_back({loc, uint32_t(l.lane), l.first + i, write});
+          accesses.push_back(
+              {loc.mem, loc.off, loc.off + loc.count, uint32_t(l.lane), l.first + i, write});
         });
       }
     }
-    std::sort(accesses.begin(), accesses.end(), [](const Access& a, const Access& b) {
-      return std::pair(a.loc.mem, a.loc.off) < std::pair(b.loc.mem, b.loc.off);
-    });
-    // Per lane, the furthest end of its writes and of all its accesses seen so far (in the
-    // current memory), with the step that reached it.
-    struct Reach {
-      uint64_t end = 0;
-      uint32_t id = 0;
-    };
-    std::vector<Reach> writes(laneCount), any(laneCount);
-    uint32_t mem = UINT32_MAX;
-    for (const Access& x : accesses) {
-      if (x.loc.mem != mem) {
-        mem = x.loc.mem;
-        std::fill(writes.begin(), writes.end(), Reach{});
-        std::fill(any.begin(), any.end(), Reach{});
-      }
-      for (size_t m = 0; m < laneCount; ++m) {
-        if (m == x.lane) continue;
-        const Reach* hit = writes[m].end > x.loc.off           ? &writes[m]
-                           : x.write && any[m].end > x.loc.off ? &any[m]
-                                                               : nullptr;
-        if (hit) {
-          return fail(
-              strprintf("%s and %s touch the same elements from different lanes, "
-                        "one of them writing",
-                        where(hit->id).c_str(), where(x.id).c_str()));
-        }
-      }
-      const uint64_t end = x.loc.off + x.loc.count;
-      if (x.write && end > writes[x.lane].end) writes[x.lane] = {end, x.id};
-      if (end > any[x.lane].end) any[x.lane] = {end, x.id};
-    }
-    return true;
+    return noRace(accesses, "touch the same elements from different lanes, one of them writing");
+  }
+
+  // Fails with "<step> and <step> <what>" if two actors' accesses race (findRace).
+  bool noRace(std::vector<RangeAccess>& accesses, const char* what) {
+    const auto race = findRace(accesses);
+    if (!race) return true;
+    return fail(
+        strprintf("%s and %s %s", where(race->first).c_str(), where(race->second).c_str(), what));
   }
 
   // Calls f(loc, write) for each memory range the step touches, reads first.
@@ -709,6 +762,67 @@ class Verifier {
     return true;
   }
 
+  // ---- Barriers and the Shared memory ----
+
+  // The k-th Barrier of every rank's lane 0 meet: every rank needs as many, on one host.
+  bool matchBarriers() {
+    barrierOf_.assign(stepCount_, UINT32_MAX);
+    barriers_.clear();
+    int firstRank = -1;
+    for (const LaneRef& l : lanes_) {
+      if (l.lane != 0) continue;
+      const auto& steps = plans_[size_t(l.rank)].lanes[0].steps;
+      uint32_t k = 0;
+      for (uint32_t i = 0; i < steps.size(); ++i) {
+        if (steps[i].kind != StepKind::Barrier) continue;
+        if (barriers_.size() <= k) barriers_.emplace_back();
+        barriers_[k].push_back(l.first + i);
+        barrierOf_[l.first + i] = k++;
+      }
+      if (k > 0 && firstRank < 0) firstRank = l.rank;
+      if (k > 0 && hostOf(l.rank) != hostOf(firstRank)) {
+        return fail(
+            strprintf("rank %d and rank %d have Barrier steps but are on different hosts "
+                      "(a barrier joins the ranks of one host's Shared arena)",
+                      firstRank, l.rank));
+      }
+    }
+    for (uint32_t k = 0; k < barriers_.size(); ++k) {
+      if (barriers_[k].size() == size_t(n_)) continue;
+      std::vector<uint8_t> has(size_t(n_), 0);
+      for (uint32_t id : barriers_[k]) has[size_t(rankOf(id))] = 1;
+      const int missing = int(std::find(has.begin(), has.end(), 0) - has.begin());
+      return fail(
+          strprintf("%s has no matching Barrier on rank %d, which has only %u (every rank "
+                    "must pass the same barriers)",
+                    where(barriers_[k][0]).c_str(), missing, k));
+    }
+    return true;
+  }
+
+  // Between two barriers the ranks of a host run concurrently: no rank may write Shared
+  // elements that another rank reads or writes in the same phase.
+  bool checkSharedRaces() {
+    if (!args_) return true;
+    std::vector<RangeAccess> accesses;
+    for (const LaneRef& l : lanes_) {
+      if (l.lane != 0) continue;
+      const auto& steps = plans_[size_t(l.rank)].lanes[0].steps;
+      uint64_t phase = 0;
+      for (uint32_t i = 0; i < steps.size(); ++i) {
+        phase += steps[i].kind == StepKind::Barrier;
+        forEachAccess(l.rank, steps[i], [&](const Loc& loc, bool write) {
+          if (loc.mem != kShared) return;
+          accesses.push_back({uint64_t(hostOf(l.rank)) << 32 | phase, loc.off, loc.off + loc.count,
+                              uint32_t(l.rank), l.first + i, write});
+        });
+      }
+    }
+    return noRace(accesses,
+                  "touch the same Shared elements between the same two barriers, one of them "
+                  "writing: a race");
+  }
+
   // ---- Dependencies ----
 
   // For each step, the later steps of its lane that wait for it (conflicts and FIFO order),
@@ -727,10 +841,18 @@ class Verifier {
       for (AccessHistory& h : history) h.clear();
       lastOnChannel.clear();
       edges.clear();
+      // A Barrier waits for every earlier step of its lane; every later step waits for it.
+      uint32_t lastBarrier = UINT32_MAX, sinceBarrier = l.first;
       for (uint32_t i = 0; i < steps.size(); ++i) {
         const Step& s = steps[i];
         const uint32_t id = l.first + i;
         deps.clear();
+        if (lastBarrier != UINT32_MAX) deps.push_back(lastBarrier);
+        if (s.kind == StepKind::Barrier) {
+          for (uint32_t e = sinceBarrier; e < id; ++e) deps.push_back(e);
+          lastBarrier = id;
+          sinceBarrier = id + 1;
+        }
         forEachAccess(l.rank, s, [&](const Loc& loc, bool write) {
           AccessHistory& h = history[loc.mem];
           if (write) {
@@ -785,6 +907,10 @@ class Verifier {
       const uint32_t id = todo.back();
       todo.pop_back();
       const Step& s = step(id);
+      if (s.kind == StepKind::Barrier) {
+        completed += arriveAtBarrier(id, todo);
+        continue;
+      }
       if (!isComm(s.kind)) {
         RETURN_IF_FAILED(applyLocal(id));
         completed += complete(id, todo);
@@ -805,6 +931,24 @@ class Verifier {
     return true;
   }
 
+  // Completes the barrier once its last rank arrives; a barrier is one round.
+  uint32_t arriveAtBarrier(uint32_t id, std::vector<uint32_t>& todo) {
+    ready_[id] = 1;
+    const std::vector<uint32_t>& members = barriers_[barrierOf_[id]];
+    for (uint32_t m : members) {
+      if (!ready_[m]) return 0;
+    }
+    uint32_t level = 0;
+    for (uint32_t m : members) level = std::max(level, level_[m]);
+    result_.rounds = std::max<uint64_t>(result_.rounds, level + 1);
+    uint32_t completed = 0;
+    for (uint32_t m : members) {
+      level_[m] = level + 1;
+      completed += complete(m, todo);
+    }
+    return completed;
+  }
+
   uint32_t complete(uint32_t id, std::vector<uint32_t>& todo) {
     done_[id] = 1;
     order_.push_back(id);
@@ -816,7 +960,10 @@ class Verifier {
     return 1;
   }
 
-  Memory& memory(int rank, const Loc& loc) { return ranks_[size_t(rank)].mems[loc.mem]; }
+  Memory& memory(int rank, const Loc& loc) {
+    if (args_ && loc.mem == kShared) return hostMems_[size_t(hostOf(rank))];
+    return ranks_[size_t(rank)].mems[loc.mem];
+  }
 
   // Reads a region, failing on elements nobody wrote.
   bool readDefined(uint32_t id, int rank, const Region& reg, std::vector<Run>& out) {
@@ -913,6 +1060,15 @@ class Verifier {
         break;
       }
       msg += "; " + where(id) + " waits for ";
+      if (step(id).kind == StepKind::Barrier && ready_[id]) {
+        for (uint32_t m : barriers_[barrierOf_[id]]) {
+          if (!ready_[m]) {
+            msg += strprintf("rank %d to reach its barrier %u", rankOf(m), barrierOf_[id]);
+            break;
+          }
+        }
+        continue;
+      }
       const uint32_t other = partner_[id];
       if (other == UINT32_MAX) {
         msg += "an earlier step";
@@ -975,6 +1131,15 @@ class Verifier {
       for (uint32_t id : order_) {
         if (seen[id]) continue;
         seen[id] = 1;
+        if (step(id).kind == StepKind::Barrier) {
+          // Whatever precedes any rank's arrival precedes every rank's departure.
+          std::fill(after.begin(), after.end(), 0);
+          for (uint32_t b : barriers_[barrierOf_[id]]) {
+            for (size_t w = 0; w < words; ++w) after[w] |= set(b)[w];
+          }
+          for (uint32_t b : barriers_[barrierOf_[id]]) seen[b] = 1, propagate(b, after.data());
+          continue;
+        }
         if (!isComm(step(id).kind)) {
           propagate(id, set(id));
           continue;
@@ -1134,14 +1299,17 @@ class Verifier {
   VerifyResult result_;
   RankSets sets_;
   std::vector<RankState> ranks_;
+  std::vector<Memory> hostMems_;  // the Shared memory of each host
 
   // Every step of every lane has a global id; lanes_ lists the lanes in rank order.
   std::vector<LaneRef> lanes_;
   std::vector<uint32_t> laneOf_;
   std::vector<const Step*> steps_;
   uint32_t stepCount_ = 0;
-  std::vector<uint32_t> partner_;  // the matching Send or receive of a message step
-  std::vector<uint32_t> pending_;  // earlier steps still to complete
+  std::vector<uint32_t> partner_;                // the matching Send or receive of a message step
+  std::vector<uint32_t> barrierOf_;              // k for the k-th Barrier of a lane 0
+  std::vector<std::vector<uint32_t>> barriers_;  // the k-th Barrier of every rank
+  std::vector<uint32_t> pending_;                // earlier steps still to complete
   std::vector<uint32_t> depStart_, depTargets_;
   std::vector<uint32_t> laneStarts_;
   std::vector<uint8_t> done_, ready_;
@@ -1176,8 +1344,8 @@ VerifyResult verifyBuilder(const collectives::Builder& b, const CollArgs& a, boo
   return verifyBuilder(b, std::vector<CollArgs>(size_t(a.nranks), a), inPlace);
 }
 
-VerifyResult verifyPlansFanIn(const std::vector<CollArgs>& args,
-                              const std::vector<RankPlan>& plans, uint64_t controlElements) {
+VerifyResult verifyPlansFanIn(const std::vector<CollArgs>& args, const std::vector<RankPlan>& plans,
+                              uint64_t controlElements) {
   Verifier v(&args, nullptr, plans, false);
   v.measureFanInToo(controlElements);
   return v.run();

@@ -17,7 +17,12 @@
 //     complete together once both may. Steps complete until all are done or none can;
 //  4. reductions never combine different elements, elements with overlapping contributor sets
 //     (double counting), or elements nobody wrote; no step reads an element nobody wrote;
-//  5. the postcondition of the collective on every rank's Output (or receive buffers).
+//  5. the postcondition of the collective on every rank's Output (or receive buffers);
+//  6. barriers and Shared memory (one memory per host, shared by its ranks): the k-th Barrier
+//     of every rank's lane 0 meet, so all ranks need the same number, on one host; a Barrier
+//     waits for the earlier steps of its lane and holds back the later ones; between two
+//     barriers no rank writes Shared elements that another rank reads or writes (a race).
+//     Ranks then run phase by phase between barriers; a barrier counts as a round.
 // In place, Input and Output alias as the NCCL API defines (allreduce, broadcast, reduce: the
 // same buffer; allgather: Input = Output block rank; reduce-scatter: Output = Input block
 // rank), and the verifier treats them as one memory for conflicts and values. A Copy whose
@@ -42,13 +47,15 @@ struct RankCounts {
   uint64_t elementsSent = 0;
   uint64_t messagesReceived = 0;  // Recv and RecvReduce steps
   uint64_t elementsReceived = 0;
+  uint64_t barriers = 0;  // Barrier steps
 };
 
 struct VerifyResult {
   bool ok = true;
   std::string message;             // on failure: what went wrong and where
   std::vector<RankCounts> counts;  // per rank; filled whenever the plans are well formed
-  uint64_t rounds = 0;             // the longest chain of messages that follow one another
+  // The longest chain of messages and barriers that follow one another.
+  uint64_t rounds = 0;
   // Filled only by the *FanIn functions: the most data messages into one rank that can be in
   // flight at once (see verifyPlansFanIn), and the first rank that has that many.
   uint64_t maxFanIn = 0;

@@ -272,6 +272,37 @@ TEST(PerfTable, RowForRootedAndUncheckedCollectives) {
   EXPECT_EQ(f[8], "N/A");  // -c 0
 }
 
+TEST(PerfTable, SimulatedColumnsFollowTheMeasuredOnes) {
+  const CollSizes s = collSizes(Collective::kAllReduce, 1 << 20, 4, 4);
+  const Measurement m = makeMeasurement(Collective::kAllReduce, s.bytes(4), 4, 200.0, 0);
+  Prediction p{makeMeasurement(Collective::kAllReduce, s.bytes(4), 4, 160.0, -1), "ring"};
+  std::vector<std::string> f =
+      fields(formatRow(Collective::kAllReduce, s, loomFloat32, loomSum, 0, m, m, &p));
+  ASSERT_EQ(f.size(), 16u);
+  EXPECT_EQ(f[13], "160.0");  // simulated time (us)
+  EXPECT_EQ(f[14], "9.83");   // its busbw: 1048576 B / 160 us * 1.5
+  EXPECT_EQ(f[15], "ring");   // the algorithm simulated
+  const Prediction none{{}, "no prediction: why"};
+  f = fields(formatRow(Collective::kAllReduce, s, loomFloat32, loomSum, 0, m, m, &none));
+  ASSERT_EQ(f.size(), 18u);
+  EXPECT_EQ(f[13], "-");
+  EXPECT_EQ(f[15], "no");
+
+  Options o;
+  o.sim = true;
+  const std::string header = formatHeader("loom-perf", o, 4, "Backend: test", {});
+  std::string columns;
+  std::istringstream lines(header);
+  for (std::string line; std::getline(lines, line);)
+    if (line.find("redop") != std::string::npos) columns = line;
+  const std::vector<std::string> names = fields(columns);
+  ASSERT_EQ(names.size(), 17u) << columns;
+  EXPECT_EQ(names[14], "time");
+  EXPECT_EQ(names[15], "busbw");
+  EXPECT_EQ(names[16], "algorithm");
+  EXPECT_NE(header.find("simulated"), std::string::npos);
+}
+
 TEST(PerfTable, HeaderNamesRanksAndColumnsAndFooterAverages) {
   Options o;
   o.minBytes = 8;

@@ -109,6 +109,50 @@ TEST(PerfLaunch, CheckCatchesACorruptedResult) {
   std::remove(json.c_str());
 }
 
+TEST(PerfLaunch, SimPrintsPredictionsBesideMeasurements) {
+  const std::string json = tempPath("sim.json");
+  const std::string model =
+      std::string(LOOM_SOURCE_DIR) + "/topology/models/local-1host-2core-shm.json";
+  Result r = runCommand(std::string("LOOM_TIMEOUT_MS=60000 ") + LOOM_PERF_BINARY +
+                        " all_reduce -b 1K -e 64K -f 64 -n 2 -w 1 -N 4 -A ring --sim --topo " +
+                        model + " --json " + json);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("# --sim: predicted on the model 'local-1host-2core-shm' (--topo)"),
+            std::string::npos)
+      << r.out;
+  std::string error;
+  std::optional<JsonValue> j = parseJson(readFile(json), &error);
+  ASSERT_TRUE(j) << error;
+  expectSchema(*j, 4, 2);
+  for (const JsonValue& row : j->find("rows")->items) {
+    const JsonValue* sim = row.find("simulated");
+    ASSERT_NE(sim, nullptr);
+    EXPECT_EQ(sim->find("algorithm")->text, "ring");
+    EXPECT_GT(sim->find("time_us")->number, 0);
+    EXPECT_GT(sim->find("busbw_gbs")->number, 0);
+  }
+  // Without a forced algorithm the prediction names the one the communicator picks.
+  r = runCommand(std::string("LOOM_TIMEOUT_MS=60000 ") + LOOM_PERF_BINARY +
+                 " all_gather -b 1K -e 1K -n 2 -w 1 -N 2 --sim --json " + json);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("(uniform, default figures)"), std::string::npos) << r.out;
+  j = parseJson(readFile(json), &error);
+  ASSERT_TRUE(j) << error;
+  const JsonValue& row = j->find("rows")->items.at(0);
+  EXPECT_EQ(row.find("algorithm")->text, "auto");
+  ASSERT_NE(row.find("simulated"), nullptr);
+  EXPECT_NE(row.find("simulated")->find("algorithm")->text, "auto");
+  // A model that cannot be read: measured as usual, the header says why nothing is predicted.
+  r = runCommand(std::string("LOOM_TIMEOUT_MS=60000 ") + LOOM_PERF_BINARY +
+                 " all_reduce -b 1K -e 1K -n 2 -w 1 -N 2 --sim --topo /nonexistent.json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("# --sim: no predictions: --topo: cannot open topology file "
+                       "'/nonexistent.json'"),
+            std::string::npos)
+      << r.out;
+  std::remove(json.c_str());
+}
+
 TEST(PerfLaunch, TwoHostsThroughNetnsCluster) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to create network namespaces";
   if (system("ip -V > /dev/null 2>&1 && tc -V > /dev/null 2>&1") != 0) {

@@ -27,7 +27,6 @@ constexpr int kMaxRanks = 64;
 constexpr int kLargeRanks[] = {128, 256, 1000};
 constexpr int kLaneHints[] = {1, 2, 4};
 
-
 bool hostAware(const std::string& name) { return name == "hierarchical" || name == "torus"; }
 
 // Host layouts: `hosts` hosts of equal size, ranks numbered host by host (blocked) or dealt
@@ -60,6 +59,14 @@ std::vector<CollArgs> variants(const char* name, CollArgs a) {
     }
     a.hostOf.clear();
   }
+  if (algo == "direct") {
+    // Arenas of 1 and 3 elements per slot: many chunks, most ranks' slices empty or short.
+    for (uint64_t slot : {1, 3}) {
+      a.sharedBytes = 2 * uint64_t(n) * slot * a.elemSize;
+      v.push_back(a);
+    }
+    a.sharedBytes = kSweepSharedBytes;
+  }
   if (algo == "torus") {
     int d = 2;
     while (d < n && n % d != 0) ++d;
@@ -71,7 +78,6 @@ std::vector<CollArgs> variants(const char* name, CollArgs a) {
   }
   return v;
 }
-
 
 std::vector<uint64_t> countsFor(int n) {
   std::vector<uint64_t> c;
@@ -88,13 +94,15 @@ std::vector<uint64_t> countsFor(int n) {
   return c;
 }
 
-// Verifies builder `name` of collective c for N = 1..64 and the large N, every count of
-// countsFor, every lane hint that changes the plan, every variant, both placements.
-void sweep(Collective c, const char* name) {
+// Verifies builder `name` of collective c for N = 1..64 and the large N up to largestN, every
+// count of countsFor, every lane hint that changes the plan, every variant, both placements.
+void sweep(Collective c, const char* name, int largestN = kLargeRanks[std::size(kLargeRanks) - 1]) {
   const Builder& b = builderNamed(c, name);
   std::vector<int> ranks;
   for (int n = 1; n <= kMaxRanks; ++n) ranks.push_back(n);
-  ranks.insert(ranks.end(), std::begin(kLargeRanks), std::end(kLargeRanks));
+  for (int n : kLargeRanks) {
+    if (n <= largestN) ranks.push_back(n);
+  }
   std::vector<CollArgs> cases;
   for (int n : ranks) {
     for (uint64_t count : countsFor(n)) {
@@ -138,6 +146,9 @@ TEST(PlanVerifyAlgos, RhdAllReduce) { sweep(Collective::AllReduce, "rhd"); }
 TEST(PlanVerifyAlgos, RdAllReduce) { sweep(Collective::AllReduce, "rd"); }
 TEST(PlanVerifyAlgos, TorusAllReduce) { sweep(Collective::AllReduce, "torus"); }
 TEST(PlanVerifyAlgos, HierarchicalAllReduce) { sweep(Collective::AllReduce, "hierarchical"); }
+// Direct plans have about N² steps per chunk: a thousand ranks would take minutes.
+TEST(PlanVerifyAlgos, DirectAllReduce) { sweep(Collective::AllReduce, "direct", 256); }
+TEST(PlanVerifyAlgos, DirectAllGather) { sweep(Collective::AllGather, "direct", 256); }
 TEST(PlanVerifyAlgos, RdAllGather) { sweep(Collective::AllGather, "rd"); }
 TEST(PlanVerifyAlgos, BruckAllGather) { sweep(Collective::AllGather, "bruck"); }
 TEST(PlanVerifyAlgos, HierarchicalAllGather) { sweep(Collective::AllGather, "hierarchical"); }
@@ -172,8 +183,7 @@ TEST(PlanVerifyAlgos, TorusRefusesShapesThatDoNotFit) {
 }
 
 TEST(PlanVerifyAlgos, HierarchicalRefusesUnequalHosts) {
-  for (Collective c :
-       {Collective::AllReduce, Collective::AllGather, Collective::ReduceScatter}) {
+  for (Collective c : {Collective::AllReduce, Collective::AllGather, Collective::ReduceScatter}) {
     const Builder& b = builderNamed(c, "hierarchical");
     CollArgs a = makeArgs(c, 4, 100);
     EXPECT_EQ(b.refuse(a), "");  // one host
@@ -186,6 +196,42 @@ TEST(PlanVerifyAlgos, HierarchicalRefusesUnequalHosts) {
     a.hostOf = {0, 1, 1, 0};
     EXPECT_EQ(b.refuse(a), "");
   }
+}
+
+TEST(PlanVerifyAlgos, DirectRefusesSeveralHostsAndNoArena) {
+  const Builder& b = builderNamed(Collective::AllReduce, "direct");
+  CollArgs a = makeArgs(Collective::AllReduce, 4, 100);
+  EXPECT_EQ(b.refuse(a), "");
+  a.hostOf = {0, 0, 0, 0};
+  EXPECT_EQ(b.refuse(a), "");
+  a.hostOf = {0, 0, 1, 0};
+  EXPECT_EQ(b.refuse(a),
+            "direct needs every rank on one host, but ranks 0 and 2 are on different hosts; use "
+            "another algorithm");
+  a.hostOf.clear();
+  a.sharedBytes = 0;
+  EXPECT_EQ(b.refuse(a),
+            "direct: no shared-memory arena (LOOM_SHM_DIRECT_BYTES is 0, or LOOM_TRANSPORT=tcp)");
+  a.sharedBytes = 2 * 4 * 4 - 1;  // one float short of a slot each
+  EXPECT_EQ(b.refuse(a),
+            "direct: 31 bytes of arena per call cannot hold 2 x 4 slots of 1 4-byte "
+            "element(s); raise LOOM_SHM_DIRECT_BYTES");
+  a.sharedBytes = 2 * 4 * 4;
+  EXPECT_EQ(b.refuse(a), "");
+  // An alltoall slot holds a piece of every block: one element per rank at least.
+  const Builder& alltoall = builderNamed(Collective::AlltoAll, "direct");
+  a = makeArgs(Collective::AlltoAll, 4, 100);
+  a.sharedBytes = 2 * 4 * 4 * 4 - 1;
+  EXPECT_EQ(alltoall.refuse(a),
+            "direct: 127 bytes of arena per call cannot hold 2 x 4 slots of 4 4-byte "
+            "element(s); raise LOOM_SHM_DIRECT_BYTES");
+  a.sharedBytes = 2 * 4 * 4 * 4;
+  EXPECT_EQ(alltoall.refuse(a), "");
+  // One rank needs no arena: its plan is a Copy.
+  a = makeArgs(Collective::AllReduce, 1, 100);
+  a.sharedBytes = 0;
+  EXPECT_EQ(b.refuse(a), "");
+  EXPECT_TRUE(verified(verifyBuilder(b, a, false)));
 }
 
 // ---- Cost formulas (collectives/builders_reduce.h) ------------------------------------------
@@ -343,7 +389,8 @@ TEST(PlanCostAlgos, TorusAndHierarchicalAllReduce) {
           expectCounts(torus, rank, steps, messages, torusElems, describeCase(a, false));
           expectCounts(hier, rank, steps, messages, hierElems, describeCase(h, false));
         }
-        EXPECT_EQ(torus.rounds, 2 * uint64_t(x - 1) + 2 * uint64_t(y - 1)) << describeCase(a, false);
+        EXPECT_EQ(torus.rounds, 2 * uint64_t(x - 1) + 2 * uint64_t(y - 1))
+            << describeCase(a, false);
         EXPECT_EQ(hier.rounds, 2 * uint64_t(x - 1) + 2 * uint64_t(y - 1)) << describeCase(h, false);
       }
     }
@@ -351,8 +398,8 @@ TEST(PlanCostAlgos, TorusAndHierarchicalAllReduce) {
 }
 
 TEST(PlanCostAlgos, HierarchicalAllGatherAndReduceScatter) {
-  for (auto [m, hosts] : {std::pair{1, 1}, std::pair{3, 1}, std::pair{1, 4}, std::pair{2, 2},
-                          std::pair{3, 4}}) {
+  for (auto [m, hosts] :
+       {std::pair{1, 1}, std::pair{3, 1}, std::pair{1, 4}, std::pair{2, 2}, std::pair{3, 4}}) {
     const int n = m * hosts;
     for (int hint : kLaneHints) {
       const int lanes = n == 1 ? 1 : hint;
@@ -367,8 +414,8 @@ TEST(PlanCostAlgos, HierarchicalAllGatherAndReduceScatter) {
       for (int rank = 0; rank < n; ++rank) {
         expectCounts(g, rank, (1 + 2 * messages) * lanes, messages * lanes, messages * count,
                      describeCase(ag, false));
-        expectCounts(s, rank, n == 1 ? 1 : 2 * messages * lanes, messages * lanes,
-                     messages * count, describeCase(rs, false));
+        expectCounts(s, rank, n == 1 ? 1 : 2 * messages * lanes, messages * lanes, messages * count,
+                     describeCase(rs, false));
       }
       EXPECT_EQ(buildHierarchicalReduceScatter(rs, 0).scratchCount,
                 n > 1 ? uint64_t(3 * hosts + 2) * count : 0);
@@ -376,17 +423,84 @@ TEST(PlanCostAlgos, HierarchicalAllGatherAndReduceScatter) {
   }
 }
 
+TEST(PlanCostAlgos, DirectAllReduce) {
+  for (int n : kCostRanks) {
+    const Builder& b = builderNamed(Collective::AllReduce, "direct");
+    // One-shot: fits a slot and 16 KiB. Chunked: a 16 KiB buffer through slots of 64 floats
+    // (one line past 16 KiB for a single chunk would also do, but this takes many chunks).
+    for (auto [count, slot] : {std::pair<uint64_t, uint64_t>{1000, 0},
+                               {4096, 64},
+                               {4097, 64},
+                               {kPrimeCount, 16},
+                               {uint64_t(5000), 0}}) {
+      CollArgs a = makeArgs(Collective::AllReduce, n, count);
+      if (slot > 0) a.sharedBytes = 2 * uint64_t(n) * slot * a.elemSize;
+      const VerifyResult r = verifyBuilder(b, a, false);
+      ASSERT_TRUE(r.ok) << describeCase(a, false) << r.message;
+      const uint64_t s = a.sharedBytes / a.elemSize / 2 / uint64_t(n) / 16 * 16;
+      const bool oneShot = count <= s && count * a.elemSize <= (16 << 10);
+      const uint64_t chunks = (count + s - 1) / s;
+      for (int rank = 0; rank < n; ++rank) {
+        uint64_t steps = 0, barriers = 0;
+        if (n == 1) {
+          steps = 1;
+        } else if (oneShot) {
+          steps = uint64_t(n) + 2, barriers = 1;
+        } else {
+          steps = 4 * chunks, barriers = 2 * chunks;
+          for (uint64_t k = 0; k < chunks; ++k) {
+            const uint64_t len = std::min(s, count - k * s);
+            if (partCount(len, uint64_t(n), uint64_t(rank)) > 0) steps += uint64_t(n - 1);
+          }
+        }
+        expectCounts(r, rank, steps, 0, 0, describeCase(a, false));
+        EXPECT_EQ(r.counts[size_t(rank)].barriers, barriers) << describeCase(a, false);
+        EXPECT_EQ(r.rounds, barriers) << describeCase(a, false);
+      }
+      EXPECT_EQ(buildDirectAllReduce(a, 0).scratchCount, 0u);
+    }
+  }
+}
+
+// Allgather and alltoall through the arena: chunks of S (allgather) or ⌊S/N⌋ (alltoall)
+// elements per block, one barrier each.
+TEST(PlanCostAlgos, DirectAllGatherAndAlltoAll) {
+  for (int n : kCostRanks) {
+    for (Collective c : {Collective::AllGather, Collective::AlltoAll}) {
+      const Builder& b = builderNamed(c, "direct");
+      for (auto [count, slot] : {std::pair<uint64_t, uint64_t>{1000, 0},
+                                 {4096, 64},
+                                 {4097, 64},
+                                 {kPrimeCount, 16}}) {
+        CollArgs a = makeArgs(c, n, count);
+        if (slot > 0) a.sharedBytes = 2 * uint64_t(n) * uint64_t(n) * slot * a.elemSize;
+        const VerifyResult r = verifyBuilder(b, a, false);
+        ASSERT_TRUE(r.ok) << describeCase(a, false) << r.message;
+        const uint64_t s = a.sharedBytes / a.elemSize / 2 / uint64_t(n) / 16 * 16;
+        const uint64_t perChunk = c == Collective::AlltoAll ? s / uint64_t(n) : s;
+        const uint64_t chunks = n == 1 ? 0 : (count + perChunk - 1) / perChunk;
+        const uint64_t perChunkSteps = c == Collective::AlltoAll ? 2 * uint64_t(n) - 1 : n + 1;
+        for (int rank = 0; rank < n; ++rank) {
+          expectCounts(r, rank, 1 + chunks * perChunkSteps, 0, 0, describeCase(a, false));
+          EXPECT_EQ(r.counts[size_t(rank)].barriers, chunks) << describeCase(a, false);
+        }
+        EXPECT_EQ(r.rounds, chunks) << describeCase(a, false);
+        EXPECT_EQ(b.build(a, 0).scratchCount, 0u);
+      }
+    }
+  }
+}
+
 TEST(PlanBuildersAlgos, Registered) {
-  for (auto [c, name] : {std::pair{Collective::AllReduce, "tree"},
-                         std::pair{Collective::AllReduce, "rhd"},
-                         std::pair{Collective::AllReduce, "rd"},
-                         std::pair{Collective::AllReduce, "torus"},
-                         std::pair{Collective::AllReduce, "hierarchical"},
-                         std::pair{Collective::AllGather, "rd"},
-                         std::pair{Collective::AllGather, "bruck"},
-                         std::pair{Collective::AllGather, "hierarchical"},
-                         std::pair{Collective::ReduceScatter, "rh"},
-                         std::pair{Collective::ReduceScatter, "hierarchical"}}) {
+  for (auto [c, name] :
+       {std::pair{Collective::AllReduce, "tree"}, std::pair{Collective::AllReduce, "rhd"},
+        std::pair{Collective::AllReduce, "rd"}, std::pair{Collective::AllReduce, "torus"},
+        std::pair{Collective::AllReduce, "hierarchical"},
+        std::pair{Collective::AllReduce, "direct"}, std::pair{Collective::AllGather, "direct"},
+        std::pair{Collective::AlltoAll, "direct"}, std::pair{Collective::AllGather, "rd"},
+        std::pair{Collective::AllGather, "bruck"}, std::pair{Collective::AllGather, "hierarchical"},
+        std::pair{Collective::ReduceScatter, "rh"},
+        std::pair{Collective::ReduceScatter, "hierarchical"}}) {
     const Builder* b = findBuilder(c, name);
     ASSERT_NE(b, nullptr) << name;
     EXPECT_EQ(b->build(makeArgs(c, 5, 10), 2).algorithm, name);

@@ -134,6 +134,22 @@ TEST(ExchangeVerify, HierarchicalAlltoAll) {
             kThinSweepNoThousand));
 }
 
+// The arena's default size (one chunk), and arenas of 1 and 3 elements per block and slot (a
+// chunk per element or three) for the counts up to 2N + 1 of N ≤ 64: a plan has 2N − 1 steps
+// per chunk, so larger counts through tiny arenas would only add time.
+TEST(ExchangeVerify, DirectAlltoAll) {
+  verifyAll(builderNamed(Collective::AlltoAll, "direct"),
+            cases(Collective::AlltoAll, 4096, [](CollArgs a, std::vector<CollArgs>& out) {
+              out.push_back(a);
+              if (a.nranks > kMaxRanks || a.count > uint64_t(2 * a.nranks + 1)) return;
+              for (uint64_t perBlock : {1, 3}) {
+                a.sharedBytes = 2 * uint64_t(a.nranks) * uint64_t(a.nranks) * perBlock * a.elemSize;
+                out.push_back(a);
+              }
+            },
+            kThinSweepNoThousand));
+}
+
 TEST(ExchangeVerify, IncastAlltoAll) {
   verifyAll(builderNamed(Collective::AlltoAll, "incast"),
             cases(Collective::AlltoAll, 4096, [](CollArgs a, std::vector<CollArgs>& out) {
@@ -481,18 +497,6 @@ TEST(ExchangeBuilders, Refusals) {
                          {Collective::Reduce, "rsag"}}) {
     EXPECT_EQ(builderNamed(c, name).refuse, nullptr) << name;
   }
-}
-
-// Large calls keep the bandwidth-optimal foundation builders; small ones take the
-// fewest-rounds builders of this file (the rule lives in defaultBuilder).
-TEST(ExchangeBuilders, DefaultsBySize) {
-  for (Collective c : {Collective::AlltoAll, Collective::AlltoAllv})
-    EXPECT_STREQ(defaultBuilder(makeArgs(c, 4, 1 << 20)).name, "pairwise");
-  EXPECT_STREQ(defaultBuilder(makeArgs(Collective::AlltoAll, 4, 1)).name, "bruck");
-  EXPECT_STREQ(defaultBuilder(makeArgs(Collective::Broadcast, 4, 1 << 20)).name, "chain");
-  EXPECT_STREQ(defaultBuilder(makeArgs(Collective::Broadcast, 4, 1)).name, "tree");
-  EXPECT_STREQ(defaultBuilder(makeArgs(Collective::Reduce, 4, 1 << 20)).name, "chain");
-  EXPECT_STREQ(defaultBuilder(makeArgs(Collective::Reduce, 4, 1)).name, "tree");
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "collectives/builders.h"
+#include "collectives/builders_reduce.h"
 #include "collectives/plan.h"
 #include "tests/support/plan_test_util.h"
 #include "tests/support/verifier.h"
@@ -26,7 +27,6 @@ using namespace collectives;
 
 constexpr int kMaxRanks = 64;
 constexpr int kLaneHints[] = {1, 2, 4};
-
 
 // The counts every builder must handle: none, one, fewer than ranks, exactly N, odd, prime and
 // large (cheap to verify, since the verifier stores runs of elements).
@@ -46,7 +46,6 @@ std::vector<int> rootsFor(Collective c, int n) {
   r.erase(std::unique(r.begin(), r.end()), r.end());
   return r;
 }
-
 
 // Verifies builder `name` of collective c for every N up to maxRanks, every count of
 // countsFor, every lane hint, both placements and every root. A lane hint that yields the
@@ -209,7 +208,8 @@ TEST(PlanCost, RingAllReduce) {
             EXPECT_EQ(elements, 2 * uint64_t(n - 1) * count / uint64_t(n));
           }
           const uint64_t steps = n == 1 ? 1 : 4 * uint64_t(n - 1) * lanes;
-          expectCounts(r, rank, steps, 2 * uint64_t(n - 1) * lanes, elements, describeCase(a, false));
+          expectCounts(r, rank, steps, 2 * uint64_t(n - 1) * lanes, elements,
+                       describeCase(a, false));
         }
         EXPECT_EQ(r.rounds, 2 * uint64_t(n - 1)) << describeCase(a, false);
       }
@@ -257,7 +257,8 @@ TEST(PlanCost, ChainBroadcastAndReduce) {
             const bool last = pos == n - 1;
             // Broadcast: everyone but the last forwards; the root also copies.
             const uint64_t bSteps = n == 1 ? 1 : uint64_t(last ? 1 : 2) * lanes;
-            expectCounts(b, rank, bSteps, last ? 0 : lanes, last ? 0 : count, describeCase(bc, false));
+            expectCounts(b, rank, bSteps, last ? 0 : lanes, last ? 0 : count,
+                         describeCase(bc, false));
             // Reduce: everyone but the root sends; the ends have one step per lane.
             const uint64_t dSteps = n == 1 ? 1 : uint64_t(pos == 0 || last ? 1 : 2) * lanes;
             expectCounts(d, rank, dSteps, pos == 0 ? 0 : lanes, pos == 0 ? 0 : count,
@@ -295,7 +296,8 @@ TEST(PlanCost, PairwiseAlltoAllvSkipsEmptyBlocks) {
     for (int j = 0; j < n; ++j) sends[size_t(i)][size_t(j)] = uint64_t((i + 2 * j) % 4);
   }
   const auto args = alltoallvArgs(sends, 2);
-  const VerifyResult r = verifyBuilder(builderNamed(Collective::AlltoAllv, "pairwise"), args, false);
+  const VerifyResult r =
+      verifyBuilder(builderNamed(Collective::AlltoAllv, "pairwise"), args, false);
   for (int rank = 0; rank < n; ++rank) {
     uint64_t messages = 0, elements = 0, recvs = 0;
     for (int j = 0; j < n; ++j) {
@@ -351,32 +353,14 @@ TEST(PlanBuilders, Registry) {
   for (Collective c : {Collective::AllReduce, Collective::Broadcast, Collective::Reduce,
                        Collective::AllGather, Collective::ReduceScatter, Collective::AlltoAll,
                        Collective::AlltoAllv, Collective::SendRecv}) {
-    const Builder& b = defaultBuilder(makeArgs(c, 4, 100));
+    ASSERT_FALSE(builderNames(c).empty()) << collectiveName(c);
+    const Builder& b = *findBuilder(c, builderNames(c).front());
     EXPECT_EQ(b.coll, c);
     EXPECT_EQ(findBuilder(c, b.name), &b);
     EXPECT_EQ(b.build == nullptr, c == Collective::SendRecv);
   }
   EXPECT_STREQ(collectiveName(Collective::ReduceScatter), "reducescatter");
   EXPECT_STREQ(stepKindName(StepKind::RecvReduce), "RecvReduce");
-}
-
-TEST(PlanBuilders, DefaultRuleBySizeRanksAndHosts) {
-  auto pick = [](Collective c, int n, uint64_t count, std::vector<int32_t> hostOf = {}) {
-    CollArgs a = makeArgs(c, n, count);
-    a.hostOf = std::move(hostOf);
-    return std::string(defaultBuilder(a).name);
-  };
-  EXPECT_EQ(pick(Collective::AllReduce, 4, 16), "rd");          // latency-bound: log N rounds
-  EXPECT_EQ(pick(Collective::AllReduce, 2, 16), "rd");          // one exchange instead of two
-  EXPECT_EQ(pick(Collective::AllReduce, 4, 1 << 20), "ring");   // bandwidth-bound
-  EXPECT_EQ(pick(Collective::AllReduce, 4, 1 << 20, {0, 0, 1, 1}), "hierarchical");
-  EXPECT_EQ(pick(Collective::AllReduce, 3, 1 << 20, {0, 0, 1}), "ring");  // unequal hosts
-  EXPECT_EQ(pick(Collective::AllGather, 8, 4), "bruck");
-  EXPECT_EQ(pick(Collective::AlltoAll, 8, 4), "bruck");
-  EXPECT_EQ(pick(Collective::AlltoAll, 8, 1 << 16), "pairwise");
-  EXPECT_EQ(pick(Collective::Broadcast, 8, 4), "tree");
-  EXPECT_EQ(pick(Collective::Broadcast, 8, 1 << 20), "chain");
-  EXPECT_EQ(pick(Collective::Reduce, 8, 4), "tree");
 }
 
 TEST(PlanBuilders, BufferCounts) {
@@ -567,6 +551,96 @@ TEST(VerifierRejects, InPlaceInputGoneBeforeItIsAdded) {
   expectRejected(verifyHandwritten(Collective::AllReduce, 4, plans, true),
                  "rank 0 lane 0 step 2 (Reduce, 4 elements): at Output[0] counts some ranks "
                  "twice: Input[0] of ranks {1} with Input[0] of ranks {1}");
+}
+
+// ---- Barriers and the Shared memory ----
+
+Region shared(uint64_t off, uint64_t count) { return {kShared, off, count}; }
+Step barrier() { return {StepKind::Barrier, -1, {}, {}}; }
+
+// The direct allreduce's plans for n ranks (one-shot for small counts).
+std::vector<RankPlan> directPlans(int n, uint64_t count) {
+  std::vector<RankPlan> plans;
+  for (int r = 0; r < n; ++r) {
+    plans.push_back(buildDirectAllReduce(makeArgs(Collective::AllReduce, n, count), r));
+  }
+  return plans;
+}
+
+void eraseBarriers(RankPlan& p) {
+  auto& steps = p.lanes[0].steps;
+  std::erase_if(steps, [](const Step& s) { return s.kind == StepKind::Barrier; });
+}
+
+TEST(VerifierRejects, NothingWhenTheDirectPlanIsRight) {
+  for (uint64_t count : {uint64_t(4), uint64_t(100000)}) {
+    const VerifyResult r = verifyHandwritten(Collective::AllReduce, count, directPlans(3, count));
+    EXPECT_TRUE(verified(r));
+    EXPECT_GE(r.counts[0].barriers, 1u);
+  }
+}
+
+TEST(VerifierRejects, MissingBarrierIsARace) {
+  // Without its barrier the one-shot plan reads the peers' slots while they are being filled.
+  auto plans = directPlans(2, 4);
+  for (RankPlan& p : plans) eraseBarriers(p);
+  expectRejected(verifyHandwritten(Collective::AllReduce, 4, plans),
+                 "touch the same Shared elements between the same two barriers, one of them "
+                 "writing: a race");
+}
+
+TEST(VerifierRejects, TwoRanksWritingOneSlot) {
+  // Both ranks copy their Input into the same Shared elements before the barrier.
+  std::vector<RankPlan> plans;
+  for (int r = 0; r < 2; ++r) {
+    plans.push_back(plan({{copy(in(0, 4), shared(0, 4)), barrier(), copy(shared(0, 4), out(0, 4)),
+                           reduce(shared(4, 4), out(0, 4))}}));
+  }
+  expectRejected(verifyHandwritten(Collective::AllReduce, 4, plans),
+                 "rank 0 lane 0 step 0 (Copy, 4 elements) and rank 1 lane 0 step 0 (Copy, 4 "
+                 "elements) touch the same Shared elements between the same two barriers");
+}
+
+TEST(VerifierRejects, BarrierCountsDiffer) {
+  auto plans = directPlans(3, 100000);
+  auto& steps = plans[1].lanes[0].steps;
+  steps.erase(std::find_if(steps.begin(), steps.end(),
+                           [](const Step& s) { return s.kind == StepKind::Barrier; }));
+  expectRejected(verifyHandwritten(Collective::AllReduce, 100000, plans),
+                 "has no matching Barrier on rank 1, which has only");
+}
+
+TEST(VerifierRejects, BarrierMisplaced) {
+  std::vector<RankPlan> plans = {plan({{copy(in(0, 4), out(0, 4))}, {barrier()}})};
+  expectRejected(verifyHandwritten(Collective::AllReduce, 4, plans),
+                 "rank 0 lane 1 step 0 (Barrier): a Barrier has no regions and sits on lane 0");
+  plans = {plan({{barrier()}, {copy(in(0, 4), shared(0, 4)), copy(shared(0, 4), out(0, 4))}})};
+  expectRejected(verifyHandwritten(Collective::AllReduce, 4, plans),
+                 "Shared regions belong on lane 0");
+}
+
+TEST(VerifierRejects, BarrierAcrossHosts) {
+  auto plans = directPlans(2, 4);
+  CollArgs a = makeArgs(Collective::AllReduce, 2, 4);
+  a.hostOf = {0, 1};
+  expectRejected(verifyPlans({a, a}, plans, false),
+                 "rank 0 and rank 1 have Barrier steps but are on different hosts");
+}
+
+TEST(VerifierRejects, DeadlockThroughABarrier) {
+  // Rank 0 waits for a message that rank 1 sends only after a barrier rank 0 never reaches.
+  std::vector<RankPlan> plans = {plan({{recv(1, out(0, 4)), barrier()}}),
+                                 plan({{barrier(), send(0, in(0, 4)), copy(in(0, 4), out(0, 4))}})};
+  expectRejected(verifyHandwritten(Collective::AllReduce, 4, plans, false),
+                 "rank 1 lane 0 step 0 (Barrier) waits for rank 0 to reach its barrier 0");
+}
+
+TEST(VerifierRejects, SharedReadBeforeAnyoneWroteIt) {
+  std::vector<RankPlan> plans;
+  for (int r = 0; r < 2; ++r) {
+    plans.push_back(plan({{barrier(), copy(shared(0, 4), out(0, 4))}}));
+  }
+  expectRejected(verifyHandwritten(Collective::AllReduce, 4, plans), "reads Shared[0] on rank");
 }
 
 TEST(VerifierRejects, P2PReceiveOfTheWrongMessage) {

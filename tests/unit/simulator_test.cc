@@ -11,6 +11,7 @@
 
 #include "collectives/builders.h"
 #include "collectives/builders_exchange.h"
+#include "collectives/builders_reduce.h"
 #include "tuner/uniform_topology.h"
 
 namespace loom::tuner {
@@ -173,6 +174,116 @@ TEST(Simulator, LocalStepsCostMemoryBandwidth) {
   expectTime(2 * count * kElem / 1e9, r.time);  // the Reduce waits for the Copy it overwrites
 }
 
+// One host of n ranks whose CPU the model describes (HostCpu).
+topology::Topology cpuHost(int n, int cores, double memBandwidth, double stepOverhead = 0) {
+  topology::Topology t = cluster(1, n);
+  t.nodes[size_t(t.hostNodes()[0])].cpu = {cores, memBandwidth, stepOverhead};
+  return t;
+}
+
+TEST(Simulator, RanksShareTheHostsCores) {
+  // Every rank copies `count` elements; with fewer cores than ranks they take turns, each rank
+  // at most one core.
+  const int n = 4;
+  const uint64_t count = 1 << 16;
+  const double bytes = double(count * kElem), core = 1e9;
+  auto plans = emptyPlans(n);
+  for (auto& p : plans)
+    collectives::addCopy(p.lanes[0], Region{kInput, 0, count}, Region{kOutput, 0, count});
+  for (int cores : {1, 2, 3, 4, 8}) {
+    SimResult r = simulate(plans, cpuHost(n, cores, core), whole());
+    ASSERT_TRUE(r.ok) << r.message;
+    expectTime(bytes / (core * std::min(1.0, double(cores) / n)), r.time);
+  }
+  // Without a core count every rank has a core of its own, at the host's memBandwidth.
+  SimResult own = simulate(plans, cpuHost(n, 0, core), whole());
+  ASSERT_TRUE(own.ok) << own.message;
+  expectTime(bytes / core, own.time);
+}
+
+TEST(Simulator, ShmMessagesAreCopiesOnTheHostsCores) {
+  // A ring of messages within one host: each crosses its own two shm links (kBandwidth) and
+  // the host's cores (cores × memBandwidth shared by the n messages, each two copies); the
+  // tighter limit wins.
+  const int n = 4;
+  const uint64_t count = 1 << 18;
+  const double bytes = double(count * kElem), alpha = 2 * kLatency;
+  auto plans = emptyPlans(n);
+  for (int r = 0; r < n; ++r) message(plans, r, (r + 1) % n, count);
+  SimResult slowCores = simulate(plans, cpuHost(n, 1, 4e9), whole());
+  ASSERT_TRUE(slowCores.ok) << slowCores.message;
+  expectTime(alpha + bytes / (4e9 / n / 2), slowCores.time);  // 0.5 GB/s each: the cores limit
+  SimResult fastCores = simulate(plans, cpuHost(n, 2, 100e9), whole());
+  ASSERT_TRUE(fastCores.ok) << fastCores.message;
+  expectTime(alpha + bytes / kBandwidth, fastCores.time);  // 25 GB/s each: the links limit
+  // A local copy (of half as much) beside the messages takes one share of the cores, at one
+  // CPU byte per byte: 4 messages × 2 + 1 copy share 4.5 GB/s, 0.5 GB/s each while all run.
+  // The copy ends when the messages are half sent; then they have 4.5 / 8 GB/s each.
+  collectives::addCopy(plans[0].lanes[0], Region{kInput, 0, count / 2},
+                       Region{collectives::kScratch, 0, count / 2});
+  SimResult mixed = simulate(plans, cpuHost(n, 1, 4.5e9), whole());
+  ASSERT_TRUE(mixed.ok) << mixed.message;
+  expectTime(bytes / 2 / 0.5e9 + bytes / 2 / (4.5e9 / 8) + alpha, mixed.time);
+  // Between hosts a message is not a CPU copy: the host CPU does not slow it down.
+  auto across = emptyPlans(2);
+  message(across, 0, 1, count);
+  topology::Topology two = cluster(2, 1);
+  for (int32_t h : two.hostNodes()) two.nodes[size_t(h)].cpu = {1, 1e6, 0};
+  SimResult net = simulate(across, two, whole());
+  ASSERT_TRUE(net.ok) << net.message;
+  expectTime(4 * kLatency + bytes / kBandwidth, net.time);
+}
+
+TEST(Simulator, TheWorkingSetThatFitsTheCacheCopiesAtCacheSpeed) {
+  // One Copy of `bytes` from Input to Output: a working set of 2 · bytes.
+  const uint64_t count = 1 << 16;
+  const double bytes = double(count * kElem), mem = 1e9, cache = 4e9;
+  auto plans = emptyPlans(1);
+  collectives::addCopy(plans[0].lanes[0], Region{kInput, 0, count}, Region{kOutput, 0, count});
+  auto withCache = [&](uint64_t cacheBytes) {
+    topology::Topology t = cpuHost(1, 1, mem);
+    topology::HostCpu& cpu = t.nodes[size_t(t.hostNodes()[0])].cpu;
+    cpu.cacheBytes = cacheBytes;
+    cpu.cacheBandwidth = cache;
+    SimResult r = simulate(plans, t, whole());
+    EXPECT_TRUE(r.ok) << r.message;
+    return r.time;
+  };
+  expectTime(bytes / cache, withCache(uint64_t(2 * bytes)));  // all of it fits
+  expectTime(bytes / cache, withCache(uint64_t(64 * bytes)));
+  expectTime(bytes * (0.5 / cache + 0.5 / mem), withCache(uint64_t(bytes)));  // half fits
+  SimResult none = simulate(plans, cpuHost(1, 1, mem), whole());              // no cache model
+  ASSERT_TRUE(none.ok) << none.message;
+  expectTime(bytes / mem, none.time);
+}
+
+TEST(Simulator, EveryStepCostsItsRanksBookkeeping) {
+  const uint64_t count = 1000;
+  const double bytes = double(count * kElem), core = 1e9, overhead = 3e-6;
+  // One rank: a Copy and the Reduce that waits for it; each pays the overhead before it runs.
+  auto local = emptyPlans(1);
+  collectives::addCopy(local[0].lanes[0], Region{kInput, 0, count}, Region{kOutput, 0, count});
+  collectives::addReduce(local[0].lanes[0], Region{kInput, 0, count}, Region{kOutput, 0, count});
+  SimResult one = simulate(local, cpuHost(1, 1, core, overhead), whole());
+  ASSERT_TRUE(one.ok) << one.message;
+  expectTime(2 * (overhead + bytes / core), one.time);
+  // Two such ranks on one core: bookkeeping and copies alike take twice as long.
+  auto twoRanks = emptyPlans(2);
+  for (auto& p : twoRanks) p = local[0];
+  SimResult shared = simulate(twoRanks, cpuHost(2, 1, core, overhead), whole());
+  ASSERT_TRUE(shared.ok) << shared.message;
+  expectTime(4 * (overhead + bytes / core), shared.time);
+  // A message starts once both sides have done their step's bookkeeping (in parallel, on
+  // cores of their own); without a CPU bandwidth the overhead is pure time.
+  auto msg = emptyPlans(2);
+  message(msg, 0, 1, count);
+  for (double bw : {core, 0.0}) {
+    SimResult r = simulate(msg, cpuHost(2, 0, bw, overhead), whole());
+    ASSERT_TRUE(r.ok) << r.message;
+    expectTime(overhead + 2 * kLatency + bytes / kBandwidth, r.time);
+  }
+}
+
 TEST(Simulator, DeadlockIsReported) {
   // Each rank forwards what it receives before it sends: both wait for the other.
   auto plans = emptyPlans(2);
@@ -204,6 +315,33 @@ TEST(Simulator, MismatchedPlansAreReported) {
 
   r = simulate(emptyPlans(3), cluster(1, 2), whole());
   EXPECT_FALSE(r.ok);
+}
+
+TEST(Simulator, DirectAllReduceCostsItsBarriers) {
+  // Two chunks of the direct allreduce: four barriers; with free local work that is the time.
+  CollArgs a;
+  a.coll = Collective::AllReduce;
+  a.nranks = 4;
+  a.count = 2 * 64;
+  a.sharedBytes = 2 * 4 * 64 * kElem;  // slots of 64 elements
+  SimOptions o = whole();
+  o.barrierLatency = 3e-6;
+  SimResult r = simulate(buildAll(collectives::buildDirectAllReduce, a), cluster(1, 4), o);
+  ASSERT_TRUE(r.ok) << r.message;
+  EXPECT_EQ(r.messages, 0u);
+  expectTime(4 * o.barrierLatency, r.time);
+  // Ranks that pay bookkeeping per step (Barrier steps too) on shared cores take longer.
+  const SimResult busy =
+      simulate(buildAll(collectives::buildDirectAllReduce, a), cpuHost(4, 2, 10e9, 1e-6), o);
+  ASSERT_TRUE(busy.ok) << busy.message;
+  EXPECT_GT(busy.time, r.time + 4e-6);
+  // A rank that skips a barrier is reported, not simulated.
+  auto plans = buildAll(collectives::buildDirectAllReduce, a);
+  auto& steps = plans[1].lanes[0].steps;
+  steps.erase(steps.begin() + 1);  // its first Barrier
+  r = simulate(plans, cluster(1, 4), o);
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.message.find("barrier 3: 3 of 4 ranks have it"), std::string::npos) << r.message;
 }
 
 TEST(Simulator, EveryAllReduceBuilderRuns) {

@@ -41,15 +41,12 @@
 #include "core/dtype.h"
 #include "core/log.h"
 #include "core/params.h"
+#include "transports/shm/shm_util.h"
 
 namespace loom::transports {
 namespace {
 
 constexpr size_t kLine = 64;
-// Words written by different processes sit two lines apart: adjacent-line prefetchers move
-// lines in pairs, which would make neighbours falsely shared.
-constexpr size_t kPad = 128;
-constexpr size_t kPage = 4096;
 constexpr uint64_t kSegmentMagic = 0x316d68736d6f6f6cull;  // "loomshm1"
 constexpr uint32_t kLayoutVersion = 1;
 // A CMA RecvReduce reads the sender's data into this buffer and reduces from it; small
@@ -63,8 +60,6 @@ constexpr size_t kCmaPieceBytes = 1 << 20;
 constexpr size_t kRecvBudgetBytes = 4 << 20;
 // Chunks of at least this size are copied into slots with non-temporal stores (copyToSlot).
 constexpr size_t kNonTemporalBytes = 4096;
-
-size_t alignUp(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
 // Copies a chunk into a slot and makes it globally visible before the caller publishes head.
 // Larger chunks bypass the cache: with ordinary stores each line of the slot is first pulled
@@ -171,11 +166,6 @@ struct Doorbell {
   uint64_t ownerPidNamespace;
 };
 
-long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
-  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
-  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0);
-}
-
 // Wakes the owner of db if it is (about to be) asleep. Callers publish first.
 void ring(Doorbell* db) {
   // Pairs with the fence in armSleep (Dekker): either the sleeper's last poll sees what was
@@ -184,86 +174,6 @@ void ring(Doorbell* db) {
   if (db->sleeping.load(std::memory_order_relaxed) == 0) return;
   db->seq.fetch_add(1, std::memory_order_release);
   futex(&db->seq, FUTEX_WAKE, INT_MAX, nullptr);
-}
-
-// Unmaps on destruction.
-class Mapping {
- public:
-  Mapping(void* base, size_t size) : base_(static_cast<char*>(base)), size_(size) {}
-  ~Mapping() { munmap(base_, size_); }
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
-  char* base() const { return base_; }
-  size_t size() const { return size_; }
-
- private:
-  char* base_;
-  size_t size_;
-};
-
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-Status mapFd(int fd, size_t size, const std::string& name, std::unique_ptr<Mapping>* out) {
-  // MAP_POPULATE: take the page faults now rather than in the first transfers.
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-  if (p == MAP_FAILED)
-    return errorf(loomSystemError, "shm: mmap of %s (%zu bytes) failed: %s", name.c_str(), size,
-                  strerror(errno));
-  *out = std::make_unique<Mapping>(p, size);
-  return Status::ok();
-}
-
-// Gives the segment its pages now: tmpfs would otherwise fail with SIGBUS at first touch
-// when /dev/shm is full (containers often give it only 64 MiB).
-Status allocateFd(int fd, size_t size, const std::string& name) {
-  int err = posix_fallocate(fd, 0, off_t(size));
-  if (err == 0) return Status::ok();
-  return errorf(loomSystemError,
-                "shm: cannot allocate %zu bytes for %s: %s (is /dev/shm large enough? "
-                "containers may need a larger --shm-size)",
-                size, name.c_str(), strerror(err));
-}
-
-// Polls pred until it holds or the deadline passes: yields first, since the other side is
-// usually microseconds away, then naps so a long wait costs no CPU.
-template <typename Pred>
-bool waitUntil(const Deadline& deadline, Pred pred) {
-  for (int i = 0;; ++i) {
-    if (pred()) return true;
-    if (deadline.expired()) return false;
-    if (i < 100) {
-      sched_yield();
-    } else {
-      timespec nap{0, 100 * 1000};
-      nanosleep(&nap, nullptr);
-    }
-  }
-}
-
-uint64_t pidNamespaceId() {
-  struct stat st;
-  return stat("/proc/self/ns/pid", &st) == 0 ? uint64_t(st.st_ino) : 0;
-}
-
-int pidfdOpen(pid_t pid) {
-#ifdef SYS_pidfd_open
-  return int(syscall(SYS_pidfd_open, pid, 0));
-#else
-  (void)pid;
-  return -1;
-#endif
 }
 
 std::string connectionName(uint64_t commHash, int a, int b, int lane) {
@@ -358,15 +268,7 @@ class ShmConnection final : public Connection {
     // Before the peer attaches we know no pid that is valid in our pid namespace; the
     // caller's deadline covers a peer that dies before it ever connects.
     if (!peerAttached_ || !pidUsable_) return Status::ok();
-    bool dead;
-    if (pidfd_ >= 0) {
-      // A pidfd turns readable at exit, zombie or not, and cannot name a recycled pid.
-      pollfd p{pidfd_, POLLIN, 0};
-      dead = poll(&p, 1, 0) > 0;
-    } else {
-      dead = kill(peerPid_, 0) != 0 && errno == ESRCH;
-    }
-    return dead ? peerExited() : Status::ok();
+    return processExited(pidfd_, peerPid_) ? peerExited() : Status::ok();
   }
 
  private:

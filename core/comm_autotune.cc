@@ -1,0 +1,142 @@
+// LOOM_AUTOTUNE inside the communicator (docs/TUNING.md, "Autotune"; the table and its file
+// are tuner/autotune.h): at init the ranks agree on the cache file they read, and the first
+// call of a size bucket without an entry measures the candidates on scratch buffers, agrees
+// on the winner through the bootstrap and files it.
+#include <algorithm>
+#include <cstring>
+
+#include "core/comm.h"
+#include "core/dtype.h"
+#include "core/log.h"
+#include "core/params.h"
+#include "topology/analysis.h"
+#include "topology/discover.h"
+
+namespace loom {
+
+Status Comm::initAutotune(const Deadline& deadline) {
+  if (!params::getBool("LOOM_AUTOTUNE")) return Status::ok();
+  autotuneCandidates_ = std::max<int>(1, int(params::getInt("LOOM_AUTOTUNE_CANDIDATES")));
+  autotuneRuns_ = std::max<int>(1, int(params::getInt("LOOM_AUTOTUNE_RUNS")));
+  autotuneMaxBytes_ = uint64_t(std::max<int64_t>(0, params::getInt("LOOM_AUTOTUNE_MAX_BYTES")));
+  autotune_ = std::make_unique<tuner::AutotuneCache>();
+  const std::string signature = topology::topologySignature(topo_);
+  if (const std::string dir = topology::cacheDirectory(); !dir.empty())
+    autotunePath_ = tuner::autotuneCachePath(dir, signature);
+  if (!autotunePath_.empty()) {
+    std::vector<std::string> skipped;
+    const Status st = autotune_->load(autotunePath_, signature, &skipped);
+    if (st.code() == loomSystemError)
+      LOOM_WARN("TUNE", "autotune: ignoring the cache file %s", st.message().c_str());
+    for (const std::string& why : skipped)
+      LOOM_WARN("TUNE", "autotune: %s: ignoring %s", autotunePath_.c_str(), why.c_str());
+  }
+  // Ranks on different hosts read different files (each host has its own cache directory), yet
+  // every rank must decide alike: the loaded decisions count only when every rank has the same.
+  const uint64_t digest = autotune_->digest();
+  std::vector<std::string> all;
+  LOOM_TRY(boot_.allgather(std::string(reinterpret_cast<const char*>(&digest), sizeof(digest)),
+                           &all, deadline));
+  for (int r = 0; r < nranks(); ++r) {
+    if (all[size_t(r)] == all[0]) continue;
+    if (rank() == 0)
+      LOOM_WARN("TUNE",
+                "autotune: rank %d (host %s) read other measurements than rank 0 (%s); every "
+                "rank ignores its cache file and measures afresh",
+                r, peer(r).hostname, autotunePath_.c_str());
+    autotune_->clear();
+    break;
+  }
+  if (rank() == 0 && autotune_->size() > 0)
+    LOOM_INFO("TUNE", "autotune: %zu measured bucket(s) read from %s", autotune_->size(),
+              autotunePath_.c_str());
+  return Status::ok();
+}
+
+Status Comm::autotuneDecision(const CallDesc& call, tuner::Decision* out) {
+  if (!tuner::autotuneApplies(call.args, autotuneMaxBytes_)) return Status::ok();
+  const tuner::AutotuneKey key = tuner::autotuneKey(call.args);
+  const tuner::AutotuneEntry* entry = autotune_->find(key);
+  if (entry == nullptr) {
+    tuner::AutotuneEntry measured;
+    LOOM_TRY(measureBucket(call, &measured));
+    if (rank() == 0)
+      LOOM_INFO("TUNE", "autotune: measured %s", tuner::describeEntry(key, measured).c_str());
+    autotune_->insert(key, std::move(measured));
+    entry = autotune_->find(key);
+    // One rank per host files the table (all hold the same one); a failure costs only the
+    // next run's measurement.
+    const int firstOfHost =
+        int(std::find(hostOf_.begin(), hostOf_.end(), hostOf_[size_t(rank())]) - hostOf_.begin());
+    if (firstOfHost == rank() && !autotunePath_.empty()) {
+      const Status st = autotune_->save(autotunePath_, topology::topologySignature(topo_));
+      if (!st.isOk()) LOOM_WARN("TUNE", "autotune: cannot save: %s", st.message().c_str());
+    }
+  }
+  *out = tuner::Decision{entry->winner, tuner::Source::Autotune, 0, {}};
+  return Status::ok();
+}
+
+Status Comm::measureBucket(const CallDesc& call, tuner::AutotuneEntry* out) {
+  const std::vector<tuner::Candidate> candidates =
+      tuner::autotuneCandidates(tuner_, call.args, autotuneCandidates_);
+  // Scratch buffers of the call's size, laid out like the user's (in place or not) so that the
+  // plans measured are those the call runs; the user's buffers are never touched.
+  const size_t es = dtypeSize(call.dtype);
+  const size_t inBytes = collectives::inputCount(call.args, rank()) * es;
+  const size_t outBytes = collectives::outputCount(call.args, rank()) * es;
+  size_t inAt = 0, outAt = (inBytes + 63) / 64 * 64;
+  if (rangesOverlap(call.input, call.inputBytes, call.output, call.outputBytes)) {
+    const auto in = reinterpret_cast<uintptr_t>(call.input);
+    const auto outp = reinterpret_cast<uintptr_t>(call.output);
+    inAt = in > outp ? in - outp : 0;
+    outAt = outp > in ? outp - in : 0;
+  }
+  std::vector<char> scratch(std::max(inAt + inBytes, outAt + outBytes));
+  CallDesc trial = call;
+  trial.input = scratch.data() + inAt;
+  trial.output = scratch.data() + outAt;
+  trial.inputBytes = inBytes;
+  trial.outputBytes = outBytes;
+
+  std::vector<double> mine;  // seconds per call of each candidate, on this rank
+  for (const tuner::Candidate& c : candidates) {
+    CallDesc run = trial;
+    tuner::applyParams(c.params, &run.args);
+    const tuner::Decision d{c, tuner::Source::Autotune, 0, {}};
+    LOOM_TRY(runDecided(run, d));  // warm-up: connections, the plan, page faults
+    const auto start = Clock::now();
+    for (int i = 0; i < autotuneRuns_; ++i) LOOM_TRY(runDecided(run, d));
+    mine.push_back(std::chrono::duration<double>(Clock::now() - start).count() / autotuneRuns_);
+  }
+  std::vector<std::string> all;
+  Status st = boot_.allgather(
+      std::string(reinterpret_cast<const char*>(mine.data()), mine.size() * sizeof(double)), &all,
+      Deadline(timeoutMs()));
+  if (!st.isOk()) {
+    fail(st);
+    return st;
+  }
+  std::vector<std::vector<double>> times;
+  for (const std::string& blob : all) {
+    std::vector<double>& t = times.emplace_back(blob.size() / sizeof(double));
+    memcpy(t.data(), blob.data(), t.size() * sizeof(double));
+  }
+  std::vector<double> agreed;
+  const int winner = tuner::agreedWinner(times, &agreed);
+  if (winner < 0)
+    return errorf(loomInternalError, "autotune: the ranks measured different candidates for %s",
+                  collectives::collectiveName(call.args.coll));
+  out->bytes = tuner::callBytes(call.args);
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    tuner::Candidate c = candidates[i];
+    c.time = agreed[i];
+    if (int(i) == winner)
+      out->winner = c;
+    else
+      out->others.push_back(c);
+  }
+  return Status::ok();
+}
+
+}  // namespace loom

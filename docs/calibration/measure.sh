@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The calibration sweep of docs/CALIBRATION.md: every forced algorithm of allreduce, allgather
+# and alltoall, sizes 8 B to 32 MiB (×4), 4 ranks on this host, REPEATS runs each (1000
+# iterations per size, fewer where loom-perf's 512 MB per size budget caps them); one
+# loom-perf --json file per run in OUT.
+#
+#   docs/calibration/measure.sh BUILD OUT [REPEATS]
+set -euo pipefail
+build=${1:?usage: measure.sh BUILD OUT [REPEATS]}
+out=${2:?usage: measure.sh BUILD OUT [REPEATS]}
+repeats=${3:-3}
+mkdir -p "$out"
+runs=(all_reduce:ring all_reduce:tree all_reduce:rhd all_reduce:rd all_reduce:torus all_reduce:direct
+      all_gather:ring all_gather:rd all_gather:bruck
+      alltoall:pairwise alltoall:xor alltoall:bruck alltoall:incast)
+for ((k = 1; k <= repeats; ++k)); do
+  for run in "${runs[@]}"; do
+    coll=${run%%:*} algo=${run##*:}
+    LOOM_TIMEOUT_MS=120000 "$build/perf/loom-perf" "$coll" -b 8 -e 64M -f 4 -N 4 -A "$algo" \
+      -n 1000 --json "$out/$coll-$algo-$k.json" > /dev/null
+  done
+done

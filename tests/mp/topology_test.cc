@@ -1,0 +1,266 @@
+// The communicator's topology (core/comm_topology.cc) between forked ranks: the same model on
+// every rank, measured figures that are sane and then cached, LOOM_TOPO_MEASURE=0,
+// LOOM_TOPO_DUMP and LOOM_TOPO_FILE, and two network-namespace hosts joined by TCP.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "core/comm.h"
+#include "core/params.h"
+#include "tests/support/comm_harness.h"
+#include "tests/support/fork_ranks.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/two_hosts.h"
+#include "topology/analysis.h"
+#include "topology/builders.h"
+#include "topology/discover.h"
+
+namespace loom::testing {
+namespace {
+
+using topology::LinkKind;
+using topology::Topology;
+
+// In a rank: the environment for this test's communicators.
+void useEnvironment(std::initializer_list<std::pair<const char*, std::string>> vars) {
+  for (const auto& [name, value] : vars) setenv(name, value.c_str(), 1);
+  params::reloadFromEnvironment();
+}
+
+// A communicator as the library's internals see it (for its topology).
+Status createComm(RankContext& ctx, std::unique_ptr<Comm>* out) {
+  loomUniqueId id;
+  std::string mine;
+  if (ctx.rank() == 0) {
+    if (loomGetUniqueId(&id) != loomSuccess) return errorf(loomSystemError, "loomGetUniqueId");
+    mine.assign(id.internal, sizeof(id.internal));
+  }
+  std::string shared = ctx.allgather(mine)[0];
+  memcpy(id.internal, shared.data(), sizeof(id.internal));
+  loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+  config.timeoutMs = 30000;
+  return Comm::create(ctx.nranks(), id, ctx.rank(), &config, out);
+}
+
+// Destroys the communicator and returns 0 once every rank has: the bootstrap root lives in rank
+// 0, which must not exit while others still talk to it.
+int leaveTogether(RankContext& ctx, std::unique_ptr<Comm>* comm) {
+  (*comm)->leave();
+  comm->reset();
+  ctx.allgather("");
+  return 0;
+}
+
+topology::PathFigures between(const Topology& t, int r, int q) {
+  return topology::pathFigures(t, t.ranks[size_t(r)].endpoint, t.ranks[size_t(q)].endpoint);
+}
+
+// Checks, inside a rank, that every rank holds the same model (compared as JSON).
+bool sameOnEveryRank(RankContext& ctx, const Topology& t) {
+  std::vector<std::string> all = ctx.allgather(topology::toJson(t));
+  for (const std::string& other : all)
+    if (other != all[0]) return false;
+  return true;
+}
+
+#define RANK_OK(expr)                                                        \
+  do {                                                                       \
+    Status rankOkStatus_ = (expr);                                           \
+    RANK_CHECK(rankOkStatus_.isOk(), "%s", rankOkStatus_.message().c_str()); \
+  } while (0)
+
+TEST(CommTopology, SameOnEveryRankMeasuredThenCached) {
+  TempDir cache("topo-cache");
+  const int n = 4;
+  std::string dir = cache.path();
+  auto results = runRanks(
+      n,
+      [&](RankContext& ctx) {
+        useEnvironment({{"LOOM_CACHE_DIR", dir}});
+        std::unique_ptr<Comm> comm;
+        RANK_OK(createComm(ctx, &comm));
+        const Topology first = comm->topology();
+        RANK_OK(first.validate());
+        RANK_CHECK(first.ranks.size() == size_t(n), "%zu ranks", first.ranks.size());
+        RANK_CHECK(first.hostCount() == 1, "%d hosts", first.hostCount());
+        for (const auto& r : first.ranks) RANK_CHECK(r.host == 0, "a rank on host %d", r.host);
+        RANK_CHECK(sameOnEveryRank(ctx, first), "the ranks hold different models");
+        // Measured (this cache directory was empty): sane, and not the defaults.
+        topology::PathFigures f = between(first, 0, 1);
+        RANK_CHECK(f.latency > 0 && f.latency < 10e-3, "latency %g s", f.latency);
+        RANK_CHECK(f.bandwidth > 10e6, "bandwidth %g B/s", f.bandwidth);
+        RANK_CHECK(f.latency != topology::defaultFigures(LinkKind::SameNuma).latency,
+                   "the default latency: the measurement did not happen or failed");
+        std::string file = topology::hostCachePath(
+            dir, topology::hostSignature(comm->peer(0).hostname, comm->peer(0).hostId));
+        comm->leave();
+        comm.reset();
+        ctx.allgather("");  // rank 0 has written the cache before it returned from init
+        RANK_CHECK(std::filesystem::exists(file), "no cache file %s", file.c_str());
+        // The next communicator reads the figures back instead of measuring again.
+        RANK_OK(createComm(ctx, &comm));
+        RANK_CHECK(comm->topology() == first, "the cached model differs from the measured one");
+        return leaveTogether(ctx, &comm);
+      },
+      ForkOptions::timeout(120));
+  EXPECT_EQ(describeFailures(results), "");
+}
+
+TEST(CommTopology, MeasureZeroUsesDefaults) {
+  TempDir cache("topo-nomeasure");
+  std::string dir = cache.path();
+  auto results = runRanks(
+      3,
+      [&](RankContext& ctx) {
+        useEnvironment({{"LOOM_CACHE_DIR", dir}, {"LOOM_TOPO_MEASURE", "0"}});
+        std::unique_ptr<Comm> comm;
+        RANK_OK(createComm(ctx, &comm));
+        topology::PathFigures f = between(comm->topology(), 0, 2);
+        topology::LinkFigures d = topology::defaultFigures(LinkKind::SameNuma);
+        RANK_CHECK(std::abs(f.latency - d.latency) < 1e-12 && f.bandwidth == d.bandwidth,
+                   "figures %g s, %g B/s are not the defaults", f.latency, f.bandwidth);
+        topology::HostCache c;
+        std::string sig = topology::hostSignature(comm->peer(0).hostname, comm->peer(0).hostId);
+        comm->leave();
+        ctx.allgather("");
+        RANK_OK(topology::loadHostCache(dir, sig, &c));  // the probe is cached, no figures
+        RANK_CHECK(c.cores > 0 && !c.numaCpus.empty() && c.links.empty(),
+                   "cache: %d cores, %zu NUMA nodes, %zu links", c.cores, c.numaCpus.size(),
+                   c.links.size());
+        return 0;
+      },
+      ForkOptions::timeout(60));
+  EXPECT_EQ(describeFailures(results), "");
+}
+
+TEST(CommTopology, DumpLoadsBackAndTopoFileReplacesDetection) {
+  TempDir out("topo-dump");
+  std::string dir = out.path(), dump = dir + "/topology.json";
+  std::filesystem::create_directories(dir);
+  auto results = runRanks(
+      4,
+      [&](RankContext& ctx) {
+        useEnvironment({{"LOOM_CACHE_DIR", dir}, {"LOOM_TOPO_DUMP", dump}});
+        std::unique_ptr<Comm> comm;
+        RANK_OK(createComm(ctx, &comm));
+        Topology detected = comm->topology();
+        comm->leave();
+        comm.reset();
+        ctx.allgather("");
+        Topology loaded;
+        RANK_OK(topology::loadTopology(dump, &loaded));
+        RANK_CHECK(loaded == detected, "the dump differs from the communicator's model");
+        // Loaded instead of detected: a model that is not this machine (four hosts).
+        ctx.allgather("");  // everyone has read the dump before rank 0 overwrites it
+        topology::CpuHostSpec host;
+        host.memory = {5e9, 3e-6, "shm"};
+        host.pcie = {16e9, 0.5e-6, "pcie"};
+        Topology model = topology::uniformHosts("four-hosts", 4, host, {1e9, 50e-6, "tcp"});
+        std::string modelFile = dir + "/model.json";
+        if (ctx.rank() == 0) RANK_OK(topology::saveTopology(model, modelFile));
+        ctx.allgather("");
+        useEnvironment({{"LOOM_TOPO_FILE", modelFile}});
+        RANK_OK(createComm(ctx, &comm));
+        RANK_CHECK(comm->topology() == model, "LOOM_TOPO_FILE was not used as given");
+        return leaveTogether(ctx, &comm);
+      },
+      ForkOptions::timeout(60));
+  EXPECT_EQ(describeFailures(results), "");
+}
+
+TEST(CommTopology, TopoFileWithTheWrongRanksFailsInit) {
+  TempDir out("topo-badfile");
+  std::string dir = out.path();
+  std::filesystem::create_directories(dir);
+  topology::CpuHostSpec host;
+  host.ranksPerSocket = 2;
+  host.memory = {5e9, 3e-6, "shm"};
+  Topology two = topology::uniformHosts("two-ranks", 1, host, {});
+  ASSERT_TRUE(topology::saveTopology(two, dir + "/two.json").isOk());
+  two.ranks.clear();
+  ASSERT_TRUE(topology::saveTopology(two, dir + "/none.json").isOk());
+  for (auto [file, expected] : {std::pair<std::string, std::string>{
+                                    "two.json", "the model has 2 ranks but the communicator has 4"},
+                                {"none.json", "the model has no ranks"}}) {
+    SCOPED_TRACE(file);
+    std::string path = dir + "/" + file, want = expected;
+    auto results = runRanks(
+        4,
+        [&](RankContext& ctx) {
+          useEnvironment({{"LOOM_TOPO_FILE", path}});
+          loomComm_t comm = nullptr;
+          loomResult_t rc = initComm(ctx, &comm);
+          ctx.allgather("");  // the bootstrap root lives in rank 0: it must not exit first
+          RANK_CHECK(rc == loomInvalidArgument, "init returned %s", loomGetErrorString(rc));
+          std::string message = loomGetLastError(nullptr);
+          RANK_CHECK(message.find(want) != std::string::npos, "message: %s", message.c_str());
+          RANK_CHECK(message.find(path) != std::string::npos, "no file name in: %s",
+                     message.c_str());
+          return 0;
+        },
+        ForkOptions::timeout(60));
+    EXPECT_EQ(describeFailures(results), "");
+  }
+}
+
+TEST(CommTopology, BadMeasureSettingFailsInit) {
+  auto results = runRanks(
+      2,
+      [&](RankContext& ctx) {
+        useEnvironment({{"LOOM_TOPO_MEASURE", "3"}});
+        loomComm_t comm = nullptr;
+        loomResult_t rc = initComm(ctx, &comm);
+        ctx.allgather("");  // the bootstrap root lives in rank 0: it must not exit first
+        RANK_CHECK(rc == loomInvalidArgument, "init returned %s", loomGetErrorString(rc));
+        std::string message = loomGetLastError(nullptr);
+        RANK_CHECK(message.find("LOOM_TOPO_MEASURE=3: expected 0") != std::string::npos,
+                   "message: %s", message.c_str());
+        return 0;
+      },
+      ForkOptions::timeout(60));
+  EXPECT_EQ(describeFailures(results), "");
+}
+
+using TwoHostsTopology = TwoHostsTest;
+
+TEST_F(TwoHostsTopology, TwoHostsJoinedByTcp) {
+  TempDir cache("topo-netns");
+  std::string dir = cache.path(), a = hostA_, b = hostB_;
+  auto results = runRanks(
+      4,
+      [&](RankContext& ctx) {
+        RANK_CHECK(enter(ctx.rank() < 2 ? a : b) == 0, "setns failed");
+        useEnvironment({{"LOOM_CACHE_DIR", dir}});
+        std::unique_ptr<Comm> comm;
+        RANK_OK(createComm(ctx, &comm));
+        const Topology& t = comm->topology();
+        RANK_OK(t.validate());
+        RANK_CHECK(t.hostCount() == 2, "%d hosts", t.hostCount());
+        for (int r = 0; r < 4; ++r)
+          RANK_CHECK(t.ranks[size_t(r)].host == r / 2, "rank %d on host %d", r,
+                     t.ranks[size_t(r)].host);
+        int tcpHops = 0;
+        for (int32_t l : t.route(t.ranks[1].endpoint, t.ranks[2].endpoint))
+          tcpHops += t.links[size_t(l)].kind == "tcp";
+        RANK_CHECK(tcpHops == 2, "%d tcp links between the hosts, want 2 (NIC-switch-NIC)",
+                   tcpHops);
+        topology::PathFigures f = between(t, 1, 2);
+        RANK_CHECK(f.latency > 0 && f.latency < 10e-3, "latency %g s", f.latency);
+        RANK_CHECK(f.bandwidth > 10e6, "bandwidth %g B/s", f.bandwidth);
+        RANK_CHECK(f.latency != topology::defaultFigures(LinkKind::Network).latency,
+                   "the default network latency: the measurement did not happen or failed");
+        RANK_CHECK(sameOnEveryRank(ctx, t), "the ranks hold different models");
+        return leaveTogether(ctx, &comm);
+      },
+      ForkOptions::timeout(120));
+  EXPECT_EQ(describeFailures(results), "");
+}
+
+}  // namespace
+}  // namespace loom::testing

@@ -1,0 +1,92 @@
+// The tuner inside a communicator (core/comm.cc, tuner/tuner.h): LOOM_TUNE picks the
+// algorithm a call runs, the cost model decides the rest, and a bad LOOM_TUNE fails init with
+// its parse error on every rank. Each call's choice is read from the TRACE log, which the
+// harness captures from every rank's stderr.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "core/log.h"
+#include "core/params.h"
+#include "loom/loom.h"
+#include "tests/support/comm_harness.h"
+#include "tests/support/fork_ranks.h"
+
+namespace loom::testing {
+namespace {
+
+constexpr int kRanks = 4;
+
+// The log line of a call that chose `choice` because of `source`, e.g. "tree" and "rule 1".
+bool logged(const std::string& output, const std::string& call, const std::string& choice,
+            const std::string& source) {
+  for (size_t start = 0; start < output.size();) {
+    size_t end = output.find('\n', start);
+    if (end == std::string::npos) end = output.size();
+    const std::string line = output.substr(start, end - start);
+    if (line.find(call) != std::string::npos && line.find(": " + choice) != std::string::npos &&
+        line.find("(" + source + ")") != std::string::npos)
+      return true;
+    start = end + 1;
+  }
+  return false;
+}
+
+TEST(Tune, LoomTunePicksTheAlgorithmAndTheModelTheRest) {
+  auto results = runRanks(kRanks, [](RankContext& ctx) {
+    setenv("LOOM_TUNE", "allreduce size=0-1M -> tree lanes=2; allgather -> rd", 1);
+    setenv("LOOM_DEBUG", "TRACE", 1);
+    setenv("LOOM_DEBUG_SUBSYS", "COLL,TUNE", 1);
+    params::reloadFromEnvironment();
+    log::reload();  // the parent may have logged (and fixed the settings) before forking
+    loomComm_t comm = nullptr;
+    RANK_LOOM(initComm(ctx, &comm));
+    const size_t counts[] = {1001, size_t(1) << 19};  // 4004 B (rule 1), 2 MiB (the model)
+    for (size_t count : counts) {
+      std::vector<float> in(count, float(ctx.rank() + 1)), out(count, 0);
+      RANK_LOOM(loomAllReduce(in.data(), out.data(), count, loomFloat32, loomSum, comm, nullptr));
+      for (float v : out) RANK_CHECK(v == 10.0f, "allreduce of %zu: %g, not 10", count, v);
+    }
+    std::vector<int32_t> mine(7, ctx.rank()), all(7 * kRanks, -1);
+    RANK_LOOM(loomAllGather(mine.data(), all.data(), 7, loomInt32, comm, nullptr));
+    for (size_t i = 0; i < all.size(); ++i)
+      RANK_CHECK(all[i] == int32_t(i / 7), "allgather element %zu: %d", i, all[i]);
+    RANK_LOOM(loomCommDestroy(comm));
+    return 0;
+  });
+  ASSERT_EQ(describeFailures(results), "");
+  for (int r = 0; r < kRanks; ++r) {
+    const std::string& out = results[size_t(r)].output;
+    EXPECT_TRUE(logged(out, "allreduce #0 count 1001", "tree lanes=2", "rule 1")) << out;
+    EXPECT_TRUE(logged(out, "allreduce #1 count 524288", "", "model")) << out;
+    EXPECT_TRUE(logged(out, "allgather #2 count 7", "rd", "rule 2")) << out;
+  }
+  // Rank 0 logs the communicator's decision table once, at INFO.
+  EXPECT_NE(results[0].output.find("decision table (cost model, LOOM_TUNE rules first)"),
+            std::string::npos)
+      << results[0].output;
+  EXPECT_NE(results[0].output.find("allreduce: 8-1M tree lanes=2 (rule 1); 2M-"), std::string::npos)
+      << results[0].output;
+  EXPECT_EQ(results[1].output.find("decision table"), std::string::npos);
+}
+
+TEST(Tune, BadLoomTuneFailsInitWithItsParseError) {
+  auto results = runRanks(kRanks, [](RankContext& ctx) {
+    setenv("LOOM_TUNE", "allreduce -> ring\nallreduce size=16Q -> rd", 1);
+    params::reloadFromEnvironment();
+    loomComm_t comm = nullptr;
+    const loomResult_t rc = initComm(ctx, &comm);
+    RANK_CHECK(rc == loomInvalidArgument, "init returned %s", loomGetErrorString(rc));
+    const std::string error = loomGetLastError(nullptr);
+    RANK_CHECK(error.find("LOOM_TUNE line 2: \"size=16Q\": unknown unit \"Q\" (use K, M, G)") !=
+                   std::string::npos,
+               "error: %s", error.c_str());
+    return 0;
+  });
+  EXPECT_EQ(describeFailures(results), "");
+}
+
+}  // namespace
+}  // namespace loom::testing

@@ -1,0 +1,254 @@
+// LOOM_AUTOTUNE's pure parts (tuner/autotune.h): the cache file's round trip and the files it
+// refuses or partly ignores, the agreed winner, which calls are measured, and the candidates.
+#include "tuner/autotune.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tests/support/temp_dir.h"
+#include "tuner/uniform_topology.h"
+
+namespace loom::tuner {
+namespace {
+
+using collectives::CollArgs;
+using collectives::Collective;
+using collectives::findBuilder;
+
+constexpr char kSignature[] = "1h4r-0123456789abcdef";
+
+const collectives::Builder* builder(Collective c, const char* name) {
+  const collectives::Builder* b = findBuilder(c, name);
+  EXPECT_NE(b, nullptr) << name;
+  return b;
+}
+
+// Two measured buckets: allreduce 64K (ring lanes=2 won over rd) and allgather 4K (ring alone).
+AutotuneCache sampleCache() {
+  AutotuneCache cache;
+  AutotuneEntry allreduce;
+  allreduce.bytes = 65536;
+  allreduce.winner = {builder(Collective::AllReduce, "ring"), {2, 0, 0, 0, 0}, 12.5e-6};
+  allreduce.others = {{builder(Collective::AllReduce, "rd"), {}, 20e-6},
+                      {builder(Collective::AllReduce, "torus"), {1, 2, 2, 0, 0}, 31e-6}};
+  cache.insert({Collective::AllReduce, 16, 4, 4}, allreduce);
+  AutotuneEntry allgather;
+  allgather.bytes = 4096;
+  allgather.winner = {builder(Collective::AllGather, "ring"), {}, 3e-6};
+  cache.insert({Collective::AllGather, 12, 2, 4}, allgather);
+  return cache;
+}
+
+void expectSameCandidate(const Candidate& got, const Candidate& want) {
+  EXPECT_EQ(got.builder, want.builder);
+  EXPECT_EQ(got.params, want.params);
+  EXPECT_DOUBLE_EQ(got.time, want.time);
+}
+
+// A directory of its own for each test, removed with it.
+class AutotuneFile : public ::testing::Test {
+ protected:
+  void write(const std::string& text) {
+    std::filesystem::create_directories(dir_);
+    std::ofstream(path_) << text;
+  }
+
+  loom::testing::TempDir temp_{"autotune-file"};
+  std::string dir_ = temp_.path();
+  std::string path_ = autotuneCachePath(dir_, kSignature);
+};
+
+TEST_F(AutotuneFile, SaveAndLoadRoundTrip) {
+  const AutotuneCache saved = sampleCache();
+  ASSERT_TRUE(saved.save(path_, kSignature).isOk());
+  EXPECT_EQ(path_, dir_ + "/autotune-1h4r-0123456789abcdef.json");
+  AutotuneCache loaded;
+  std::vector<std::string> skipped;
+  Status st = loaded.load(path_, kSignature, &skipped);
+  ASSERT_TRUE(st.isOk()) << st.message();
+  EXPECT_TRUE(skipped.empty());
+  ASSERT_EQ(loaded.size(), 2u);
+  EXPECT_EQ(loaded.digest(), saved.digest());
+  const AutotuneEntry* e = loaded.find({Collective::AllReduce, 16, 4, 4});
+  ASSERT_NE(e, nullptr);
+  const AutotuneEntry* want = saved.find({Collective::AllReduce, 16, 4, 4});
+  EXPECT_EQ(e->bytes, 65536u);
+  expectSameCandidate(e->winner, want->winner);
+  ASSERT_EQ(e->others.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) expectSameCandidate(e->others[i], want->others[i]);
+  // The key's fields all count: another element size or rank count is another bucket.
+  EXPECT_EQ(loaded.find({Collective::AllReduce, 16, 2, 4}), nullptr);
+  EXPECT_EQ(loaded.find({Collective::AllReduce, 16, 4, 8}), nullptr);
+  EXPECT_NE(loaded.find({Collective::AllGather, 12, 2, 4}), nullptr);
+  // No temporary file is left beside it.
+  int files = 0;
+  for (const auto& f : std::filesystem::directory_iterator(dir_)) files += f.is_regular_file();
+  EXPECT_EQ(files, 1);
+}
+
+TEST_F(AutotuneFile, DigestFollowsTheDecisionsOnly) {
+  AutotuneCache a = sampleCache(), b = sampleCache();
+  EXPECT_EQ(a.digest(), b.digest());
+  AutotuneEntry slower = *b.find({Collective::AllGather, 12, 2, 4});
+  slower.winner.time *= 2;  // measured again, same winner: still the same decisions
+  b.insert({Collective::AllGather, 12, 2, 4}, slower);
+  EXPECT_EQ(a.digest(), b.digest());
+  slower.winner.params.lanes = 2;
+  b.insert({Collective::AllGather, 12, 2, 4}, slower);
+  EXPECT_NE(a.digest(), b.digest());
+  EXPECT_NE(AutotuneCache().digest(), a.digest());
+}
+
+TEST_F(AutotuneFile, MissingFileIsAFirstRun) {
+  AutotuneCache cache = sampleCache();
+  std::vector<std::string> skipped;
+  Status st = cache.load(path_, kSignature, &skipped);
+  EXPECT_EQ(st.code(), loomInvalidUsage) << st.message();
+  EXPECT_EQ(cache.size(), 0u);
+}
+
+TEST_F(AutotuneFile, MalformedFileIsRefusedWithItsPath) {
+  for (const char* text : {"{\"signature\": \"1h4r-0123456789abcdef\", \"entries\": [", "[]",
+                           "{\"signature\": \"1h4r-0123456789abcdef\"}",
+                           "{\"signature\": \"1h4r-0123456789abcdef\", \"entries\": "
+                           "[{\"collective\": \"allreduce\"}]}"}) {
+    write(text);
+    AutotuneCache cache = sampleCache();
+    std::vector<std::string> skipped;
+    Status st = cache.load(path_, kSignature, &skipped);
+    EXPECT_EQ(st.code(), loomSystemError) << text;
+    EXPECT_NE(st.message().find(path_ + ": malformed"), std::string::npos) << st.message();
+    EXPECT_EQ(cache.size(), 0u) << text;
+  }
+}
+
+TEST_F(AutotuneFile, AnotherSignatureIsRefused) {
+  ASSERT_TRUE(sampleCache().save(path_, "2h8r-fedcba9876543210").isOk());
+  AutotuneCache cache;
+  std::vector<std::string> skipped;
+  Status st = cache.load(path_, kSignature, &skipped);
+  EXPECT_EQ(st.code(), loomSystemError);
+  EXPECT_NE(st.message().find("measured on another topology (signature 2h8r-fedcba9876543210"),
+            std::string::npos)
+      << st.message();
+  EXPECT_EQ(cache.size(), 0u);
+}
+
+// `text` with the first occurrence of `from` replaced by `to`.
+std::string replaced(std::string text, const std::string& from, const std::string& to) {
+  const size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from << " in " << text;
+  return at == std::string::npos ? text : text.replace(at, from.size(), to);
+}
+
+TEST_F(AutotuneFile, EntriesThisVersionCannotUseAreSkippedWithTheReason) {
+  // As an older or newer loom might have written it: the allreduce entry (listed first: the table
+  // is ordered by key) names an algorithm this one does not have, or a parameter its grammar does
+  // not know. The allgather entry after it is kept.
+  const std::string good = sampleCache().toJson(kSignature);
+  const struct {
+    std::string text, reason;
+  } cases[] = {
+      {replaced(good, "\"algorithm\": \"rd\"", "\"algorithm\": \"warp\""),
+       "allreduce has no algorithm \"warp\""},
+      {replaced(good, "\"params\": \"lanes=2\"", "\"params\": \"speed=11\""), "speed=11"},
+      // A name that would smuggle a second rule in is no algorithm either.
+      {replaced(good, "\"algorithm\": \"rd\"", "\"algorithm\": \"rd; allgather -> tree\""),
+       "is not an algorithm"},
+  };
+  for (const auto& c : cases) {
+    write(c.text);
+    AutotuneCache cache;
+    std::vector<std::string> skipped;
+    ASSERT_TRUE(cache.load(path_, kSignature, &skipped).isOk());
+    EXPECT_EQ(cache.size(), 1u) << c.reason;
+    EXPECT_NE(cache.find({Collective::AllGather, 12, 2, 4}), nullptr) << c.reason;
+    ASSERT_EQ(skipped.size(), 1u) << c.reason;
+    EXPECT_EQ(skipped[0].rfind("entry 1: ", 0), 0u) << skipped[0];
+    EXPECT_NE(skipped[0].find(c.reason), std::string::npos) << skipped[0];
+  }
+}
+
+TEST(Autotune, WinnerIsTheFastestOfEachCandidatesSlowestRank) {
+  std::vector<double> agreed;
+  // Rank 0 finds candidate 0 fastest, rank 1 candidate 1; the slowest ranks say candidate 2.
+  EXPECT_EQ(agreedWinner({{1, 5, 3}, {4, 2, 3.5}}, &agreed), 2);
+  EXPECT_EQ(agreed, (std::vector<double>{4, 5, 3.5}));
+  EXPECT_EQ(agreedWinner({{2, 2}, {1, 1}}, &agreed), 0);  // a tie: the first (model order)
+  EXPECT_EQ(agreedWinner({{1, 2}, {1}}, &agreed), -1);
+  EXPECT_EQ(agreedWinner({{}, {}}, &agreed), -1);
+  EXPECT_EQ(agreedWinner({}, &agreed), -1);
+}
+
+TEST(Autotune, AppliesToSizedCallsUpToTheLimit) {
+  CollArgs a;
+  a.nranks = 4;
+  a.elemSize = 4;
+  a.count = 1024;  // 4 KiB
+  EXPECT_TRUE(autotuneApplies(a, 4096));
+  EXPECT_FALSE(autotuneApplies(a, 4095));
+  a.coll = Collective::AllGather;  // 1024 per rank: 16 KiB in nccl-tests' bytes
+  EXPECT_FALSE(autotuneApplies(a, 8192));
+  EXPECT_TRUE(autotuneApplies(a, 16384));
+  EXPECT_EQ(autotuneKey(a).bucket, 14);
+  a.count = 0;
+  EXPECT_FALSE(autotuneApplies(a, 1 << 30));
+  a.count = 1024;
+  a.nranks = 1;
+  EXPECT_FALSE(autotuneApplies(a, 1 << 30));
+  a.nranks = 4;
+  a.coll = Collective::AlltoAllv;  // no size the ranks share
+  EXPECT_FALSE(autotuneApplies(a, 1 << 30));
+}
+
+TEST(Autotune, CandidatesAreTheModelsFastestOrEveryAcceptingBuilder) {
+  CollArgs a;
+  a.nranks = 4;
+  a.elemSize = 4;
+  a.count = 1 << 18;  // 1 MiB
+  Tuner model(uniformTopology({1, 4}), TunerConfig{});
+  const std::vector<Candidate> all = model.candidates(a);
+  ASSERT_GE(all.size(), 4u);
+  const std::vector<Candidate> top = autotuneCandidates(model, a, 3);
+  ASSERT_EQ(top.size(), 3u);
+  for (size_t i = 0; i < top.size(); ++i) {
+    EXPECT_EQ(top[i].builder, all[i].builder);
+    EXPECT_EQ(top[i].params, all[i].params);
+  }
+  EXPECT_EQ(autotuneCandidates(model, a, 0).size(), 1u);  // at least one
+
+  // Without a model: every allreduce builder that accepts the call (direct does not: this call
+  // has no shared arena).
+  Tuner noModel;
+  const std::vector<Candidate> builders = autotuneCandidates(noModel, a, 3);
+  std::vector<std::string> names;
+  for (const Candidate& c : builders) names.push_back(c.builder->name);
+  for (const collectives::Builder& b : collectives::allBuilders()) {
+    if (b.coll != Collective::AllReduce || b.build == nullptr) continue;
+    const bool accepts = refusal(b, a, {}).empty();
+    EXPECT_EQ(std::find(names.begin(), names.end(), b.name) != names.end(), accepts) << b.name;
+  }
+  EXPECT_GE(names.size(), 3u);
+  EXPECT_EQ(std::find(names.begin(), names.end(), "direct"), names.end());
+}
+
+TEST(Autotune, DescribeNamesTheWinnerThenTheOthers) {
+  const AutotuneCache cache = sampleCache();
+  const AutotuneKey reduce{Collective::AllReduce, 16, 4, 4};
+  EXPECT_EQ(describeEntry(reduce, *cache.find(reduce)),
+            "allreduce 64K bytes, 4-byte elements, 4 ranks: ring lanes=2 12.5 "
+            "us beats rd 20.0 us, "
+            "torus lanes=1 dims=2x2 31.0 us");
+  const AutotuneKey gather{Collective::AllGather, 12, 2, 4};
+  EXPECT_EQ(describeEntry(gather, *cache.find(gather)),
+            "allgather 4K bytes, 2-byte elements, 4 ranks: ring 3.0 us (the "
+            "only candidate)");
+}
+
+}  // namespace
+}  // namespace loom::tuner

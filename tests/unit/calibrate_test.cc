@@ -1,0 +1,195 @@
+// Calibration (tuner/calibrate.h): fitting known figures back from measurements the simulator
+// made with them, the validation summary and regret, bad input, and the topology model's CPU
+// fields that calibration fills in.
+#include "tuner/calibrate.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "tuner/uniform_topology.h"
+
+namespace loom::tuner {
+namespace {
+
+using collectives::Collective;
+
+// 4 ranks on one host with 2 cores and 1 MiB of cache, shm links of 8 GB/s and 0.5 us.
+topology::Topology base() {
+  topology::Topology t = uniformTopology({1, 4, 8e9, 0.5e-6, 12.5e9, 2.5e-6});
+  topology::HostCpu& cpu = t.nodes[size_t(t.hostNodes()[0])].cpu;
+  cpu.cores = 2;
+  cpu.cacheBytes = 1 << 20;
+  return t;
+}
+
+struct Truth {
+  double latencyFactor, bandwidthFactor, memBandwidth, stepOverhead, cacheBandwidth;
+};
+
+std::vector<Knob> knobsOf(const Truth& t) {
+  return {{Knob::What::LinkLatency, "shm", t.latencyFactor},
+          {Knob::What::LinkBandwidth, "shm", t.bandwidthFactor},
+          {Knob::What::MemBandwidth, "", t.memBandwidth},
+          {Knob::What::StepOverhead, "", t.stepOverhead},
+          {Knob::What::CacheBandwidth, "", t.cacheBandwidth}};
+}
+
+// A sweep of forced algorithms and sizes, timed by the simulator on `model`, each time off by a
+// deterministic pseudo-random factor within ±noise.
+std::vector<MeasuredPoint> measure(const topology::Topology& model, double noise) {
+  const std::pair<Collective, const char*> algos[] = {{Collective::AllReduce, "ring"},
+                                                      {Collective::AllReduce, "rd"},
+                                                      {Collective::AllGather, "bruck"},
+                                                      {Collective::AllGather, "ring"},
+                                                      {Collective::AlltoAll, "pairwise"}};
+  std::vector<MeasuredPoint> points;
+  for (const auto& [coll, algo] : algos)
+    for (uint64_t bytes = 64; bytes <= (16u << 20); bytes *= 16) {
+      MeasuredPoint p;
+      p.coll = coll;
+      p.algorithm = algo;
+      p.nranks = 4;
+      p.bytes = bytes;
+      p.count = coll == Collective::AllReduce ? bytes / 4 : bytes / 4 / 4;
+      points.push_back(p);
+    }
+  std::vector<std::string> failures;
+  const std::vector<double> times = predictPoints(points, model, CalibrationOptions(), &failures);
+  uint32_t seed = 12345;
+  for (size_t i = 0; i < points.size(); ++i) {
+    EXPECT_TRUE(failures[i].empty()) << failures[i];
+    seed = seed * 1664525u + 1013904223u;
+    points[i].time = times[i] * (1 + noise * (2.0 * (seed >> 8) / double(1 << 24) - 1));
+  }
+  return points;
+}
+
+TEST(Calibrate, RecoversTheFiguresThatMadeTheMeasurements) {
+  // Chosen so that every figure shows: the shm links (not the cores) limit messages, local
+  // copies show the memory bandwidth (and the cache's, below 1 MiB of working set), small
+  // sizes the latency and the per-step overhead.
+  const Truth truth{3.0, 0.25, 12e9, 4e-6, 30e9};
+  const topology::Topology model = applyKnobs(base(), knobsOf(truth));
+  const std::vector<MeasuredPoint> points = measure(model, 0.01);
+  Calibration c;
+  Status s = calibrate(points, base(), CalibrationOptions(), &c);
+  ASSERT_TRUE(s.isOk()) << s.message();
+  const std::vector<Knob> want = knobsOf(truth);
+  // The knobs, in order, and one more: the CPU cost of a message (HostCpu::messageCopies). The
+  // shm links limit messages here, so that cost does not show and is not checked.
+  ASSERT_EQ(c.knobs.size(), want.size() + 1);
+  EXPECT_EQ(knobName(c.knobs.back()), "messageCopies");
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(knobName(c.knobs[i]), knobName(want[i]));
+    EXPECT_NEAR(c.knobs[i].value / want[i].value, 1.0, 0.05) << knobName(want[i]);
+  }
+  EXPECT_LT(c.medianAbsError, 0.02);
+  EXPECT_LT(c.maxRatio, 1.05);
+  const topology::HostCpu& cpu = c.topo.nodes[size_t(c.topo.hostNodes()[0])].cpu;
+  EXPECT_EQ(cpu.cores, 2);  // given, not fitted
+  EXPECT_EQ(cpu.cacheBytes, 1u << 20);
+  printf("fit in %d simulations of %zu points: objective %.2e\n", c.evaluations, points.size(),
+         c.objective);
+}
+
+TEST(Calibrate, ValidationAndRegretOfAnExactModel) {
+  const topology::Topology model = base();
+  const std::vector<MeasuredPoint> points = measure(model, 0);
+  CalibrationOptions o;
+  o.fit = false;
+  Calibration c;
+  Status s = calibrate(points, model, o, &c);
+  ASSERT_TRUE(s.isOk()) << s.message();
+  EXPECT_EQ(c.evaluations, 0);
+  EXPECT_NEAR(c.medianAbsError, 0, 1e-12);
+  EXPECT_NEAR(c.maxRatio, 1, 1e-12);
+  // The model predicts exactly what was measured, so it always picks the best algorithm.
+  const std::vector<Regret> r = regrets(c.points);
+  EXPECT_EQ(r.size(), 3u * 5u);  // allreduce, allgather, alltoall × 5 sizes
+  for (const Regret& x : r) {
+    EXPECT_EQ(x.best, x.chosen) << collectives::collectiveName(x.coll) << " " << x.bytes;
+    EXPECT_EQ(x.regret, 0);
+  }
+}
+
+TEST(Calibrate, RegretIsTheMeasuredCostOfThePredictedChoice) {
+  auto point = [](const char* algo, double measured, double predicted) {
+    PointResult p;
+    p.point.algorithm = algo;
+    p.point.bytes = 1024;
+    p.point.time = measured;
+    p.predicted = predicted;
+    return p;
+  };
+  // The model prefers "b" (lowest prediction), which measured 50% slower than "a".
+  const std::vector<Regret> r =
+      regrets({point("a", 2e-6, 5e-6), point("b", 3e-6, 1e-6), point("c", 9e-6, 0)});
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].best, "a");
+  EXPECT_EQ(r[0].chosen, "b");
+  EXPECT_DOUBLE_EQ(r[0].regret, 0.5);
+}
+
+TEST(Calibrate, BadInputIsRefusedWithAReason) {
+  Calibration c;
+  Status s = calibrate({}, base(), CalibrationOptions(), &c);
+  EXPECT_EQ(s.message(), "no measurements to calibrate with");
+
+  MeasuredPoint p;
+  p.algorithm = "ring";
+  p.nranks = 4;
+  p.count = 1024;
+  p.bytes = 4096;
+  s = calibrate({p}, base(), CalibrationOptions(), &c);
+  EXPECT_NE(s.message().find("measured time 0 s is not positive"), std::string::npos)
+      << s.message();
+
+  p.time = 1e-5;
+  p.nranks = 8;
+  s = calibrate({p}, base(), CalibrationOptions(), &c);
+  EXPECT_NE(s.message().find("ran on 8 ranks, but the topology"), std::string::npos) << s.message();
+
+  p.nranks = 4;
+  p.algorithm = "nosuch";
+  s = calibrate({p}, base(), CalibrationOptions(), &c);
+  EXPECT_NE(s.message().find("no nosuch builder for allreduce"), std::string::npos) << s.message();
+}
+
+TEST(TopologyJson, HostCpuFieldsRoundTripAndAreChecked) {
+  topology::Topology t = base();
+  t.nodes[size_t(t.hostNodes()[0])].cpu = {2, 6.5e9, 3.25e-6, 32u << 20, 13e9};
+  const std::string json = topology::toJson(t);
+  EXPECT_NE(json.find(R"("cores":2)"), std::string::npos) << json;
+  topology::Topology back;
+  Status s = topology::parseTopology(json, &back);
+  ASSERT_TRUE(s.isOk()) << s.message();
+  EXPECT_EQ(back, t);
+  // Absent: not modelled, and nothing written.
+  EXPECT_EQ(topology::toJson(base()).find("memBandwidth"), std::string::npos);
+
+  auto refused = [](const std::string& nodes, const std::string& fragment) {
+    topology::Topology out;
+    Status st = topology::parseTopology(R"({"nodes": [)" + nodes + "]}", &out);
+    EXPECT_FALSE(st.isOk()) << nodes;
+    EXPECT_NE(st.message().find(fragment), std::string::npos) << st.message();
+  };
+  refused(R"({"kind": "host", "name": "h", "cores": 0})", "nodes[0].cores: expected a positive");
+  refused(R"({"kind": "host", "name": "h", "cores": 1.5})", "nodes[0].cores: expected a positive");
+  refused(R"({"kind": "host", "name": "h", "memBandwidth": "fast"})", "nodes[0].memBandwidth");
+  refused(R"({"kind": "host", "name": "h", "stepOverhead": "-1us"})", "nodes[0].stepOverhead");
+  refused(R"({"kind": "host", "name": "h", "cacheBytes": "32M"})", "nodes[0].cacheBytes");
+  refused(R"({"kind": "host", "name": "h", "cacheBandwidth": 0})", "nodes[0].cacheBandwidth");
+  refused(R"({"kind": "switch", "name": "s", "cores": 4})", "belong on host nodes");
+  topology::Topology units;
+  s = topology::parseTopology(
+      R"({"nodes": [{"kind": "host", "name": "h", "memBandwidth": "6GB", "stepOverhead": "2us"}]})",
+      &units);
+  ASSERT_TRUE(s.isOk()) << s.message();
+  EXPECT_EQ(units.nodes[0].cpu.memBandwidth, 6e9);
+  EXPECT_EQ(units.nodes[0].cpu.stepOverhead, 2e-6);
+  EXPECT_EQ(units.nodes[0].cpu.cores, 0);
+}
+
+}  // namespace
+}  // namespace loom::tuner

@@ -1,0 +1,273 @@
+// The communicator's topology without a communicator: the builder from per-rank records, the
+// choice of measuring pairs, NUMA binding, the topology signature, and the per-host cache.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+
+#include "core/params.h"
+#include "topology/analysis.h"
+#include "topology/builders.h"
+#include "topology/discover.h"
+
+namespace loom::topology {
+namespace {
+
+constexpr LinkFigures kSame{2e-6, 6e9}, kCross{3e-6, 4e9}, kNet{40e-6, 1e9};
+
+HostDescription host(const std::string& name, int numaNodes) {
+  HostDescription h;
+  h.name = name;
+  h.cores = 8;
+  h.numaNodes = numaNodes;
+  h.sameNuma = kSame;
+  h.crossNuma = kCross;
+  return h;
+}
+
+// Rank r's route to rank q, as one message sees it.
+PathFigures between(const Topology& t, int r, int q) {
+  return pathFigures(t, t.ranks[size_t(r)].endpoint, t.ranks[size_t(q)].endpoint);
+}
+
+int countKind(const Topology& t, NodeKind kind) {
+  int n = 0;
+  for (const Node& node : t.nodes) n += node.kind == kind;
+  return n;
+}
+
+TEST(CommTopology, TwoHostsTwoRanksEach) {
+  CommDescription d;
+  d.hosts = {host("box", 1), host("box", 1)};  // namespaces of one machine share a hostname
+  d.rankHost = {0, 0, 1, 1};
+  d.rankNuma = {0, 0, -1, 0};
+  d.network = kNet;
+  Topology t = buildCommTopology("two", d);
+  Status s = t.validate();
+  ASSERT_TRUE(s.isOk()) << s.message();
+  EXPECT_EQ(t.hostCount(), 2);
+  ASSERT_EQ(t.ranks.size(), 4u);
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(t.ranks[size_t(r)].host, d.rankHost[size_t(r)]);
+  EXPECT_EQ(countKind(t, NodeKind::Numa), 2);
+  EXPECT_EQ(countKind(t, NodeKind::Cpu), 4);
+  EXPECT_EQ(countKind(t, NodeKind::Nic), 2);
+  EXPECT_EQ(countKind(t, NodeKind::Switch), 1);
+  EXPECT_EQ(t.links.size(), 16u);  // 4 rank endpoints, 2 NICs on their hubs, 2 NICs on the switch
+  std::vector<int32_t> hosts = t.hostNodes();
+  EXPECT_EQ(t.nodes[size_t(hosts[0])].name, "box");
+  EXPECT_EQ(t.nodes[size_t(hosts[1])].name, "box-1");
+  EXPECT_EQ(t.nodes[size_t(hosts[1])].cpu.cores, 8);
+  // Within a host: the measured same-NUMA figures; across: the measured network figures.
+  PathFigures local = between(t, 0, 1), remote = between(t, 1, 2);
+  EXPECT_NEAR(local.latency, kSame.latency, 1e-12);
+  EXPECT_DOUBLE_EQ(local.bandwidth, kSame.bandwidth);
+  EXPECT_EQ(local.kind, "shm");
+  EXPECT_NEAR(remote.latency, kNet.latency, 1e-12);
+  EXPECT_DOUBLE_EQ(remote.bandwidth, kNet.bandwidth);
+  EXPECT_EQ(remote.kind, "tcp");
+  EXPECT_EQ(remote.hops, 6);
+}
+
+TEST(CommTopology, OneHostFourRanksOnTwoNumaNodes) {
+  CommDescription d;
+  d.hosts = {host("big", 2)};
+  d.rankHost = {0, 0, 0, 0};
+  d.rankNuma = {0, 1, 0, 1};
+  Topology t = buildCommTopology("one", d);
+  Status s = t.validate();
+  ASSERT_TRUE(s.isOk()) << s.message();
+  EXPECT_EQ(t.hostCount(), 1);
+  EXPECT_EQ(countKind(t, NodeKind::Numa), 2);
+  EXPECT_EQ(countKind(t, NodeKind::Cpu), 4);
+  EXPECT_EQ(countKind(t, NodeKind::Nic), 0);  // one host: no network
+  EXPECT_EQ(countKind(t, NodeKind::Switch), 0);
+  EXPECT_EQ(t.links.size(), 10u);  // 4 rank endpoints and one hub-to-hub connection
+  PathFigures same = between(t, 0, 2), cross = between(t, 0, 1);
+  EXPECT_NEAR(same.latency, kSame.latency, 1e-12);
+  EXPECT_EQ(same.hops, 2);
+  EXPECT_NEAR(cross.latency, kCross.latency, 1e-12);
+  EXPECT_DOUBLE_EQ(cross.bandwidth, kCross.bandwidth);
+  EXPECT_EQ(cross.kind, "upi");
+  EXPECT_EQ(cross.hops, 3);
+  // Unknown figures fall back to the defaults rather than a zero-bandwidth link.
+  d.hosts[0].sameNuma = {};
+  d.hosts[0].crossNuma = {};
+  t = buildCommTopology("defaults", d);
+  EXPECT_TRUE(t.validate().isOk());
+  EXPECT_NEAR(between(t, 0, 2).latency, defaultFigures(LinkKind::SameNuma).latency, 1e-12);
+  EXPECT_NEAR(between(t, 0, 1).latency, defaultFigures(LinkKind::CrossNuma).latency, 1e-12);
+}
+
+TEST(CommTopology, RoundTripsThroughJson) {
+  CommDescription d;
+  d.hosts = {host("a", 2), host("b", 1)};
+  d.rankHost = {0, 0, 1};
+  d.rankNuma = {0, 1, 0};
+  d.network = kNet;
+  Topology t = buildCommTopology("rt", d), back;
+  Status s = parseTopology(toJson(t), &back);
+  ASSERT_TRUE(s.isOk()) << s.message();
+  EXPECT_TRUE(back == t);
+  EXPECT_EQ(topologySignature(back), topologySignature(t));
+}
+
+TEST(CommTopology, BoundNumaNode) {
+  std::vector<std::vector<int>> numa = {{0, 1, 2, 3}, {4, 5, 6, 7}};
+  EXPECT_EQ(boundNumaNode({5}, numa), 1);
+  EXPECT_EQ(boundNumaNode({0, 3}, numa), 0);
+  EXPECT_EQ(boundNumaNode({3, 4}, numa), -1);  // spans both
+  EXPECT_EQ(boundNumaNode({}, numa), -1);
+  EXPECT_EQ(boundNumaNode({9}, numa), -1);
+}
+
+TEST(CommTopology, MeasurementPairs) {
+  std::vector<bool> all2[kLinkKinds] = {{true, true}, {true, true}, {true}};
+  auto pairs = measurementPairs({0, 0, 1, 1}, {0, 0, 0, 0}, all2);
+  ASSERT_EQ(pairs.size(), 3u);  // nobody is on two NUMA nodes: no cross-NUMA pair
+  EXPECT_EQ(pairs[0].kind, LinkKind::SameNuma);
+  EXPECT_EQ(pairs[0].initiator, 0);
+  EXPECT_EQ(pairs[0].responder, 1);
+  EXPECT_EQ(pairs[1].kind, LinkKind::SameNuma);
+  EXPECT_EQ(pairs[1].host, 1);
+  EXPECT_EQ(pairs[1].initiator, 2);
+  EXPECT_EQ(pairs[1].responder, 3);
+  EXPECT_EQ(pairs[2].kind, LinkKind::Network);
+  EXPECT_EQ(pairs[2].initiator, 0);
+  EXPECT_EQ(pairs[2].responder, 2);
+
+  std::vector<bool> one[kLinkKinds] = {{true}, {true}, {true}};
+  pairs = measurementPairs({0, 0, 0, 0}, {0, 1, 0, 1}, one);
+  ASSERT_EQ(pairs.size(), 2u);  // one host: no network pair
+  EXPECT_EQ(pairs[0].kind, LinkKind::SameNuma);
+  EXPECT_EQ(pairs[0].responder, 2);
+  EXPECT_EQ(pairs[1].kind, LinkKind::CrossNuma);
+  EXPECT_EQ(pairs[1].initiator, 0);
+  EXPECT_EQ(pairs[1].responder, 1);
+
+  std::vector<bool> cachedHost0[kLinkKinds] = {{false, true}, {false, false}, {false}};
+  pairs = measurementPairs({0, 0, 1, 1}, {0, 0, 0, 0}, cachedHost0);
+  ASSERT_EQ(pairs.size(), 1u);
+  EXPECT_EQ(pairs[0].host, 1);
+
+  // Pairs of one kind never share a rank, on any layout.
+  std::vector<bool> many[kLinkKinds] = {
+      std::vector<bool>(4, true), std::vector<bool>(4, true), {true}};
+  pairs = measurementPairs({0, 1, 2, 3, 0, 1, 2, 3}, {0, 0, 0, 0, 1, 0, 1, 0}, many);
+  for (int k = 0; k < kLinkKinds; ++k) {
+    std::set<int32_t> seen;
+    for (const MeasurePair& p : pairs) {
+      if (int(p.kind) != k) continue;
+      EXPECT_TRUE(seen.insert(p.initiator).second);
+      EXPECT_TRUE(seen.insert(p.responder).second);
+      EXPECT_LT(p.initiator, p.responder);
+    }
+  }
+}
+
+TEST(TopologySignature, StableAndSensitiveToStructure) {
+  CpuHostSpec h;
+  h.ranksPerSocket = 4;
+  h.memory = {8.6e9, 1e-6, "shm"};
+  Topology t = uniformHosts("sig", 1, h, {});
+  std::string sig = topologySignature(t);
+  EXPECT_TRUE(std::regex_match(sig, std::regex("1h4r-[0-9a-f]{16}"))) << sig;
+  EXPECT_EQ(topologySignature(Topology(t)), sig);
+  Topology renamed = t;
+  renamed.name = "other";
+  for (Node& n : renamed.nodes) n.name = "x" + n.name;
+  EXPECT_EQ(topologySignature(renamed), sig) << "names are not structure";
+  Topology noisy = t;
+  for (Link& l : noisy.links) l.bandwidth = 9.0e9;  // +5%: measurement noise
+  EXPECT_EQ(topologySignature(noisy), sig);
+
+  CpuHostSpec fiveRanks = h;
+  fiveRanks.ranksPerSocket = 5;
+  EXPECT_NE(topologySignature(uniformHosts("sig", 1, fiveRanks, {})), sig);
+  Topology faster = t;
+  for (Link& l : faster.links) l.bandwidth *= 4;
+  EXPECT_NE(topologySignature(faster), sig);
+  Topology otherKind = t;
+  otherKind.links[0].kind = "nvlink";
+  EXPECT_NE(topologySignature(otherKind), sig);
+  Topology withCores = t;
+  withCores.nodes[0].cpu.cores = 2;
+  EXPECT_NE(topologySignature(withCores), sig);
+}
+
+class HostCacheTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = (std::filesystem::temp_directory_path() /
+            ("loom-cache-test-" + std::to_string(getpid())) / "nested")
+               .string();
+  }
+  void TearDown() override {
+    std::filesystem::remove_all(std::filesystem::path(dir_).parent_path());
+    unsetenv("LOOM_CACHE_DIR");
+    params::reloadFromEnvironment();
+  }
+  std::string dir_;
+};
+
+TEST_F(HostCacheTest, RoundTripInACreatedDirectory) {
+  setenv("LOOM_CACHE_DIR", dir_.c_str(), 1);
+  params::reloadFromEnvironment();
+  ASSERT_EQ(cacheDirectory(), dir_);
+  std::string sig = hostSignature("testhost", 0x1234abcd);
+  EXPECT_NE(sig.find("testhost"), std::string::npos);
+  EXPECT_NE(sig.find("1234abcd"), std::string::npos);
+  HostCache missing;
+  EXPECT_EQ(loadHostCache(dir_, sig, &missing).code(), loomInvalidUsage);
+
+  HostCache c;
+  c.signature = sig;
+  c.cores = 6;
+  c.numaCpus = {{0, 1, 2}, {3, 4, 5}};
+  c.links["same-NUMA/shm"] = {1.25e-6, 7.5e9};
+  c.links["network/tcp/00000000deadbeef"] = {3.3e-5, 1.1e9};
+  Status s = saveHostCache(dir_, c);  // creates dir_ and its parent
+  ASSERT_TRUE(s.isOk()) << s.message();
+  HostCache back;
+  s = loadHostCache(dir_, sig, &back);
+  ASSERT_TRUE(s.isOk()) << s.message();
+  EXPECT_EQ(back.signature, sig);
+  EXPECT_EQ(back.cores, 6);
+  EXPECT_EQ(back.numaCpus, c.numaCpus);
+  ASSERT_EQ(back.links.size(), 2u);
+  EXPECT_EQ(back.links["same-NUMA/shm"].latency, 1.25e-6);  // exact: doubles round-trip
+  EXPECT_EQ(back.links["network/tcp/00000000deadbeef"].bandwidth, 1.1e9);
+  // Only the final file is left: the temporary one was renamed.
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir_)) {
+    ++files;
+    EXPECT_EQ(e.path().extension(), ".json") << e.path();
+  }
+  EXPECT_EQ(files, 1);
+  // Another signature is another host.
+  EXPECT_EQ(loadHostCache(dir_, hostSignature("testhost", 0x99), &missing).code(),
+            loomInvalidUsage);
+}
+
+TEST_F(HostCacheTest, MalformedFilesAndUnwritableDirectoriesAreReported) {
+  std::string sig = hostSignature("testhost", 7);
+  std::filesystem::create_directories(dir_);
+  std::ofstream(hostCachePath(dir_, sig)) << "{\"signature\": 3";
+  HostCache c;
+  Status s = loadHostCache(dir_, sig, &c);
+  EXPECT_EQ(s.code(), loomSystemError);
+  EXPECT_NE(s.message().find(hostCachePath(dir_, sig)), std::string::npos) << s.message();
+  // A regular file where the directory should be.
+  std::string blocked = dir_ + "/file";
+  std::ofstream(blocked) << "x";
+  c.signature = sig;
+  s = saveHostCache(blocked + "/sub", c);
+  EXPECT_EQ(s.code(), loomSystemError);
+  EXPECT_NE(s.message().find("cache directory"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace loom::topology

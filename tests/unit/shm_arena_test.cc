@@ -1,0 +1,191 @@
+// The direct allreduce's arena (transports/shm/shm_arena.h) between forked ranks: one segment
+// shared by the ranks of a host whose name is gone once all mapped it, a barrier that orders
+// every rank's writes before every rank's reads, a dead member noticed, and clear errors for
+// an arena that never comes or that the ranks disagree about.
+#include "transports/shm/shm_arena.h"
+
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/support/fork_ranks.h"
+#include "transports/shm/shm_transport.h"
+
+namespace loom::transports {
+namespace {
+
+using testing::ForkOptions;
+using testing::RankContext;
+using testing::runRanks;
+
+constexpr uint64_t kDataBytes = 1 << 20;
+
+uint64_t newCommHash() {
+  std::random_device rd;
+  return (uint64_t(rd()) << 32) ^ rd() ^ uint64_t(getpid());
+}
+
+// Names in /dev/shm of communicator commHash.
+std::vector<std::string> leftovers(uint64_t commHash) {
+  std::vector<std::string> out;
+  const std::string prefix = shmNamePrefix(commHash);
+  if (DIR* d = opendir("/dev/shm")) {
+    while (dirent* e = readdir(d))
+      if (strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0) out.push_back(e->d_name);
+    closedir(d);
+  }
+  return out;
+}
+
+// The context a communicator would have: every rank's pid, all on one host.
+CommContext context(RankContext& rc, uint64_t commHash) {
+  CommContext ctx;
+  ctx.rank = rc.rank();
+  ctx.nranks = rc.nranks();
+  ctx.commHash = commHash;
+  PeerInfo me;
+  me.rank = rc.rank();
+  me.pid = getpid();
+  me.hostId = 0x5678;
+  for (const std::string& s : rc.allgather(std::string(reinterpret_cast<char*>(&me), sizeof(me)))) {
+    PeerInfo p;
+    memcpy(&p, s.data(), sizeof(p));
+    ctx.peers.push_back(p);
+  }
+  return ctx;
+}
+
+bool waitBarrier(ShmArena& arena, uint32_t ticket) {
+  const Deadline deadline(20000);
+  while (!arena.passed(ticket)) {
+    if (deadline.expired()) return false;
+    arena.sleep(ticket, 10);
+  }
+  return true;
+}
+
+TEST(ShmArena, BarrierOrdersWritesBeforeReadsAndTheNameIsGone) {
+  const uint64_t hash = newCommHash();
+  const int n = 4, rounds = 300;
+  const auto results = runRanks(
+      n,
+      [&](RankContext& rc) {
+        const CommContext ctx = context(rc, hash);
+        std::unique_ptr<ShmArena> arena;
+        const Status st = ShmArena::open(ctx, kDataBytes, Deadline(20000), &arena);
+        RANK_CHECK(st.isOk(), "%s", st.message().c_str());
+        RANK_CHECK(arena->members() == n, "%d members", arena->members());
+        rc.allgather("");  // everyone has mapped it: the name must be gone
+        RANK_CHECK(leftovers(hash).empty(), "%s is still in /dev/shm", leftovers(hash)[0].c_str());
+        // Each round every rank writes its word of the round's half, passes the barrier and
+        // reads all words: a barrier that let anyone through early shows up as a stale word.
+        for (int round = 0; round < rounds; ++round) {
+          auto* words = static_cast<std::atomic<uint64_t>*>(arena->nextCallBase());
+          words[rc.rank()].store(uint64_t(round) * 16 + uint64_t(rc.rank()),
+                                 std::memory_order_relaxed);
+          RANK_CHECK(waitBarrier(*arena, arena->arrive()), "round %d: barrier timed out", round);
+          for (int r = 0; r < n; ++r) {
+            const uint64_t w = words[r].load(std::memory_order_relaxed);
+            RANK_CHECK(w == uint64_t(round) * 16 + uint64_t(r), "round %d: rank %d wrote %llu",
+                       round, r, (unsigned long long)w);
+          }
+        }
+        return 0;
+      },
+      ForkOptions::timeout(60));
+  EXPECT_EQ(testing::describeFailures(results), "");
+  EXPECT_TRUE(leftovers(hash).empty());
+}
+
+TEST(ShmArena, ADeadMemberIsNoticed) {
+  const uint64_t hash = newCommHash();
+  ForkOptions options = ForkOptions::timeout(60);
+  options.expectedToDie = {1};
+  // Survivors that have seen rank 1's death, in memory the forked ranks share: each stays until
+  // the other has checked too, or the one that exits first would be the dead member the other
+  // finds first.
+  void* shared = mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE,
+                      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(shared, MAP_FAILED);
+  auto* checked = new (shared) std::atomic<int>(0);
+  const auto results = runRanks(
+      3,
+      [&](RankContext& rc) {
+        const CommContext ctx = context(rc, hash);
+        std::unique_ptr<ShmArena> arena;
+        const Status st = ShmArena::open(ctx, kDataBytes, Deadline(20000), &arena);
+        RANK_CHECK(st.isOk(), "%s", st.message().c_str());
+        rc.allgather("");
+        if (rc.rank() == 1) raise(SIGKILL);
+        const uint32_t ticket = arena->arrive();
+        const auto start = std::chrono::steady_clock::now();
+        Status alive = Status::ok();
+        while (alive.isOk() &&
+               std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
+          arena->sleep(ticket, 10);
+          alive = arena->checkAlive();
+        }
+        RANK_CHECK(!arena->passed(ticket), "the barrier passed without rank 1");
+        const bool named = alive.code() == loomRemoteError &&
+                           alive.message().find("rank 1 (pid") != std::string::npos;
+        checked->fetch_add(1);
+        while (checked->load() < 2 && std::chrono::steady_clock::now() - start <
+                                          std::chrono::seconds(20)) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        RANK_CHECK(named, "got: %s", alive.message().c_str());
+        return 0;
+      },
+      options);
+  munmap(shared, sizeof(std::atomic<int>));
+  EXPECT_EQ(testing::describeFailures(results, options), "");
+  EXPECT_TRUE(leftovers(hash).empty());
+}
+
+TEST(ShmArena, ClearErrors) {
+  const uint64_t hash = newCommHash();
+  const auto results = runRanks(
+      2,
+      [&](RankContext& rc) {
+        const CommContext ctx = context(rc, hash);
+        std::unique_ptr<ShmArena> arena;
+        if (rc.rank() == 1) {
+          // The creator (rank 0) has not come yet.
+          const Status st = ShmArena::open(ctx, kDataBytes, Deadline(300), &arena);
+          RANK_CHECK(
+              st.code() == loomTimeout &&
+                  st.message().find("timed out waiting for rank 0 to create") != std::string::npos,
+              "got: %s", st.message().c_str());
+        }
+        rc.allgather("");
+        // Now it comes, with another size than rank 1 expects.
+        const Status st = ShmArena::open(ctx, rc.rank() == 0 ? kDataBytes : 2 * kDataBytes,
+                                         Deadline(5000), &arena);
+        if (rc.rank() == 0) {
+          RANK_CHECK(st.isOk(), "%s", st.message().c_str());
+        } else {
+          RANK_CHECK(st.code() == loomInvalidUsage &&
+                         st.message().find("LOOM_SHM_DIRECT_BYTES must be the same on every "
+                                           "rank") != std::string::npos,
+                     "got: %s", st.message().c_str());
+        }
+        rc.allgather("");
+        return 0;
+      },
+      ForkOptions::timeout(30));
+  EXPECT_EQ(testing::describeFailures(results), "");
+  EXPECT_TRUE(leftovers(hash).empty());  // the creator removed the name rank 1 never mapped
+}
+
+}  // namespace
+}  // namespace loom::transports

@@ -1,0 +1,254 @@
+// The tuner (tuner/tuner.h): the model's choice against an independent argmin over the
+// simulator on every corpus model, precedence (rules > model > built-in), fixed parameters,
+// size buckets and the cache.
+#include "tuner/tuner.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "topology/builders.h"
+#include "tuner/uniform_topology.h"
+
+namespace loom::tuner {
+namespace {
+
+using collectives::Builder;
+using collectives::CollArgs;
+using collectives::Collective;
+using topology::Topology;
+
+// A smaller communicator on a model: `perHost` ranks of each of its first `hosts` hosts, so
+// every corpus model's links (NVLink, PCIe, rails, spines, sockets) are exercised in a unit
+// test's time. Full models (128 to 1024 ranks, and the generated 8192-rank one) take minutes
+// per size on CI's two cores: the simulator's own tests cover them at scale.
+Topology sliceOf(const Topology& t, int hosts, int perHost) {
+  Topology s = t;
+  s.ranks.clear();
+  std::vector<int> taken(size_t(t.hostCount()), 0);
+  for (const auto& r : t.ranks) {
+    if (r.host < hosts && taken[size_t(r.host)] < perHost) {
+      s.ranks.push_back(r);
+      ++taken[size_t(r.host)];
+    }
+  }
+  return s;
+}
+
+// Host indices numbered by first appearance, as a communicator numbers them.
+std::vector<int32_t> hostOfRanks(const Topology& t) {
+  std::vector<int32_t> seen, out;
+  for (const auto& r : t.ranks) {
+    auto pos = std::find(seen.begin(), seen.end(), r.host);
+    out.push_back(int32_t(pos - seen.begin()));
+    if (pos == seen.end()) seen.push_back(r.host);
+  }
+  if (seen.size() == 1) out.clear();  // a communicator leaves one host's hostOf empty
+  return out;
+}
+
+CollArgs callOn(const Topology& t, Collective c, uint64_t bytes) {
+  CollArgs a;
+  a.coll = c;
+  a.nranks = int(t.ranks.size());
+  a.hostOf = hostOfRanks(t);
+  a.elemSize = 4;
+  a.count = countForBytes(a, bytes);
+  return a;
+}
+
+// The reference: every builder that accepts the call, over the documented parameter
+// candidates (lanes 1, 2, 4; torus dims derived and the near-square factorization both
+// ways; fan-in 1, 2, 4, N−1), each simulated from all ranks' plans; the lowest time.
+double referenceBest(const Topology& topo, const CollArgs& call, std::string* best) {
+  const int n = call.nranks;
+  int sq = 1;
+  for (int d = 1; d * d <= n; ++d)
+    if (n % d == 0) sq = d;
+  double bestTime = -1;
+  for (const Builder& b : collectives::allBuilders()) {
+    if (b.coll != call.coll || b.build == nullptr) continue;
+    const bool torus = std::string(b.name) == "torus", incast = std::string(b.name) == "incast";
+    std::vector<std::pair<int, int>> dims = {{0, 0}};
+    if (torus && sq > 1) dims.insert(dims.end(), {{sq, n / sq}, {n / sq, sq}});
+    std::vector<int> ks = {1};
+    if (incast) ks = {1, 2, 4, std::max(1, n - 1)};
+    for (auto [x, y] : dims) {
+      for (int k : ks) {
+        for (int lanes : {1, 2, 4}) {
+          CollArgs a = call;
+          a.lanes = lanes;
+          a.torusX = x;
+          a.torusY = y;
+          a.fanIn = k;
+          if (b.refuse && !b.refuse(a).empty()) continue;
+          std::vector<collectives::RankPlan> plans;
+          for (int r = 0; r < n; ++r) plans.push_back(b.build(a, r));
+          SimResult res = simulate(plans, topo, SimOptions{});
+          if (!res.ok) continue;
+          if (bestTime < 0 || res.time < bestTime) {
+            bestTime = res.time;
+            *best = std::string(b.name) + " lanes=" + std::to_string(lanes);
+          }
+        }
+      }
+    }
+  }
+  return bestTime;
+}
+
+TEST(Tuner, ModelChoiceIsTheSimulatorsArgminOnEveryCorpusModel) {
+  const std::vector<Collective> colls = {Collective::AllReduce,     Collective::AllGather,
+                                         Collective::ReduceScatter, Collective::AlltoAll,
+                                         Collective::Broadcast,     Collective::Reduce};
+  int checked = 0;
+  for (const Topology& model : topology::corpusModels(false)) {
+    // Four hosts of four ranks (one host: all its ranks, up to sixteen).
+    const Topology topo = model.hostCount() == 1 ? sliceOf(model, 1, 16) : sliceOf(model, 4, 4);
+    Tuner tuner(topo, TunerConfig{});
+    ASSERT_EQ(tuner.modelOff(), "") << model.name;
+    for (Collective c : colls) {
+      for (uint64_t bytes : {uint64_t(256), uint64_t(64) << 10, uint64_t(4) << 20}) {
+        const CollArgs a = callOn(topo, c, bytes);
+        Decision d;
+        ASSERT_TRUE(tuner.decide(a, &d).isOk());
+        std::string best;
+        const double bestTime = referenceBest(topo, a, &best);
+        const std::string what = model.name + " " + collectiveName(c) + " " +
+                                 std::to_string(bytes) + " B: tuner " + describe(d.choice) +
+                                 ", reference " + best;
+        ASSERT_GT(bestTime, 0) << what;
+        EXPECT_EQ(d.source, Source::Model) << what;
+        EXPECT_NEAR(d.choice.time, bestTime, bestTime * 1e-9) << what;
+        if (d.runnerUp.builder != nullptr) {
+          EXPECT_NE(d.runnerUp.builder, d.choice.builder) << what;
+          EXPECT_GE(d.runnerUp.time, d.choice.time) << what;
+        }
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GE(checked, 5 * 6 * 3);
+}
+
+TEST(Tuner, DecisionsAreDeterministicAndCachedPerSizeBucket) {
+  const Topology topo = uniformTopology({2, 2});
+  Tuner a(topo, TunerConfig{}), b(topo, TunerConfig{});
+  CollArgs call = callOn(topo, Collective::AllReduce, 1 << 20);
+  Decision da, db, again;
+  ASSERT_TRUE(a.decide(call, &da).isOk());
+  ASSERT_TRUE(b.decide(call, &db).isOk());
+  EXPECT_EQ(da.choice.builder, db.choice.builder);
+  EXPECT_EQ(da.choice.params, db.choice.params);
+  EXPECT_EQ(da.choice.time, db.choice.time);
+  // The same bucket (512 KiB, 1 MiB]: the cached decision, the root does not matter.
+  call.count = (1 << 18) - 100;
+  call.root = 3;
+  ASSERT_TRUE(a.decide(call, &again).isOk());
+  EXPECT_EQ(again.choice.builder, da.choice.builder);
+  EXPECT_EQ(again.choice.time, da.choice.time);
+  EXPECT_EQ(Tuner::sizeBucket(0), 0);
+  EXPECT_EQ(Tuner::sizeBucket(1), 0);
+  EXPECT_EQ(Tuner::sizeBucket(2), 1);
+  EXPECT_EQ(Tuner::sizeBucket(3), 2);
+  EXPECT_EQ(Tuner::sizeBucket(1024), 10);
+  EXPECT_EQ(Tuner::sizeBucket(1025), 11);
+}
+
+TEST(Tuner, UserRulesOverrideTheModel) {
+  const Topology topo = uniformTopology({2, 2});
+  const CollArgs big = callOn(topo, Collective::AllReduce, 64 << 20);
+  Tuner model(topo, TunerConfig{});
+  Decision byModel;
+  ASSERT_TRUE(model.decide(big, &byModel).isOk());
+  ASSERT_EQ(byModel.source, Source::Model);
+  // Force whatever the model did not pick, with parameters.
+  const char* other = std::string(byModel.choice.builder->name) == "tree" ? "rhd" : "tree";
+  TunerConfig config;
+  ASSERT_TRUE(TuneTable::parse(std::string("allreduce size=1M-* -> ") + other + " lanes=2",
+                               "LOOM_TUNE", &config.rules)
+                  .isOk());
+  Tuner tuned(topo, std::move(config));
+  Decision d;
+  ASSERT_TRUE(tuned.decide(big, &d).isOk());
+  EXPECT_EQ(d.source, Source::Rule);
+  EXPECT_EQ(d.rule, 1);
+  EXPECT_STREQ(d.choice.builder->name, other);
+  EXPECT_EQ(d.choice.params.lanes, 2);
+  EXPECT_EQ(sourceText(d), "rule 1");
+  // Below the rule's range the model decides again.
+  ASSERT_TRUE(tuned.decide(callOn(topo, Collective::AllReduce, 1024), &d).isOk());
+  EXPECT_EQ(d.source, Source::Model);
+  // The model still predicts the overridden choice (loom-tune shows it).
+  EXPECT_GT(tuned.predict(big, *collectives::findBuilder(Collective::AllReduce, other), {}), 0);
+}
+
+TEST(Tuner, FixedParametersBindTheModelAndTheRules) {
+  const Topology topo = uniformTopology({2, 4});
+  TunerConfig config;
+  config.fixed.lanes = 2;
+  config.fixed.fanIn = 3;
+  ASSERT_TRUE(TuneTable::parse("allgather -> ring lanes=4", "LOOM_TUNE", &config.rules).isOk());
+  Tuner tuner(topo, std::move(config));
+  for (const Candidate& c : tuner.candidates(callOn(topo, Collective::AlltoAll, 1 << 20))) {
+    EXPECT_EQ(c.params.lanes, 2) << describe(c);
+    if (readsFanIn(*c.builder)) {
+      EXPECT_EQ(c.params.fanIn, 3) << describe(c);
+    }
+  }
+  Decision d;
+  ASSERT_TRUE(tuner.decide(callOn(topo, Collective::AllGather, 1 << 20), &d).isOk());
+  EXPECT_EQ(d.source, Source::Rule);
+  EXPECT_EQ(d.choice.params.lanes, 2);  // LOOM_LANES beats the rule's lanes=4
+}
+
+TEST(Tuner, WithoutAModelTheBuiltinTableDecides) {
+  const Topology topo = uniformTopology({1, 4});
+  CollArgs small = callOn(topo, Collective::AllReduce, 1024);
+  CollArgs large = callOn(topo, Collective::AllReduce, 1 << 20);
+  Decision d;
+  Tuner none;  // no topology
+  EXPECT_EQ(none.modelOff(), "no topology");
+  ASSERT_TRUE(none.decide(small, &d).isOk());
+  EXPECT_EQ(d.source, Source::Builtin);
+  EXPECT_STREQ(d.choice.builder->name, "rd");
+  EXPECT_EQ(sourceText(d), "built-in 1");
+  ASSERT_TRUE(none.decide(large, &d).isOk());
+  EXPECT_STREQ(d.choice.builder->name, "ring");
+  TunerConfig tableOnly;
+  tableOnly.useModel = false;
+  Tuner table(topo, std::move(tableOnly));
+  EXPECT_EQ(table.modelOff(), "LOOM_TUNER=table");
+  ASSERT_TRUE(table.decide(large, &d).isOk());
+  EXPECT_EQ(d.source, Source::Builtin);
+  // A topology of other ranks than the call's, and alltoallv (no shared size): built-in.
+  Tuner model(topo, TunerConfig{});
+  CollArgs eight = large;
+  eight.nranks = 8;
+  ASSERT_TRUE(model.decide(eight, &d).isOk());
+  EXPECT_EQ(d.source, Source::Builtin);
+  CollArgs v = callOn(topo, Collective::AlltoAllv, 1024);
+  ASSERT_TRUE(model.decide(v, &d).isOk());
+  EXPECT_EQ(d.source, Source::Builtin);
+  EXPECT_STREQ(d.choice.builder->name, "pairwise");
+  EXPECT_TRUE(model.candidates(v).empty());
+}
+
+TEST(Tuner, DecisionTableSummaryMergesEqualDecisions) {
+  Tuner none;
+  CollArgs base;
+  base.nranks = 4;
+  const auto rows =
+      decisionTable(none, base, {Collective::AllReduce, Collective::Broadcast}, 8, 1 << 20);
+  ASSERT_EQ(rows.size(), 2u * 18);  // 8 B .. 1 MiB, powers of two
+  const auto lines = summarize(rows);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0], "allreduce: 8-16K rd (built-in 1); 32K-1M ring (built-in 3)");
+  EXPECT_EQ(lines[1], "broadcast: 8-16K tree (built-in 10); 32K-1M chain (built-in 11)");
+}
+
+}  // namespace
+}  // namespace loom::tuner

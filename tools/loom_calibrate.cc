@@ -1,0 +1,394 @@
+// loom-calibrate: fits a topology model's figures to loom-perf measurements and reports how well
+// the simulator then predicts them (docs/CALIBRATION.md).
+//
+//   loom-perf all_reduce -b 8 -e 64M -f 4 -N 4 -A ring --json ring.json   # one per algorithm
+//   loom-calibrate --uniform 1x4 --cores 2 --out model.json --markdown report.md *.json
+#include <getopt.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "perf/perf_common.h"
+#include "tools/model_args.h"
+#include "topology/topology.h"
+#include "tuner/calibrate.h"
+#include "tuner/uniform_topology.h"
+
+namespace {
+
+namespace perf = loom::perf;
+namespace topology = loom::topology;
+using loom::Status;
+using loom::strprintf;
+using loom::tuner::MeasuredPoint;
+
+const char kUsage[] =
+    "usage: loom-calibrate (--topo FILE | --uniform HxR) [options] PERF.json...\n"
+    "  PERF.json           loom-perf --json output, one forced algorithm per file (-A NAME);\n"
+    "                      rows with algorithm \"auto\" or count 0 are left out, and the\n"
+    "                      rows of repeated runs become their median\n"
+    "  --cores N           cores the ranks of each host share (default: the model's)\n"
+    "  --cache BYTES       last-level cache the ranks of each host share (K, M, G suffixes;\n"
+    "                      default: the model's); its bandwidth is fitted\n"
+    "  --slices K          simulator pipelining pieces per step (default 4)\n"
+    "  --max-evals N       simulations of the whole set the fit may run (default 3000)\n"
+    "  --no-fit            only validate the model as it is\n"
+    "  --name NAME         the fitted model's name (default: the base's + \"-calibrated\")\n"
+    "  --out FILE          write the fitted model (JSON, docs/TOPOLOGY.md)\n"
+    "  --markdown FILE     write the report as Markdown too (it always goes to stdout)\n";
+
+struct Args {
+  std::string topoFile, name, outFile, markdownFile;
+  loom::tuner::UniformCluster uniform;
+  bool useUniform = false;
+  int cores = 0;
+  uint64_t cacheBytes = 0;
+  loom::tuner::CalibrationOptions options;
+  std::vector<std::string> inputs;
+};
+
+bool fail(const std::string& message) {
+  fprintf(stderr, "loom-calibrate: %s\n%s", message.c_str(), kUsage);
+  return false;
+}
+
+bool parseCount(const char* text, int lo, int* out) {
+  char* end = nullptr;
+  const long v = strtol(text, &end, 10);
+  if (end == text || *end || v < lo || v > 1 << 20) return false;
+  *out = int(v);
+  return true;
+}
+
+bool parseArgs(int argc, char** argv, Args* a) {
+  enum {
+    kTopo = 1,
+    kUniform,
+    kCores,
+    kCache,
+    kSlices,
+    kMaxEvals,
+    kNoFit,
+    kName,
+    kOut,
+    kMarkdown,
+    kHelp
+  };
+  static const option kOptions[] = {{"topo", required_argument, nullptr, kTopo},
+                                    {"uniform", required_argument, nullptr, kUniform},
+                                    {"cores", required_argument, nullptr, kCores},
+                                    {"cache", required_argument, nullptr, kCache},
+                                    {"slices", required_argument, nullptr, kSlices},
+                                    {"max-evals", required_argument, nullptr, kMaxEvals},
+                                    {"no-fit", no_argument, nullptr, kNoFit},
+                                    {"name", required_argument, nullptr, kName},
+                                    {"out", required_argument, nullptr, kOut},
+                                    {"markdown", required_argument, nullptr, kMarkdown},
+                                    {"help", no_argument, nullptr, kHelp},
+                                    {nullptr, 0, nullptr, 0}};
+  for (int opt; (opt = getopt_long(argc, argv, "", kOptions, nullptr)) != -1;) {
+    const std::string v = optarg ? optarg : "";
+    switch (opt) {
+      case kTopo:
+        a->topoFile = v;
+        break;
+      case kUniform:
+        if (!loom::tools::parseUniformShape(v, &a->uniform))
+          return fail("--uniform wants HOSTSxRANKS, e.g. 1x4, not '" + v + "'");
+        a->useUniform = true;
+        break;
+      case kCores:
+        if (!parseCount(optarg, 1, &a->cores))
+          return fail("--cores wants a count >= 1, not '" + v + "'");
+        break;
+      case kCache: {
+        auto bytes = perf::parseSize(v);
+        if (!bytes || *bytes == 0) return fail("--cache wants a size such as 32M, not '" + v + "'");
+        a->cacheBytes = *bytes;
+        break;
+      }
+      case kSlices:
+        if (!parseCount(optarg, 1, &a->options.sim.slices) ||
+            a->options.sim.slices > loom::tuner::SimOptions::kMaxSlices)
+          return fail(strprintf("--slices wants 1..%d, not '%s'",
+                                loom::tuner::SimOptions::kMaxSlices, v.c_str()));
+        break;
+      case kMaxEvals:
+        if (!parseCount(optarg, 1, &a->options.maxEvaluations))
+          return fail("--max-evals wants a count >= 1, not '" + v + "'");
+        break;
+      case kNoFit:
+        a->options.fit = false;
+        break;
+      case kName:
+        a->name = v;
+        break;
+      case kOut:
+        a->outFile = v;
+        break;
+      case kMarkdown:
+        a->markdownFile = v;
+        break;
+      case kHelp:
+        printf("%s", kUsage);
+        exit(0);
+      default:
+        return fail("unknown option");
+    }
+  }
+  for (int i = optind; i < argc; ++i) a->inputs.push_back(argv[i]);
+  if (a->topoFile.empty() == !a->useUniform) return fail("give one of --topo and --uniform");
+  if (a->inputs.empty()) return fail("no loom-perf --json files given");
+  return true;
+}
+
+Status readFile(const std::string& path, std::string* text) {
+  std::ifstream in(path);
+  if (!in) return Status(loomSystemError, "cannot open '" + path + "'");
+  std::stringstream s;
+  s << in.rdbuf();
+  *text = s.str();
+  return Status::ok();
+}
+
+double number(const perf::JsonValue* v) {
+  return v && v->kind == perf::JsonValue::Kind::kNumber ? v->number : -1;
+}
+std::string text(const perf::JsonValue* v) {
+  return v && v->kind == perf::JsonValue::Kind::kString ? v->text : std::string();
+}
+
+// The forced-algorithm rows of one loom-perf --json file; *hosts gets the run's host count,
+// *autoRows the rows left out because loom picked their algorithm.
+Status readMeasurements(const std::string& path, std::vector<MeasuredPoint>* out, int* hosts,
+                        size_t* autoRows) {
+  std::string body, error;
+  LOOM_TRY(readFile(path, &body));
+  auto doc = perf::parseJson(body, &error);
+  if (!doc) return Status(loomInvalidArgument, path + ": not JSON: " + error);
+  if (text(doc->find("schema")) != "loom-perf/1")
+    return Status(loomInvalidArgument, path + ": not loom-perf --json output (schema loom-perf/1)");
+  const std::string collName = text(doc->find("collective"));
+  auto perfColl = perf::parseCollective(collName);
+  loom::collectives::Collective coll;
+  if (!perfColl || !loom::tools::planCollective(*perfColl, &coll))
+    return Status(loomInvalidArgument,
+                  path + ": collective '" + collName + "' has no builders to calibrate");
+  const int ranks = int(number(doc->find("ranks")));
+  *hosts = int(number(doc->find("hosts")));
+  const perf::JsonValue* rows = doc->find("rows");
+  if (ranks < 1 || !rows || rows->kind != perf::JsonValue::Kind::kArray)
+    return Status(loomInvalidArgument, path + ": no 'ranks' or no 'rows'");
+  for (size_t i = 0; i < rows->items.size(); ++i) {
+    const perf::JsonValue& row = rows->items[i];
+    const std::string where = strprintf("%s: rows[%zu]", path.c_str(), i);
+    MeasuredPoint p;
+    p.coll = coll;
+    p.algorithm = text(row.find("algorithm"));
+    if (p.algorithm == "auto") {  // which builder ran is not recorded
+      ++*autoRows;
+      continue;
+    }
+    auto dtype = perf::parseDtype(text(row.find("type")));
+    const perf::JsonValue* oop = row.find("out_of_place");
+    const double timeUs = number(oop ? oop->find("time_us") : nullptr);
+    const double bytes = number(row.find("size")), count = number(row.find("count"));
+    if (p.algorithm.empty() || !dtype || timeUs <= 0 || bytes < 0 || count < 0)
+      return Status(loomInvalidArgument,
+                    where + ": needs algorithm, type, size, count and out_of_place.time_us");
+    if (count == 0) continue;  // moves nothing: the API's overhead is not in the model
+    p.elemSize = uint32_t(perf::dtypeBytes(*dtype));
+    p.count = uint64_t(count);
+    p.bytes = uint64_t(bytes);
+    p.nranks = ranks;
+    p.time = timeUs * 1e-6;
+    out->push_back(p);
+  }
+  return Status::ok();
+}
+
+// Repeated runs of one algorithm become one point per size: the median of their times, which
+// a run disturbed by other load on the machine does not move.
+std::vector<MeasuredPoint> medians(const std::vector<MeasuredPoint>& points) {
+  std::map<std::tuple<int, std::string, uint64_t, uint32_t, int>, std::vector<MeasuredPoint>> same;
+  for (const MeasuredPoint& p : points)
+    same[{int(p.coll), p.algorithm, p.bytes, p.elemSize, p.nranks}].push_back(p);
+  std::vector<MeasuredPoint> out;
+  for (auto& [key, group] : same) {
+    std::sort(group.begin(), group.end(),
+              [](const MeasuredPoint& x, const MeasuredPoint& y) { return x.time < y.time; });
+    MeasuredPoint p = group[group.size() / 2];
+    if (group.size() % 2 == 0) p.time = (group[group.size() / 2 - 1].time + p.time) / 2;
+    out.push_back(p);
+  }
+  return out;
+}
+
+std::string sizeText(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB"};
+  int u = 0;
+  while (u < 3 && bytes >= 1024 && bytes % 1024 == 0) bytes /= 1024, ++u;
+  return strprintf("%llu %s", (unsigned long long)bytes, units[u]);
+}
+
+std::string knobValue(const loom::tuner::Knob& k) {
+  using What = loom::tuner::Knob::What;
+  switch (k.what) {
+    case What::MemBandwidth:
+    case What::CacheBandwidth:
+      return strprintf("%.3g GB/s", k.value / 1e9);
+    case What::StepOverhead:
+      return strprintf("%.3g us", k.value * 1e6);
+    default:
+      return strprintf("%.4g", k.value);
+  }
+}
+
+// The fitted figures of each link kind: every distinct (latency, bandwidth) of its links.
+std::string linkFigures(const topology::Topology& t) {
+  std::map<std::string, std::vector<std::pair<double, double>>> kinds;
+  for (const topology::Link& l : t.links) {
+    auto& v = kinds[l.kind];
+    if (std::find(v.begin(), v.end(), std::make_pair(l.latency, l.bandwidth)) == v.end())
+      v.emplace_back(l.latency, l.bandwidth);
+  }
+  std::string s = "| link kind | latency per link | bandwidth |\n| --- | ---: | ---: |\n";
+  for (const auto& [kind, figures] : kinds)
+    for (const auto& [latency, bandwidth] : figures)
+      s +=
+          strprintf("| %s | %.3g us | %.3g GB/s |\n", kind.c_str(), latency * 1e6, bandwidth / 1e9);
+  return s;
+}
+
+std::string report(const Args& a, const loom::tuner::Calibration& c, size_t runs, size_t ignored) {
+  const auto collName = [](loom::collectives::Collective x) {
+    return loom::collectives::collectiveName(x);
+  };
+  std::string s = strprintf("## Model '%s'\n\n", c.topo.name.c_str());
+  s += strprintf(
+      "%zu points (medians of %zu measured rows; %zu \"auto\" rows left out), %d "
+      "simulations of the set, %d slices per step.\n\n",
+      c.points.size(), runs, ignored, c.evaluations, a.options.sim.slices);
+  s += a.options.fit ? "| fitted | value |\n| --- | ---: |\n"
+                     : "| as given (--no-fit) | value |\n| --- | ---: |\n";
+  for (const auto& k : c.knobs)
+    s += "| " + loom::tuner::knobName(k) + " | " + knobValue(k) + " |\n";
+  const std::vector<int32_t> hosts = c.topo.hostNodes();
+  if (!hosts.empty())
+    s += strprintf("| cores per host (given) | %d |\n", c.topo.nodes[size_t(hosts[0])].cpu.cores);
+  s += "\n" + linkFigures(c.topo);
+  s += "\n## Validation\n\n| collective | algorithm | size | measured (us) | predicted (us) | "
+       "error |\n| --- | --- | ---: | ---: | ---: | ---: |\n";
+  size_t within = 0, predicted = 0;
+  for (const auto& p : c.points) {
+    s += strprintf("| %s | %s | %s | %.1f | ", collName(p.point.coll), p.point.algorithm.c_str(),
+                   sizeText(p.point.bytes).c_str(), p.point.time * 1e6);
+    if (p.predicted <= 0) {
+      s += "– | " + p.failure + " |\n";
+      continue;
+    }
+    const double err = p.predicted / p.point.time - 1;
+    ++predicted;
+    within += std::abs(err) <= 0.15;
+    s += strprintf("%.1f | %+.0f%% |\n", p.predicted * 1e6, err * 100);
+  }
+  s += strprintf(
+      "\nMedian |error| **%.1f%%** (target ≤ 15%%), worst ratio **%.2f×** (target ≤ "
+      "2×), %zu of %zu points within 15%%.\n",
+      c.medianAbsError * 100, c.maxRatio, within, predicted);
+  s += "\n## Regret of choosing the lowest prediction\n\n| collective | size | best measured | "
+       "lowest predicted | regret |\n| --- | ---: | --- | --- | ---: |\n";
+  double worst = 0;
+  size_t fine = 0;
+  const auto regrets = loom::tuner::regrets(c.points);
+  for (const auto& r : regrets) {
+    s += strprintf("| %s | %s | %s | %s | %.0f%% |\n", collName(r.coll), sizeText(r.bytes).c_str(),
+                   r.best.c_str(), r.chosen.c_str(), r.regret * 100);
+    worst = std::max(worst, r.regret);
+    fine += r.regret <= 0.10;
+  }
+  s += strprintf(
+      "\n%zu of %zu sizes within 10%% of the best measured algorithm; worst regret "
+      "%.0f%%.\n",
+      fine, regrets.size(), worst * 100);
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  if (!parseArgs(argc, argv, &a)) return 2;
+  topology::Topology base;
+  std::string error;
+  if (!loom::tools::loadModel(a.topoFile, a.useUniform ? &a.uniform : nullptr, 0, &base, &error)) {
+    fprintf(stderr, "loom-calibrate: %s\n", error.c_str());
+    return 1;
+  }
+  a.options.settings = loom::tuner::communicatorSettings();
+  for (topology::Node& n : base.nodes) {
+    if (n.kind != topology::NodeKind::Host) continue;
+    if (a.cores > 0) n.cpu.cores = a.cores;
+    if (a.cacheBytes > 0) n.cpu.cacheBytes = a.cacheBytes;
+  }
+  std::vector<MeasuredPoint> points;
+  size_t ignored = 0;
+  for (const std::string& path : a.inputs) {
+    int hosts = 0;
+    const size_t before = points.size();
+    if (Status st = readMeasurements(path, &points, &hosts, &ignored); !st.isOk()) {
+      fprintf(stderr, "loom-calibrate: %s\n", st.message().c_str());
+      return 1;
+    }
+    const int nranks = points.size() > before ? points.back().nranks : 0;
+    if (nranks > int(base.ranks.size())) {
+      fprintf(stderr, "loom-calibrate: %s ran on %d ranks; the model '%s' has only %zu\n",
+              path.c_str(), nranks, base.name.c_str(), base.ranks.size());
+      return 1;
+    }
+    int modelHosts = 0;
+    std::vector<int32_t> seen;
+    for (int r = 0; r < nranks; ++r)
+      if (std::find(seen.begin(), seen.end(), base.ranks[size_t(r)].host) == seen.end())
+        seen.push_back(base.ranks[size_t(r)].host), ++modelHosts;
+    if (nranks > 0 && hosts > 0 && hosts != modelHosts) {
+      fprintf(stderr, "loom-calibrate: %s ran on %d hosts; the model puts its %d ranks on %d\n",
+              path.c_str(), hosts, nranks, modelHosts);
+      return 1;
+    }
+  }
+  const size_t runs = points.size();
+  points = medians(points);
+  loom::tuner::Calibration c;
+  if (Status st = loom::tuner::calibrate(points, base, a.options, &c); !st.isOk()) {
+    fprintf(stderr, "loom-calibrate: %s\n", st.message().c_str());
+    return 1;
+  }
+  if (!a.name.empty() || a.options.fit)
+    c.topo.name = a.name.empty() ? base.name + "-calibrated" : a.name;
+  const std::string text = report(a, c, runs, ignored);
+  fputs(text.c_str(), stdout);
+  if (!a.markdownFile.empty()) {
+    std::ofstream md(a.markdownFile);
+    md << text;
+    if (!md.flush()) {
+      fprintf(stderr, "loom-calibrate: cannot write '%s'\n", a.markdownFile.c_str());
+      return 1;
+    }
+  }
+  if (!a.outFile.empty()) {
+    if (Status st = topology::saveTopology(c.topo, a.outFile); !st.isOk()) {
+      fprintf(stderr, "loom-calibrate: %s\n", st.message().c_str());
+      return 1;
+    }
+  }
+  return 0;
+}

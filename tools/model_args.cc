@@ -1,0 +1,88 @@
+#include "tools/model_args.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+namespace loom::tools {
+
+bool planCollective(perf::Collective c, collectives::Collective* out) {
+  using collectives::Collective;
+  switch (c) {
+    case perf::Collective::kAllReduce:
+      *out = Collective::AllReduce;
+      return true;
+    case perf::Collective::kAllGather:
+      *out = Collective::AllGather;
+      return true;
+    case perf::Collective::kReduceScatter:
+      *out = Collective::ReduceScatter;
+      return true;
+    case perf::Collective::kAllToAll:
+      *out = Collective::AlltoAll;
+      return true;
+    case perf::Collective::kBroadcast:
+      *out = Collective::Broadcast;
+      return true;
+    case perf::Collective::kReduce:
+      *out = Collective::Reduce;
+      return true;
+    case perf::Collective::kSendRecv:
+      return false;
+  }
+  return false;
+}
+
+bool parseSizeSweep(const std::string& s, size_t* minBytes, size_t* maxBytes, int* factor) {
+  size_t c1 = s.find(':'), c2 = s.find(':', c1 == std::string::npos ? c1 : c1 + 1);
+  if (c1 == std::string::npos || c2 == std::string::npos) return false;
+  auto lo = perf::parseSize(s.substr(0, c1)), hi = perf::parseSize(s.substr(c1 + 1, c2 - c1 - 1));
+  char* end = nullptr;
+  long f = strtol(s.c_str() + c2 + 1, &end, 10);
+  if (!lo || !hi || *end || f < 2 || *lo > *hi) return false;
+  *minBytes = *lo;
+  *maxBytes = *hi;
+  *factor = int(f);
+  return true;
+}
+
+bool parseUniformShape(const std::string& text, tuner::UniformCluster* out) {
+  return sscanf(text.c_str(), "%dx%d", &out->hosts, &out->ranksPerHost) == 2 && out->hosts >= 1 &&
+         out->ranksPerHost >= 1;
+}
+
+bool loadModel(const std::string& topoFile, const tuner::UniformCluster* uniform, int ranks,
+               topology::Topology* out, std::string* error) {
+  if (uniform != nullptr) {
+    *out = tuner::uniformTopology(*uniform);
+  } else {
+    Status st = topology::loadTopology(topoFile, out);
+    if (!st.isOk()) {
+      *error = st.message();
+      return false;
+    }
+  }
+  if (ranks < 0 || ranks > int(out->ranks.size())) {
+    *error = "--ranks " + std::to_string(ranks) + ", but the topology has " +
+             std::to_string(out->ranks.size()) + " ranks";
+    return false;
+  }
+  if (ranks > 0) out->ranks.resize(size_t(ranks));
+  if (out->ranks.empty()) {
+    *error = "the topology has no ranks";
+    return false;
+  }
+  return true;
+}
+
+std::vector<int32_t> hostsByFirstAppearance(const topology::Topology& topo) {
+  std::vector<int32_t> seen, hostOf;
+  for (const auto& r : topo.ranks) {
+    auto pos = std::find(seen.begin(), seen.end(), r.host);
+    hostOf.push_back(int32_t(pos - seen.begin()));
+    if (pos == seen.end()) seen.push_back(r.host);
+  }
+  return hostOf;
+}
+
+}  // namespace loom::tools

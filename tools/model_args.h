@@ -1,0 +1,32 @@
+// Command-line pieces that loom-sim and loom-tune share: the model to work on (--topo FILE or
+// --uniform HxR), the size sweep (--sizes MIN:MAX:F) and the collective (nccl-tests' names).
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "collectives/plan.h"
+#include "perf/perf_common.h"
+#include "topology/topology.h"
+#include "tuner/uniform_topology.h"
+
+namespace loom::tools {
+
+// The plan IR's collective for perf's (nccl-tests') one; send/recv has no builders to choose.
+bool planCollective(perf::Collective c, collectives::Collective* out);
+
+// "MIN:MAX:F": sizes in bytes from MIN to MAX, times F (K, M, G suffixes).
+bool parseSizeSweep(const std::string& text, size_t* minBytes, size_t* maxBytes, int* factor);
+
+// "HxR": H hosts of R ranks each.
+bool parseUniformShape(const std::string& text, tuner::UniformCluster* out);
+
+// The model named on the command line: the JSON file, else the uniform cluster; then only its
+// first `ranks` ranks when ranks > 0. On failure *error says why.
+bool loadModel(const std::string& topoFile, const tuner::UniformCluster* uniform, int ranks,
+               topology::Topology* out, std::string* error);
+
+// Host index of every rank of topo, numbered by first appearance (CollArgs::hostOf).
+std::vector<int32_t> hostsByFirstAppearance(const topology::Topology& topo);
+
+}  // namespace loom::tools

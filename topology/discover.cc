@@ -1,0 +1,286 @@
+// The communicator's topology builder, the choice of measuring pairs, and the per-host cache.
+#include "topology/discover.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include "core/params.h"
+#include "topology/analysis.h"
+#include "topology/builders.h"
+#include "topology/probe.h"
+
+namespace loom::topology {
+
+const char* linkKindName(LinkKind k) {
+  switch (k) {
+    case LinkKind::SameNuma:
+      return "same-NUMA";
+    case LinkKind::CrossNuma:
+      return "cross-NUMA";
+    case LinkKind::Network:
+      return "network";
+  }
+  return "?";
+}
+
+const char* figureSourceName(FigureSource s) {
+  switch (s) {
+    case FigureSource::Default:
+      return "default";
+    case FigureSource::Cached:
+      return "cached";
+    case FigureSource::Measured:
+      return "measured";
+  }
+  return "?";
+}
+
+LinkFigures defaultFigures(LinkKind k) {
+  const LocalLinkFigures local;
+  switch (k) {
+    case LinkKind::SameNuma:
+      return {local.memory.latency, local.memory.bandwidth};
+    case LinkKind::CrossNuma:
+      return {local.memory.latency + local.interSocket.latency,
+              std::min(local.memory.bandwidth, local.interSocket.bandwidth)};
+    case LinkKind::Network:
+      return {25e-6, 10e9 / 8};
+  }
+  return {};
+}
+
+namespace {
+
+LinkFigures orDefault(const LinkFigures& f, LinkKind k) {
+  return f.known() ? f : defaultFigures(k);
+}
+
+// Host names as node names: unique (network namespaces of one machine share a hostname).
+std::vector<std::string> uniqueHostNames(const std::vector<HostDescription>& hosts) {
+  std::vector<std::string> names;
+  std::set<std::string> seen;
+  for (size_t h = 0; h < hosts.size(); ++h) {
+    std::string name = hosts[h].name.empty() ? "host" : hosts[h].name;
+    if (!seen.insert(name).second) {
+      name += "-" + std::to_string(h);
+      seen.insert(name);
+    }
+    names.push_back(name);
+  }
+  return names;
+}
+
+}  // namespace
+
+Topology buildCommTopology(const std::string& name, const CommDescription& d) {
+  TopologyBuilder b(name);
+  std::vector<std::string> names = uniqueHostNames(d.hosts);
+  std::vector<std::vector<int32_t>> hubs(d.hosts.size());
+  for (size_t h = 0; h < d.hosts.size(); ++h) {
+    const HostDescription& host = d.hosts[h];
+    int32_t hostNode = b.addHost(names[h]);
+    b.node(hostNode).cpu.cores = std::max(0, host.cores);
+    LinkFigures same = orDefault(host.sameNuma, LinkKind::SameNuma);
+    LinkFigures cross = orDefault(host.crossNuma, LinkKind::CrossNuma);
+    // Rank → hub → hub → rank must cost the measured cross-NUMA figures: the hub-to-hub link
+    // carries what crossing adds to a same-NUMA copy.
+    LinkSpec socketLink{cross.bandwidth, std::max(0.0, cross.latency - same.latency), "upi"};
+    for (int n = 0; n < std::max(1, host.numaNodes); ++n) {
+      hubs[h].push_back(
+          b.addNode(NodeKind::Numa, names[h] + "/numa" + std::to_string(n), int32_t(h)));
+      for (size_t p = 0; p + 1 < hubs[h].size(); ++p)
+        b.connect(hubs[h][p], hubs[h].back(), socketLink);
+    }
+  }
+  for (size_t r = 0; r < d.rankHost.size(); ++r) {
+    size_t h = size_t(d.rankHost[r]);
+    int numa = r < d.rankNuma.size() ? d.rankNuma[r] : 0;
+    int32_t hub = hubs[h][size_t(std::clamp(numa, 0, int(hubs[h].size()) - 1))];
+    LinkFigures same = orDefault(d.hosts[h].sameNuma, LinkKind::SameNuma);
+    b.addCpuRank(int32_t(h), hub, {same.bandwidth, same.latency, "shm"});
+  }
+  if (d.hosts.size() > 1) {
+    // Rank → hub → NIC → switch → NIC → hub → rank: the two NIC-switch hops carry what the
+    // network adds to a same-NUMA copy of host 0 (never less than a quarter of the total, so
+    // a noisy measurement cannot make the network free).
+    LinkFigures net = orDefault(d.network, LinkKind::Network);
+    LinkFigures same0 = orDefault(d.hosts[0].sameNuma, LinkKind::SameNuma);
+    double hop = std::max((net.latency - same0.latency) / 2, net.latency / 4);
+    LinkSpec pcie{LocalLinkFigures().pcieBandwidth, 0, "pcie"};
+    int32_t fabric = b.addNode(NodeKind::Switch, "switch", -1);
+    for (size_t h = 0; h < d.hosts.size(); ++h) {
+      int32_t nic = b.addNode(NodeKind::Nic, names[h] + "/nic0", int32_t(h));
+      b.connect(hubs[h][0], nic, pcie);
+      b.connect(nic, fabric, {net.bandwidth, hop, "tcp"});
+    }
+  }
+  return b.take();
+}
+
+int boundNumaNode(const std::vector<int>& allowedCpus,
+                  const std::vector<std::vector<int>>& numaCpus) {
+  if (allowedCpus.empty()) return -1;
+  for (size_t n = 0; n < numaCpus.size(); ++n) {
+    const std::vector<int>& node = numaCpus[n];
+    bool inside = std::all_of(allowedCpus.begin(), allowedCpus.end(), [&](int cpu) {
+      return std::find(node.begin(), node.end(), cpu) != node.end();
+    });
+    if (inside) return int(n);
+  }
+  return -1;
+}
+
+std::vector<MeasurePair> measurementPairs(const std::vector<int32_t>& rankHost,
+                                          const std::vector<int32_t>& rankNuma,
+                                          const std::vector<bool> wanted[kLinkKinds]) {
+  int hosts = rankHost.empty() ? 0 : *std::max_element(rankHost.begin(), rankHost.end()) + 1;
+  std::vector<std::vector<int32_t>> ranksOf(size_t(std::max(0, hosts)));
+  for (size_t r = 0; r < rankHost.size(); ++r) ranksOf[size_t(rankHost[r])].push_back(int32_t(r));
+  auto numa = [&](int32_t r) { return std::max(0, rankNuma[size_t(r)]); };
+  auto want = [&](LinkKind k, int h) {
+    const std::vector<bool>& w = wanted[int(k)];
+    return size_t(h) < w.size() && w[size_t(h)];
+  };
+  std::vector<MeasurePair> pairs;
+  for (LinkKind kind : {LinkKind::SameNuma, LinkKind::CrossNuma}) {
+    bool sameNode = kind == LinkKind::SameNuma;
+    for (int h = 0; h < hosts; ++h) {
+      if (!want(kind, h)) continue;
+      const std::vector<int32_t>& ranks = ranksOf[size_t(h)];
+      bool found = false;
+      for (size_t i = 0; i < ranks.size() && !found; ++i)
+        for (size_t j = i + 1; j < ranks.size() && !found; ++j)
+          if ((numa(ranks[i]) == numa(ranks[j])) == sameNode) {
+            pairs.push_back({kind, h, ranks[i], ranks[j]});
+            found = true;
+          }
+    }
+  }
+  if (hosts > 1 && want(LinkKind::Network, 0))
+    pairs.push_back({LinkKind::Network, 0, ranksOf[0][0], ranksOf[1][0]});
+  return pairs;
+}
+
+namespace {
+
+using nlohmann::json;
+
+std::string readLine(const char* path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line.empty() ? "?" : line;
+}
+
+}  // namespace
+
+uint64_t hostIdentity(std::string* hostname) {
+  char name[64] = {};
+  gethostname(name, sizeof(name) - 1);
+  *hostname = name;
+  std::string bootId;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> bootId;
+  struct stat st = {};
+  stat("/proc/self/ns/net", &st);
+  return hash64(*hostname + "\n" + bootId + "\n" + std::to_string(st.st_ino));
+}
+
+std::string linkCacheKey(LinkKind kind, const std::string& transport, uint64_t peerHostId) {
+  std::string key = std::string(linkKindName(kind)) + "/" + transport;
+  if (kind == LinkKind::Network) key += strprintf("/%016llx", (unsigned long long)peerHostId);
+  return key;
+}
+
+std::string hostSignature(const std::string& hostname, uint64_t hostId) {
+  return strprintf("%s id=%016llx cpus=%ld numa=%s", hostname.c_str(), (unsigned long long)hostId,
+                   sysconf(_SC_NPROCESSORS_CONF),
+                   readLine("/sys/devices/system/node/online").c_str());
+}
+
+std::string hostCachePath(const std::string& dir, const std::string& signature) {
+  return dir + "/host-" + strprintf("%016llx", (unsigned long long)hash64(signature)) + ".json";
+}
+
+Status loadHostCache(const std::string& dir, const std::string& signature, HostCache* out) {
+  std::string path = hostCachePath(dir, signature);
+  std::ifstream in(path);
+  if (!in) return errorf(loomInvalidUsage, "no cache entry %s", path.c_str());
+  HostCache cache;
+  try {
+    json doc = json::parse(in);
+    cache.signature = doc.at("signature").get<std::string>();
+    // Another host whose signature hashes the same: not ours, as if absent.
+    if (cache.signature != signature)
+      return errorf(loomInvalidUsage, "%s belongs to another host (%s)", path.c_str(),
+                    cache.signature.c_str());
+    cache.cores = doc.at("cores").get<int>();
+    cache.numaCpus = doc.at("numaCpus").get<std::vector<std::vector<int>>>();
+    for (const auto& [key, figures] : doc.at("links").items())
+      cache.links[key] = {figures.at("latency").get<double>(),
+                          figures.at("bandwidth").get<double>()};
+  } catch (const json::exception& e) {
+    return errorf(loomSystemError, "the topology cache %s is malformed (%s); delete it",
+                  path.c_str(), e.what());
+  }
+  *out = std::move(cache);
+  return Status::ok();
+}
+
+Status writeFileAtomically(const std::string& path, const std::string& text) {
+  std::error_code ec;
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+  if (ec)
+    return errorf(loomSystemError, "cannot create the cache directory %s: %s", dir.c_str(),
+                  ec.message().c_str());
+  // Unique per writer, so ranks starting together never write into one temporary file.
+  std::string tmp =
+      path + strprintf(".%d.%llx.tmp", int(getpid()), (unsigned long long)std::random_device()());
+  {
+    std::ofstream outFile(tmp, std::ios::trunc);
+    outFile << text;
+    if (!outFile.flush())
+      return errorf(loomSystemError, "cannot write %s: %s", tmp.c_str(), strerror(errno));
+  }
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    Status st = errorf(loomSystemError, "cannot rename %s to %s: %s", tmp.c_str(), path.c_str(),
+                       strerror(errno));
+    unlink(tmp.c_str());
+    return st;
+  }
+  return Status::ok();
+}
+
+Status saveHostCache(const std::string& dir, const HostCache& cache) {
+  json links = json::object();
+  for (const auto& [key, f] : cache.links)
+    links[key] = {{"latency", f.latency}, {"bandwidth", f.bandwidth}};
+  json doc = {{"signature", cache.signature},
+              {"cores", cache.cores},
+              {"numaCpus", cache.numaCpus},
+              {"links", links}};
+  return writeFileAtomically(hostCachePath(dir, cache.signature), doc.dump(1) + "\n");
+}
+
+std::string cacheDirectory() {
+  std::string dir = params::getString("LOOM_CACHE_DIR");
+  if (!dir.empty()) return dir;
+  if (const char* xdg = getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0')
+    return std::string(xdg) + "/loom";
+  if (const char* home = getenv("HOME"); home != nullptr && *home != '\0')
+    return std::string(home) + "/.cache/loom";
+  return "";
+}
+
+}  // namespace loom::topology

@@ -1,0 +1,203 @@
+// Layout of the arena segment: ArenaHeader, one ArenaMember per rank of the host (in rank
+// order), padding to a page, then the data (two halves, see nextCallBase).
+#include "transports/shm/shm_arena.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <new>
+
+#include "core/log.h"
+#include "transports/shm/shm_transport.h"
+#include "transports/shm/shm_util.h"
+
+namespace loom::transports {
+
+constexpr uint64_t kArenaMagic = 0x316e7261656d6f6cull;  // "lomearn1"
+constexpr uint64_t kLineBytes = 64;
+
+struct alignas(kPad) ArenaHeader {
+  std::atomic<uint64_t> magic;  // kArenaMagic once the creator has initialized the rest
+  uint32_t members;
+  uint64_t dataBytes;
+  uint64_t dataOffset;
+  alignas(kPad) std::atomic<uint32_t> attached;    // members that mapped the segment
+  alignas(kPad) std::atomic<uint32_t> arrived;     // members at the current barrier
+  alignas(kPad) std::atomic<uint32_t> generation;  // barriers passed; the futex word
+  alignas(kPad) std::atomic<uint32_t> sleepers;    // members that may be in FUTEX_WAIT
+};
+
+struct ArenaMember {
+  int32_t rank;
+  int32_t pid;
+  uint64_t pidNamespace;
+  std::atomic<uint32_t> present;  // 1 once rank, pid and pidNamespace are valid
+  std::atomic<uint64_t> arrivals;  // barriers this member has arrived at (error messages)
+};
+
+namespace {
+
+size_t dataOffset(int members) {
+  return alignUp(sizeof(ArenaHeader) + size_t(members) * sizeof(ArenaMember), kPage);
+}
+
+}  // namespace
+
+uint64_t ShmArena::callBytes(uint64_t dataBytes) { return dataBytes / 2 / kLineBytes * kLineBytes; }
+
+Status ShmArena::open(const CommContext& ctx, uint64_t dataBytes, const Deadline& deadline,
+                      std::unique_ptr<ShmArena>* out) {
+  std::unique_ptr<ShmArena> arena(new ShmArena());
+  LOOM_TRY(arena->attach(ctx, dataBytes, deadline));
+  *out = std::move(arena);
+  return Status::ok();
+}
+
+Status ShmArena::attach(const CommContext& ctx, uint64_t dataBytes, const Deadline& deadline) {
+  const uint64_t host = ctx.peers[size_t(ctx.rank)].hostId;
+  int lowest = -1;
+  for (const PeerInfo& p : ctx.peers) {
+    if (p.hostId != host) continue;
+    if (lowest < 0) lowest = p.rank;
+    if (p.rank == ctx.rank) localIndex_ = members_;
+    memberRanks_.push_back(p.rank);
+    ++members_;
+  }
+  name_ = "/" + shmNamePrefix(ctx.commHash) + strprintf("arena-%016llx", (unsigned long long)host);
+  const size_t offset = dataOffset(members_), total = offset + dataBytes;
+  creator_ = localIndex_ == 0;
+  if (creator_) {
+    Fd fd(shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600));
+    if (fd.get() < 0)
+      return errorf(loomSystemError, "shm: cannot create the direct arena %s: %s", name_.c_str(),
+                    strerror(errno));
+    LOOM_TRY(allocateFd(fd.get(), total, name_));
+    LOOM_TRY(mapFd(fd.get(), total, name_, &mapping_));
+    header_ = new (mapping_->base()) ArenaHeader();
+    header_->members = uint32_t(members_);
+    header_->dataBytes = dataBytes;
+    header_->dataOffset = offset;
+    for (int i = 0; i < members_; ++i)
+      new (mapping_->base() + sizeof(ArenaHeader) + i * sizeof(ArenaMember)) ArenaMember();
+    header_->magic.store(kArenaMagic, std::memory_order_release);
+  } else {
+    // The header first: it says whether the ranks agree on the arena, before the whole of it
+    // is mapped (the creator sized the segment before it published the magic).
+    const size_t headerBytes = alignUp(sizeof(ArenaHeader), kPage);
+    int fd = -1;
+    struct stat st = {};
+    const bool opened = waitUntil(deadline, [&] {
+      if (fd < 0) fd = shm_open(name_.c_str(), O_RDWR, 0);
+      return fd >= 0 && fstat(fd, &st) == 0 && size_t(st.st_size) >= headerBytes;
+    });
+    Fd holder(fd);
+    if (!opened)
+      return errorf(loomTimeout,
+                    "shm: timed out waiting for rank %d to create the direct arena %s (%s)", lowest,
+                    name_.c_str(), fd < 0 ? strerror(errno) : "too small");
+    std::unique_ptr<Mapping> head;
+    LOOM_TRY(mapFd(fd, headerBytes, name_, &head));
+    const auto* h = reinterpret_cast<const ArenaHeader*>(head->base());
+    if (!waitUntil(deadline,
+                   [&] { return h->magic.load(std::memory_order_acquire) == kArenaMagic; }))
+      return errorf(loomTimeout, "shm: timed out waiting for rank %d to initialize %s", lowest,
+                    name_.c_str());
+    if (h->members != uint32_t(members_) || h->dataBytes != dataBytes)
+      return errorf(loomInvalidUsage,
+                    "shm: the direct arena %s has %llu bytes for %u ranks, this rank expects "
+                    "%llu bytes for %d: LOOM_SHM_DIRECT_BYTES must be the same on every rank",
+                    name_.c_str(), (unsigned long long)h->dataBytes, h->members,
+                    (unsigned long long)dataBytes, members_);
+    head.reset();
+    LOOM_TRY(mapFd(fd, total, name_, &mapping_));
+    header_ = reinterpret_cast<ArenaHeader*>(mapping_->base());
+  }
+  member_ = reinterpret_cast<ArenaMember*>(mapping_->base() + sizeof(ArenaHeader));
+  data_ = mapping_->base() + offset;
+  callBytes_ = callBytes(dataBytes);
+  pidNamespace_ = pidNamespaceId();
+  pidfds_.assign(size_t(members_), -1);
+  ArenaMember& me = member_[localIndex_];
+  me.rank = ctx.rank;
+  me.pid = getpid();
+  me.pidNamespace = pidNamespace_;
+  me.present.store(1, std::memory_order_release);
+  // Whoever maps it last removes the name: from then on only the mappings hold the memory.
+  if (header_->attached.fetch_add(1, std::memory_order_acq_rel) + 1 == uint32_t(members_))
+    shm_unlink(name_.c_str());
+  LOOM_INFO("SHM", "rank %d mapped the direct arena %s (%d ranks, %llu bytes)", ctx.rank,
+            name_.c_str(), members_, (unsigned long long)dataBytes);
+  return Status::ok();
+}
+
+ShmArena::~ShmArena() {
+  for (int fd : pidfds_)
+    if (fd >= 0) close(fd);
+  // A member that died before mapping the arena leaves its name behind; the creator removes it.
+  if (creator_) shm_unlink(name_.c_str());
+}
+
+void* ShmArena::nextCallBase() { return data_ + (calls_++ % 2) * callBytes_; }
+
+uint32_t ShmArena::arrive() {
+  member_[localIndex_].arrivals.fetch_add(1, std::memory_order_relaxed);
+  const uint32_t ticket = header_->generation.load(std::memory_order_acquire);
+  // acq_rel: the last to arrive sees every member's writes, and publishes them all with the
+  // generation it bumps. The count is reset before that, so the next barrier starts at 0.
+  if (header_->arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == uint32_t(members_)) {
+    header_->arrived.store(0, std::memory_order_relaxed);
+    header_->generation.store(ticket + 1, std::memory_order_seq_cst);
+    // Pairs with sleep() (Dekker): either the sleeper sees the new generation, or this sees it.
+    if (header_->sleepers.load(std::memory_order_seq_cst) > 0)
+      futex(&header_->generation, FUTEX_WAKE, INT_MAX, nullptr);
+  }
+  return ticket;
+}
+
+bool ShmArena::passed(uint32_t ticket) const {
+  return header_->generation.load(std::memory_order_acquire) != ticket;
+}
+
+void ShmArena::sleep(uint32_t ticket, int timeoutMs) {
+  if (timeoutMs <= 0) return;
+  header_->sleepers.fetch_add(1, std::memory_order_seq_cst);
+  if (header_->generation.load(std::memory_order_seq_cst) == ticket) {
+    timespec timeout{timeoutMs / 1000, long(timeoutMs % 1000) * 1000000L};
+    futex(&header_->generation, FUTEX_WAIT, ticket, &timeout);
+  }
+  header_->sleepers.fetch_sub(1, std::memory_order_relaxed);
+}
+
+std::string ShmArena::absentRanks() const {
+  const uint64_t mine = member_[localIndex_].arrivals.load(std::memory_order_relaxed);
+  std::string ranks;
+  for (int i = 0; i < members_; ++i) {
+    if (member_[i].arrivals.load(std::memory_order_relaxed) >= mine) continue;
+    ranks += strprintf("%s%d", ranks.empty() ? "" : ", ", memberRanks_[size_t(i)]);
+  }
+  return ranks;
+}
+
+Status ShmArena::checkAlive() {
+  for (int i = 0; i < members_; ++i) {
+    const ArenaMember& m = member_[i];
+    // A member that has not mapped the arena yet has no pid here; the caller's deadline covers
+    // it. Pids from another pid namespace mean nothing in ours.
+    if (i == localIndex_ || m.present.load(std::memory_order_acquire) == 0 ||
+        m.pidNamespace != pidNamespace_ || pidNamespace_ == 0)
+      continue;
+    if (pidfds_[size_t(i)] < 0) pidfds_[size_t(i)] = pidfdOpen(m.pid);
+    if (processExited(pidfds_[size_t(i)], m.pid))
+      return errorf(loomRemoteError, "shm: rank %d (pid %d) of this host has exited", m.rank,
+                    m.pid);
+  }
+  return Status::ok();
+}
+
+}  // namespace loom::transports

@@ -1,0 +1,74 @@
+// The arena of the direct allreduce (collectives/direct.cc): one POSIX shared-memory segment per
+// communicator and host that every rank of the host maps. A header holds the host's barrier and
+// who its members are; the data after it is what plans' Shared regions address.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/clock.h"
+#include "core/status.h"
+#include "transports/transport.h"
+
+namespace loom::transports {
+
+class Mapping;
+struct ArenaHeader;
+struct ArenaMember;
+
+class ShmArena {
+ public:
+  // Maps the arena of ctx's communicator on this host, with dataBytes of data. Every rank of
+  // the host must call it (the communicator does at its first direct call): the lowest rank of
+  // the host creates the segment, the others open it by its name (from the communicator's id
+  // and the host) within the deadline. The name is removed as soon as all have mapped it, so
+  // nothing stays in /dev/shm whoever dies later.
+  static Status open(const CommContext& ctx, uint64_t dataBytes, const Deadline& deadline,
+                     std::unique_ptr<ShmArena>* out);
+  ~ShmArena();
+
+  // What one call may use (CollArgs::sharedBytes): half the data, in whole cache lines.
+  static uint64_t callBytes(uint64_t dataBytes);
+  // Where this call's Shared buffer starts. Calls alternate between the two halves: a fast
+  // rank's next call then cannot overwrite what a slow rank still reads in the previous one,
+  // without a barrier at the end of every call. Two calls apart is safe, as every call that
+  // uses the arena passes a barrier, which no rank leaves before all finished the call before.
+  // Every rank of the host makes the same calls, so all agree on the half.
+  void* nextCallBase();
+
+  // The barrier of the host's ranks: arrive() announces this rank and returns a ticket;
+  // passed(ticket) turns true once all members have arrived. Everything a rank wrote before
+  // arriving is visible to every rank that saw the barrier pass.
+  uint32_t arrive();
+  bool passed(uint32_t ticket) const;
+  // Sleeps until the barrier of ticket passes or timeoutMs (futex on the arena's word).
+  void sleep(uint32_t ticket, int timeoutMs);
+  int members() const { return members_; }
+  // The ranks of the host that have not reached this rank's latest barrier ("1, 3"), for
+  // error messages.
+  std::string absentRanks() const;
+  // loomRemoteError naming the member rank whose process has exited, if one has.
+  Status checkAlive();
+
+ private:
+  ShmArena() = default;
+  Status attach(const CommContext& ctx, uint64_t dataBytes, const Deadline& deadline);
+
+  std::string name_;
+  bool creator_ = false;
+  std::unique_ptr<Mapping> mapping_;
+  ArenaHeader* header_ = nullptr;
+  ArenaMember* member_ = nullptr;  // [members_]
+  char* data_ = nullptr;
+  uint64_t callBytes_ = 0;
+  uint64_t calls_ = 0;
+  int members_ = 0;
+  int localIndex_ = 0;
+  std::vector<int> memberRanks_;  // communicator rank of each member, in member order
+  uint64_t pidNamespace_ = 0;
+  std::vector<int> pidfds_;  // per member, opened once its record is there; -1 if none yet
+};
+
+}  // namespace loom::transports

@@ -1,0 +1,188 @@
+#include "tuner/autotune.h"
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "topology/analysis.h"
+#include "topology/discover.h"
+
+namespace loom::tuner {
+
+using collectives::Builder;
+using collectives::CollArgs;
+using collectives::Collective;
+using nlohmann::json;
+
+namespace {
+
+// The parameters as the rule grammar spells them; slices are the simulator's, not measured.
+std::string paramsText(AlgoParams p) {
+  p.slices = 0;
+  return formatParams(p);
+}
+
+json candidateJson(const Candidate& c) {
+  return {{"algorithm", c.builder->name}, {"params", paramsText(c.params)}, {"seconds", c.time}};
+}
+
+// Reads a candidate back through the rule grammar ("allreduce -> ring lanes=2"), so names and
+// parameters are checked exactly as LOOM_TUNE's are. Sets *coll from the rule.
+std::string parseCandidate(const json& j, const std::string& collective, Candidate* out,
+                           Collective* coll) {
+  const std::string algorithm = j.at("algorithm").get<std::string>();
+  const std::string params = j.at("params").get<std::string>();
+  if (algorithm.find_first_of(";\n#") != std::string::npos ||
+      params.find_first_of(";\n#") != std::string::npos)
+    return "\"" + algorithm + " " + params + "\" is not an algorithm with parameters";
+  TuneTable rule;
+  Status st = TuneTable::parse(collective + " -> " + algorithm + " " + params, "rule", &rule);
+  if (!st.isOk()) return st.message();
+  *coll = rule.rules()[0].coll;
+  *out = {rule.rules()[0].builder, rule.rules()[0].params, j.at("seconds").get<double>()};
+  return "";
+}
+
+// One entry of the file, or why this version cannot use it.
+std::string parseEntry(const json& j, AutotuneKey* key, AutotuneEntry* entry) {
+  const std::string collective = j.at("collective").get<std::string>();
+  key->bucket = j.at("bucket").get<int>();
+  key->elemSize = j.at("elemSize").get<uint32_t>();
+  key->nranks = j.at("nranks").get<int>();
+  entry->bytes = j.at("bytes").get<uint64_t>();
+  std::string why = parseCandidate(j.at("winner"), collective, &entry->winner, &key->coll);
+  if (!why.empty()) return why;
+  for (const json& other : j.at("others")) {
+    Collective coll;
+    why = parseCandidate(other, collective, &entry->others.emplace_back(), &coll);
+    if (!why.empty()) return why;
+  }
+  return "";
+}
+
+}  // namespace
+
+AutotuneKey autotuneKey(const CollArgs& a) {
+  return {a.coll, Tuner::sizeBucket(callBytes(a)), a.elemSize, a.nranks};
+}
+
+bool autotuneApplies(const CollArgs& a, uint64_t maxBytes) {
+  const uint64_t bytes = callBytes(a);
+  return a.coll != Collective::AlltoAllv && a.coll != Collective::SendRecv && a.nranks > 1 &&
+         bytes > 0 && bytes <= maxBytes;
+}
+
+std::vector<Candidate> autotuneCandidates(Tuner& tuner, const CollArgs& a, int limit) {
+  std::vector<Candidate> out = tuner.candidates(a);
+  if (!out.empty()) {
+    out.resize(std::min(out.size(), size_t(std::max(1, limit))));
+    return out;
+  }
+  for (const Builder& b : collectives::allBuilders())
+    if (b.coll == a.coll && b.build != nullptr && refusal(b, a, {}).empty())
+      out.push_back({&b, {}, 0});
+  return out;
+}
+
+int agreedWinner(const std::vector<std::vector<double>>& times, std::vector<double>* agreed) {
+  agreed->clear();
+  if (times.empty() || times[0].empty()) return -1;
+  for (const auto& t : times)
+    if (t.size() != times[0].size()) return -1;
+  agreed->assign(times[0].size(), 0);
+  for (const auto& t : times)
+    for (size_t i = 0; i < t.size(); ++i) (*agreed)[i] = std::max((*agreed)[i], t[i]);
+  return int(std::min_element(agreed->begin(), agreed->end()) - agreed->begin());
+}
+
+std::string describeEntry(const AutotuneKey& key, const AutotuneEntry& e) {
+  auto timed = [](const Candidate& c) {
+    return strprintf("%s %.1f us", describe(c).c_str(), c.time * 1e6);
+  };
+  std::string text = strprintf("%s %s bytes, %u-byte elements, %d ranks: %s",
+                               collectives::collectiveName(key.coll), formatBytes(e.bytes).c_str(),
+                               key.elemSize, key.nranks, timed(e.winner).c_str());
+  if (e.others.empty()) return text + " (the only candidate)";
+  for (size_t i = 0; i < e.others.size(); ++i)
+    text += (i == 0 ? " beats " : ", ") + timed(e.others[i]);
+  return text;
+}
+
+const AutotuneEntry* AutotuneCache::find(const AutotuneKey& key) const {
+  auto it = entries_.find(key);
+  return it == entries_.end() ? nullptr : &it->second;
+}
+
+uint64_t AutotuneCache::digest() const {
+  std::string text;
+  for (const auto& [k, e] : entries_)
+    text += strprintf("%d,%d,%u,%d:%s;", int(k.coll), k.bucket, k.elemSize, k.nranks,
+                      describe(e.winner).c_str());
+  return topology::hash64(text);
+}
+
+std::string AutotuneCache::toJson(const std::string& signature) const {
+  json entries = json::array();
+  for (const auto& [k, e] : entries_) {
+    json others = json::array();
+    for (const Candidate& c : e.others) others.push_back(candidateJson(c));
+    entries.push_back({{"collective", collectives::collectiveName(k.coll)},
+                       {"bucket", k.bucket},
+                       {"elemSize", k.elemSize},
+                       {"nranks", k.nranks},
+                       {"bytes", e.bytes},
+                       {"winner", candidateJson(e.winner)},
+                       {"others", others}});
+  }
+  json doc = {{"signature", signature}, {"entries", entries}};
+  return doc.dump(1) + "\n";
+}
+
+Status AutotuneCache::parse(std::string_view text, const std::string& signature,
+                            std::vector<std::string>* skipped) {
+  entries_.clear();
+  try {
+    const json doc = json::parse(text);
+    const std::string theirs = doc.at("signature").get<std::string>();
+    if (theirs != signature)
+      return errorf(loomSystemError, "it was measured on another topology (signature %s, not %s)",
+                    theirs.c_str(), signature.c_str());
+    size_t number = 0;
+    for (const json& j : doc.at("entries")) {
+      ++number;
+      AutotuneKey key;
+      AutotuneEntry entry;
+      const std::string why = parseEntry(j, &key, &entry);
+      if (!why.empty()) {
+        skipped->push_back(strprintf("entry %zu: %s", number, why.c_str()));
+        continue;
+      }
+      entries_[key] = std::move(entry);
+    }
+  } catch (const json::exception& e) {
+    entries_.clear();
+    return errorf(loomSystemError, "malformed (%s)", e.what());
+  }
+  return Status::ok();
+}
+
+Status AutotuneCache::load(const std::string& path, const std::string& signature,
+                           std::vector<std::string>* skipped) {
+  entries_.clear();
+  std::ifstream in(path);
+  if (!in) return errorf(loomInvalidUsage, "%s does not exist", path.c_str());
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse(text.str(), signature, skipped).withContext(path);
+}
+
+Status AutotuneCache::save(const std::string& path, const std::string& signature) const {
+  return topology::writeFileAtomically(path, toJson(signature));
+}
+
+std::string autotuneCachePath(const std::string& dir, const std::string& signature) {
+  return dir + "/autotune-" + signature + ".json";
+}
+
+}  // namespace loom::tuner

@@ -1,0 +1,92 @@
+// LOOM_AUTOTUNE (docs/TUNING.md, "Autotune"): the communicator measures the best few candidates
+// of a size bucket on itself at the bucket's first call, and keeps the winner here. The table
+// lives in one JSON file per topology signature in the cache directory, so later runs on the
+// same machine shape read it instead of measuring again.
+//
+// This file holds what is pure: the table, its file format, the candidate list and the rule
+// that picks the winner. core/comm_autotune.cc runs the measurements and the exchanges.
+#pragma once
+
+#include <compare>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "collectives/builders.h"
+#include "core/status.h"
+#include "tuner/tuner.h"
+
+namespace loom::tuner {
+
+// What a measured decision is for. The host layout is part of the topology signature, which
+// names the file, so it is not repeated here.
+struct AutotuneKey {
+  collectives::Collective coll = collectives::Collective::AllReduce;
+  int bucket = 0;  // Tuner::sizeBucket of the call's bytes
+  uint32_t elemSize = 4;
+  int nranks = 1;
+  auto operator<=>(const AutotuneKey&) const = default;
+};
+AutotuneKey autotuneKey(const collectives::CollArgs& a);
+
+// One measured bucket. Candidate::time holds the measured seconds of one call: the slowest
+// rank's mean over the timed runs.
+struct AutotuneEntry {
+  Candidate winner;
+  std::vector<Candidate> others;  // the rest of the candidates tried, in the order tried
+  uint64_t bytes = 0;             // the size of the call that was measured
+};
+
+// Whether LOOM_AUTOTUNE measures a call: not alltoallv (its ranks share no size), not
+// sendrecv, not empty or single-rank calls, and not above maxBytes (scratch buffers of the
+// call's size would cost too much memory and time).
+bool autotuneApplies(const collectives::CollArgs& a, uint64_t maxBytes);
+
+// What to measure for a call: the model's `limit` fastest candidates, or, when the model is off,
+// every builder that does not refuse the call (with the communicator's parameters).
+std::vector<Candidate> autotuneCandidates(Tuner& tuner, const collectives::CollArgs& a, int limit);
+
+// The winner of a measurement, the same on every rank: times[r][i] is rank r's time for
+// candidate i; a candidate costs its slowest rank's time and the cheapest wins (the first on a
+// tie). Returns -1 when there is no candidate or the ranks' lists differ in length.
+int agreedWinner(const std::vector<std::vector<double>>& times, std::vector<double>* agreed);
+
+// One line for the log: "allreduce 64K bytes, 4-byte elements, 4 ranks: rd 9.8 us beats
+// ring 12.3 us, tree 15.0 us" (the winner, then the others in the order they were tried).
+std::string describeEntry(const AutotuneKey& key, const AutotuneEntry& e);
+
+class AutotuneCache {
+ public:
+  const AutotuneEntry* find(const AutotuneKey& key) const;
+  void insert(const AutotuneKey& key, AutotuneEntry entry) { entries_[key] = std::move(entry); }
+  void clear() { entries_.clear(); }
+  size_t size() const { return entries_.size(); }
+
+  // A hash of the decisions (key, winner and its parameters), equal on ranks that would decide
+  // alike: ranks compare it to agree on what they loaded.
+  uint64_t digest() const;
+
+  // The file's text: {"signature": ..., "entries": [...]}.
+  std::string toJson(const std::string& signature) const;
+  // Parses a file written by toJson for `signature`. A malformed file or one of another
+  // signature is an error (loomSystemError) and leaves *this empty; an entry that this version
+  // cannot use (an algorithm it does not know, bad parameters) is left out, with the reason
+  // appended to *skipped.
+  Status parse(std::string_view text, const std::string& signature,
+               std::vector<std::string>* skipped);
+  // parse() of the file at `path`; loomInvalidUsage when it does not exist (a first run).
+  Status load(const std::string& path, const std::string& signature,
+              std::vector<std::string>* skipped);
+  // Written to a temporary file and renamed, so readers never see half a file.
+  Status save(const std::string& path, const std::string& signature) const;
+
+ private:
+  std::map<AutotuneKey, AutotuneEntry> entries_;
+};
+
+// <dir>/autotune-<signature>.json
+std::string autotuneCachePath(const std::string& dir, const std::string& signature);
+
+}  // namespace loom::tuner

@@ -1,0 +1,401 @@
+// Fitting topology figures to measurements (tuner/calibrate.h, docs/CALIBRATION.md).
+#include "tuner/calibrate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <set>
+
+#include "collectives/builders.h"
+#include "tuner/tuner.h"
+
+namespace loom::tuner {
+
+using collectives::Collective;
+using collectives::RankPlan;
+
+collectives::CollArgs communicatorSettings() {
+  // A bad setting makes the communicator refuse to start, so no run was measured with one:
+  // what parsed before the error is as good as anything.
+  TunerConfig config;
+  (void)tunerConfigFromParams(&config);
+  return callSettings(config.fixed);
+}
+
+collectives::CollArgs callOf(const MeasuredPoint& p, const topology::Topology& topo,
+                             const collectives::CollArgs& settings) {
+  collectives::CollArgs a = settings;
+  a.hostOf.clear();
+  a.coll = p.coll;
+  a.nranks = p.nranks;
+  a.count = p.count;
+  a.elemSize = p.elemSize;
+  // Hosts numbered by first appearance, as the communicator numbers them; one host: empty.
+  std::vector<int32_t> seen;
+  for (int r = 0; r < p.nranks && size_t(r) < topo.ranks.size(); ++r) {
+    const int32_t h = topo.ranks[size_t(r)].host;
+    auto it = std::find(seen.begin(), seen.end(), h);
+    a.hostOf.push_back(int32_t(it - seen.begin()));
+    if (it == seen.end()) seen.push_back(h);
+  }
+  if (seen.size() <= 1) a.hostOf.clear();
+  return a;
+}
+
+std::string knobName(const Knob& k) {
+  switch (k.what) {
+    case Knob::What::LinkLatency:
+      return k.linkKind + " latency factor";
+    case Knob::What::LinkBandwidth:
+      return k.linkKind + " bandwidth factor";
+    case Knob::What::MemBandwidth:
+      return "memBandwidth";
+    case Knob::What::StepOverhead:
+      return "stepOverhead";
+    case Knob::What::CacheBandwidth:
+      return "cacheBandwidth";
+    case Knob::What::MessageCopies:
+      return "messageCopies";
+  }
+  return "";
+}
+
+namespace {
+
+// The HostCpu figure a CPU knob sets.
+double topology::HostCpu::*hostField(Knob::What what) {
+  switch (what) {
+    case Knob::What::MemBandwidth:
+      return &topology::HostCpu::memBandwidth;
+    case Knob::What::StepOverhead:
+      return &topology::HostCpu::stepOverhead;
+    case Knob::What::CacheBandwidth:
+      return &topology::HostCpu::cacheBandwidth;
+    default:
+      return &topology::HostCpu::messageCopies;
+  }
+}
+
+}  // namespace
+
+topology::Topology applyKnobs(const topology::Topology& base, const std::vector<Knob>& knobs) {
+  topology::Topology t = base;
+  for (const Knob& k : knobs) {
+    switch (k.what) {
+      case Knob::What::LinkLatency:
+      case Knob::What::LinkBandwidth:
+        for (topology::Link& l : t.links) {
+          if (l.kind != k.linkKind) continue;
+          (k.what == Knob::What::LinkLatency ? l.latency : l.bandwidth) *= k.value;
+        }
+        break;
+      default:
+        for (topology::Node& n : t.nodes)
+          if (n.kind == topology::NodeKind::Host) n.cpu.*hostField(k.what) = k.value;
+        break;
+    }
+  }
+  return t;
+}
+
+namespace {
+
+// A point's plans, built once: the fit simulates them hundreds of times.
+struct Prepared {
+  std::vector<RankPlan> plans;
+  std::string failure;
+};
+
+Prepared prepare(const MeasuredPoint& p, const topology::Topology& topo,
+                 const collectives::CollArgs& settings) {
+  Prepared out;
+  if (p.nranks < 1 || size_t(p.nranks) > topo.ranks.size()) {
+    out.failure = strprintf("%d ranks measured, the topology has %zu", p.nranks, topo.ranks.size());
+    return out;
+  }
+  const collectives::Builder* b = collectives::findBuilder(p.coll, p.algorithm);
+  if (!b || !b->build) {
+    out.failure = "no " + p.algorithm + " builder for " + collectives::collectiveName(p.coll);
+    return out;
+  }
+  const collectives::CollArgs a = callOf(p, topo, settings);
+  out.failure = b->refuse ? b->refuse(a) : std::string();
+  if (!out.failure.empty()) return out;
+  for (int r = 0; r < p.nranks; ++r) out.plans.push_back(b->build(a, r));
+  return out;
+}
+
+std::vector<Prepared> prepareAll(const std::vector<MeasuredPoint>& points,
+                                 const topology::Topology& topo,
+                                 const collectives::CollArgs& settings) {
+  std::vector<Prepared> out;
+  for (const MeasuredPoint& p : points) out.push_back(prepare(p, topo, settings));
+  return out;
+}
+
+std::vector<double> predictPrepared(const std::vector<Prepared>& prepared,
+                                    const topology::Topology& topo, const SimOptions& sim,
+                                    std::vector<std::string>* failures) {
+  std::vector<double> out(prepared.size(), 0.0);
+  if (failures) failures->assign(prepared.size(), std::string());
+  for (size_t i = 0; i < prepared.size(); ++i) {
+    std::string failure = prepared[i].failure;
+    if (failure.empty()) {
+      SimResult r = simulate(prepared[i].plans, topo, sim);
+      if (r.ok) {
+        out[i] = r.time;
+      } else {
+        failure = "simulation failed: " + r.message;
+      }
+    }
+    if (failures) (*failures)[i] = failure;
+  }
+  return out;
+}
+
+// The fit's loss over the points both predicted and measured: of each log error e, the
+// pseudo-Huber sqrt(1 + (e/δ)²) − 1 with δ = 0.1, quadratic within ~10% and linear beyond, so
+// that a few measurements disturbed by other load (10× and more on a shared machine) cannot
+// drag every other prediction off.
+double loss(const std::vector<MeasuredPoint>& points, const std::vector<double>& predicted) {
+  constexpr double kDelta = 0.1;
+  double sum = 0;
+  for (size_t i = 0; i < points.size(); ++i) {
+    if (predicted[i] <= 0 || points[i].time <= 0) continue;
+    const double e = std::log(predicted[i] / points[i].time) / kDelta;
+    sum += std::sqrt(1 + e * e) - 1;
+  }
+  return sum;
+}
+
+// Nelder–Mead over x (standard coefficients), restarted from the best vertex while that still
+// improves, within maxEvaluations calls of f. Returns the best x; *evaluations counts calls.
+std::vector<double> nelderMead(const std::function<double(const std::vector<double>&)>& f,
+                               std::vector<double> x, double step, int maxEvaluations,
+                               int* evaluations) {
+  const size_t n = x.size();
+  double best = f(x);
+  *evaluations = 1;
+  if (n == 0) return x;
+  for (bool improved = true; improved && *evaluations < maxEvaluations;) {
+    std::vector<std::vector<double>> simplex(n + 1, x);
+    std::vector<double> value(n + 1, best);
+    for (size_t i = 0; i < n && *evaluations < maxEvaluations; ++i) {
+      simplex[i + 1][i] += step;
+      value[i + 1] = f(simplex[i + 1]);
+      ++*evaluations;
+    }
+    while (*evaluations < maxEvaluations) {
+      std::vector<size_t> order(n + 1);
+      for (size_t i = 0; i <= n; ++i) order[i] = i;
+      std::sort(order.begin(), order.end(),
+                [&](size_t a, size_t b) { return value[a] < value[b]; });
+      const size_t lo = order[0], hi = order[n], second = order[n - 1];
+      if (value[hi] - value[lo] <= 1e-12 * (1 + std::abs(value[lo]))) break;
+      std::vector<double> centroid(n, 0.0);
+      for (size_t i = 0; i <= n; ++i)
+        if (i != hi)
+          for (size_t d = 0; d < n; ++d) centroid[d] += simplex[i][d] / double(n);
+      auto along = [&](double t) {  // centroid + t · (centroid − worst)
+        std::vector<double> p(n);
+        for (size_t d = 0; d < n; ++d) p[d] = centroid[d] + t * (centroid[d] - simplex[hi][d]);
+        return p;
+      };
+      auto evaluate = [&](const std::vector<double>& p) {
+        ++*evaluations;
+        return f(p);
+      };
+      std::vector<double> r = along(1.0);
+      const double fr = evaluate(r);
+      if (fr < value[lo]) {
+        std::vector<double> e = along(2.0);
+        const double fe = evaluate(e);
+        simplex[hi] = fe < fr ? e : r;
+        value[hi] = std::min(fe, fr);
+      } else if (fr < value[second]) {
+        simplex[hi] = r;
+        value[hi] = fr;
+      } else {
+        std::vector<double> c = along(fr < value[hi] ? 0.5 : -0.5);
+        const double fc = evaluate(c);
+        if (fc < std::min(fr, value[hi])) {
+          simplex[hi] = c;
+          value[hi] = fc;
+        } else {  // shrink towards the best vertex
+          for (size_t i = 0; i <= n && *evaluations < maxEvaluations; ++i) {
+            if (i == lo) continue;
+            for (size_t d = 0; d < n; ++d)
+              simplex[i][d] = simplex[lo][d] + 0.5 * (simplex[i][d] - simplex[lo][d]);
+            value[i] = evaluate(simplex[i]);
+          }
+        }
+      }
+    }
+    const size_t lo = size_t(std::min_element(value.begin(), value.end()) - value.begin());
+    improved = value[lo] < best * (1 - 1e-6);
+    if (value[lo] < best) {
+      best = value[lo];
+      x = simplex[lo];
+    }
+  }
+  return x;
+}
+
+// The link kinds that some route between two of the first n ranks crosses.
+std::vector<std::string> linkKindsUsed(const topology::Topology& t, int n) {
+  std::set<std::string> kinds;
+  for (int a = 0; a < n; ++a)
+    for (int b = 0; b < n; ++b) {
+      if (a == b) continue;
+      for (int32_t l : t.route(t.ranks[size_t(a)].endpoint, t.ranks[size_t(b)].endpoint))
+        kinds.insert(t.links[size_t(l)].kind);
+    }
+  return {kinds.begin(), kinds.end()};
+}
+
+double threeDigits(double v) {
+  if (!(v > 0)) return v;
+  const double scale = std::pow(10.0, std::floor(std::log10(v)) - 2);
+  return std::round(v / scale) * scale;
+}
+
+// The hosts' current figure (the first host that has one), or fallback.
+double hostFigure(const topology::Topology& t, double topology::HostCpu::*field, double fallback) {
+  for (const topology::Node& n : t.nodes)
+    if (n.kind == topology::NodeKind::Host && n.cpu.*field > 0) return n.cpu.*field;
+  return fallback;
+}
+
+}  // namespace
+
+std::vector<double> predictPoints(const std::vector<MeasuredPoint>& points,
+                                  const topology::Topology& topo, const CalibrationOptions& options,
+                                  std::vector<std::string>* failures) {
+  return predictPrepared(prepareAll(points, topo, options.settings), topo, options.sim, failures);
+}
+
+Status calibrate(const std::vector<MeasuredPoint>& points, const topology::Topology& base,
+                 const CalibrationOptions& options, Calibration* out) {
+  LOOM_TRY(base.validate());
+  if (points.empty()) return Status(loomInvalidArgument, "no measurements to calibrate with");
+  int nranks = 0;
+  for (const MeasuredPoint& p : points) {
+    if (!(p.time > 0))
+      return errorf(loomInvalidArgument, "%s %s at %llu bytes: measured time %g s is not positive",
+                    collectives::collectiveName(p.coll), p.algorithm.c_str(),
+                    (unsigned long long)p.bytes, p.time);
+    if (p.nranks > int(base.ranks.size()))
+      return errorf(loomInvalidArgument,
+                    "the measurements ran on %d ranks, but the topology '%s' has %zu", p.nranks,
+                    base.name.c_str(), base.ranks.size());
+    nranks = std::max(nranks, p.nranks);
+  }
+  const std::vector<Prepared> prepared = prepareAll(points, base, options.settings);
+
+  // Start from the base: link factors 1, the hosts' CPU figures or the simulator's default.
+  // Fitting needs something to scale: links of a fitted kind without a latency get 1 us, and
+  // a missing step overhead starts at 1 us.
+  topology::Topology start = base;
+  std::vector<Knob> knobs;
+  for (const std::string& kind : linkKindsUsed(base, nranks)) {
+    if (options.fit)
+      for (topology::Link& l : start.links)
+        if (l.kind == kind && l.latency <= 0) l.latency = 1e-6;
+    knobs.push_back({Knob::What::LinkLatency, kind, 1.0});
+    knobs.push_back({Knob::What::LinkBandwidth, kind, 1.0});
+  }
+  // A CPU figure is fitted from the base's value, or from `start` when the base has none; it is
+  // only validated (not fitted) when the base has it. The cache's bandwidth only where a host
+  // says how large its cache is, the cost of messages only where hosts say their core count
+  // (else messages do not touch the CPU).
+  bool cached = false, cores = false;
+  for (const topology::Node& n : base.nodes) {
+    cached = cached || n.cpu.cacheBytes > 0;
+    cores = cores || n.cpu.cores > 0;
+  }
+  const double memBandwidth =
+      hostFigure(base, &topology::HostCpu::memBandwidth, options.sim.memBandwidth);
+  const double memStart = memBandwidth > 0 ? memBandwidth : 10e9;
+  const std::pair<Knob::What, double> cpuKnobs[] = {{Knob::What::MemBandwidth, memStart},
+                                                    {Knob::What::StepOverhead, 1e-6},
+                                                    {Knob::What::CacheBandwidth, 2 * memStart},
+                                                    {Knob::What::MessageCopies, 2}};
+  for (const auto& [what, start] : cpuKnobs) {
+    if ((what == Knob::What::CacheBandwidth && !cached) ||
+        (what == Knob::What::MessageCopies && !cores))
+      continue;
+    const double value =
+        what == Knob::What::MemBandwidth ? memBandwidth : hostFigure(base, hostField(what), 0);
+    if (options.fit || value > 0) knobs.push_back({what, "", value > 0 ? value : start});
+  }
+
+  auto withX = [&](const std::vector<double>& x) {
+    std::vector<Knob> k = knobs;
+    for (size_t i = 0; i < k.size(); ++i) k[i].value = std::exp(x[i]);
+    return k;
+  };
+  auto objective = [&](const std::vector<double>& x) {
+    const topology::Topology t = applyKnobs(start, withX(x));
+    return loss(points, predictPrepared(prepared, t, options.sim, nullptr));
+  };
+  std::vector<double> x;
+  for (const Knob& k : knobs) x.push_back(std::log(k.value));
+  out->evaluations = 0;
+  if (options.fit)
+    x = nelderMead(objective, x, std::log(2.0), options.maxEvaluations, &out->evaluations);
+  out->knobs = withX(x);
+  out->topo = applyKnobs(start, out->knobs);
+  // Three significant digits: the measurements do not pin the figures down any closer, and the
+  // model file then reads "3.67us" rather than 17 digits of fitting noise.
+  if (options.fit) {
+    for (Knob& k : out->knobs) k.value = threeDigits(k.value);
+    out->topo = applyKnobs(start, out->knobs);
+    for (topology::Link& l : out->topo.links) {
+      l.latency = threeDigits(l.latency);
+      l.bandwidth = threeDigits(l.bandwidth);
+    }
+  }
+
+  std::vector<std::string> failures;
+  const std::vector<double> predicted =
+      predictPrepared(prepared, out->topo, options.sim, &failures);
+  out->points.clear();
+  std::vector<double> errors;
+  out->maxRatio = 0;
+  for (size_t i = 0; i < points.size(); ++i) {
+    out->points.push_back({points[i], predicted[i], failures[i]});
+    if (predicted[i] <= 0) continue;
+    const double ratio = predicted[i] / points[i].time;
+    errors.push_back(std::abs(ratio - 1));
+    out->maxRatio = std::max(out->maxRatio, std::max(ratio, 1 / ratio));
+  }
+  if (errors.empty())
+    return Status(loomInvalidArgument, "no measurement could be predicted: " + failures[0]);
+  std::sort(errors.begin(), errors.end());
+  const size_t m = errors.size();
+  out->medianAbsError = m % 2 ? errors[m / 2] : (errors[m / 2 - 1] + errors[m / 2]) / 2;
+  out->objective = loss(points, predicted);
+  return Status::ok();
+}
+
+std::vector<Regret> regrets(const std::vector<PointResult>& points) {
+  std::map<std::pair<Collective, uint64_t>, std::vector<const PointResult*>> groups;
+  for (const PointResult& p : points)
+    if (p.predicted > 0) groups[{p.point.coll, p.point.bytes}].push_back(&p);
+  std::vector<Regret> out;
+  for (const auto& [key, group] : groups) {
+    const PointResult* best = group[0];
+    const PointResult* chosen = group[0];
+    for (const PointResult* p : group) {
+      if (p->point.time < best->point.time) best = p;
+      if (p->predicted < chosen->predicted) chosen = p;
+    }
+    out.push_back({key.first, key.second, best->point.algorithm, chosen->point.algorithm,
+                   chosen->point.time / best->point.time - 1});
+  }
+  return out;
+}
+
+}  // namespace loom::tuner

@@ -1,0 +1,108 @@
+// Calibration (docs/CALIBRATION.md): fits a topology's figures — each link kind's latency α
+// and bandwidth, and the hosts' CPU (memory bandwidth of one core, CPU time per plan step) — to
+// measured times of forced algorithms, so that the simulator predicts what the machine does;
+// then reports how well it predicts (error per point, median, worst ratio) and what choosing
+// the lowest prediction would have cost against the best measured algorithm (regret).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "collectives/plan.h"
+#include "core/status.h"
+#include "topology/topology.h"
+#include "tuner/simulator.h"
+
+namespace loom::tuner {
+
+// One measured call: a collective run with a forced algorithm, and how long it took.
+struct MeasuredPoint {
+  collectives::Collective coll = collectives::Collective::AllReduce;
+  std::string algorithm;  // a builder name of coll
+  uint64_t count = 0;     // the call's count argument (CollArgs::count)
+  uint32_t elemSize = 4;
+  int nranks = 0;      // the first nranks ranks of the topology ran it
+  uint64_t bytes = 0;  // the size column of the measurement (for reports)
+  double time = 0;     // seconds per call
+};
+
+// The communicator settings that shape a call's plan besides its size (lanes, torus dims,
+// alltoall fan-in, direct arena bytes), from the LOOM_* parameters as core/comm.cc reads them:
+// a prediction has to simulate the plan the measured run executed.
+collectives::CollArgs communicatorSettings();
+
+// The call a builder gets for a point: `settings` with the point's collective, ranks, count and
+// element size, and the ranks' hosts from the topology.
+collectives::CollArgs callOf(const MeasuredPoint& p, const topology::Topology& topo,
+                             const collectives::CollArgs& settings);
+
+// One fitted figure. Link figures scale every link of their kind by one factor (so relative
+// differences in the base model are kept); CPU figures are set on every host.
+struct Knob {
+  enum class What {
+    LinkLatency,
+    LinkBandwidth,
+    MemBandwidth,
+    StepOverhead,
+    CacheBandwidth,
+    MessageCopies
+  };
+  What what = What::LinkLatency;
+  std::string linkKind;  // LinkLatency / LinkBandwidth
+  double value = 1;      // the factor for link figures, else bytes/s or seconds
+};
+std::string knobName(const Knob& k);  // "shm latency ×", "memBandwidth", ...
+
+// The base topology with the knobs applied.
+topology::Topology applyKnobs(const topology::Topology& base, const std::vector<Knob>& knobs);
+
+struct CalibrationOptions {
+  SimOptions sim;                  // slices and the default memory bandwidth of the simulation
+  collectives::CollArgs settings;  // the runs' communicator settings (communicatorSettings())
+  int maxEvaluations = 3000;       // of the whole prediction set, over the fit
+  bool fit = true;                 // false: only validate the base topology
+};
+
+struct PointResult {
+  MeasuredPoint point;
+  double predicted = 0;  // seconds; 0 when it could not be predicted
+  std::string failure;   // why not (refused by the builder, simulation failure)
+};
+
+struct Calibration {
+  topology::Topology topo;  // the base with the fitted knobs applied
+  std::vector<Knob> knobs;  // fitted values
+  std::vector<PointResult> points;
+  double medianAbsError = 0;  // median of |predicted / measured − 1|
+  double maxRatio = 0;        // the worst max(predicted / measured, measured / predicted)
+  double objective = 0;       // the fit's loss (calibrate())
+  int evaluations = 0;
+};
+
+// Predicted seconds of each point on topo (0 with a reason in failures[i] when impossible).
+std::vector<double> predictPoints(const std::vector<MeasuredPoint>& points,
+                                  const topology::Topology& topo, const CalibrationOptions& options,
+                                  std::vector<std::string>* failures);
+
+// Fits the knobs (one latency and one bandwidth per link kind that a route between the
+// measured ranks crosses, the hosts' memBandwidth and stepOverhead, and their cacheBandwidth
+// when the base gives cacheBytes) by Nelder–Mead over
+// their logarithms, minimising a robust loss of the log errors of predicted against measured
+// time (pseudo-Huber: squared within ~10%, linear beyond). Host core counts are taken from the
+// base as they are, and so are cache sizes: they are facts, not fitted.
+Status calibrate(const std::vector<MeasuredPoint>& points, const topology::Topology& base,
+                 const CalibrationOptions& options, Calibration* out);
+
+// Per collective and size: which algorithm the lowest prediction picks, and how much slower
+// it measured than the best measured one.
+struct Regret {
+  collectives::Collective coll;
+  uint64_t bytes = 0;
+  std::string best;    // the fastest measured algorithm
+  std::string chosen;  // the lowest predicted one
+  double regret = 0;   // measured(chosen) / measured(best) − 1
+};
+std::vector<Regret> regrets(const std::vector<PointResult>& points);
+
+}  // namespace loom::tuner

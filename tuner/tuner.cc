@@ -1,0 +1,279 @@
+#include "tuner/tuner.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstdio>
+
+#include "core/params.h"
+#include "transports/shm/shm_arena.h"
+
+namespace loom::tuner {
+
+using collectives::Builder;
+using collectives::CollArgs;
+using collectives::Collective;
+
+namespace {
+
+// A fixed parameter (set by the user) overrides what a rule or the model says.
+AlgoParams withFixed(AlgoParams p, const AlgoParams& fixed) {
+  if (fixed.lanes > 0) p.lanes = fixed.lanes;
+  if (fixed.torusX > 0) p.torusX = fixed.torusX, p.torusY = fixed.torusY;
+  if (fixed.fanIn > 0) p.fanIn = fixed.fanIn;
+  return p;
+}
+
+// Candidate values of one parameter: the fixed one, or `tries` (deduplicated, in order).
+std::vector<int> choices(int fixed, std::vector<int> tries) {
+  if (fixed > 0) return {fixed};
+  std::vector<int> out;
+  for (int t : tries)
+    if (std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
+  return out;
+}
+
+// Torus shapes worth trying for N ranks: derived (0x0: rows are hosts when they are equal,
+// else the most square grid) and the two orientations of the most square factorization.
+std::vector<std::pair<int, int>> torusShapes(int n, const AlgoParams& fixed) {
+  if (fixed.torusX > 0) return {{fixed.torusX, fixed.torusY}};
+  std::vector<std::pair<int, int>> shapes = {{0, 0}};
+  int x = 1;
+  for (int d = 1; d * d <= n; ++d)
+    if (n % d == 0) x = d;
+  if (x > 1) {
+    shapes.push_back({x, n / x});
+    if (x != n / x) shapes.push_back({n / x, x});
+  }
+  return shapes;
+}
+
+}  // namespace
+
+std::string sourceText(const Decision& d) {
+  switch (d.source) {
+    case Source::Forced:
+      return "LOOM_ALGO";
+    case Source::Rule:
+      return "rule " + std::to_string(d.rule);
+    case Source::Autotune:
+      return "autotune";
+    case Source::Model:
+      return "model";
+    case Source::Builtin:
+      return "built-in " + std::to_string(d.rule);
+  }
+  return "?";
+}
+
+Tuner::Tuner(topology::Topology topo, TunerConfig config)
+    : topo_(std::move(topo)), config_(std::move(config)) {
+  if (!config_.useModel)
+    modelOff_ = "LOOM_TUNER=table";
+  else if (topo_.ranks.empty())
+    modelOff_ = "no topology";
+}
+
+int Tuner::sizeBucket(uint64_t bytes) { return bytes <= 1 ? 0 : int(std::bit_width(bytes - 1)); }
+
+uint64_t Tuner::cacheKey(const CollArgs& a) {
+  return (uint64_t(a.coll) << 40) | (uint64_t(a.elemSize) << 8) |
+         uint64_t(sizeBucket(callBytes(a)));
+}
+
+bool Tuner::modelApplies(const CollArgs& a) const {
+  return modelOff_.empty() && size_t(a.nranks) == topo_.ranks.size() &&
+         a.coll != Collective::AlltoAllv && a.coll != Collective::SendRecv && callBytes(a) > 0;
+}
+
+CollArgs Tuner::modelCall(const CollArgs& a) const {
+  CollArgs s = a;
+  s.root = 0;
+  const int bucket = sizeBucket(callBytes(a));
+  s.count = countForBytes(a, bucket >= 63 ? callBytes(a) : uint64_t(1) << bucket);
+  return s;
+}
+
+double Tuner::predict(const CollArgs& a, const Builder& b, const AlgoParams& params) const {
+  if (!modelApplies(a) || b.build == nullptr) return -1;
+  CollArgs s = modelCall(a);
+  applyParams(params, &s);
+  if (!refusal(b, s, params).empty()) return -1;
+  SimOptions sim = config_.sim;
+  if (params.slices > 0) sim.slices = params.slices;
+  SimResult r = simulateBuilt(
+      s.nranks, [&](int rank) { return b.build(s, rank); }, topo_, sim);
+  return r.ok ? r.time : -1;
+}
+
+std::vector<Candidate> Tuner::candidates(const CollArgs& a) {
+  std::vector<Candidate> out;
+  if (!modelApplies(a)) return out;
+  const CollArgs s = modelCall(a);
+  const AlgoParams& fixed = config_.fixed;
+  const int n = s.nranks;
+  for (const Builder& b : collectives::allBuilders()) {
+    if (b.coll != s.coll || b.build == nullptr) continue;
+    const auto shapes =
+        readsTorusDims(b) ? torusShapes(n, fixed) : std::vector<std::pair<int, int>>{{0, 0}};
+    const auto fanIns =
+        readsFanIn(b) ? choices(fixed.fanIn, {1, 2, 4, std::max(1, n - 1)}) : std::vector<int>{0};
+    for (auto [x, y] : shapes) {
+      for (int k : fanIns) {
+        // Lanes the builder really uses: a hint of 4 may give 1 lane (too little data, or a
+        // one-lane algorithm); simulating it again would only repeat a candidate.
+        std::vector<size_t> laneCounts;
+        for (int lanes : choices(fixed.lanes, {1, 2, 4})) {
+          AlgoParams p{lanes, x, y, k, config_.sim.slices};
+          CollArgs c = s;
+          applyParams(p, &c);
+          if (!refusal(b, c, p).empty()) continue;
+          const size_t used = b.build(c, 0).lanes.size();
+          if (std::find(laneCounts.begin(), laneCounts.end(), used) != laneCounts.end()) continue;
+          laneCounts.push_back(used);
+          const double t = predict(a, b, p);
+          if (t >= 0) out.push_back({&b, p, t});
+        }
+      }
+    }
+  }
+  // Stable: equal times keep registry order and fewer lanes first, the same on every rank.
+  std::stable_sort(out.begin(), out.end(),
+                   [](const Candidate& x, const Candidate& y) { return x.time < y.time; });
+  if (!out.empty()) {
+    Decision d;
+    d.choice = out[0];
+    d.source = Source::Model;
+    for (const Candidate& c : out) {
+      if (c.builder != d.choice.builder) {
+        d.runnerUp = c;
+        break;
+      }
+    }
+    modelCache_[cacheKey(a)] = d;
+  }
+  return out;
+}
+
+Status tunerConfigFromParams(TunerConfig* out) {
+  LOOM_TRY(TuneTable::fromSetting(params::getString("LOOM_TUNE"), &out->rules));
+  const std::string mode = params::getString("LOOM_TUNER");
+  if (mode != "model" && mode != "table")
+    return errorf(loomInvalidArgument, "LOOM_TUNER=\"%s\": expected model or table", mode.c_str());
+  out->useModel = mode == "model";
+  AlgoParams& fixed = out->fixed;
+  fixed.lanes = int(std::max<int64_t>(0, params::getInt("LOOM_LANES")));
+  fixed.fanIn = int(std::max<int64_t>(0, params::getInt("LOOM_ALLTOALL_FANIN")));
+  const std::string dims = params::getString("LOOM_TORUS_DIMS");
+  fixed.torusX = fixed.torusY = 0;
+  if (!dims.empty() && (sscanf(dims.c_str(), "%dx%d", &fixed.torusX, &fixed.torusY) != 2 ||
+                        fixed.torusX < 1 || fixed.torusY < 1)) {
+    return errorf(loomInvalidArgument, "LOOM_TORUS_DIMS=\"%s\": expected XxY, e.g. 4x2",
+                  dims.c_str());
+  }
+  return Status::ok();
+}
+
+CollArgs callSettings(const AlgoParams& fixed) {
+  CollArgs a;
+  a.lanes = std::max(1, fixed.lanes);
+  a.torusX = fixed.torusX;
+  a.torusY = fixed.torusY;
+  a.fanIn = std::max(1, fixed.fanIn);
+  a.sharedBytes = transports::ShmArena::callBytes(
+      uint64_t(std::max<int64_t>(0, params::getInt("LOOM_SHM_DIRECT_BYTES"))));
+  return a;
+}
+
+Status Tuner::decide(const CollArgs& a, Decision* out) {
+  const CallShape shape = callShape(a);
+  if (const TuneRule* rule = config_.rules.match(a, shape)) {
+    *out = Decision{
+        {rule->builder, withFixed(rule->params, config_.fixed), 0}, Source::Rule, rule->number, {}};
+    return Status::ok();
+  }
+  // LOOM_AUTOTUNE's measured decisions beat what follows but not the user's rules; the
+  // communicator applies them to this decision (Comm::chooseBuilder).
+  if (modelApplies(a)) {
+    auto it = modelCache_.find(cacheKey(a));
+    if (it == modelCache_.end()) {
+      candidates(a);  // fills the cache unless no candidate could be simulated
+      it = modelCache_.find(cacheKey(a));
+    }
+    if (it != modelCache_.end()) {
+      *out = it->second;
+      return Status::ok();
+    }
+  }
+  const TuneRule* rule = builtinTable().match(a, shape);
+  if (rule == nullptr) {
+    return errorf(loomInternalError, "no rule of the built-in table serves %s on %d ranks",
+                  collectiveName(a.coll), a.nranks);
+  }
+  *out = Decision{{rule->builder, withFixed(rule->params, config_.fixed), 0},
+                  Source::Builtin,
+                  rule->number,
+                  {}};
+  return Status::ok();
+}
+
+uint64_t countForBytes(const CollArgs& base, uint64_t bytes) {
+  const uint64_t perCall = std::max<uint64_t>(1, base.elemSize);
+  switch (base.coll) {
+    case Collective::AllGather:
+    case Collective::ReduceScatter:
+    case Collective::AlltoAll:
+      return std::max<uint64_t>(1, bytes / (perCall * uint64_t(std::max(1, base.nranks))));
+    default:
+      return std::max<uint64_t>(1, bytes / perCall);
+  }
+}
+
+std::vector<TableRow> decisionTable(Tuner& tuner, const CollArgs& base,
+                                    const std::vector<Collective>& colls, uint64_t minBytes,
+                                    uint64_t maxBytes) {
+  std::vector<TableRow> rows;
+  for (Collective c : colls) {
+    for (uint64_t bytes = std::max<uint64_t>(1, minBytes); bytes <= maxBytes; bytes *= 2) {
+      CollArgs a = base;
+      a.coll = c;
+      a.count = countForBytes(a, bytes);
+      TableRow row{c, callBytes(a), {}};
+      if (tuner.decide(a, &row.decision).isOk()) rows.push_back(row);
+    }
+  }
+  return rows;
+}
+
+std::string describe(const Candidate& c) {
+  if (c.builder == nullptr) return "-";
+  AlgoParams shown = c.params;
+  shown.slices = 0;  // the simulator's detail, not part of the choice
+  const std::string params = formatParams(shown);
+  return std::string(c.builder->name) + (params.empty() ? "" : " " + params);
+}
+
+std::vector<std::string> summarize(const std::vector<TableRow>& rows) {
+  std::vector<std::string> lines;
+  for (size_t i = 0; i < rows.size();) {
+    const Collective coll = rows[i].coll;
+    std::string line = std::string(collectiveName(coll)) + ":";
+    const char* sep = " ";
+    while (i < rows.size() && rows[i].coll == coll) {
+      const Decision& d = rows[i].decision;
+      size_t j = i;
+      while (j + 1 < rows.size() && rows[j + 1].coll == coll &&
+             rows[j + 1].decision.choice.builder == d.choice.builder &&
+             rows[j + 1].decision.choice.params == d.choice.params &&
+             sourceText(rows[j + 1].decision) == sourceText(d))
+        ++j;
+      line += sep + formatBytes(rows[i].bytes) + "-" + formatBytes(rows[j].bytes) + " " +
+              describe(d.choice) + " (" + sourceText(d) + ")";
+      sep = "; ";
+      i = j + 1;
+    }
+    lines.push_back(line);
+  }
+  return lines;
+}
+
+}  // namespace loom::tuner

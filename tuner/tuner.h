@@ -1,0 +1,130 @@
+// The tuner (shared/DESIGN.md §6, docs/TUNING.md): for each call, the algorithm and parameters
+// to run. Precedence, highest first:
+//   1. LOOM_ALGO / loomConfig_t.algorithms (the communicator applies it before asking here);
+//   2. the user's rules (LOOM_TUNE);
+//   3. LOOM_AUTOTUNE's measured decisions (tuner/autotune.h; the communicator applies them over
+//      a model or built-in decision, since measuring runs collectives);
+//   4. the cost model: every builder that accepts the call, over a few parameter candidates,
+//      simulated on the communicator's topology; the lowest predicted time wins;
+//   5. the built-in table (kBuiltinTable), when there is no topology or LOOM_TUNER=table.
+// Parameters set explicitly (LOOM_LANES, LOOM_TORUS_DIMS, LOOM_ALLTOALL_FANIN) are fixed: the
+// model tries only them and they override a rule's.
+//
+// Every rank must choose the same plan, so a decision depends only on what every rank shares:
+// the collective, the size, the rank and host layout, the element size and the topology (the
+// same on every rank), never on the root or on timing. The simulator is deterministic.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "collectives/builders.h"
+#include "topology/topology.h"
+#include "tuner/simulator.h"
+#include "tuner/tune_table.h"
+
+namespace loom::tuner {
+
+// Where a decision came from. Forced is the communicator's (LOOM_ALGO), never the tuner's.
+enum class Source : uint8_t { Forced, Rule, Autotune, Model, Builtin };
+
+// One algorithm with its parameters, and what the model predicts for it (seconds).
+struct Candidate {
+  const collectives::Builder* builder = nullptr;
+  AlgoParams params;
+  double time = 0;
+};
+
+struct Decision {
+  Candidate choice;  // choice.time: the model's prediction, or autotune's measured seconds
+  Source source = Source::Builtin;
+  int rule = 0;  // Rule and Builtin: the rule's number in its table
+  // Model decisions: the fastest candidate of another algorithm (builder null when none).
+  Candidate runnerUp;
+};
+
+struct TunerConfig {
+  TuneTable rules;       // LOOM_TUNE
+  bool useModel = true;  // LOOM_TUNER=model (else table)
+  AlgoParams fixed;      // parameters the user set; 0 = the tuner may choose
+  SimOptions sim;        // how the model simulates (slices, memory bandwidth)
+};
+
+// The tuning a communicator reads from the environment: LOOM_TUNE's rules, LOOM_TUNER's mode,
+// and as `fixed` the parameters the user set (LOOM_LANES, LOOM_TORUS_DIMS,
+// LOOM_ALLTOALL_FANIN; 0 = the tuner's to choose). Every reader (the communicator, loom-perf
+// --sim, loom-tune, loom-calibrate) goes through here, so they all decide alike. Errors name
+// the bad setting.
+Status tunerConfigFromParams(TunerConfig* out);
+// The call settings every builder sees on such a communicator, before a decision applies its
+// parameters: the fixed ones (else 1 lane, derived torus dims, fan-in 1) and the bytes of the
+// direct arena a call may use (LOOM_SHM_DIRECT_BYTES).
+collectives::CollArgs callSettings(const AlgoParams& fixed);
+
+class Tuner {
+ public:
+  // No topology (no ranks) means no model: the rules, then the built-in table.
+  Tuner(topology::Topology topo, TunerConfig config);
+  Tuner() : Tuner(topology::Topology{}, TunerConfig{}) {}
+
+  // Why the model is off ("" when it is on): no topology, LOOM_TUNER=table, ...
+  const std::string& modelOff() const { return modelOff_; }
+  const topology::Topology& topology() const { return topo_; }
+  const TunerConfig& config() const { return config_; }
+
+  // The decision for a call. Reads a.coll, nranks, count, elemSize and hostOf; a.lanes,
+  // torusX/Y and fanIn hold the communicator's values (fixed ones included). The model's
+  // decisions are cached per (collective, power-of-two size bucket, element size), so after
+  // the first call of a bucket this is a hash lookup (plus the user's rules, when any).
+  // Errors only when no rule of the built-in table serves the call (a bug).
+  Status decide(const collectives::CollArgs& a, Decision* out);
+
+  // Every candidate of the model for the size bucket of `a`, fastest first (ties keep registry
+  // order, then fewer lanes); empty without a model or for alltoallv (no shared size).
+  std::vector<Candidate> candidates(const collectives::CollArgs& a);
+  // The model's prediction for one choice at a's size bucket; negative when it cannot simulate.
+  double predict(const collectives::CollArgs& a, const collectives::Builder& b,
+                 const AlgoParams& params) const;
+
+  // Bucket of a size: 0 for 0 and 1 byte, else k with 2^(k-1) < bytes ≤ 2^k. The model
+  // simulates a bucket at 2^k bytes, so nccl-tests' power-of-two sizes are simulated exactly.
+  static int sizeBucket(uint64_t bytes);
+
+ private:
+  // The call the model simulates for a's bucket: count for 2^bucket bytes, root 0.
+  collectives::CollArgs modelCall(const collectives::CollArgs& a) const;
+  bool modelApplies(const collectives::CollArgs& a) const;
+  // The model cache's key: (collective, size bucket, element size); the root does not matter.
+  static uint64_t cacheKey(const collectives::CollArgs& a);
+
+  topology::Topology topo_;
+  TunerConfig config_;
+  std::string modelOff_;
+  std::unordered_map<uint64_t, Decision> modelCache_;
+};
+
+// One row of a decision table: a call size and what the tuner picks for it.
+struct TableRow {
+  collectives::Collective coll;
+  uint64_t bytes = 0;
+  Decision decision;
+};
+// Decisions for `colls` at every power of two from minBytes to maxBytes (nccl-tests sizes),
+// for calls shaped like `base` (nranks, hostOf, element size, the communicator's parameters).
+std::vector<TableRow> decisionTable(Tuner& tuner, const collectives::CollArgs& base,
+                                    const std::vector<collectives::Collective>& colls,
+                                    uint64_t minBytes, uint64_t maxBytes);
+// The CollArgs::count of a call of `bytes` (nccl-tests' size) shaped like `base`.
+uint64_t countForBytes(const collectives::CollArgs& base, uint64_t bytes);
+// "ring lanes=2", an algorithm with its parameters.
+std::string describe(const Candidate& c);
+// "model", "rule 2" (of LOOM_TUNE), "built-in 5" (rule 5 of kBuiltinTable), "autotune" or
+// "LOOM_ALGO".
+std::string sourceText(const Decision& d);
+// Compact lines for the log: one per collective, runs of equal decisions merged, e.g.
+//   allreduce: 8-16K rd (model); 32K-1G ring lanes=2 (model)
+std::vector<std::string> summarize(const std::vector<TableRow>& rows);
+
+}  // namespace loom::tuner
