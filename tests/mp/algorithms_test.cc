@@ -101,6 +101,8 @@ int runAll(RankContext& ctx, const char* transport) {
   const int n = ctx.nranks(), rank = ctx.rank();
   int failures = 0;
   for (const Forced& f : kForced) {
+    // No shared memory over LOOM_TRANSPORT=tcp, so direct refuses there (direct_test.cc).
+    if (directOverTcp(f.algorithms, transport)) continue;
     std::string dims;
     if (f.torusDims) dims = n % 2 == 0 ? strprintf("2x%d", n / 2) : strprintf("1x%d", n);
     // The communicator reads LOOM_TORUS_DIMS when it is created; parameters are cached per

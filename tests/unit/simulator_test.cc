@@ -12,6 +12,7 @@
 #include "collectives/builders.h"
 #include "collectives/builders_exchange.h"
 #include "collectives/builders_reduce.h"
+#include "topology/builders.h"
 #include "tuner/uniform_topology.h"
 
 namespace loom::tuner {
@@ -377,6 +378,48 @@ TEST(Simulator, RingAllReduceAtScale) {
          "(predicted %.3f ms)\n",
          n, (unsigned long long)r.messages, (unsigned long long)r.flows, wall, r.time * 1e3);
   EXPECT_EQ(r.messages, uint64_t(2) * uint64_t(n - 1) * uint64_t(n));
+}
+
+// The 8192-rank figure (docs/SIMULATOR.md "Scale"): one allreduce of 64 MiB over the whole
+// generated dgx-rail-1024 model, tree by default (~1 s here, so it runs in CI);
+// LOOM_SIM_SCALE_ALGO names another allreduce builder to time (rd, rhd: tens of seconds to
+// minutes; ring, hierarchical, torus: hours). The wall time is logged, not asserted; what is
+// asserted is that every plan's every message was simulated.
+TEST(Simulator, AllReduceOf8192RanksOnDgxRail1024) {
+  const char* env = getenv("LOOM_SIM_SCALE_ALGO");
+  const collectives::Builder* b =
+      collectives::findBuilder(Collective::AllReduce, env ? env : "tree");
+  ASSERT_NE(b, nullptr) << "LOOM_SIM_SCALE_ALGO=" << env << " is no allreduce builder";
+  topology::Topology topo;
+  for (topology::Topology& model : topology::corpusModels())
+    if (model.name == "dgx-rail-1024") topo = std::move(model);
+  const int n = int(topo.ranks.size());
+  ASSERT_EQ(n, 8192);
+  CollArgs a;
+  a.nranks = n;
+  a.count = (uint64_t(64) << 20) / kElem;
+  for (const auto& r : topo.ranks) a.hostOf.push_back(r.host);
+  ASSERT_EQ(b->refuse ? b->refuse(a) : "", "");
+  uint64_t sends = 0;  // counted from the plans as they are built
+  const auto start = std::chrono::steady_clock::now();
+  SimResult r = simulateBuilt(
+      n,
+      [&](int rank) {
+        RankPlan p = b->build(a, rank);
+        for (const auto& lane : p.lanes)
+          for (const auto& step : lane.steps) sends += step.kind == collectives::StepKind::Send;
+        return p;
+      },
+      topo, SimOptions());
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(r.ok) << r.message;
+  printf("%s allreduce of 64 MiB, %d ranks on dgx-rail-1024: %llu messages, %llu flows "
+         "simulated in %.2f s (predicted %.3f ms)\n",
+         b->name, n, (unsigned long long)r.messages, (unsigned long long)r.flows, wall,
+         r.time * 1e3);
+  EXPECT_EQ(r.messages, sends);
+  EXPECT_GT(r.time, 0);
 }
 
 }  // namespace

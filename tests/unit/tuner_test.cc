@@ -134,6 +134,30 @@ TEST(Tuner, ModelChoiceIsTheSimulatorsArgminOnEveryCorpusModel) {
   EXPECT_GE(checked, 5 * 6 * 3);
 }
 
+// The at-scale table's claim (docs/SCALE.md) on a whole corpus model: on all 128 ranks of
+// dgx-rail-16, the tuner's allreduce choice is the simulator's argmin over every candidate,
+// at a latency-bound, a middle and a bandwidth-bound size.
+TEST(Tuner, AllReduceChoiceIsTheArgminOnTheWholeDgxRail16) {
+  const Topology* rail16 = nullptr;
+  const std::vector<Topology> corpus = topology::corpusModels(false);
+  for (const Topology& model : corpus)
+    if (model.name == "dgx-rail-16") rail16 = &model;
+  ASSERT_NE(rail16, nullptr);
+  ASSERT_EQ(rail16->ranks.size(), 128u);
+  Tuner tuner(*rail16, TunerConfig{});
+  for (uint64_t bytes : {uint64_t(8), uint64_t(64) << 10, uint64_t(64) << 20}) {
+    const CollArgs a = callOn(*rail16, Collective::AllReduce, bytes);
+    Decision d;
+    ASSERT_TRUE(tuner.decide(a, &d).isOk());
+    std::string best;
+    const double bestTime = referenceBest(*rail16, a, &best);
+    ASSERT_GT(bestTime, 0) << bytes << " B";
+    EXPECT_EQ(d.source, Source::Model) << bytes << " B";
+    EXPECT_NEAR(d.choice.time, bestTime, bestTime * 1e-9)
+        << bytes << " B: tuner " << describe(d.choice) << ", reference " << best;
+  }
+}
+
 TEST(Tuner, DecisionsAreDeterministicAndCachedPerSizeBucket) {
   const Topology topo = uniformTopology({2, 2});
   Tuner a(topo, TunerConfig{}), b(topo, TunerConfig{});
