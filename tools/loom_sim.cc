@@ -3,6 +3,7 @@
 // nccl-tests, through perf/'s shared code, so the numbers read like loom-perf's.
 #include <getopt.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -26,6 +27,8 @@ namespace perf = loom::perf;
 
 const char kUsage[] =
     "usage: loom-sim (--topo FILE | --uniform HxR) [options]\n"
+    "  --topo FILE         a JSON model, or the name of a corpus model built in code\n"
+    "                      (topology/builders.h: dgx-rail-1024 has no file)\n"
     "  --collective NAME   allreduce (default), allgather, reducescatter, alltoall,\n"
     "                      broadcast, reduce\n"
     "  --sizes MIN:MAX:F   sizes in bytes as nccl-tests counts them, from MIN to MAX times F\n"
@@ -36,6 +39,8 @@ const char kUsage[] =
     "  --lanes L           lanes hint given to the builders (default 1)\n"
     "  --slices K          pipelining pieces per step (default 4; 1 = whole steps)\n"
     "  --mem-bw BYTES/s    local copy/reduce bandwidth (default 20e9)\n"
+    "  --no-tuner          do not ask the tuner (its candidates include every algorithm,\n"
+    "                      ring too, which takes hours to simulate at thousands of ranks)\n"
     "  --intra-bw, --intra-lat, --net-bw, --net-lat   the --uniform links (bytes/s, s)\n";
 
 struct Args {
@@ -48,6 +53,7 @@ struct Args {
   std::vector<std::string> algos;
   int ranks = 0;
   int lanes = 1;
+  bool useTuner = true;
   loom::tuner::SimOptions sim;
 };
 
@@ -64,7 +70,7 @@ bool parseNumber(const char* text, double* out) {
 
 bool parseArgs(int argc, char** argv, Args* a) {
   enum { kTopo = 1, kUniform, kColl, kSizes, kAlgos, kRanks, kElem, kLanes, kSlices, kMemBw,
-         kIntraBw, kIntraLat, kNetBw, kNetLat, kHelp };
+         kIntraBw, kIntraLat, kNetBw, kNetLat, kNoTuner, kHelp };
   static const option kOptions[] = {
       {"topo", required_argument, nullptr, kTopo},
       {"uniform", required_argument, nullptr, kUniform},
@@ -80,6 +86,7 @@ bool parseArgs(int argc, char** argv, Args* a) {
       {"intra-lat", required_argument, nullptr, kIntraLat},
       {"net-bw", required_argument, nullptr, kNetBw},
       {"net-lat", required_argument, nullptr, kNetLat},
+      {"no-tuner", no_argument, nullptr, kNoTuner},
       {"help", no_argument, nullptr, kHelp},
       {nullptr, 0, nullptr, 0}};
   double* uniformField[] = {&a->uniform.intraBandwidth, &a->uniform.intraLatency,
@@ -88,6 +95,7 @@ bool parseArgs(int argc, char** argv, Args* a) {
     std::string v = optarg ? optarg : "";
     switch (opt) {
       case kTopo: a->topoFile = v; break;
+      case kNoTuner: a->useTuner = false; break;
       case kUniform:
         if (!loom::tools::parseUniformShape(v, &a->uniform))
           return fail("--uniform wants HOSTSxRANKS, e.g. 4x8, not '" + v + "'");
@@ -174,9 +182,11 @@ int main(int argc, char** argv) {
   printf("# loom-sim: %s, %d ranks on %d hosts, %s, %u-byte elements, %d lane(s), %d slice(s)\n",
          topo.name.c_str(), nranks, loom::tuner::hostCount(args),
          loom::collectives::collectiveName(coll), a.sim.elemSize, a.lanes, a.sim.slices);
-  printf("# * fastest at that size; t = the tuner's choice (loom-tune shows its parameters)\n");
-  printf("#%11s %12s  %-18s %12s %12s %12s\n", "size(B)", "count", "algorithm", "time(us)",
-         "algbw(GB/s)", "busbw(GB/s)");
+  printf("# * fastest at that size; t = the tuner's choice (loom-tune shows its parameters)%s\n",
+         a.useTuner ? "" : " -- not asked (--no-tuner)");
+  printf("# sim(s): wall seconds this machine took to simulate the row\n");
+  printf("#%11s %12s  %-18s %12s %12s %12s %9s\n", "size(B)", "count", "algorithm", "time(us)",
+         "algbw(GB/s)", "busbw(GB/s)", "sim(s)");
   const double factor = perf::busBwFactor(a.collective, nranks);
   loom::tuner::TunerConfig tunerConfig;
   tunerConfig.sim = a.sim;
@@ -186,20 +196,23 @@ int main(int argc, char** argv) {
     args.count = sizes.paramCount;
     const size_t bytes = sizes.bytes(a.sim.elemSize);
     loom::tuner::Decision decision;
-    const Builder* chosen = tuner.decide(args, &decision).isOk() ? decision.choice.builder
-                                                                  : nullptr;
+    const Builder* chosen =
+        a.useTuner && tuner.decide(args, &decision).isOk() ? decision.choice.builder : nullptr;
     struct Row {
       const Builder* builder;
       std::string refusal;
       double time = 0;
+      double wall = 0;  // seconds this machine took to simulate it
     };
     std::vector<Row> rows;
     const Row* best = nullptr;
     for (const Builder* b : builders) {
       Row row{b, b->refuse ? b->refuse(args) : std::string()};
       if (row.refusal.empty()) {
+        const auto start = std::chrono::steady_clock::now();
         auto result = loom::tuner::simulateBuilt(
             nranks, [&](int r) { return b->build(args, r); }, topo, a.sim);
+        row.wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         if (result.ok) {
           row.time = result.time;
         } else {
@@ -218,8 +231,13 @@ int main(int argc, char** argv) {
         continue;
       }
       const double algbw = row.time > 0 ? double(bytes) / row.time / 1e9 : 0;
-      printf("%12.2f %12.3f %12.3f\n", row.time * 1e6, algbw, algbw * factor);
+      printf("%12.2f %12.3f %12.3f %9.2f\n", row.time * 1e6, algbw, algbw * factor, row.wall);
     }
+    // The rows above run each algorithm as --lanes asks; the tuner also tries other lane
+    // counts and torus shapes, so its full choice is shown.
+    if (chosen)
+      printf("%12zu # the tuner's choice: %s, %.2f us\n", bytes,
+             loom::tuner::describe(decision.choice).c_str(), decision.choice.time * 1e6);
   }
   return 0;
 }

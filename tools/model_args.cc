@@ -1,8 +1,12 @@
 #include "tools/model_args.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+
+#include "topology/builders.h"
 
 namespace loom::tools {
 
@@ -51,12 +55,33 @@ bool parseUniformShape(const std::string& text, tuner::UniformCluster* out) {
          out->ranksPerHost >= 1;
 }
 
+namespace {
+
+// A JSON model, or when no such file exists the corpus model of that name, built in code:
+// dgx-rail-1024 is in the corpus but, at several MB, has no file in topology/models/.
+Status loadFileOrCorpus(const std::string& topoFile, topology::Topology* out) {
+  Status st = topology::loadTopology(topoFile, out);
+  if (st.isOk() || access(topoFile.c_str(), F_OK) == 0) return st;
+  std::string names;
+  for (topology::Topology& model : topology::corpusModels()) {
+    if (model.name == topoFile) {
+      *out = std::move(model);
+      return Status::ok();
+    }
+    names += (names.empty() ? "" : ", ") + model.name;
+  }
+  return errorf(loomInvalidArgument, "%s, and no corpus model is called that (%s)",
+                st.message().c_str(), names.c_str());
+}
+
+}  // namespace
+
 bool loadModel(const std::string& topoFile, const tuner::UniformCluster* uniform, int ranks,
                topology::Topology* out, std::string* error) {
   if (uniform != nullptr) {
     *out = tuner::uniformTopology(*uniform);
   } else {
-    Status st = topology::loadTopology(topoFile, out);
+    Status st = loadFileOrCorpus(topoFile, out);
     if (!st.isOk()) {
       *error = st.message();
       return false;

@@ -21,7 +21,8 @@ bool parseSizeSweep(const std::string& text, size_t* minBytes, size_t* maxBytes,
 // "HxR": H hosts of R ranks each.
 bool parseUniformShape(const std::string& text, tuner::UniformCluster* out);
 
-// The model named on the command line: the JSON file, else the uniform cluster; then only its
+// The model named on the command line: the JSON file (or, when there is no such file, the
+// corpus model of that name, topology/builders.h), else the uniform cluster; then only its
 // first `ranks` ranks when ranks > 0. On failure *error says why.
 bool loadModel(const std::string& topoFile, const tuner::UniformCluster* uniform, int ranks,
                topology::Topology* out, std::string* error);

@@ -609,16 +609,20 @@ class Simulator {
     for (uint32_t i = rdepBegin_[g]; i < rdepBegin_[g + 1]; ++i) advanceReady(rdep_[i]);
   }
 
+  // Whether the connection's next slice may transmit: its send and its receive both may touch it.
+  bool headReady(const Connection& c) const {
+    return !c.busy && c.headMsg < c.sends.size() &&
+           steps_[c.sends[c.headMsg]].ready > c.headSlice &&
+           steps_[c.recvs[c.headMsg]].ready > c.headSlice;
+  }
+
   // Starts the connection's next slice when its send and its receive both may touch it.
   void tryStart(uint32_t ci) {
     Connection& c = conns_[ci];
-    if (c.busy || c.headMsg >= c.sends.size()) return;
-    const SimStep& snd = steps_[c.sends[c.headMsg]];
-    const SimStep& rcv = steps_[c.recvs[c.headMsg]];
-    if (snd.ready <= c.headSlice || rcv.ready <= c.headSlice) return;
+    if (!headReady(c)) return;
     c.busy = true;
     ++flowsStarted_;
-    const uint64_t bytes = sliceBytes(snd, c.headSlice);
+    const uint64_t bytes = sliceBytes(steps_[c.sends[c.headMsg]], c.headSlice);
     const Route& route = routes_[c.route];
     uint32_t f = allocFlow();
     Flow& fl = flows_[f];
@@ -640,6 +644,26 @@ class Simulator {
       linkBytes_[size_t(l)] += bytes;
       markDirty(l);
     }
+  }
+
+  // When the connection's next slice may transmit now, it takes the place of the flow f that
+  // just finished: same route, same weight, so every link keeps the same set of flows and the
+  // max-min rates stay as they are — no rebalancing. The slices of one message, and messages
+  // whose data is ready (rhd's, tree's), follow each other this way at the cost of an event,
+  // not of recomputing every flow their links connect them to.
+  bool continueOnConnection(uint32_t f) {
+    Flow& fl = flows_[f];
+    Connection& c = conns_[fl.owner];
+    if (!headReady(c) || routes_[fl.route].links.empty() || fl.rate <= 0) return false;
+    const uint64_t bytes = sliceBytes(steps_[c.sends[c.headMsg]], c.headSlice);
+    if (bytes == 0) return false;
+    c.busy = true;
+    ++flowsStarted_;
+    for (int32_t l : routes_[fl.route].links) linkBytes_[size_t(l)] += bytes;
+    fl.remaining = double(bytes);
+    fl.last = now_;
+    push(now_ + fl.remaining / fl.rate, EventKind::FlowDone, f, fl.version);
+    return true;
   }
 
   uint32_t allocFlow() {
@@ -665,6 +689,16 @@ class Simulator {
         if (fl.version != e.version) return;  // its rate changed since; a newer event stands
         ++fl.version;
         const Route& route = routes_[fl.route];
+        if (!fl.local) {
+          Connection& c = conns_[fl.owner];
+          c.busy = false;
+          push(now_ + route.latency, EventKind::Deliver, fl.owner);
+          if (++c.headSlice == steps_[c.sends[c.headMsg]].slices) {
+            c.headSlice = 0;
+            ++c.headMsg;
+          }
+          if (continueOnConnection(e.id)) return;
+        }
         for (int32_t l : route.links) {
           auto& v = linkFlows_[size_t(l)];
           *std::find(v.begin(), v.end(), e.id) = v.back();
@@ -674,17 +708,9 @@ class Simulator {
         freeFlows_.push_back(e.id);
         if (fl.local) {
           finishCpu(fl.owner);
-          return;
+        } else {
+          tryStart(fl.owner);
         }
-        const uint32_t ci = fl.owner;
-        Connection& c = conns_[ci];
-        c.busy = false;
-        push(now_ + route.latency, EventKind::Deliver, ci);
-        if (++c.headSlice == steps_[c.sends[c.headMsg]].slices) {
-          c.headSlice = 0;
-          ++c.headMsg;
-        }
-        tryStart(ci);
         return;
       }
       case EventKind::Deliver: {

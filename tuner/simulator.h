@@ -5,8 +5,10 @@
 //  - a message is a flow over the links of topo.route() between the two ranks' endpoints. It
 //    transmits its bytes at a rate that is max-min fair among all flows crossing the same links
 //    at the same time (progressive filling, recomputed at every flow start and finish, only
-//    over the flows that share links with the change), then arrives route-latency later (α,
-//    paid once per message; the next message on the connection transmits meanwhile);
+//    over the flows that share links with the change; a connection's next slice that takes
+//    its finished one's place changes no link's flows and recomputes nothing), then arrives
+//    route-latency later (α, paid once per message; the next message on the connection
+//    transmits meanwhile);
 //  - the executor's semantics: every transfer of a lane is posted at once, transfers between a
 //    pair of ranks on a lane go in FIFO order, and a step may work on the prefix of its regions
 //    that the earlier conflicting steps of its lane have finished. The simulator cuts each step

@@ -387,9 +387,9 @@ TEST(Simulator, RingAllReduceAtScale) {
 // asserted is that every plan's every message was simulated.
 TEST(Simulator, AllReduceOf8192RanksOnDgxRail1024) {
   const char* env = getenv("LOOM_SIM_SCALE_ALGO");
-  const collectives::Builder* b =
-      collectives::findBuilder(Collective::AllReduce, env ? env : "tree");
-  ASSERT_NE(b, nullptr) << "LOOM_SIM_SCALE_ALGO=" << env << " is no allreduce builder";
+  const std::string algo = env ? env : "tree";
+  const collectives::Builder* b = collectives::findBuilder(Collective::AllReduce, algo);
+  ASSERT_NE(b, nullptr) << "LOOM_SIM_SCALE_ALGO: no allreduce builder is called " << algo;
   topology::Topology topo;
   for (topology::Topology& model : topology::corpusModels())
     if (model.name == "dgx-rail-1024") topo = std::move(model);
