@@ -24,6 +24,9 @@ namespace tuner = loom::tuner;
 
 const char kUsage[] =
     "usage: loom-tune (--topo FILE | --uniform HxR) [options]\n"
+    "  --topo FILE         a JSON model, or the name of a corpus model built in code\n"
+    "                      (e.g. dgx-rail-1024)\n"
+    "  --uniform HxR       H hosts of R ranks (tuner/uniform_topology.h)\n"
     "  --tune RULES        LOOM_TUNE rules to apply first (\"@FILE\" reads a file; default:\n"
     "                      the LOOM_TUNE environment variable)\n"
     "  --table             the built-in table only, no cost model (LOOM_TUNER=table)\n"
