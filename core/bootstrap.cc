@@ -174,7 +174,10 @@ class Root {
       result.append(reinterpret_cast<const char*>(&len), sizeof(len));
       result += gathers_[q];
     }
-    for (int q = 0; q < nranks_; ++q) {
+    // Highest rank first: rank 0, which usually runs in this root's process, gets its answer
+    // last, so when it leaves (and may exit, taking the root along) every other rank's answer
+    // is already in its socket.
+    for (int q = nranks_ - 1; q >= 0; --q) {
       if (fds_[q] >= 0 && !sendMessage(fds_[q], kGatherResult, result, Deadline(10000)).isOk())
         drop(q);
       gathers_[q].clear();

@@ -205,6 +205,9 @@ TEST_F(DirectTwoHosts, Refuses) {
                             "needs every rank on one host, but ranks 0 and 1 are on different "
                             "hosts") != std::string::npos,
                    "message: %s", msg.c_str());
+        // The refusal needs no peer; wait for every rank's init before rank 0 (whose process
+        // holds the bootstrap root) destroys its communicator and exits.
+        ctx.allgather("");
         RANK_LOOM(loomCommDestroy(comm));
         return 0;
       },
