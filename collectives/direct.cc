@@ -82,10 +82,9 @@ RankPlan buildDirectAllReduce(const CollArgs& a, int rank) {
   auto shared = [&](uint64_t half, uint64_t j, uint64_t offset, uint64_t len) {
     return Region{kShared, slotStart(slot, n, half, j) + offset, len};
   };
-  auto barrier = [&] { addBarrier(lane); };
   if (count <= slot && count * a.elemSize <= kOneShotBytes) {
     addCopy(lane, input, shared(0, uint64_t(rank), 0, count));
-    barrier();
+    addBarrier(lane);
     // Every rank combines the slots in the same order, so all get bit-identical results.
     addCopy(lane, shared(0, 0, 0, count), output);
     for (uint64_t j = 1; j < n; ++j) addReduce(lane, shared(0, j, 0, count), output);
@@ -100,10 +99,10 @@ RankPlan buildDirectAllReduce(const CollArgs& a, int rank) {
     const uint64_t off = partOffset(len, n, uint64_t(rank)),
                    mine = partCount(len, n, uint64_t(rank));
     addCopy(lane, {kInput, base, len}, shared(half, uint64_t(rank), 0, len));
-    barrier();
+    addBarrier(lane);
     for (uint64_t j = 1; j < n; ++j)
       addReduce(lane, shared(half, j, off, mine), shared(half, 0, off, mine));
-    barrier();
+    addBarrier(lane);
     addCopy(lane, shared(half, 0, 0, len), {kOutput, base, len});
   }
   return plan;

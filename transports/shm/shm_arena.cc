@@ -146,7 +146,10 @@ ShmArena::~ShmArena() {
 void* ShmArena::nextCallBase() { return data_ + (calls_++ % 2) * callBytes_; }
 
 uint32_t ShmArena::arrive() {
-  member_[localIndex_].arrivals.fetch_add(1, std::memory_order_relaxed);
+  // Only this rank writes its count (others read it for error messages): a plain store, no
+  // locked read-modify-write on the barrier's path.
+  std::atomic<uint64_t>& arrivals = member_[localIndex_].arrivals;
+  arrivals.store(arrivals.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   const uint32_t ticket = header_->generation.load(std::memory_order_acquire);
   // acq_rel: the last to arrive sees every member's writes, and publishes them all with the
   // generation it bumps. The count is reset before that, so the next barrier starts at 0.
