@@ -99,6 +99,10 @@ struct Builder {
   // Why this builder cannot serve a call (e.g. torus dims that do not match nranks), or an
   // empty string when it can. Null: it serves every call.
   std::string (*refuse)(const CollArgs& a) = nullptr;
+  // An alltoall whose plan stays right when Input and Output are one buffer (every block is
+  // read before anything overwrites it, and no wait closes a cycle), so an in-place call runs
+  // it as is; other alltoalls in place work on a copy of the input (core/comm.cc).
+  bool alltoallInPlace = false;
 };
 
 // Every builder, grouped by collective.

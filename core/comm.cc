@@ -118,6 +118,7 @@ Status Comm::init(int nranks, const loomUniqueId& id, int rank, const loomConfig
   me.pid = getpid();
   std::string hostname;
   me.hostId = topology::hostIdentity(&hostname);
+  me.machineId = topology::machineIdentity();
   snprintf(me.hostname, sizeof(me.hostname), "%s", hostname.c_str());
   if (transportMode_ != "tcp") LOOM_TRY(transports::createShmTransport(&ctx_, &shm_));
   if (transportMode_ != "shm") {
@@ -150,22 +151,26 @@ Status Comm::init(int nranks, const loomUniqueId& id, int rank, const loomConfig
   }
   hostCount_ = int(hostIds.size());
   directBytes_ = uint64_t(std::max<int64_t>(0, params::getInt("LOOM_SHM_DIRECT_BYTES")));
-  // Ranks of this host beyond its usable cores must not spin: the peer they wait for may
-  // need the very core they would be burning.
-  int localRanks = 0;
-  for (const auto& p : ctx_.peers) localRanks += p.hostId == me.hostId;
+  // Ranks beyond the machine's usable cores must not spin: the peer they wait for may need the
+  // very core they would be burning. Ranks in other network namespaces (or containers) of the
+  // same kernel count too: they are other hosts to the plans, but they share these cores.
+  int localRanks = 0, machineRanks = 0;
+  for (const auto& p : ctx_.peers) {
+    localRanks += p.hostId == me.hostId;
+    machineRanks += p.machineId == me.machineId;
+  }
   cpu_set_t cpus;
   int usableCores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
   spinCount_ = params::getInt("LOOM_SPIN_COUNT");
-  if (spinCount_ < 0) spinCount_ = localRanks > usableCores ? 0 : 2000;
+  if (spinCount_ < 0) spinCount_ = machineRanks > usableCores ? 0 : 2000;
   yieldNs_ = uint64_t(std::max<int64_t>(0, params::getInt("LOOM_YIELD_USEC"))) * 1000;
   LOOM_TRY(discoverTopology(deadline));
   initTuner(std::move(tuning));
   LOOM_TRY(initAutotune(deadline));
   LOOM_INFO("INIT",
-            "rank %d of %d on %s (pid %d): %d host(s), %d local rank(s) on %d core(s), "
-            "transport %s, lanes %d, spin %lld",
-            rank, nranks, me.hostname, me.pid, hosts, localRanks, usableCores,
+            "rank %d of %d on %s (pid %d): %d host(s), %d local rank(s), %d on this machine's "
+            "%d core(s), transport %s, lanes %d, spin %lld",
+            rank, nranks, me.hostname, me.pid, hosts, localRanks, machineRanks, usableCores,
             transportMode_.c_str(), settings_.lanes, (long long)spinCount_);
   return Status::ok();
 }
@@ -306,17 +311,19 @@ Status Comm::runDecided(CallDesc call, const tuner::Decision& decision) {
   std::array<void*, 4> buffers = {const_cast<void*>(call.input), call.output, nullptr, nullptr};
   // Filled on every call (cheap, no allocation), read only when the plan is not cached yet.
   std::array<collectives::BufferAlias, 3> aliases = {{{0, 0}, {1, 0}, {2, 0}}};
-  std::vector<char> inputCopy;  // alltoall in place works on a copy of the input
   PlanKey key{a.coll,   builder, a.count,    a.root, a.lanes, a.torusX,
               a.torusY, a.fanIn, a.elemSize, 0,      0,       {}};
   if (rangesOverlap(call.input, call.inputBytes, call.output, call.outputBytes)) {
     auto in = reinterpret_cast<uintptr_t>(call.input);
     auto outp = reinterpret_cast<uintptr_t>(call.output);
-    bool exchange = a.coll == Collective::AlltoAll || a.coll == Collective::AlltoAllv;
-    if (exchange) {
-      inputCopy.assign(static_cast<const char*>(call.input),
-                       static_cast<const char*>(call.input) + call.inputBytes);
-      buffers[0] = inputCopy.data();
+    const bool exchange = a.coll == Collective::AlltoAll || a.coll == Collective::AlltoAllv;
+    const bool sameBuffer = in == outp && call.inputBytes == call.outputBytes;
+    if (exchange && !(builder->alltoallInPlace && sameBuffer)) {
+      // Alltoall in place works on a copy of the input, kept between calls: a fresh one each
+      // call would fault in every page of it again, which cost more than the exchange itself.
+      if (inputCopy_.size() < call.inputBytes) inputCopy_.resize(call.inputBytes);
+      memcpy(inputCopy_.data(), call.input, call.inputBytes);
+      buffers[0] = inputCopy_.data();
     } else if (in >= outp && in + call.inputBytes <= outp + call.outputBytes &&
                (in - outp) % es == 0) {
       aliases[0] = {1, (in - outp) / es};

@@ -159,6 +159,7 @@ class Comm final : public collectives::ExecHost {
   int autotuneCandidates_ = 3, autotuneRuns_ = 3;
   uint64_t autotuneMaxBytes_ = 0;
   std::vector<char> scratch_;
+  std::vector<char> inputCopy_;  // an in-place alltoall's input, see runDecided
   uint64_t sequence_ = 0;
   Status failed_;
   std::atomic<int> asyncError_{loomSuccess};

@@ -15,8 +15,9 @@ const Entry kEntries[] = {
     {"LOOM_TIMEOUT_MS", Type::Int, "300000",
      "Deadline of every blocking wait, in milliseconds; -1 waits forever."},
     {"LOOM_SPIN_COUNT", Type::Int, "-1",
-     "Polls of an idle wait before it starts yielding the CPU; -1: 2000, or 0 when this host "
-     "has more ranks than the cores they may run on (spinning would starve the peers)."},
+     "Polls of an idle wait before it starts yielding the CPU; -1: 2000, or 0 when this machine "
+     "(ranks in other network namespaces or containers of the same kernel included) has more "
+     "ranks than the cores they may run on (spinning would starve the peers)."},
     {"LOOM_YIELD_USEC", Type::Int, "2000",
      "Microseconds an idle wait yields the CPU (sched_yield) before it sleeps (futex or poll)."},
     {"LOOM_DEBUG", Type::String, "WARN", "Log level: NONE, WARN, INFO or TRACE."},
@@ -42,10 +43,11 @@ const Entry kEntries[] = {
     {"LOOM_SHM_SLOTS", Type::Int, "8",
      "Slots per direction of a shared-memory connection (memory per pair and lane: "
      "2 x slots x slot bytes)."},
-    {"LOOM_SHM_CMA_THRESHOLD", Type::Bytes, "0",
-     "Messages of at least this size move by a single copy (process_vm_readv) instead of "
-     "through the ring; 0 (the default: on the machines measured so far the ring with "
-     "streaming stores was faster) disables the single-copy path."},
+    {"LOOM_SHM_CMA_THRESHOLD", Type::Bytes, "64K",
+     "Messages of at least this size whose data is all there when they start (a send from the "
+     "input) move by a single copy (process_vm_readv) instead of through the ring; messages "
+     "still being produced while they move always use the ring. 0 disables the single-copy "
+     "path."},
     {"LOOM_SHM_DIRECT_BYTES", Type::Bytes, "16M",
      "Shared-memory arena of the direct allreduce, one per communicator and host, mapped at "
      "its first call. A call uses half, as 2 x ranks slots; larger messages go through the "

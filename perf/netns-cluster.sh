@@ -12,16 +12,18 @@
 # 10gbit), --queue BYTES (bfifo limit per link; default 1 MB), --build DIR (CMake build folder;
 # default $LOOM_BUILD or ./build), --map-by host|node (host: ranks 0..R-1 on host 0, the next
 # R on host 1, ...; node: round robin, rank r on host r % H, as mpirun --map-by node; default
-# host), --peers (also run loom-mpi-perf through mpirun, its ranks
+# host), --mtu BYTES (the links' MTU; default 1500: 9000 plays jumbo frames, which costs this
+# machine's CPUs fewer packets per byte), --peers (also run loom-mpi-perf through mpirun, its ranks
 # placed in the namespaces by an rsh agent doing `ip netns exec`), --port P (bootstrap port,
 # default 29517). Arguments after -- go to loom-perf (and the peer). Hosts get 10.214.0.1..H
 # on the bridge; the bridge itself gets 10.214.0.254 in the root namespace, for mpirun's own
-# channel. Everything is torn down on exit, Ctrl-C included.
+# channel. At the end it prints how many packets each link's queue dropped (incast shows
+# there). Everything is torn down on exit, Ctrl-C included.
 set -euo pipefail
 
-usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 
-hosts=2 per=1 rate=10gbit queue=1000000 peers=0 port=29517 mapby=host
+hosts=2 per=1 rate=10gbit queue=1000000 peers=0 port=29517 mapby=host mtu=1500
 build=${LOOM_BUILD:-$(cd "$(dirname "$0")/.." && pwd)/build}
 args=()
 while [[ $# -gt 0 ]]; do
@@ -32,6 +34,7 @@ while [[ $# -gt 0 ]]; do
     --queue) queue=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     --map-by) mapby=$2; shift 2 ;;
+    --mtu) mtu=$2; shift 2 ;;
     --peers) peers=1; shift ;;
     --port) port=$2; shift 2 ;;
     --) shift; args=("$@"); break ;;
@@ -41,6 +44,7 @@ while [[ $# -gt 0 ]]; do
 done
 [[ $(id -u) == 0 ]] || { echo "netns-cluster.sh: needs root (network namespaces, tc)" >&2; exit 2; }
 ((hosts >= 1 && hosts <= 200 && per >= 1)) || { echo "netns-cluster.sh: bad -H/-R" >&2; exit 2; }
+((mtu >= 576 && mtu <= 65535)) || { echo "netns-cluster.sh: --mtu takes 576..65535" >&2; exit 2; }
 [[ $mapby == host || $mapby == node ]] ||
   { echo "netns-cluster.sh: --map-by takes host or node, not '$mapby'" >&2; exit 2; }
 [[ ${#args[@]} -gt 0 ]] || args=(all_reduce -b 8 -e 1M -f 4)
@@ -80,13 +84,13 @@ shape() {
   "$@" tc qdisc add dev "$dev" parent 1:10 handle 10: bfifo limit "$queue"
 }
 
-ip link add "$bridge" type bridge
+ip link add "$bridge" mtu "$mtu" type bridge
 ip addr add 10.214.0.254/24 dev "$bridge"
 ip link set "$bridge" up
 for ((i = 0; i < hosts; i++)); do
   n=$(ns $i)
   ip netns add "$n"
-  ip link add "$(outer $i)" type veth peer name "$(inner $i)"
+  ip link add "$(outer $i)" mtu "$mtu" type veth peer name "$(inner $i)" mtu "$mtu"
   ip link set "$(inner $i)" netns "$n"
   ip link set "$(outer $i)" master "$bridge" up
   ip -n "$n" addr add "10.214.0.$((i + 1))/24" dev "$(inner $i)"
@@ -101,7 +105,21 @@ for ((i = 0; i < hosts; i++)); do
   shape "$(inner $i)" ip netns exec "$n"
   shape "$(outer $i)"
 done
-echo "# netns-cluster: $hosts hosts x $per ranks, links $rate, queue $queue B; bridge $bridge" >&2
+echo "# netns-cluster: $hosts hosts x $per ranks, links $rate, queue $queue B, mtu $mtu;" \
+  "bridge $bridge" >&2
+
+# Packets dropped by a link's queue so far (the bfifo's counter), to report incast.
+drops() { "$@" tc -s qdisc show dev "$dev" | awk '/^qdisc bfifo/ {q = 1} q && /dropped/ {
+  sub(/,/, "", $7); print $7; exit }'; }
+report_drops() {
+  local line="# netns-cluster: packets dropped by each host's queues (out, in):"
+  for ((i = 0; i < hosts; i++)); do
+    dev=$(inner $i) out=$(drops ip netns exec "$(ns $i)")
+    dev=$(outer $i) in=$(drops)
+    line+=" h$i $out,$in"
+  done
+  echo "$line" >&2
+}
 
 world=$((hosts * per))
 for ((i = 0; i < hosts; i++)); do
@@ -127,6 +145,7 @@ for ((k = 0; k < world; k++)); do
   fi
 done
 pids=()
+report_drops
 
 if ((peers)); then
   mpiperf=$build/perf/loom-mpi-perf
@@ -144,6 +163,7 @@ if ((peers)); then
       --mca btl tcp,self --mca btl_tcp_if_include 10.214.0.0/24 \
       --mca oob_tcp_if_include 10.214.0.0/24 -H "${hostlist%,}" -np "$world" --map-by "$([[ $mapby == node ]] && echo node || echo slot)" \
       "$mpiperf" "${args[@]}" || rc=1
+    report_drops  # counted from the start: loom's and Open MPI's together
   fi
 fi
 exit $rc

@@ -185,16 +185,24 @@ std::string readLine(const char* path) {
 
 }  // namespace
 
+namespace {
+std::string bootId() {
+  std::string id;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> id;
+  return id;
+}
+}  // namespace
+
 uint64_t hostIdentity(std::string* hostname) {
   char name[64] = {};
   gethostname(name, sizeof(name) - 1);
   *hostname = name;
-  std::string bootId;
-  std::ifstream("/proc/sys/kernel/random/boot_id") >> bootId;
   struct stat st = {};
   stat("/proc/self/ns/net", &st);
-  return hash64(*hostname + "\n" + bootId + "\n" + std::to_string(st.st_ino));
+  return hash64(*hostname + "\n" + bootId() + "\n" + std::to_string(st.st_ino));
 }
+
+uint64_t machineIdentity() { return hash64("machine\n" + bootId()); }
 
 std::string linkCacheKey(LinkKind kind, const std::string& transport, uint64_t peerHostId) {
   std::string key = std::string(linkKindName(kind)) + "/" + transport;

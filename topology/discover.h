@@ -95,6 +95,9 @@ std::string linkCacheKey(LinkKind kind, const std::string& transport, uint64_t p
 // namespaces of one machine count as different hosts (that is how tests play a cluster).
 // Sets *hostname too.
 uint64_t hostIdentity(std::string* hostname);
+// The running kernel (its boot id): processes that share it share the CPUs, whatever their
+// hostname or network namespace, so this is what decides whether ranks oversubscribe cores.
+uint64_t machineIdentity();
 
 // This host as the cache knows it: hostname, `hostId` (boot id and network namespace, see
 // core/comm.cc), and the configured CPU count and online NUMA nodes, which only change with

@@ -44,6 +44,7 @@ struct PeerInfo {
   int32_t rank = 0;
   int32_t pid = 0;
   uint64_t hostId = 0;    // hash of hostname, boot id and network namespace inode
+  uint64_t machineId = 0; // hash of the boot id alone: ranks that share CPUs
   char hostname[64] = {};
   // The rank's TCP listening address (sockaddr_in or sockaddr_in6).
   sockaddr_storage tcpAddr = {};

@@ -47,6 +47,7 @@ struct SimStep {
   uint8_t issued = 0;  // local steps: slices handed to the rank's CPU
   uint8_t done = 0;    // slices finished
   bool free = false;   // a Copy onto itself: the executor skips it
+  bool singleCopy = false;  // a Send that goes by one copy (SimOptions::singleCopyBytes)
   // Whether the rank's CPU has done the step's bookkeeping (HostCpu::stepOverhead): until then
   // not even its first slice may start.
   uint8_t admission = 0;  // kAdmitted, kNeedsAdmission or kAdmissionQueued
@@ -616,6 +617,21 @@ class Simulator {
            steps_[c.recvs[c.headMsg]].ready > c.headSlice;
   }
 
+  // CPU bytes per byte of the connection's next slice (Route::cpuWeight). A message takes the
+  // single-copy path, as the shm transport chooses it, when its first slice starts with all of
+  // its data there (every slice ready) and its receiver only stores it.
+  double headWeight(const Connection& c) {
+    SimStep& send = steps_[c.sends[c.headMsg]];
+    if (c.headSlice == 0) {
+      send.singleCopy = opt_.singleCopyBytes > 0 &&
+                        send.count * opt_.elemSize >= opt_.singleCopyBytes &&
+                        send.ready == send.slices &&
+                        steps_[c.recvs[c.headMsg]].kind == StepKind::Recv;
+    }
+    const double weight = routes_[c.route].cpuWeight;
+    return send.singleCopy ? std::min(weight, 1.0) : weight;
+  }
+
   // Starts the connection's next slice when its send and its receive both may touch it.
   void tryStart(uint32_t ci) {
     Connection& c = conns_[ci];
@@ -624,12 +640,13 @@ class Simulator {
     ++flowsStarted_;
     const uint64_t bytes = sliceBytes(steps_[c.sends[c.headMsg]], c.headSlice);
     const Route& route = routes_[c.route];
+    const double weight = headWeight(c);
     uint32_t f = allocFlow();
     Flow& fl = flows_[f];
     fl.route = c.route;
     fl.owner = ci;
     fl.local = false;
-    fl.cpuWeight = route.cpuWeight;
+    fl.cpuWeight = weight;
     fl.remaining = double(bytes);
     fl.rate = 0;
     fl.last = now_;
@@ -656,7 +673,7 @@ class Simulator {
     Connection& c = conns_[fl.owner];
     if (!headReady(c) || routes_[fl.route].links.empty() || fl.rate <= 0) return false;
     const uint64_t bytes = sliceBytes(steps_[c.sends[c.headMsg]], c.headSlice);
-    if (bytes == 0) return false;
+    if (bytes == 0 || headWeight(c) != fl.cpuWeight) return false;
     c.busy = true;
     ++flowsStarted_;
     for (int32_t l : routes_[fl.route].links) linkBytes_[size_t(l)] += bytes;

@@ -160,6 +160,8 @@ Status tunerConfigFromParams(TunerConfig* out) {
   if (mode != "model" && mode != "table")
     return errorf(loomInvalidArgument, "LOOM_TUNER=\"%s\": expected model or table", mode.c_str());
   out->useModel = mode == "model";
+  out->sim.singleCopyBytes =
+      uint64_t(std::max<int64_t>(0, params::getInt("LOOM_SHM_CMA_THRESHOLD")));
   AlgoParams& fixed = out->fixed;
   fixed.lanes = int(std::max<int64_t>(0, params::getInt("LOOM_LANES")));
   fixed.fanIn = int(std::max<int64_t>(0, params::getInt("LOOM_ALLTOALL_FANIN")));

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/log.h"
 #include "loom/loom.h"
 #include "tests/support/comm_harness.h"
 #include "tests/support/fork_ranks.h"
@@ -57,6 +58,34 @@ TEST_F(TwoHosts, ShmInsideTcpAcrossEveryCollective) {
     return 0;
   }, ForkOptions::timeout(120));
   EXPECT_EQ(describeFailures(results), "");
+}
+
+// Namespaces are other hosts to the plans but not other CPUs: two ranks pinned to one core, one
+// in each namespace, are each alone on their host yet share the core, so neither may spin
+// (a spinning rank would hold the core its peer needs). The INIT line at INFO says which.
+TEST_F(TwoHosts, RanksInOtherNamespacesCountAsSharingTheCores) {
+  std::string a = hostA_, b = hostB_;
+  auto results = runRanks(2, [&](RankContext& ctx) {
+    RANK_CHECK(enter(ctx.rank() == 0 ? a : b) == 0, "setns failed");
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(sched_getcpu(), &one);
+    RANK_CHECK(sched_setaffinity(0, sizeof(one), &one) == 0, "sched_setaffinity failed");
+    setenv("LOOM_DEBUG", "INFO", 1);
+    setenv("LOOM_DEBUG_SUBSYS", "INIT", 1);
+    params::reloadFromEnvironment();
+    log::reload();
+    loomComm_t comm = nullptr;
+    RANK_LOOM(initComm(ctx, &comm));
+    RANK_LOOM(loomCommDestroy(comm));
+    return 0;
+  }, ForkOptions::timeout(60));
+  ASSERT_EQ(describeFailures(results), "");
+  for (const auto& r : results) {
+    EXPECT_NE(r.output.find("2 host(s), 1 local rank(s), 2 on this machine's 1 core(s)"),
+              std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("spin 0"), std::string::npos) << r.output;
+  }
 }
 
 }  // namespace

@@ -55,8 +55,9 @@ const collectives::Builder& builderNamed(collectives::Collective c, const char* 
   return *b;
 }
 
-bool hasInPlaceForm(collectives::Collective c) {
-  return c != collectives::Collective::AlltoAll && c != collectives::Collective::AlltoAllv;
+bool hasInPlaceForm(const collectives::Builder& b) {
+  if (b.coll == collectives::Collective::AlltoAll) return b.alltoallInPlace;
+  return b.coll != collectives::Collective::AlltoAllv;
 }
 
 std::string describeCase(const collectives::CollArgs& a, bool inPlace) {
@@ -74,7 +75,7 @@ std::string verifyCases(const collectives::Builder& b,
                         const std::vector<collectives::CollArgs>& cases) {
   return forEachParallel(cases.size(), [&](size_t i) -> std::string {
     for (bool inPlace : {false, true}) {
-      if (inPlace && !hasInPlaceForm(b.coll)) continue;
+      if (inPlace && !hasInPlaceForm(b)) continue;
       const VerifyResult r = verifyBuilder(b, cases[i], inPlace);
       if (!r.ok) return describeCase(cases[i], inPlace) + r.message;
     }

@@ -35,8 +35,9 @@ std::vector<collectives::CollArgs> alltoallvArgs(const std::vector<std::vector<u
 // The registered builder; throws (failing the test) when there is none.
 const collectives::Builder& builderNamed(collectives::Collective c, const char* name);
 
-// Whether the collective has an in-place form (alltoall has none in NCCL's API).
-bool hasInPlaceForm(collectives::Collective c);
+// Whether the builder's plans are verified in place: every collective's but alltoallv's, and an
+// alltoall's only where it runs in place without a copy of the input (alltoallInPlace).
+bool hasInPlaceForm(const collectives::Builder& b);
 
 // "allreduce N=8 count=17 lanes=2 root=0 ...: ", the prefix of a failure message.
 std::string describeCase(const collectives::CollArgs& a, bool inPlace);

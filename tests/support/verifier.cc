@@ -469,7 +469,7 @@ class Verifier {
       }
     }
     if (coll_ == Collective::AlltoAllv) RETURN_IF_FAILED(checkAlltoallvArgs());
-    if (inPlace_ && (coll_ == Collective::AlltoAll || coll_ == Collective::AlltoAllv)) {
+    if (inPlace_ && coll_ == Collective::AlltoAllv) {
       return fail(strprintf("%s has no in-place form", collectives::collectiveName(coll_)));
     }
     return true;
@@ -575,7 +575,7 @@ class Verifier {
         bufs[kOutput].mem = bufs[kInput].mem;
         bufs[kOutput].base = uint64_t(r) * a.count;
         break;
-      default:  // allreduce, broadcast, reduce: one buffer
+      default:  // allreduce, broadcast, reduce, alltoall: one buffer
         bufs[kOutput].mem = bufs[kInput].mem;
         break;
     }

@@ -329,10 +329,13 @@ TEST_P(ShmPathTest, RecvReduceSums) {
 
 // The executor releases the source and the destination in steps: the transport must never
 // read source bytes past the send's limit nor write destination bytes past the receive's.
-// The source past the limit holds poison until its step, so any early read shows up.
+// The source past the limit holds poison until its step, so any early read shows up. A send
+// goes by CMA only when all of it is released when it starts, so on the CMA path the source is
+// released whole at once (and only the receive in steps), on the slot path in steps too.
 TEST_P(ShmPathTest, PipelinedLimits) {
   Path path = GetParam();
-  runPair([path](RankContext& rc, uint64_t hash) {
+  const bool cma = path == Path::Cma;
+  runPair([path, cma](RankContext& rc, uint64_t hash) {
     TestRank r;
     RANK_OK(setUp(rc, hash, optionsFor(path), &r));
     RANK_OK(connectAndSettle(rc, &r, 1));
@@ -344,7 +347,9 @@ TEST_P(ShmPathTest, PipelinedLimits) {
     std::vector<char> src(bytes, char(0xee)), dst(bytes, char(0x11));
     TransferOp s = sendOp(src.data(), bytes, loomFloat32);
     TransferOp v = recvOp(dst.data(), bytes, loomFloat32);
-    s.limit = v.limit = 0;
+    if (cma) src = expectMine;
+    s.limit = cma ? bytes : 0;
+    v.limit = 0;
     RANK_OK(r.lanes[0]->post(&s));
     RANK_OK(r.lanes[0]->post(&v));
     bool violated = false;
@@ -372,6 +377,46 @@ TEST_P(ShmPathTest, PipelinedLimits) {
     RANK_CHECK(!violated, "the transport went past a limit");
     long bad = firstDifference(dst.data(), expectTheirs.data(), bytes);
     RANK_CHECK(bad < 0, "first wrong byte at %ld", bad);
+    ShmConnectionStats stats;
+    RANK_CHECK(shmConnectionStats(*r.lanes[0], &stats), "not an shm connection");
+    RANK_CHECK(stats.cmaBytes == (cma ? bytes : 0), "%zu bytes by CMA", size_t(stats.cmaBytes));
+    return 0;
+  });
+}
+
+// Above the threshold, a send whose data is all there when it starts goes by a single copy; one
+// whose data is still being produced (released in steps, as a ring forwards what it receives)
+// goes through the slots, even though it is as large.
+TEST(ShmTransport, SingleCopyOnlyForSendsReleasedWhole) {
+  runPair([](RankContext& rc, uint64_t hash) {
+    ShmOptions options;
+    options.cmaThreshold = 64 << 10;
+    TestRank r;
+    RANK_OK(setUp(rc, hash, options, &r));
+    RANK_OK(connectAndSettle(rc, &r, 1));
+    Driver d = driverFor(r);
+    const size_t bytes = 1 << 20;
+    for (bool whole : {true, false}) {
+      std::vector<char> src = pattern(bytes, 5 + rc.rank()), dst(bytes, 0);
+      TransferOp s = sendOp(src.data(), bytes), v = recvOp(dst.data(), bytes);
+      if (!whole) s.limit = 4096;
+      ShmConnectionStats before;
+      RANK_CHECK(shmConnectionStats(*r.lanes[0], &before), "not an shm connection");
+      RANK_OK(r.lanes[0]->post(&s));
+      RANK_OK(r.lanes[0]->post(&v));
+      RANK_OK(d.run([&] { return s.complete() && v.complete(); }, [&] {
+        if (s.limit == bytes) return false;
+        s.limit = std::min(bytes, s.limit + 65536);
+        return true;
+      }));
+      RANK_CHECK(dst == pattern(bytes, 5 + 1 - rc.rank()), "wrong data (released %s)",
+                 whole ? "whole" : "in steps");
+      ShmConnectionStats after;
+      RANK_CHECK(shmConnectionStats(*r.lanes[0], &after), "not an shm connection");
+      const uint64_t byCma = after.cmaBytes - before.cmaBytes;
+      RANK_CHECK(byCma == (whole ? bytes : 0), "released %s: %llu bytes by CMA, expected %zu",
+                 whole ? "whole" : "in steps", (unsigned long long)byCma, whole ? bytes : 0);
+    }
     return 0;
   });
 }

@@ -202,6 +202,13 @@ TEST(Simulator, RanksShareTheHostsCores) {
   expectTime(bytes / core, own.time);
 }
 
+// Every rank sends `count` elements from its Input to the next rank.
+std::vector<RankPlan> ringOfMessages(int n, uint64_t count) {
+  auto plans = emptyPlans(n);
+  for (int r = 0; r < n; ++r) message(plans, r, (r + 1) % n, count);
+  return plans;
+}
+
 TEST(Simulator, ShmMessagesAreCopiesOnTheHostsCores) {
   // A ring of messages within one host: each crosses its own two shm links (kBandwidth) and
   // the host's cores (cores × memBandwidth shared by the n messages, each two copies); the
@@ -209,8 +216,7 @@ TEST(Simulator, ShmMessagesAreCopiesOnTheHostsCores) {
   const int n = 4;
   const uint64_t count = 1 << 18;
   const double bytes = double(count * kElem), alpha = 2 * kLatency;
-  auto plans = emptyPlans(n);
-  for (int r = 0; r < n; ++r) message(plans, r, (r + 1) % n, count);
+  auto plans = ringOfMessages(n, count);
   SimResult slowCores = simulate(plans, cpuHost(n, 1, 4e9), whole());
   ASSERT_TRUE(slowCores.ok) << slowCores.message;
   expectTime(alpha + bytes / (4e9 / n / 2), slowCores.time);  // 0.5 GB/s each: the cores limit
@@ -233,6 +239,55 @@ TEST(Simulator, ShmMessagesAreCopiesOnTheHostsCores) {
   SimResult net = simulate(across, two, whole());
   ASSERT_TRUE(net.ok) << net.message;
   expectTime(4 * kLatency + bytes / kBandwidth, net.time);
+}
+
+TEST(Simulator, WholeMessagesToAPlainReceiveCostOneCopy) {
+  // The ring of messages above, now with the single-copy path on: a message of at least
+  // singleCopyBytes whose data is all there and whose receiver only stores it costs one CPU byte
+  // per byte, so the cores carry twice as much.
+  const int n = 4;
+  const uint64_t count = 1 << 18;
+  const double bytes = double(count * kElem), alpha = 2 * kLatency;
+  auto plans = ringOfMessages(n, count);
+  SimOptions o = whole();
+  o.singleCopyBytes = 64 << 10;
+  SimResult single = simulate(plans, cpuHost(n, 1, 4e9), o);
+  ASSERT_TRUE(single.ok) << single.message;
+  expectTime(alpha + bytes / (4e9 / n), single.time);
+  // Below the threshold: two copies again.
+  o.singleCopyBytes = uint64_t(bytes) + 1;
+  SimResult small = simulate(plans, cpuHost(n, 1, 4e9), o);
+  ASSERT_TRUE(small.ok) << small.message;
+  expectTime(alpha + bytes / (4e9 / n / 2), small.time);
+  // A receiver that combines (RecvReduce) reads into a buffer and reduces from it: two copies.
+  o.singleCopyBytes = 64 << 10;
+  auto reducing = emptyPlans(n);
+  for (int r = 0; r < n; ++r) {
+    const int to = (r + 1) % n;
+    collectives::addSend(reducing[size_t(r)].lanes[0], to, Region{kInput, 0, count});
+    collectives::addRecvReduce(reducing[size_t(to)].lanes[0], r, Region{kInput, 0, count},
+                               Region{kOutput, 0, count});
+  }
+  SimResult reduced = simulate(reducing, cpuHost(n, 1, 4e9), o);
+  ASSERT_TRUE(reduced.ok) << reduced.message;
+  expectTime(alpha + bytes / (4e9 / n / 2), reduced.time);
+  // A message still being produced when it starts (its data arrives slice by slice from a
+  // Copy) goes through the ring: with 4 slices its first is ready before the rest.
+  o.slices = 4;
+  o.memBandwidth = 0;
+  auto forwarded = emptyPlans(n);
+  for (int r = 0; r < n; ++r) {
+    collectives::addCopy(forwarded[size_t(r)].lanes[0], Region{kInput, 0, count},
+                         Region{collectives::kScratch, 0, count});
+    collectives::addSend(forwarded[size_t(r)].lanes[0], (r + 1) % n,
+                         Region{collectives::kScratch, 0, count});
+    collectives::addRecv(forwarded[size_t((r + 1) % n)].lanes[0], r, Region{kOutput, 0, count});
+  }
+  SimResult twoCopies = simulate(forwarded, cpuHost(n, 1, 4e9), o);
+  o.singleCopyBytes = 0;
+  SimResult off = simulate(forwarded, cpuHost(n, 1, 4e9), o);
+  ASSERT_TRUE(twoCopies.ok && off.ok) << twoCopies.message << off.message;
+  expectTime(off.time, twoCopies.time);
 }
 
 TEST(Simulator, TheWorkingSetThatFitsTheCacheCopiesAtCacheSpeed) {

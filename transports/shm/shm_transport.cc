@@ -357,13 +357,19 @@ class ShmConnection final : public Connection {
     while (nextPost_ < sends_.size()) {
       Send& s = sends_[nextPost_];
       TransferOp* op = s.op;
-      if (!s.started) {
-        s.started = true;
-        s.cma = cmaThreshold_ > 0 && op->bytes >= cmaThreshold_ && peerCanReadMe();
-        s.cmaStart = cmaPosted_;
-      }
       size_t ready = std::min(op->limit, op->bytes);
       if (s.posted >= ready) break;  // the executor has not released more yet
+      if (!s.started) {
+        // The path is chosen when the first bytes go out. A single copy pays only when the
+        // whole message is there already (an alltoall's blocks, a send straight from the
+        // input): the peer then reads it in a few large pieces. A message still being produced
+        // (a ring forwarding what it receives) would be read in as many small pieces as it is
+        // released, each a system call and a round trip, so it goes through the ring.
+        s.started = true;
+        s.cma = cmaThreshold_ > 0 && op->bytes >= cmaThreshold_ && ready == op->bytes &&
+                peerCanReadMe();
+        s.cmaStart = cmaPosted_;
+      }
       if (head_ - tailSeen_ == slots_) {
         tailSeen_ = out_.control->tail.load(std::memory_order_acquire);
         if (head_ - tailSeen_ == slots_) break;  // ring full

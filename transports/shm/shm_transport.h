@@ -19,7 +19,8 @@ namespace loom::transports {
 struct ShmOptions {
   size_t slotBytes = 256 << 10;    // rounded up to a whole page
   int slots = 8;                   // per direction
-  size_t cmaThreshold = 64 << 10;  // sends of at least this many bytes go by CMA; 0: never
+  // Sends of at least this many bytes, all released when they start, go by CMA; 0: never.
+  size_t cmaThreshold = 64 << 10;
   static ShmOptions fromParams();
 };
 
