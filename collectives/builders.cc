@@ -32,6 +32,7 @@ const Builder kBuilders[] = {
     {Collective::AllGather, "bruck", buildBruckAllGather},
     {Collective::AllGather, "hierarchical", buildHierarchicalAllGather, refuseHierarchical},
     {Collective::AllGather, "direct", buildDirectAllGather, refuseDirect},
+    {Collective::AllGather, "pairwise", buildPairwiseAllGather},
     {Collective::ReduceScatter, "rh", buildRhReduceScatter},
     {Collective::ReduceScatter, "hierarchical", buildHierarchicalReduceScatter,
      refuseHierarchical},

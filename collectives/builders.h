@@ -71,6 +71,15 @@ RankPlan buildPairwiseAlltoAll(const CollArgs& a, int rank);
 // steps = messages + #{j ≠ r : recvCounts[j] > 0} + (sendCounts[r] > 0).
 RankPlan buildPairwiseAlltoAllv(const CollArgs& a, int rank);
 
+// Pairwise allgather: Copy of Input into Output block r, then N−1 rounds; round k sends the
+// whole Input to rank (r+k)%N and receives block (r−k)%N from it. Every message leaves from
+// the Input, all there when it starts, so on one host each goes by a single copy (the receiver
+// reads the sender's Input; LOOM_SHM_CMA_THRESHOLD), where ring and rd forward what they
+// received and copy twice. Across hosts it is an all-to-all of the blocks (incast at every
+// receiver). Lanes as buildPairwiseAlltoAll.
+// Cost: 1 + 2(N−1) steps, N−1 messages, (N−1)·count elements sent, 1 round (count > 0).
+RankPlan buildPairwiseAllGather(const CollArgs& a, int rank);
+
 // ---- Point-to-point groups ------------------------------------------------------------------
 
 // One send or receive of a group (loomGroupStart … loomGroupEnd), in bytes.

@@ -1,5 +1,5 @@
-// Pairwise exchange for alltoall(v): in round k every rank sends to r+k and receives from r−k,
-// so each round is a permutation and no rank receives from two peers at once.
+// Pairwise exchange for alltoall(v) and allgather: in round k every rank sends to r+k and
+// receives from r−k, so each round is a permutation and no rank receives from two peers at once.
 #include <functional>
 
 #include "collectives/builders.h"
@@ -49,6 +49,15 @@ RankPlan buildPairwiseAlltoAllv(const CollArgs& a, int rank) {
       },
       [&](int j) {
         return Region{kOutput, a.recvDispls[size_t(j)], a.recvCounts[size_t(j)]};
+      });
+}
+
+RankPlan buildPairwiseAllGather(const CollArgs& a, int rank) {
+  const uint64_t count = a.count;
+  return pairwise(
+      a, rank, [&](int) { return Region{kInput, 0, count}; },
+      [&](int j) {
+        return Region{kOutput, uint64_t(j) * count, count};
       });
 }
 

@@ -116,15 +116,19 @@ class Runner:
         if setting == "local":
             cmd = [self.perf] + self.sweep_args(coll, sizes, check, False) + ["-N", "4"] + extra
         else:
-            cmd = [os.path.join(ROOT, "perf", "netns-cluster.sh"), "-H", "2", "-R", "2",
-                   "--rate", self.a.rate, "--build", self.a.build, "--"] + \
-                self.sweep_args(coll, sizes, check, True) + extra
+            cmd = self.netns_cmd(peers=False) + self.sweep_args(coll, sizes, check, True) + extra
         rc, out, err = self.run(cmd + ["--json", jf])
         if rc not in (0, 1) or not os.path.exists(jf):
             return reason_of(err, rc)
         with open(jf) as f:
             d = json.load(f)
         return {r["size"]: r["out_of_place"]["busbw_gbs"] for r in d["rows"] if r["size"] > 0}
+
+    def netns_cmd(self, peers):
+        """The testbed's command line up to the loom-perf arguments (`--peers`: Open MPI too)."""
+        return [os.path.join(ROOT, "perf", "netns-cluster.sh"), "-H", "2", "-R", "2", "--rate",
+                self.a.rate, "--mtu", str(self.a.mtu), "--build", self.a.build] + \
+            (["--peers"] if peers else []) + ["--"]
 
     def mpi(self, setting, coll, sizes):
         """Open MPI's {size: busbw} (and, in netns, loom auto's from the same --peers run)."""
@@ -140,9 +144,7 @@ class Runner:
             return {r["size"]: r["out_of_place"]["busbw_gbs"] for r in d["rows"] if r["size"] > 0}
         # netns: --peers runs loom-perf (auto) and then loom-mpi-perf over the same links; both
         # print a table (a shared --json FILE would be overwritten), so parse the printed tables.
-        cmd = [os.path.join(ROOT, "perf", "netns-cluster.sh"), "-H", "2", "-R", "2", "--rate",
-               self.a.rate, "--build", self.a.build, "--peers", "--"] + \
-            self.sweep_args(coll, sizes, 0, True)
+        cmd = self.netns_cmd(peers=True) + self.sweep_args(coll, sizes, 0, True)
         rc, out, err = self.run(cmd)
         for backend, rows in parse_tables(out):
             if "MPI" in backend and rows:
@@ -216,6 +218,9 @@ def main():
     ap.add_argument("--netns-repeats", type=int, default=1,
                     help="runs per netns cell (default 1: keeps the whole script under ~6 min)")
     ap.add_argument("--rate", default="1gbit", help="netns link rate (tc units)")
+    ap.add_argument("--mtu", type=int, default=9000,
+                    help="netns link MTU (default 9000: at 1500 this machine's 2 cores, not the "
+                         "links, limit 4 ranks' TCP)")
     ap.add_argument("--netns-warmup", type=int, default=2, help="netns -w (default 2)")
     ap.add_argument("--netns-iters", type=int, default=5, help="netns -n (default 5)")
     ap.add_argument("--netns-max", default="16M", help="netns largest size (default 16M)")
@@ -348,8 +353,8 @@ def write_md(args, algos, results, settings, elapsed):
     ]
     titles = {
         "local": "## One host, 4 ranks (`loom-perf -N 4`, shared memory)",
-        "netns": (f"## 2 hosts × 2 ranks, links shaped to {args.rate} "
-                  f"(`perf/netns-cluster.sh -H 2 -R 2 --rate {args.rate} -- ... "
+        "netns": (f"## 2 hosts × 2 ranks, links shaped to {args.rate}, MTU {args.mtu} "
+                  f"(`perf/netns-cluster.sh -H 2 -R 2 --rate {args.rate} --mtu {args.mtu} -- ... "
                   f"-w {args.netns_warmup} -n {args.netns_iters}`)"),
     }
     for setting in settings:

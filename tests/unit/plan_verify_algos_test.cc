@@ -499,6 +499,7 @@ TEST(PlanBuildersAlgos, Registered) {
         std::pair{Collective::AllReduce, "direct"}, std::pair{Collective::AllGather, "direct"},
         std::pair{Collective::AlltoAll, "direct"}, std::pair{Collective::AllGather, "rd"},
         std::pair{Collective::AllGather, "bruck"}, std::pair{Collective::AllGather, "hierarchical"},
+        std::pair{Collective::AllGather, "pairwise"},
         std::pair{Collective::ReduceScatter, "rh"},
         std::pair{Collective::ReduceScatter, "hierarchical"}}) {
     const Builder* b = findBuilder(c, name);

@@ -76,6 +76,7 @@ TEST(PlanVerify, RingReduceScatter) { sweep(Collective::ReduceScatter, "ring"); 
 TEST(PlanVerify, ChainBroadcast) { sweep(Collective::Broadcast, "chain"); }
 TEST(PlanVerify, ChainReduce) { sweep(Collective::Reduce, "chain"); }
 TEST(PlanVerify, PairwiseAlltoAll) { sweep(Collective::AlltoAll, "pairwise"); }
+TEST(PlanVerify, PairwiseAllGather) { sweep(Collective::AllGather, "pairwise"); }
 
 // ---- Alltoallv --------------------------------------------------------------------------------
 
@@ -274,17 +275,19 @@ TEST(PlanCost, ChainBroadcastAndReduce) {
   }
 }
 
-TEST(PlanCost, PairwiseAlltoAll) {
+TEST(PlanCost, PairwiseAlltoAllAndAllGather) {
   for (int n : kCostRanks) {
     for (int hint : kLaneHints) {
+      for (Collective c : {Collective::AlltoAll, Collective::AllGather}) {
       const uint64_t count = 37;
-      const CollArgs a = makeArgs(Collective::AlltoAll, n, count, hint);
+      const CollArgs a = makeArgs(c, n, count, hint);
       const VerifyResult r = verifyBuilder(builderNamed(a.coll, "pairwise"), a, false);
       for (int rank = 0; rank < n; ++rank) {
         expectCounts(r, rank, 1 + 2 * uint64_t(n - 1), uint64_t(n - 1), uint64_t(n - 1) * count,
                      describeCase(a, false));
       }
       EXPECT_EQ(r.rounds, n > 1 ? 1u : 0u);
+      }
     }
   }
 }
