@@ -67,14 +67,43 @@ Status runOps(Connection* c, std::initializer_list<TransferOp*> ops, const Deadl
   }
 }
 
+// Holds the calling thread on the lowest CPU it may run on until release(), then gives it back
+// its CPUs. Both ends of a pair pinned so share one core (with default masks, CPU 0).
+class OneCore {
+ public:
+  explicit OneCore(bool on) {
+    if (!on || sched_getaffinity(0, sizeof(saved_), &saved_) != 0) return;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (!CPU_ISSET(c, &saved_)) continue;
+      CPU_SET(c, &one);
+      break;
+    }
+    pinned_ = sched_setaffinity(0, sizeof(one), &one) == 0;
+  }
+  ~OneCore() { release(); }
+  void release() {
+    if (pinned_) sched_setaffinity(0, sizeof(saved_), &saved_);
+    pinned_ = false;
+  }
+
+ private:
+  cpu_set_t saved_;
+  bool pinned_ = false;
+};
+
 // The responder echoes pings and acknowledges bulk transfers until the initiator says stop.
-Status respond(Connection* c, std::vector<char>* bulk, const Deadline& deadline) {
+// sharedCore: it answers the pings from the initiator's core (see initiate).
+Status respond(Connection* c, std::vector<char>* bulk, bool sharedCore, const Deadline& deadline) {
+  OneCore pin(sharedCore);
   for (;;) {
     uint64_t command = kStop;
     TransferOp in = transferOp(TransferOp::Kind::Recv, &command, sizeof(command));
     LOOM_TRY(runOps(c, {&in}, deadline));
     if (command == kStop) return Status::ok();
     if (command == kBulk) {
+      pin.release();
       TransferOp data = transferOp(TransferOp::Kind::Recv, bulk->data(), bulk->size());
       LOOM_TRY(runOps(c, {&data}, deadline));
     }
@@ -84,10 +113,14 @@ Status respond(Connection* c, std::vector<char>* bulk, const Deadline& deadline)
 }
 
 // Latency: half the median round trip of 8-byte pings. Bandwidth: 1 MiB over the fastest
-// bulk round, less one round trip (the command and the acknowledgement).
-Status initiate(Connection* c, std::vector<char>* bulk, double budget, const Deadline& deadline,
-                LinkFigures* out) {
+// bulk round, less one round trip (the command and the acknowledgement). sharedCore: the
+// pings run with both ends on one core, so every answer waits for the other end to be
+// scheduled — as it does in a collective when the host has more ranks than cores, which a
+// pair pinging on two otherwise idle cores would never show.
+Status initiate(Connection* c, std::vector<char>* bulk, double budget, bool sharedCore,
+                const Deadline& deadline, LinkFigures* out) {
   auto start = Clock::now();
+  OneCore pin(sharedCore);
   uint64_t command = kPing, reply = 0;
   auto round = [&](uint64_t what, double* seconds) {
     command = what;
@@ -106,6 +139,7 @@ Status initiate(Connection* c, std::vector<char>* bulk, double budget, const Dea
   }
   std::nth_element(rtts.begin(), rtts.begin() + long(rtts.size() / 2), rtts.end());
   double rtt = rtts[rtts.size() / 2];
+  pin.release();
   double fastest = 1e30;
   for (size_t n = 0; n < kMinBulks || (n < kMaxBulks && secondsSince(start) < budget); ++n) {
     double seconds = 0;
@@ -121,15 +155,15 @@ Status initiate(Connection* c, std::vector<char>* bulk, double budget, const Dea
 }
 
 // One pair's measurement over a connection of its own, closed before returning.
-Status measurePair(transports::Transport* t, int peer, bool initiator, double budget,
-                   int64_t timeoutMs, LinkFigures* out) {
+Status measurePair(transports::Transport* t, int peer, bool initiator, bool sharedCore,
+                   double budget, int64_t timeoutMs, LinkFigures* out) {
   int64_t ms = timeoutMs < 0 ? kMeasureTimeoutMs : std::min(timeoutMs, kMeasureTimeoutMs);
   Deadline deadline(ms);
   std::vector<char> bulk(kBulkBytes, 1);  // touched now, so page faults are not measured
   std::unique_ptr<Connection> conn;       // declared after its buffers: destroyed first
   LOOM_TRY(t->connect(peer, kMeasureLane, deadline, &conn));
-  return initiator ? initiate(conn.get(), &bulk, budget, deadline, out)
-                   : respond(conn.get(), &bulk, deadline);
+  return initiator ? initiate(conn.get(), &bulk, budget, sharedCore, deadline, out)
+                   : respond(conn.get(), &bulk, sharedCore, deadline);
 }
 
 // What every rank tells the others before the measurement (fixed size: it is copied raw).
@@ -285,9 +319,15 @@ Status Comm::detectTopology(const Deadline& deadline) {
   const std::string transport = transportMode_ == "tcp" ? "tcp" : "shm";  // within a host
   std::vector<int32_t> firstRank(size_t(hostCount_), -1);
   for (int r = n - 1; r >= 0; --r) firstRank[size_t(hostOf_[size_t(r)])] = r;
+  // Whether this machine's ranks (other network namespaces' included) outnumber this host's
+  // cores: then the within-host latency is measured with the pair on one core and cached
+  // apart from the figures of communicators that have a core per rank (set once the host's
+  // cores are known, below).
+  bool sharedCore = false;
   // Cache keys; the network figures are those between hosts 0 and 1, filed on both.
   auto cacheKey = [&](LinkKind k, int host) -> std::string {
-    if (k != LinkKind::Network) return topology::linkCacheKey(k, transport);
+    if (k != LinkKind::Network)
+      return topology::linkCacheKey(k, transport) + (sharedCore ? "/shared-core" : "");
     if (hostCount_ < 2 || host > 1) return "";
     return topology::linkCacheKey(k, "tcp", peer(firstRank[size_t(1 - host)]).hostId);
   };
@@ -302,6 +342,9 @@ Status Comm::detectTopology(const Deadline& deadline) {
   }
   cache.signature = signature;
   bool probed = probeThisHost(signature, &cache);
+  int machineRanks = 0;
+  for (int r = 0; r < n; ++r) machineRanks += peer(r).machineId == peer(me).machineId;
+  sharedCore = machineRanks > cache.cores;
   ProbeRecord mine;
   mine.numa = topology::boundNumaNode(allowedCpus(), cache.numaCpus);
   mine.cores = cache.cores;
@@ -329,7 +372,8 @@ Status Comm::detectTopology(const Deadline& deadline) {
     if (p.initiator != me && p.responder != me) continue;
     int peerRank = p.initiator == me ? p.responder : p.initiator;
     LinkFigures figures;
-    Status st = measurePair(transportFor(peerRank), peerRank, p.initiator == me, budget,
+    const bool oneCore = sharedCore && p.kind != LinkKind::Network;
+    Status st = measurePair(transportFor(peerRank), peerRank, p.initiator == me, oneCore, budget,
                             timeoutMs(), &figures);
     if (!st.isOk())
       LOOM_WARN("INIT",

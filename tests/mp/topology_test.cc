@@ -20,6 +20,7 @@
 #include "topology/analysis.h"
 #include "topology/builders.h"
 #include "topology/discover.h"
+#include "topology/probe.h"
 
 namespace loom::testing {
 namespace {
@@ -110,6 +111,40 @@ TEST(CommTopology, SameOnEveryRankMeasuredThenCached) {
       },
       ForkOptions::timeout(120));
   EXPECT_EQ(describeFailures(results), "");
+}
+
+// With more ranks than the host has cores, a message waits for its receiver to get a core: the
+// within-host latency is then measured with the measuring pair on one core and filed under its
+// own key, beside (not over) the figures of communicators with a core per rank.
+TEST(CommTopology, MoreRanksThanCoresMeasureOnOneCoreAndCacheApart) {
+  topology::HostInfo info;
+  ASSERT_TRUE(topology::probeHost(&info, false).isOk());
+  const int fit = std::max(1, info.cores), over = info.cores + 1;
+  if (over > 8 || fit < 2)
+    GTEST_SKIP() << "needs 2 to 7 cores (this host has " << info.cores << "): the test runs "
+                 << "cores + 1 ranks and a pair of ranks that fits";
+  TempDir cache("topo-shared-core");
+  const std::string dir = cache.path();
+  const std::string plain = topology::linkCacheKey(LinkKind::SameNuma, "shm");
+  const std::string shared = plain + "/shared-core";
+  for (int n : {2, over}) {
+    auto results = runRanks(n, [&](RankContext& ctx) {
+      useEnvironment({{"LOOM_CACHE_DIR", dir}});
+      std::unique_ptr<Comm> comm;
+      RANK_OK(createComm(ctx, &comm));
+      topology::PathFigures f = between(comm->topology(), 0, 1);
+      RANK_CHECK(f.latency > 0 && f.latency < 10e-3, "latency %g s", f.latency);
+      return leaveTogether(ctx, &comm);
+    }, ForkOptions::timeout(120));
+    ASSERT_EQ(describeFailures(results), "") << n << " ranks";
+    std::string hostname;
+    const uint64_t hostId = topology::hostIdentity(&hostname);
+    topology::HostCache filed;
+    ASSERT_TRUE(
+        topology::loadHostCache(dir, topology::hostSignature(hostname, hostId), &filed).isOk());
+    EXPECT_EQ(filed.links.count(plain), 1u) << n << " ranks";  // from the pair that fits
+    EXPECT_EQ(filed.links.count(shared), n == over ? 1u : 0u) << n << " ranks";
+  }
 }
 
 TEST(CommTopology, MeasureZeroUsesDefaults) {
