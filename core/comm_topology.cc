@@ -34,7 +34,8 @@ constexpr size_t kMinPings = 5, kMaxPings = 64, kMinBulks = 2, kMaxBulks = 8;
 // A measurement that takes longer than this is abandoned (defaults, a WARN): the pair's ranks
 // are both in init, so only a broken or badly overloaded host gets here.
 constexpr int64_t kMeasureTimeoutMs = 3000;
-enum Command : uint64_t { kStop = 0, kPing = 1, kBulk = 2 };
+enum Command : uint64_t { kStop = 0, kPing = 1, kBulk = 2, kBurst = 3 };
+constexpr size_t kBurstMessages = 8;  // a burst: this many 8-byte messages each way
 
 double secondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -52,7 +53,7 @@ TransferOp transferOp(TransferOp::Kind kind, void* buffer, size_t bytes) {
 
 // Posts `ops` in order and progresses them to completion. Yields the CPU while idle: the
 // peer may share this core.
-Status runOps(Connection* c, std::initializer_list<TransferOp*> ops, const Deadline& deadline) {
+Status runOps(Connection* c, const std::vector<TransferOp*>& ops, const Deadline& deadline) {
   for (TransferOp* op : ops) LOOM_TRY(c->post(op));
   for (;;) {
     if (std::all_of(ops.begin(), ops.end(), [](TransferOp* op) { return op->complete(); }))
@@ -65,6 +66,16 @@ Status runOps(Connection* c, std::initializer_list<TransferOp*> ops, const Deadl
     LOOM_TRY(c->checkAlive());
     sched_yield();
   }
+}
+
+// Sends or receives `count` 8-byte messages back to back (their contents do not matter).
+Status runBurst(Connection* c, TransferOp::Kind kind, size_t count, const Deadline& deadline) {
+  std::vector<uint64_t> words(count, kBurst);
+  std::vector<TransferOp> ops;
+  std::vector<TransferOp*> all;
+  ops.reserve(count);
+  for (uint64_t& w : words) all.push_back(&ops.emplace_back(transferOp(kind, &w, sizeof(w))));
+  return runOps(c, all, deadline);
 }
 
 // Holds the calling thread on the lowest CPU it may run on until release(), then gives it back
@@ -107,6 +118,11 @@ Status respond(Connection* c, std::vector<char>* bulk, bool sharedCore, const De
       TransferOp data = transferOp(TransferOp::Kind::Recv, bulk->data(), bulk->size());
       LOOM_TRY(runOps(c, {&data}, deadline));
     }
+    if (command == kBurst) {
+      LOOM_TRY(runBurst(c, TransferOp::Kind::Recv, kBurstMessages - 1, deadline));
+      LOOM_TRY(runBurst(c, TransferOp::Kind::Send, kBurstMessages, deadline));
+      continue;
+    }
     TransferOp reply = transferOp(TransferOp::Kind::Send, &command, sizeof(command));
     LOOM_TRY(runOps(c, {&reply}, deadline));
   }
@@ -139,6 +155,20 @@ Status initiate(Connection* c, std::vector<char>* bulk, double budget, bool shar
   }
   std::nth_element(rtts.begin(), rtts.begin() + long(rtts.size() / 2), rtts.end());
   double rtt = rtts[rtts.size() / 2];
+  // Per message: a burst round trip (kBurstMessages each way, the first one the command)
+  // against a ping's; its 2·(kBurstMessages − 1) further messages are what it adds.
+  std::vector<double> bursts;
+  auto burstStart = Clock::now();
+  while (bursts.size() < kMinPings ||
+         (bursts.size() < kMaxPings && secondsSince(burstStart) < budget / 4)) {
+    auto t = Clock::now();
+    LOOM_TRY(runBurst(c, TransferOp::Kind::Send, kBurstMessages, deadline));
+    LOOM_TRY(runBurst(c, TransferOp::Kind::Recv, kBurstMessages, deadline));
+    bursts.push_back(secondsSince(t));
+  }
+  std::nth_element(bursts.begin(), bursts.begin() + long(bursts.size() / 2), bursts.end());
+  out->perMessage =
+      std::max(0.0, bursts[bursts.size() / 2] - rtt) / double(2 * (kBurstMessages - 1));
   pin.release();
   double fastest = 1e30;
   for (size_t n = 0; n < kMinBulks || (n < kMaxBulks && secondsSince(start) < budget); ++n) {
@@ -408,6 +438,7 @@ Status Comm::detectTopology(const Deadline& deadline) {
     FigureSource same, cross;
     host.sameNuma = resolve(LinkKind::SameNuma, h, &same);
     host.crossNuma = resolve(LinkKind::CrossNuma, h, &cross);
+    host.stepOverhead = host.sameNuma.perMessage;
     if (h == myHost) sources[0] = same, sources[1] = cross;
     d.hosts.push_back(host);
   }
@@ -423,10 +454,10 @@ Status Comm::detectTopology(const Deadline& deadline) {
   for (int k = 0; k < kLinkKinds; ++k) {
     bool used = k == 0 || (k == 1 && host.numaNodes > 1) || (k == 2 && hostCount_ > 1);
     if (used)
-      LOOM_INFO("INIT", "topology: %s link (%s) %.3g us, %s (%s)",
+      LOOM_INFO("INIT", "topology: %s link (%s) %.3g us, %s, %.3g us per further message (%s)",
                 topology::linkKindName(LinkKind(k)), k == 2 ? "tcp" : transport.c_str(),
                 shown[k].latency * 1e6, rateText(shown[k].bandwidth).c_str(),
-                topology::figureSourceName(sources[k]));
+                shown[k].perMessage * 1e6, topology::figureSourceName(sources[k]));
   }
 
   // The first rank of each host files what is new for its host.

@@ -73,9 +73,12 @@ def reason_of(stderr, rc):
     lines = [l.strip() for l in stderr.splitlines() if l.strip() and "sch_htb" not in l
              and not l.startswith("# netns")]
     msg = lines[-1] if lines else f"exit code {rc}"
-    m = re.search(r"(?:failed: )+(?:[a-z ]+: )?(.*)$", msg)
+    m = re.search(r".*failed: (?:[a-z ]+: )?(.*)$", msg)  # the innermost failure
     if m:
         msg = m.group(1)
+    m = re.search(r"cannot serve this call: (.*?)(?:; use another algorithm)?$", msg)
+    if m:
+        msg = "refused: " + m.group(1)
     msg = re.sub(r"loomCommInitRank \(rank \d+ of \d+\): ", "", msg)
     msg = msg.replace("|", "/")
     return msg[:110]

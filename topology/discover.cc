@@ -91,6 +91,7 @@ Topology buildCommTopology(const std::string& name, const CommDescription& d) {
     const HostDescription& host = d.hosts[h];
     int32_t hostNode = b.addHost(names[h]);
     b.node(hostNode).cpu.cores = std::max(0, host.cores);
+    b.node(hostNode).cpu.stepOverhead = std::max(0.0, host.stepOverhead);
     LinkFigures same = orDefault(host.sameNuma, LinkKind::SameNuma);
     LinkFigures cross = orDefault(host.crossNuma, LinkKind::CrossNuma);
     // Rank → hub → hub → rank must cost the measured cross-NUMA figures: the hub-to-hub link
@@ -236,7 +237,8 @@ Status loadHostCache(const std::string& dir, const std::string& signature, HostC
     cache.numaCpus = doc.at("numaCpus").get<std::vector<std::vector<int>>>();
     for (const auto& [key, figures] : doc.at("links").items())
       cache.links[key] = {figures.at("latency").get<double>(),
-                          figures.at("bandwidth").get<double>()};
+                          figures.at("bandwidth").get<double>(),
+                          figures.value("perMessage", 0.0)};
   } catch (const json::exception& e) {
     return errorf(loomSystemError, "the topology cache %s is malformed (%s); delete it",
                   path.c_str(), e.what());
@@ -273,7 +275,7 @@ Status writeFileAtomically(const std::string& path, const std::string& text) {
 Status saveHostCache(const std::string& dir, const HostCache& cache) {
   json links = json::object();
   for (const auto& [key, f] : cache.links)
-    links[key] = {{"latency", f.latency}, {"bandwidth", f.bandwidth}};
+    links[key] = {{"latency", f.latency}, {"bandwidth", f.bandwidth}, {"perMessage", f.perMessage}};
   json doc = {{"signature", cache.signature},
               {"cores", cache.cores},
               {"numaCpus", cache.numaCpus},

@@ -19,6 +19,10 @@ namespace loom::topology {
 struct LinkFigures {
   double latency = 0;    // s
   double bandwidth = 0;  // bytes/s
+  // s each further message of a back-to-back burst adds: the CPU time a rank spends per
+  // message on this link (posting, polling, bookkeeping), which lanes and extra plan steps
+  // cost even when their latencies overlap. 0: not measured.
+  double perMessage = 0;
   bool known() const { return latency > 0 && bandwidth > 0; }
 };
 
@@ -41,6 +45,8 @@ struct HostDescription {
   int cores = 0;     // 0: unknown
   int numaNodes = 1;
   LinkFigures sameNuma, crossNuma;  // rank to rank within the host
+  // HostCpu::stepOverhead of the model: sameNuma.perMessage when measured, else 0.
+  double stepOverhead = 0;
 };
 
 // Everything buildCommTopology needs; identical on every rank by construction.
