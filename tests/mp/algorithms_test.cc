@@ -2,6 +2,9 @@
 // forced through loomConfig_t.algorithms, run by forked ranks over shm and tcp and checked
 // bit for bit; hierarchical and torus also across two network-namespace hosts.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <algorithm>
 
 #include <cstdarg>
 #include <cstdint>
@@ -146,37 +149,57 @@ TEST_P(Algorithms, EveryForcedAlgorithm) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, Algorithms, algorithmRankSets(), rankSetName);
 
-// Two hosts × two ranks, interleaved (ranks 0 and 2 on host A) so that a host's ranks are
-// not numbered together: hierarchical must group them by host, and torus must still work.
+// Hierarchical and torus across network-namespace hosts, two ranks each, dealt round robin
+// (rank r on host r mod H) so that a host's ranks are not numbered together: hierarchical must
+// group them by host, and torus must still work.
+int hierarchicalAndTorus(RankContext& ctx, const std::vector<std::string>& hosts,
+                         std::initializer_list<uint64_t> counts) {
+  const int n = ctx.nranks();
+  RANK_CHECK(TwoHostsTest::enter(hosts[size_t(ctx.rank()) % hosts.size()]) == 0, "setns failed");
+  struct stat ns = {};
+  RANK_CHECK(stat("/proc/self/ns/net", &ns) == 0, "no network namespace");
+  std::vector<std::string> all = ctx.allgather(std::to_string(ns.st_ino));
+  std::sort(all.begin(), all.end());
+  RANK_CHECK(std::unique(all.begin(), all.end()) - all.begin() == long(hosts.size()),
+             "the ranks are not on %zu hosts", hosts.size());
+  int failures = 0;
+  for (const char* algos :
+       {"allreduce=hierarchical,allgather=hierarchical,reducescatter=hierarchical",
+        "allreduce=torus"}) {
+    loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+    config.algorithms = algos;
+    config.timeoutMs = 30000;
+    loomComm_t comm = nullptr;
+    RANK_LOOM(initComm(ctx, &comm, &config));
+    for (bool inPlace : {false, true}) {
+      for (uint64_t count : counts) {
+        const std::string text = runCase(comm, ctx.rank(), n, loomFloat32, count, inPlace);
+        if (!text.empty()) fprintf(stderr, "%s: %s", algos, text.c_str()), ++failures;
+      }
+    }
+    RANK_LOOM(loomCommDestroy(comm));
+  }
+  return failures == 0 ? 0 : 1;
+}
+
 class AlgorithmsTwoHosts : public TwoHostsTest {};
 
 TEST_F(AlgorithmsTwoHosts, HierarchicalAndTorus) {
-  const std::string a = hostA_, b = hostB_;
-  const auto results = runRanks(
-      4,
-      [&](RankContext& ctx) {
-        RANK_CHECK(enter(ctx.rank() % 2 == 0 ? a : b) == 0, "setns failed");
-        int failures = 0;
-        for (const char* algos :
-             {"allreduce=hierarchical,allgather=hierarchical,reducescatter=hierarchical",
-              "allreduce=torus"}) {
-          loomConfig_t config = LOOM_CONFIG_INITIALIZER;
-          config.algorithms = algos;
-          config.timeoutMs = 30000;
-          loomComm_t comm = nullptr;
-          RANK_LOOM(initComm(ctx, &comm, &config));
-          for (bool inPlace : {false, true}) {
-            for (uint64_t count : {uint64_t(0), uint64_t(1), uint64_t(1001), uint64_t(1) << 20}) {
-              const std::string text =
-                  runCase(comm, ctx.rank(), 4, loomFloat32, count, inPlace);
-              if (!text.empty()) fprintf(stderr, "%s: %s", algos, text.c_str()), ++failures;
-            }
-          }
-          RANK_LOOM(loomCommDestroy(comm));
-        }
-        return failures == 0 ? 0 : 1;
-      },
-      ForkOptions::timeout(120));
+  const auto results = runRanks(4, [&](RankContext& ctx) {
+    return hierarchicalAndTorus(ctx, hosts_, {0, 1, 1001, uint64_t(1) << 20});
+  }, ForkOptions::timeout(120));
+  EXPECT_EQ(describeFailures(results), "");
+}
+
+class AlgorithmsFourHosts : public TwoHostsTest {
+  int hostCount() const override { return 4; }
+};
+
+// 8 ranks on this machine's cores: smaller counts keep it short.
+TEST_F(AlgorithmsFourHosts, HierarchicalAndTorus) {
+  const auto results = runRanks(8, [&](RankContext& ctx) {
+    return hierarchicalAndTorus(ctx, hosts_, {0, 1, 1001, uint64_t(1) << 17});
+  }, ForkOptions::timeout(180));
   EXPECT_EQ(describeFailures(results), "");
 }
 

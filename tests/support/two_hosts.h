@@ -1,6 +1,8 @@
-// Two "hosts" for multi-process tests: network namespaces joined by a veth pair. Ranks moved
-// into one namespace talk over shared memory, across namespaces over TCP. Needs root and
-// iproute2; the fixture skips (and says why) otherwise. Nothing leaves the machine.
+// "Hosts" for multi-process tests: network namespaces, each joined by a veth pair to a bridge
+// that lives in a namespace of its own (a switch), so nothing is added to the machine's own
+// namespace. Ranks moved into one namespace talk over shared memory, across namespaces over
+// TCP. Needs root and iproute2; the fixture skips (and says why) otherwise. Nothing leaves the
+// machine.
 #pragma once
 
 #include <fcntl.h>
@@ -10,27 +12,39 @@
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "core/params.h"
 
 namespace loom::testing {
 
+// `hosts_` namespaces (hostCount(): 2 unless a test's fixture says otherwise), hostA_ and
+// hostB_ the first two.
 class TwoHostsTest : public ::testing::Test {
  protected:
+  virtual int hostCount() const { return 2; }
+
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "needs root to create network namespaces";
     if (system("ip -V > /dev/null 2>&1") != 0) GTEST_SKIP() << "needs iproute2 (ip)";
     const std::string id = std::to_string(getpid() % 100000);
-    hostA_ = "lmA" + id, hostB_ = "lmB" + id;
     const std::string subnet = "10.214." + std::to_string(getpid() % 250) + ".";
-    const std::string va = "va" + id, vb = "vb" + id;
-    const std::string script =
-        "set -e; ip netns add " + hostA_ + "; ip netns add " + hostB_ + "; ip link add " + va +
-        " type veth peer name " + vb + "; ip link set " + va + " netns " + hostA_ +
-        "; ip link set " + vb + " netns " + hostB_ + "; ip -n " + hostA_ + " addr add " +
-        subnet + "1/24 dev " + va + "; ip -n " + hostB_ + " addr add " + subnet + "2/24 dev " +
-        vb + "; ip -n " + hostA_ + " link set " + va + " up; ip -n " + hostB_ + " link set " +
-        vb + " up; ip -n " + hostA_ + " link set lo up; ip -n " + hostB_ + " link set lo up";
+    switch_ = "lmS" + id;
+    std::string script = "set -e; ip netns add " + switch_ + "; ip -n " + switch_ +
+                         " link add name bridge type bridge; ip -n " + switch_ + " link set bridge up";
+    for (int i = 0; i < hostCount(); ++i) {
+      const std::string ns = "lm" + std::string(1, char('A' + i)) + id;
+      const std::string inner = "v" + std::to_string(i) + "x" + id;  // LOOM_SOCKET_IFNAME "v"
+      const std::string outer = "s" + std::to_string(i) + "x" + id;
+      hosts_.push_back(ns);
+      script += "; ip netns add " + ns + "; ip link add " + inner + " type veth peer name " +
+                outer + "; ip link set " + inner + " netns " + ns + "; ip link set " + outer +
+                " netns " + switch_ + "; ip -n " + switch_ + " link set " + outer +
+                " master bridge up; ip -n " + ns + " addr add " + subnet + std::to_string(i + 1) +
+                "/24 dev " + inner + "; ip -n " + ns + " link set " + inner + " up; ip -n " + ns +
+                " link set lo up";
+    }
+    hostA_ = hosts_[0], hostB_ = hosts_[1];
     if (system(("(" + script + ") > /tmp/loom-netns-" + id + ".log 2>&1").c_str()) != 0) {
       TearDown();
       GTEST_SKIP() << "could not create network namespaces (see /tmp/loom-netns-" << id
@@ -38,28 +52,33 @@ class TwoHostsTest : public ::testing::Test {
     }
   }
   void TearDown() override {
-    if (hostA_.empty()) return;
-    // Deleting a namespace removes its end of the veth pair, and with it the other end.
-    const std::string cmd =
-        "ip netns del " + hostA_ + " 2>/dev/null; ip netns del " + hostB_ + " 2>/dev/null";
+    if (switch_.empty()) return;
+    // Deleting a namespace removes its ends of the veth pairs, and with them the other ends.
+    std::string cmd = "ip netns del " + switch_ + " 2>/dev/null";
+    for (const std::string& ns : hosts_) cmd += "; ip netns del " + ns + " 2>/dev/null";
     if (system(cmd.c_str()) != 0) {
       // Nothing to do: a namespace that is already gone is what we wanted.
     }
-    hostA_.clear();
+    switch_.clear();
+    hosts_.clear();
   }
 
   // Moves the calling (forked) rank into namespace ns and points loom at its veth.
+ public:
   static int enter(const std::string& ns) {
     const int fd = open(("/var/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return -1;
     const int rc = setns(fd, CLONE_NEWNET);
     close(fd);
     if (rc != 0) return -1;
-    setenv("LOOM_SOCKET_IFNAME", "v", 1);  // the veth ("va…"/"vb…"), not loopback
+    setenv("LOOM_SOCKET_IFNAME", "v", 1);  // the veth ("v0x…", "v1x…"), not loopback
     params::reloadFromEnvironment();       // the parent may have read parameters already
     return 0;
   }
 
+ protected:
+  std::string switch_;
+  std::vector<std::string> hosts_;
   std::string hostA_, hostB_;
 };
 
