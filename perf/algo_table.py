@@ -195,7 +195,7 @@ def table(cells, algos, mpi):
         for a in cols:
             c = cells.get(a)
             if not isinstance(c, dict):
-                row.append(f"n/a ({c})")
+                row.append("n/a¹")  # the reason once, under the table
             elif s not in c:
                 row.append("–")
             else:
@@ -206,7 +206,7 @@ def table(cells, algos, mpi):
         row.append(("<0.005" if mpi[s] == 0 else fmt(mpi[s])) if isinstance(mpi, dict) and s in mpi else
                    "–" if isinstance(mpi, dict) else "n/a")
         lines.append("| " + " | ".join(row) + " |")
-    notes = []
+    notes = [f"- ¹ `{a}`: n/a ({cells[a]})" for a in cols if not isinstance(cells.get(a), dict)]
     if not isinstance(mpi, dict):
         notes.append(f"- Open MPI: n/a ({mpi})")
     return "\n".join(lines + ([""] + notes if notes else []))
