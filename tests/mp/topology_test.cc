@@ -98,10 +98,11 @@ TEST(CommTopology, SameOnEveryRankMeasuredThenCached) {
         RANK_CHECK(f.bandwidth > 10e6, "bandwidth %g B/s", f.bandwidth);
         RANK_CHECK(f.latency != topology::defaultFigures(LinkKind::SameNuma).latency,
                    "the default latency: the measurement did not happen or failed");
-        // The burst of pings gives the host's CPU time per plan step: positive, and below a
-        // whole round trip.
+        // The burst of pings gives the host's CPU time per plan step: a fraction of a round
+        // trip (it can measure 0 when a loaded machine's noise hides the burst's extra
+        // messages), and the reload below must bring the same figure back.
         const double step = first.nodes[size_t(first.hostNodes()[0])].cpu.stepOverhead;
-        RANK_CHECK(step > 0 && step < 2 * f.latency + 1e-6, "stepOverhead %g s (latency %g s)",
+        RANK_CHECK(step >= 0 && step < 2 * f.latency + 1e-6, "stepOverhead %g s (latency %g s)",
                    step, f.latency);
         std::string file = topology::hostCachePath(
             dir, topology::hostSignature(comm->peer(0).hostname, comm->peer(0).hostId));
