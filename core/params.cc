@@ -43,7 +43,7 @@ const Entry kEntries[] = {
     {"LOOM_SHM_SLOTS", Type::Int, "8",
      "Slots per direction of a shared-memory connection (memory per pair and lane: "
      "2 x slots x slot bytes)."},
-    {"LOOM_SHM_CMA_THRESHOLD", Type::Bytes, "64K",
+    {"LOOM_SHM_CMA_THRESHOLD", Type::Bytes, "16K",
      "Messages of at least this size whose data is all there when they start (a send from the "
      "input) move by a single copy (process_vm_readv) instead of through the ring; messages "
      "still being produced while they move always use the ring. 0 disables the single-copy "

@@ -20,7 +20,7 @@ struct ShmOptions {
   size_t slotBytes = 256 << 10;    // rounded up to a whole page
   int slots = 8;                   // per direction
   // Sends of at least this many bytes, all released when they start, go by CMA; 0: never.
-  size_t cmaThreshold = 64 << 10;
+  size_t cmaThreshold = 16 << 10;
   static ShmOptions fromParams();
 };
 
