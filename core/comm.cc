@@ -154,15 +154,15 @@ Status Comm::init(int nranks, const loomUniqueId& id, int rank, const loomConfig
   // Ranks beyond the machine's usable cores must not spin: the peer they wait for may need the
   // very core they would be burning. Ranks in other network namespaces (or containers) of the
   // same kernel count too: they are other hosts to the plans, but they share these cores.
-  int localRanks = 0, machineRanks = 0;
+  int localRanks = 0;
   for (const auto& p : ctx_.peers) {
     localRanks += p.hostId == me.hostId;
-    machineRanks += p.machineId == me.machineId;
+    machineRanks_ += p.machineId == me.machineId;
   }
   cpu_set_t cpus;
   int usableCores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
   spinCount_ = params::getInt("LOOM_SPIN_COUNT");
-  if (spinCount_ < 0) spinCount_ = machineRanks > usableCores ? 0 : 2000;
+  if (spinCount_ < 0) spinCount_ = machineRanks_ > usableCores ? 0 : 2000;
   yieldNs_ = uint64_t(std::max<int64_t>(0, params::getInt("LOOM_YIELD_USEC"))) * 1000;
   LOOM_TRY(discoverTopology(deadline));
   initTuner(std::move(tuning));
@@ -170,7 +170,7 @@ Status Comm::init(int nranks, const loomUniqueId& id, int rank, const loomConfig
   LOOM_INFO("INIT",
             "rank %d of %d on %s (pid %d): %d host(s), %d local rank(s), %d on this machine's "
             "%d core(s), transport %s, lanes %d, spin %lld",
-            rank, nranks, me.hostname, me.pid, hosts, localRanks, machineRanks, usableCores,
+            rank, nranks, me.hostname, me.pid, hosts, localRanks, machineRanks_, usableCores,
             transportMode_.c_str(), settings_.lanes, (long long)spinCount_);
   return Status::ok();
 }

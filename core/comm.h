@@ -143,6 +143,7 @@ class Comm final : public collectives::ExecHost {
   std::vector<int32_t> hostOf_;  // host index of every rank (CollArgs::hostOf)
   uint64_t directBytes_ = 0;  // LOOM_SHM_DIRECT_BYTES: the direct allreduce's arena
   std::unique_ptr<transports::ShmArena> arena_;  // mapped at the first call that uses it
+  int machineRanks_ = 0;     // ranks on this rank's machine (PeerInfo::machineId), itself too
   int64_t spinCount_ = 2000;  // executor waiting, see LOOM_SPIN_COUNT / LOOM_YIELD_USEC
   uint64_t yieldNs_ = 2000000;
   // Connections by (lane, peer).

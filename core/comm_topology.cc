@@ -149,26 +149,32 @@ Status initiate(Connection* c, std::vector<char>* bulk, double budget, bool shar
     *seconds = secondsSince(t);
     return st;
   };
-  std::vector<double> rtts;
-  while (rtts.size() < kMinPings || (rtts.size() < kMaxPings && secondsSince(start) < budget / 4)) {
-    LOOM_TRY(round(kPing, &rtts.emplace_back()));
-  }
-  std::nth_element(rtts.begin(), rtts.begin() + long(rtts.size() / 2), rtts.end());
-  double rtt = rtts[rtts.size() / 2];
+  // The median of rounds timed for a quarter of the budget (kMinPings to kMaxPings of them).
+  auto medianRound = [&](auto&& timedRound, double* median) -> Status {
+    std::vector<double> times;
+    auto since = Clock::now();
+    while (times.size() < kMinPings ||
+           (times.size() < kMaxPings && secondsSince(since) < budget / 4)) {
+      LOOM_TRY(timedRound(&times.emplace_back()));
+    }
+    std::nth_element(times.begin(), times.begin() + long(times.size() / 2), times.end());
+    *median = times[times.size() / 2];
+    return Status::ok();
+  };
+  double rtt = 0, burst = 0;
+  LOOM_TRY(medianRound([&](double* seconds) { return round(kPing, seconds); }, &rtt));
   // Per message: a burst round trip (kBurstMessages each way, the first one the command)
   // against a ping's; its 2·(kBurstMessages − 1) further messages are what it adds.
-  std::vector<double> bursts;
-  auto burstStart = Clock::now();
-  while (bursts.size() < kMinPings ||
-         (bursts.size() < kMaxPings && secondsSince(burstStart) < budget / 4)) {
-    auto t = Clock::now();
-    LOOM_TRY(runBurst(c, TransferOp::Kind::Send, kBurstMessages, deadline));
-    LOOM_TRY(runBurst(c, TransferOp::Kind::Recv, kBurstMessages, deadline));
-    bursts.push_back(secondsSince(t));
-  }
-  std::nth_element(bursts.begin(), bursts.begin() + long(bursts.size() / 2), bursts.end());
-  out->perMessage =
-      std::max(0.0, bursts[bursts.size() / 2] - rtt) / double(2 * (kBurstMessages - 1));
+  LOOM_TRY(medianRound(
+      [&](double* seconds) -> Status {
+        auto t = Clock::now();
+        LOOM_TRY(runBurst(c, TransferOp::Kind::Send, kBurstMessages, deadline));
+        LOOM_TRY(runBurst(c, TransferOp::Kind::Recv, kBurstMessages, deadline));
+        *seconds = secondsSince(t);
+        return Status::ok();
+      },
+      &burst));
+  out->perMessage = std::max(0.0, burst - rtt) / double(2 * (kBurstMessages - 1));
   pin.release();
   double fastest = 1e30;
   for (size_t n = 0; n < kMinBulks || (n < kMaxBulks && secondsSince(start) < budget); ++n) {
@@ -372,9 +378,7 @@ Status Comm::detectTopology(const Deadline& deadline) {
   }
   cache.signature = signature;
   bool probed = probeThisHost(signature, &cache);
-  int machineRanks = 0;
-  for (int r = 0; r < n; ++r) machineRanks += peer(r).machineId == peer(me).machineId;
-  sharedCore = machineRanks > cache.cores;
+  sharedCore = machineRanks_ > cache.cores;
   ProbeRecord mine;
   mine.numa = topology::boundNumaNode(allowedCpus(), cache.numaCpus);
   mine.cores = cache.cores;
@@ -438,7 +442,6 @@ Status Comm::detectTopology(const Deadline& deadline) {
     FigureSource same, cross;
     host.sameNuma = resolve(LinkKind::SameNuma, h, &same);
     host.crossNuma = resolve(LinkKind::CrossNuma, h, &cross);
-    host.stepOverhead = host.sameNuma.perMessage;
     if (h == myHost) sources[0] = same, sources[1] = cross;
     d.hosts.push_back(host);
   }

@@ -91,8 +91,8 @@ Topology buildCommTopology(const std::string& name, const CommDescription& d) {
     const HostDescription& host = d.hosts[h];
     int32_t hostNode = b.addHost(names[h]);
     b.node(hostNode).cpu.cores = std::max(0, host.cores);
-    b.node(hostNode).cpu.stepOverhead = std::max(0.0, host.stepOverhead);
     LinkFigures same = orDefault(host.sameNuma, LinkKind::SameNuma);
+    b.node(hostNode).cpu.stepOverhead = std::max(0.0, same.perMessage);
     LinkFigures cross = orDefault(host.crossNuma, LinkKind::CrossNuma);
     // Rank → hub → hub → rank must cost the measured cross-NUMA figures: the hub-to-hub link
     // carries what crossing adds to a same-NUMA copy.
@@ -186,24 +186,19 @@ std::string readLine(const char* path) {
 
 }  // namespace
 
-namespace {
-std::string bootId() {
-  std::string id;
-  std::ifstream("/proc/sys/kernel/random/boot_id") >> id;
-  return id;
-}
-}  // namespace
-
 uint64_t hostIdentity(std::string* hostname) {
   char name[64] = {};
   gethostname(name, sizeof(name) - 1);
   *hostname = name;
   struct stat st = {};
   stat("/proc/self/ns/net", &st);
-  return hash64(*hostname + "\n" + bootId() + "\n" + std::to_string(st.st_ino));
+  return hash64(*hostname + "\n" + readLine("/proc/sys/kernel/random/boot_id") + "\n" +
+                std::to_string(st.st_ino));
 }
 
-uint64_t machineIdentity() { return hash64("machine\n" + bootId()); }
+uint64_t machineIdentity() {
+  return hash64("machine\n" + readLine("/proc/sys/kernel/random/boot_id"));
+}
 
 std::string linkCacheKey(LinkKind kind, const std::string& transport, uint64_t peerHostId) {
   std::string key = std::string(linkKindName(kind)) + "/" + transport;

@@ -44,9 +44,8 @@ struct HostDescription {
   std::string name;  // node name; unique among the hosts
   int cores = 0;     // 0: unknown
   int numaNodes = 1;
-  LinkFigures sameNuma, crossNuma;  // rank to rank within the host
-  // HostCpu::stepOverhead of the model: sameNuma.perMessage when measured, else 0.
-  double stepOverhead = 0;
+  LinkFigures sameNuma, crossNuma;  // rank to rank within the host (sameNuma.perMessage is
+                                    // the model's HostCpu::stepOverhead)
 };
 
 // Everything buildCommTopology needs; identical on every rank by construction.
