@@ -246,6 +246,7 @@ std::string knobValue(const loom::tuner::Knob& k) {
     case What::CacheBandwidth:
       return strprintf("%.3g GB/s", k.value / 1e9);
     case What::StepOverhead:
+    case What::NetMessageOverhead:
       return strprintf("%.3g us", k.value * 1e6);
     default:
       return strprintf("%.4g", k.value);

@@ -56,16 +56,17 @@ const json& member(const json& object, const char* key) {
 
 // The optional CPU figures of a host node (HostCpu): absent keys stay 0 ("not modelled").
 Status readHostCpu(const json& node, NodeKind kind, const std::string& where, HostCpu* out) {
-  static const char* const kKeys[] = {"cores",      "memBandwidth",   "stepOverhead",
-                                      "cacheBytes", "cacheBandwidth", "messageCopies"};
+  static const char* const kKeys[] = {"cores",         "memBandwidth",      "stepOverhead",
+                                      "cacheBytes",    "cacheBandwidth",    "messageCopies",
+                                      "netMessageOverhead"};
   bool any = false;
   for (const char* key : kKeys) any = any || !member(node, key).is_null();
   if (!any) return Status::ok();
   if (kind != NodeKind::Host)
     return Status(loomInvalidArgument, where +
                                            ": 'cores', 'memBandwidth', 'stepOverhead', "
-                                           "'cacheBytes', 'cacheBandwidth' and 'messageCopies' "
-                                           "belong on host nodes");
+                                           "'cacheBytes', 'cacheBandwidth', 'messageCopies' and "
+                                           "'netMessageOverhead' belong on host nodes");
   auto count = [&](const char* key, uint64_t max, uint64_t* value) {
     const json& v = member(node, key);
     if (v.is_null()) return Status::ok();
@@ -93,9 +94,10 @@ Status readHostCpu(const json& node, NodeKind kind, const std::string& where, Ho
     return Status(loomInvalidArgument,
                   where + ".messageCopies: expected a positive number, got " + copies.dump());
   if (!copies.is_null()) out->messageCopies = copies.get<double>();
-  if (!member(node, "stepOverhead").is_null())
-    LOOM_TRY(readQuantity(node["stepOverhead"], parseLatency, where + ".stepOverhead",
-                          &out->stepOverhead));
+  for (auto [key, value] : {std::pair{"stepOverhead", &out->stepOverhead},
+                            std::pair{"netMessageOverhead", &out->netMessageOverhead}})
+    if (!member(node, key).is_null())
+      LOOM_TRY(readQuantity(node[key], parseLatency, where + "." + key, value));
   return Status::ok();
 }
 
@@ -216,6 +218,8 @@ std::string toJson(const Topology& t) {
     if (n.cpu.cacheBytes > 0) item["cacheBytes"] = n.cpu.cacheBytes;
     if (n.cpu.cacheBandwidth > 0) item["cacheBandwidth"] = formatBandwidth(n.cpu.cacheBandwidth);
     if (n.cpu.messageCopies > 0) item["messageCopies"] = n.cpu.messageCopies;
+    if (n.cpu.netMessageOverhead > 0)
+      item["netMessageOverhead"] = formatLatency(n.cpu.netMessageOverhead);
     append(item, i == 0);
   }
   s += "\n  ],\n  \"links\": [";

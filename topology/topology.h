@@ -39,6 +39,10 @@ struct HostCpu {
   // transport's copy into a slot of its ring and out of it. More when its synchronisation (slot
   // handshakes, wake-ups) costs more than the copies themselves.
   double messageCopies = 0;
+  // s of one core per message a rank of the host sends or receives over the network, on top of
+  // stepOverhead: the kernel's protocol work (TCP send and receive calls, interrupts), which on
+  // a host with fewer cores than ranks delays the others as much as a copy would.
+  double netMessageOverhead = 0;
 
   bool operator==(const HostCpu&) const = default;
 };

@@ -58,6 +58,8 @@ std::string knobName(const Knob& k) {
       return "cacheBandwidth";
     case Knob::What::MessageCopies:
       return "messageCopies";
+    case Knob::What::NetMessageOverhead:
+      return "netMessageOverhead";
   }
   return "";
 }
@@ -73,6 +75,8 @@ double topology::HostCpu::*hostField(Knob::What what) {
       return &topology::HostCpu::stepOverhead;
     case Knob::What::CacheBandwidth:
       return &topology::HostCpu::cacheBandwidth;
+    case Knob::What::NetMessageOverhead:
+      return &topology::HostCpu::netMessageOverhead;
     default:
       return &topology::HostCpu::messageCopies;
   }
@@ -309,22 +313,26 @@ Status calibrate(const std::vector<MeasuredPoint>& points, const topology::Topol
   // A CPU figure is fitted from the base's value, or from `start` when the base has none; it is
   // only validated (not fitted) when the base has it. The cache's bandwidth only where a host
   // says how large its cache is, the cost of messages only where hosts say their core count
-  // (else messages do not touch the CPU).
-  bool cached = false, cores = false;
+  // (else messages do not touch the CPU), that of network messages only where the measured
+  // ranks span hosts.
+  bool cached = false, cores = false, hosts = false;
   for (const topology::Node& n : base.nodes) {
     cached = cached || n.cpu.cacheBytes > 0;
     cores = cores || n.cpu.cores > 0;
   }
+  for (int r = 1; r < nranks; ++r) hosts = hosts || base.ranks[size_t(r)].host != base.ranks[0].host;
   const double memBandwidth =
       hostFigure(base, &topology::HostCpu::memBandwidth, options.sim.memBandwidth);
   const double memStart = memBandwidth > 0 ? memBandwidth : 10e9;
   const std::pair<Knob::What, double> cpuKnobs[] = {{Knob::What::MemBandwidth, memStart},
                                                     {Knob::What::StepOverhead, 1e-6},
                                                     {Knob::What::CacheBandwidth, 2 * memStart},
-                                                    {Knob::What::MessageCopies, 2}};
+                                                    {Knob::What::MessageCopies, 2},
+                                                    {Knob::What::NetMessageOverhead, 1e-6}};
   for (const auto& [what, start] : cpuKnobs) {
     if ((what == Knob::What::CacheBandwidth && !cached) ||
-        (what == Knob::What::MessageCopies && !cores))
+        (what == Knob::What::MessageCopies && !cores) ||
+        (what == Knob::What::NetMessageOverhead && !hosts))
       continue;
     const double value =
         what == Knob::What::MemBandwidth ? memBandwidth : hostFigure(base, hostField(what), 0);

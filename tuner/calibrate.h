@@ -46,7 +46,8 @@ struct Knob {
     MemBandwidth,
     StepOverhead,
     CacheBandwidth,
-    MessageCopies
+    MessageCopies,
+    NetMessageOverhead
   };
   What what = What::LinkLatency;
   std::string linkKind;  // LinkLatency / LinkBandwidth
@@ -86,8 +87,8 @@ std::vector<double> predictPoints(const std::vector<MeasuredPoint>& points,
                                   std::vector<std::string>* failures);
 
 // Fits the knobs (one latency and one bandwidth per link kind that a route between the
-// measured ranks crosses, the hosts' memBandwidth and stepOverhead, and their cacheBandwidth
-// when the base gives cacheBytes) by Nelder–Mead over
+// measured ranks crosses, the hosts' memBandwidth and stepOverhead, their cacheBandwidth
+// when the base gives cacheBytes, and netMessageOverhead when the measured ranks span hosts) by Nelder–Mead over
 // their logarithms, minimising a robust loss of the log errors of predicted against measured
 // time (pseudo-Huber: squared within ~10%, linear beyond). Host core counts are taken from the
 // base as they are, and so are cache sizes: they are facts, not fitted.

@@ -48,6 +48,7 @@ struct SimStep {
   uint8_t done = 0;    // slices finished
   bool free = false;   // a Copy onto itself: the executor skips it
   bool singleCopy = false;  // a Send that goes by one copy (SimOptions::singleCopyBytes)
+  bool network = false;     // a Send or receive between ranks of different hosts
   // Whether the rank's CPU has done the step's bookkeeping (HostCpu::stepOverhead): until then
   // not even its first slice may start.
   uint8_t admission = 0;  // kAdmitted, kNeedsAdmission or kAdmissionQueued
@@ -196,7 +197,8 @@ class Simulator {
   struct RankCpu {
     int32_t host = -1;
     double bandwidth = 0;     // bytes/s of one core for this call; 0: local work is free
-    double stepOverhead = 0;  // s of one core per step
+    double stepOverhead = 0;        // s of one core per step
+    double netMessageOverhead = 0;  // and on top, per network message sent or received
     uint32_t route = 0;       // its CPU route (one core, then the host's cores), when bandwidth > 0
     std::deque<CpuWork> queue;
     bool busy = false;  // the queue's front is running
@@ -247,6 +249,7 @@ class Simulator {
       RankCpu& rc = rankCpu_[size_t(r)];
       rc.host = host >= 0 && size_t(host) < hostCpu_.size() ? host : -1;
       rc.stepOverhead = rc.host >= 0 ? hostCpu_[size_t(host)].stepOverhead : 0;
+      rc.netMessageOverhead = rc.host >= 0 ? hostCpu_[size_t(host)].netMessageOverhead : 0;
       if (memBandwidth(size_t(rc.host), 0) <= 0) continue;  // local work is free: no flows
       Route route;
       route.links.push_back(int32_t(capacity_.size()));
@@ -340,6 +343,7 @@ class Simulator {
         const bool send = s.kind == StepKind::Send;
         Connection& c = connection(send ? rank : s.peer, send ? s.peer : rank, lane);
         ss.owner = uint32_t(&c - conns_.data());
+        ss.network = topo_.ranks[size_t(c.src)].host != topo_.ranks[size_t(c.dst)].host;
         (send ? c.sends : c.recvs).push_back(g);
         if (send) {
           ++messages_;
@@ -347,8 +351,9 @@ class Simulator {
         }
       }
       // The executor skips a free Copy altogether, bookkeeping included.
-      ss.admission =
-          rankCpu_[size_t(rank)].stepOverhead > 0 && !ss.free ? kNeedsAdmission : kAdmitted;
+      ss.admission = bookkeepingTime(rankCpu_[size_t(rank)], ss) > 0 && !ss.free
+                         ? kNeedsAdmission
+                         : kAdmitted;
       steps_.push_back(ss);
       addDependencies(g, s, buffers);
       addBarrierDependencies(g, s.kind, &lastBarrier);
@@ -550,6 +555,12 @@ class Simulator {
     }
   }
 
+  // Seconds of one core that step s costs its rank before it may start (HostCpu::stepOverhead,
+  // and netMessageOverhead for a message to or from another host: the kernel's TCP work).
+  static double bookkeepingTime(const RankCpu& rc, const SimStep& s) {
+    return rc.stepOverhead + (s.network ? rc.netMessageOverhead : 0);
+  }
+
   // A rank's thread does one thing at a time: its local slices and its steps' bookkeeping run
   // one after another, in the order they became ready, each as a flow over the rank's CPU route.
   void queueCpu(uint32_t rank, CpuWork work) {
@@ -565,10 +576,11 @@ class Simulator {
     const CpuWork w = rc.queue.front();
     const SimStep& s = steps_[w.step];
     if (rc.bandwidth <= 0) {  // no CPU model: copies are free, bookkeeping takes its time
-      push(now_ + (w.slice == kBookkeeping ? rc.stepOverhead : 0), EventKind::LocalDone, rank);
+      push(now_ + (w.slice == kBookkeeping ? bookkeepingTime(rc, s) : 0), EventKind::LocalDone,
+           rank);
       return;
     }
-    const double bytes = w.slice == kBookkeeping ? rc.stepOverhead * rc.bandwidth
+    const double bytes = w.slice == kBookkeeping ? bookkeepingTime(rc, s) * rc.bandwidth
                          : s.free                ? 0
                                                  : double(sliceBytes(s, w.slice));
     if (bytes <= 0) {

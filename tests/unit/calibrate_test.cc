@@ -158,7 +158,7 @@ TEST(Calibrate, BadInputIsRefusedWithAReason) {
 
 TEST(TopologyJson, HostCpuFieldsRoundTripAndAreChecked) {
   topology::Topology t = base();
-  t.nodes[size_t(t.hostNodes()[0])].cpu = {2, 6.5e9, 3.25e-6, 32u << 20, 13e9};
+  t.nodes[size_t(t.hostNodes()[0])].cpu = {2, 6.5e9, 3.25e-6, 32u << 20, 13e9, 2.5, 4.5e-6};
   const std::string json = topology::toJson(t);
   EXPECT_NE(json.find(R"("cores":2)"), std::string::npos) << json;
   topology::Topology back;
@@ -180,12 +180,18 @@ TEST(TopologyJson, HostCpuFieldsRoundTripAndAreChecked) {
   refused(R"({"kind": "host", "name": "h", "stepOverhead": "-1us"})", "nodes[0].stepOverhead");
   refused(R"({"kind": "host", "name": "h", "cacheBytes": "32M"})", "nodes[0].cacheBytes");
   refused(R"({"kind": "host", "name": "h", "cacheBandwidth": 0})", "nodes[0].cacheBandwidth");
+  refused(R"({"kind": "host", "name": "h", "netMessageOverhead": "-1us"})",
+          "nodes[0].netMessageOverhead");
   refused(R"({"kind": "switch", "name": "s", "cores": 4})", "belong on host nodes");
+  refused(R"({"kind": "switch", "name": "s", "netMessageOverhead": "1us"})",
+          "belong on host nodes");
   topology::Topology units;
   s = topology::parseTopology(
-      R"({"nodes": [{"kind": "host", "name": "h", "memBandwidth": "6GB", "stepOverhead": "2us"}]})",
+      R"({"nodes": [{"kind": "host", "name": "h", "memBandwidth": "6GB", "stepOverhead": "2us",
+                     "netMessageOverhead": "5us"}]})",
       &units);
   ASSERT_TRUE(s.isOk()) << s.message();
+  EXPECT_EQ(units.nodes[0].cpu.netMessageOverhead, 5e-6);
   EXPECT_EQ(units.nodes[0].cpu.memBandwidth, 6e9);
   EXPECT_EQ(units.nodes[0].cpu.stepOverhead, 2e-6);
   EXPECT_EQ(units.nodes[0].cpu.cores, 0);

@@ -340,6 +340,39 @@ TEST(Simulator, EveryStepCostsItsRanksBookkeeping) {
   }
 }
 
+TEST(Simulator, NetworkMessagesCostTheirHostsKernelTime) {
+  // A message to another host costs each side netMessageOverhead of its core on top of the
+  // step's bookkeeping (the kernel's TCP work); one within a host costs only the bookkeeping.
+  const uint64_t count = 1000;
+  const double bytes = double(count * kElem), core = 1e9, overhead = 3e-6, net = 5e-6;
+  auto cpuOf = [&](topology::Topology t, int cores) {
+    for (int32_t h : t.hostNodes()) {
+      topology::HostCpu& cpu = t.nodes[size_t(h)].cpu;
+      cpu.cores = cores;
+      cpu.memBandwidth = core;
+      cpu.stepOverhead = overhead;
+      cpu.netMessageOverhead = net;
+    }
+    return t;
+  };
+  auto msg = emptyPlans(2);
+  message(msg, 0, 1, count);
+  SimResult across = simulate(msg, cpuOf(cluster(2, 1), 1), whole());
+  ASSERT_TRUE(across.ok) << across.message;
+  expectTime(overhead + net + 4 * kLatency + bytes / kBandwidth, across.time);
+  SimResult within = simulate(msg, cpuOf(cluster(1, 2), 0), whole());
+  ASSERT_TRUE(within.ok) << within.message;
+  expectTime(overhead + 2 * kLatency + bytes / kBandwidth, within.time);
+  // Two ranks of a one-core host sending to the other host: their kernel time shares the
+  // core, so both messages start after twice the overhead.
+  auto two = emptyPlans(4);
+  message(two, 0, 2, count);
+  message(two, 1, 3, count);
+  SimResult shared = simulate(two, cpuOf(cluster(2, 2), 1), whole());
+  ASSERT_TRUE(shared.ok) << shared.message;
+  expectTime(2 * (overhead + net) + 4 * kLatency + 2 * bytes / kBandwidth, shared.time);
+}
+
 TEST(Simulator, DeadlockIsReported) {
   // Each rank forwards what it receives before it sends: both wait for the other.
   auto plans = emptyPlans(2);
