@@ -136,10 +136,10 @@ namespace {
 
 class Run {
  public:
-  Run(ExecHost& host, const ExecCall& call, const Deadline& deadline, ExecWorkspace::Impl& ws)
+  Run(ExecHost& host, const ExecCall& call, int64_t timeoutMs, ExecWorkspace::Impl& ws)
       : host_(host),
         call_(call),
-        deadline_(deadline),
+        timeoutMs_(timeoutMs),
         es_(dtypeSize(call.dtype)),
         state_(ws.state),
         first_(ws.first),
@@ -163,8 +163,8 @@ class Run {
                     header().c_str());
     int64_t idle = 0;
     uint64_t idleSinceNs = 0;
-    uint64_t lastCheckNs = 0;  // read at the first idle moment: a call that never waits reads
-                               // no clock here (a small call's whole budget is ~0.2 us)
+    uint64_t lastCheckNs = 0;  // read at the first idle moment, as is the deadline: a call that
+                               // never waits reads no clock (a small call's budget is ~0.2 us)
     for (;;) {
       bool progressed = false;
       bool finished = true;
@@ -185,7 +185,10 @@ class Run {
       // also the time to look for trouble that does not show on the data path.
       uint64_t now = nowNs();
       if (idleSinceNs == 0) idleSinceNs = now;
-      if (lastCheckNs == 0) lastCheckNs = now;
+      if (lastCheckNs == 0) {
+        lastCheckNs = now;
+        deadline_ = Deadline(timeoutMs_);
+      }
       if (now - lastCheckNs > 100 * 1000000ull) {
         lastCheckNs = now;
         LOOM_TRY(checkPeers());
@@ -416,7 +419,8 @@ class Run {
 
   ExecHost& host_;
   const ExecCall& call_;
-  const Deadline& deadline_;
+  const int64_t timeoutMs_;
+  Deadline deadline_ = Deadline::never();  // set at the first idle moment
   size_t es_;
   std::vector<std::vector<StepState>>& state_;
   std::vector<size_t>& first_;
@@ -429,9 +433,8 @@ class Run {
 
 }  // namespace
 
-Status execute(ExecHost& host, const ExecCall& call, const Deadline& deadline,
-               ExecWorkspace& workspace) {
-  return Run(host, call, deadline, *workspace.impl).run();
+Status execute(ExecHost& host, const ExecCall& call, int64_t timeoutMs, ExecWorkspace& workspace) {
+  return Run(host, call, timeoutMs, *workspace.impl).run();
 }
 
 }  // namespace loom::collectives

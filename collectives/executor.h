@@ -87,7 +87,8 @@ class ExecWorkspace {
   std::unique_ptr<Impl> impl;
 };
 
-Status execute(ExecHost& host, const ExecCall& call, const Deadline& deadline,
-               ExecWorkspace& workspace);
+// Runs the plan. Every wait has a deadline of timeoutMs (< 0: none), counted from the call's
+// first idle moment: a call that never has to wait reads no clock for it.
+Status execute(ExecHost& host, const ExecCall& call, int64_t timeoutMs, ExecWorkspace& workspace);
 
 }  // namespace loom::collectives

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <atomic>
 #include <mutex>
 #include <set>
 
@@ -25,13 +26,29 @@ using collectives::Collective;
 thread_local std::string tLastError;
 
 // Live handles, so a call with a destroyed (or never created) communicator gets a clear error
-// instead of a crash.
+// instead of a crash. Every removal bumps the generation; a thread remembers the last handle
+// it found live and the generation then, so its next call on that handle (the common case)
+// needs no lock: nothing was destroyed since if the generation is the same.
 std::mutex gCommsMutex;
 std::set<const loomComm*> gComms;
+std::atomic<uint64_t> gCommsGeneration{0};
+thread_local const loomComm* tLastLive = nullptr;
+thread_local uint64_t tLastLiveGeneration = 0;
 
 bool isLive(const loomComm* c) {
+  if (c == tLastLive && tLastLiveGeneration == gCommsGeneration.load(std::memory_order_acquire))
+    return true;
   std::lock_guard<std::mutex> g(gCommsMutex);
-  return gComms.count(c) != 0;
+  if (gComms.count(c) == 0) return false;
+  tLastLive = c;
+  tLastLiveGeneration = gCommsGeneration.load(std::memory_order_relaxed);
+  return true;
+}
+
+void forget(const loomComm* c) {
+  std::lock_guard<std::mutex> g(gCommsMutex);
+  gComms.erase(c);
+  gCommsGeneration.fetch_add(1, std::memory_order_release);
 }
 
 loomResult_t finish(loomComm_t comm, const Status& st) {
@@ -115,7 +132,7 @@ Status submitCollective(loomComm* comm, CallDesc call) {
     tGroup.push_back({comm, false, {}, call});
     return Status::ok();
   }
-  return comm->impl->runCollective(std::move(call));
+  return comm->impl->runCollective(call);
 }
 
 // The shared front half of every collective: comm, stream, dtype checks.
@@ -319,10 +336,7 @@ loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t* newc
 loomResult_t loomCommDestroy(loomComm_t comm) {
   Status st = checkComm(comm, "loomCommDestroy");
   if (!st.isOk()) return finish(nullptr, st);
-  {
-    std::lock_guard<std::mutex> g(gCommsMutex);
-    gComms.erase(comm);
-  }
+  forget(comm);
   comm->impl->leave();
   delete comm;
   return loomSuccess;
@@ -331,10 +345,7 @@ loomResult_t loomCommDestroy(loomComm_t comm) {
 loomResult_t loomCommAbort(loomComm_t comm) {
   Status st = checkComm(comm, "loomCommAbort");
   if (!st.isOk()) return finish(nullptr, st);
-  {
-    std::lock_guard<std::mutex> g(gCommsMutex);
-    gComms.erase(comm);
-  }
+  forget(comm);
   comm->impl->abortPeers("the communicator was aborted by the application");
   comm->impl->leave();
   delete comm;
@@ -558,7 +569,7 @@ loomResult_t loomGroupEnd(void) {
       st = c->impl->runP2P(p2p);
       if (!st.isOk()) return finish(c, st.withContext("loomGroupEnd"));
     }
-    for (const GroupItem& it : items) {
+    for (GroupItem& it : items) {
       if (it.comm != c || it.p2p) continue;
       st = c->impl->runCollective(it.coll);
       if (!st.isOk()) return finish(c, st.withContext("loomGroupEnd"));

@@ -26,8 +26,9 @@ uint64_t fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull) 
   return h;
 }
 
-// Parses "allreduce=ring,allgather=ring" into a map, checking every name.
-Status parseAlgorithms(const std::string& text, std::map<std::string, std::string>* out) {
+// Parses "allreduce=ring,allgather=ring" into the builder forced per collective, checking every
+// name.
+Status parseAlgorithms(const std::string& text, Comm::ForcedBuilders* out) {
   size_t start = 0;
   while (start < text.size()) {
     size_t comma = text.find(',', start);
@@ -45,7 +46,8 @@ Status parseAlgorithms(const std::string& text, std::map<std::string, std::strin
     for (int c = 0; c <= int(Collective::SendRecv); ++c)
       if (coll == collectives::collectiveName(Collective(c))) {
         knownColl = true;
-        if (collectives::findBuilder(Collective(c), algo) == nullptr) {
+        (*out)[size_t(c)] = collectives::findBuilder(Collective(c), algo);
+        if ((*out)[size_t(c)] == nullptr) {
           std::string known;
           for (auto n : collectives::builderNames(Collective(c)))
             known += (known.empty() ? "" : ", ") + std::string(n);
@@ -55,7 +57,6 @@ Status parseAlgorithms(const std::string& text, std::map<std::string, std::strin
       }
     if (!knownColl)
       return errorf(loomInvalidArgument, "LOOM_ALGO: unknown collective \"%s\"", coll.c_str());
-    (*out)[coll] = algo;
   }
   return Status::ok();
 }
@@ -98,7 +99,7 @@ Status Comm::init(int nranks, const loomUniqueId& id, int rank, const loomConfig
   if (transportMode_ != "auto" && transportMode_ != "shm" && transportMode_ != "tcp")
     return errorf(loomInvalidArgument, "LOOM_TRANSPORT=\"%s\": expected auto, shm or tcp",
                   transportMode_.c_str());
-  LOOM_TRY(parseAlgorithms(algos, &forcedAlgos_));
+  LOOM_TRY(parseAlgorithms(algos, &forcedBuilders_));
   tuner::TunerConfig tuning;  // a bad LOOM_TUNE fails here, before any rank connects
   LOOM_TRY(tuner::tunerConfigFromParams(&tuning));
   settings_ = tuner::callSettings(tuning.fixed);
@@ -272,9 +273,7 @@ void Comm::initTuner(tuner::TunerConfig config) {
 
 Status Comm::chooseBuilder(CallDesc* call, tuner::Decision* out) {
   collectives::CollArgs* args = &call->args;
-  auto it = forcedAlgos_.find(collectives::collectiveName(args->coll));
-  if (it != forcedAlgos_.end()) {
-    const collectives::Builder* b = collectives::findBuilder(args->coll, it->second);
+  if (const collectives::Builder* b = forcedBuilders_[size_t(args->coll)]) {
     std::string why = b->refuse ? b->refuse(*args) : std::string();
     if (!why.empty())
       return errorf(loomInvalidArgument, "%s=%s (forced by LOOM_ALGO) cannot serve this call: %s",
@@ -289,7 +288,7 @@ Status Comm::chooseBuilder(CallDesc* call, tuner::Decision* out) {
   return Status::ok();
 }
 
-Status Comm::runCollective(CallDesc call) {
+Status Comm::runCollective(CallDesc& call) {
   LOOM_TRY(usable());
   collectives::CollArgs& a = call.args;
   a.lanes = settings_.lanes;
@@ -301,10 +300,10 @@ Status Comm::runCollective(CallDesc call) {
   a.sharedBytes = settings_.sharedBytes;
   tuner::Decision decision;
   LOOM_TRY(chooseBuilder(&call, &decision));
-  return runDecided(std::move(call), decision);
+  return runDecided(call, decision);
 }
 
-Status Comm::runDecided(CallDesc call, const tuner::Decision& decision) {
+Status Comm::runDecided(const CallDesc& call, const tuner::Decision& decision) {
   const collectives::CollArgs& a = call.args;
   const collectives::Builder* builder = decision.choice.builder;
   size_t es = dtypeSize(call.dtype);
@@ -344,18 +343,23 @@ Status Comm::runDecided(CallDesc call, const tuner::Decision& decision) {
   if (a.coll == Collective::AlltoAllv)
     for (const auto* v : {&a.sendCounts, &a.sendDispls, &a.recvCounts, &a.recvDispls})
       key.counts.insert(key.counts.end(), v->begin(), v->end());
-  auto it = planCache_.find(key);
-  if (it == planCache_.end()) {
-    if (planCache_.size() >= 256) planCache_.clear();  // bounded: signatures are few in practice
-    collectives::RankPlan plan = builder->build(a, rank());
-    it = planCache_.emplace(std::move(key), collectives::preparePlan(plan, aliases)).first;
+  // A loop of like calls finds its plan by one comparison with the last call's key.
+  if (lastPlan_ == nullptr || !(key == lastPlanKey_)) {
+    auto it = planCache_.find(key);
+    if (it == planCache_.end()) {
+      if (planCache_.size() >= 256) planCache_.clear();  // bounded: signatures are few in practice
+      collectives::RankPlan plan = builder->build(a, rank());
+      it = planCache_.emplace(key, collectives::preparePlan(plan, aliases)).first;
+    }
+    lastPlanKey_ = std::move(key);
+    lastPlan_ = &it->second;  // unordered_map nodes stay put until the clear above
   }
+  const collectives::PreparedPlan& prepared = *lastPlan_;
   LOOM_TRACE("COLL", "%s #%llu count %llu %s %s root %d: %s (%s), %zu lane(s)",
              collectives::collectiveName(a.coll), (unsigned long long)sequence_,
              (unsigned long long)a.count, dtypeName(call.dtype), opName(call.op), a.root,
              tuner::describe(decision.choice).c_str(), tuner::sourceText(decision).c_str(),
-             it->second.lanes.size());
-  const collectives::PreparedPlan& prepared = it->second;
+             prepared.lanes.size());
   if (scratch_.size() < prepared.scratchCount * es) scratch_.resize(prepared.scratchCount * es);
   buffers[2] = scratch_.data();
   if (prepared.usesShared) LOOM_TRY(mapShared(prepared, es, buffers));
@@ -400,7 +404,7 @@ Status Comm::execute(const collectives::PreparedPlan& plan, std::span<void* cons
   exec.rank = rank();
   exec.spinCount = spinCount_;
   exec.yieldNs = yieldNs_;
-  Status st = collectives::execute(*this, exec, Deadline(timeoutMs()), workspace_);
+  Status st = collectives::execute(*this, exec, timeoutMs(), workspace_);
   if (!st.isOk()) fail(st);
   return st;
 }

@@ -2,6 +2,7 @@
 // its plan cache, and its error state. The C API (core/api.cc) is a thin layer over it.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <map>
 #include <memory>
@@ -43,6 +44,10 @@ struct P2PCall {
 
 class Comm final : public collectives::ExecHost {
  public:
+  // LOOM_ALGO: the builder forced for each collective (null: the tuner chooses).
+  using ForcedBuilders =
+      std::array<const collectives::Builder*, size_t(collectives::Collective::SendRecv) + 1>;
+
   static Status create(int nranks, const loomUniqueId& id, int rank, const loomConfig_t* config,
                        std::unique_ptr<Comm>* out);
   ~Comm() override;
@@ -55,8 +60,9 @@ class Comm final : public collectives::ExecHost {
   // Identical on every rank (docs/TOPOLOGY.md, "Discovery at init").
   const topology::Topology& topology() const { return topo_; }
 
-  // Runs one collective to completion (host buffers, in this thread).
-  Status runCollective(CallDesc call);
+  // Runs one collective to completion (host buffers, in this thread); call.args takes the
+  // chosen algorithm's parameters. By reference: a small call's whole budget is ~0.1 us.
+  Status runCollective(CallDesc& call);
   // Runs a group of sends and receives together.
   Status runP2P(const std::vector<P2PCall>& calls);
 
@@ -93,7 +99,7 @@ class Comm final : public collectives::ExecHost {
   // cache key see them.
   Status chooseBuilder(CallDesc* call, tuner::Decision* out);
   // Runs a call whose args carry the decision's parameters: the plan (cached) and its execution.
-  Status runDecided(CallDesc call, const tuner::Decision& decision);
+  Status runDecided(const CallDesc& call, const tuner::Decision& decision);
   // LOOM_AUTOTUNE (core/comm_autotune.cc). Init reads the cache file, and the ranks agree on
   // it; a call of a bucket without an entry measures the candidates first. Replaces *out with
   // the measured winner when the call is one autotune measures.
@@ -136,7 +142,7 @@ class Comm final : public collectives::ExecHost {
   Bootstrap boot_;
   std::unique_ptr<transports::Transport> shm_, tcp_;
   std::string transportMode_;  // auto, shm, tcp
-  std::map<std::string, std::string> forcedAlgos_;  // collective name -> builder name
+  ForcedBuilders forcedBuilders_{};  // LOOM_ALGO: the builder forced per collective, or null
   // What every call's CollArgs start from (tuner::callSettings): lanes, torus dims and fan-in
   // the user fixed (else 1 / derived / 1), the direct arena's bytes per call.
   collectives::CollArgs settings_;
@@ -150,6 +156,8 @@ class Comm final : public collectives::ExecHost {
   std::vector<std::vector<std::unique_ptr<transports::Connection>>> conns_;
   std::vector<std::vector<transports::Transport*>> connTransport_;
   std::unordered_map<PlanKey, collectives::PreparedPlan, PlanKeyHash> planCache_;
+  PlanKey lastPlanKey_{};  // the last call's, and its entry of planCache_ (null: none)
+  const collectives::PreparedPlan* lastPlan_ = nullptr;
   collectives::ExecWorkspace workspace_;
   int hostCount_ = 1;
   topology::Topology topo_;  // the communicator's topology (discoverTopology)

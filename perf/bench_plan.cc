@@ -69,7 +69,7 @@ void benchExecuteCopies(benchmark::State& state) {
   call.dtype = loomFloat32;
   call.collective = "bench";
   for (auto _ : state) {
-    Status st = execute(host, call, Deadline::never(), workspace);
+    Status st = execute(host, call, -1, workspace);
     if (!st.isOk()) {
       state.SkipWithError(st.message().c_str());
       break;

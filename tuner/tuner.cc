@@ -150,6 +150,7 @@ std::vector<Candidate> Tuner::candidates(const CollArgs& a) {
       }
     }
     modelCache_[cacheKey(a)] = d;
+    lastCached_.reset();
   }
   return out;
 }
@@ -186,6 +187,15 @@ CollArgs callSettings(const AlgoParams& fixed) {
   return a;
 }
 
+const Decision* Tuner::cached(uint64_t key) {
+  if (lastCached_ && lastKey_ == key) return &*lastCached_;
+  auto it = modelCache_.find(key);
+  if (it == modelCache_.end()) return nullptr;
+  lastKey_ = key;
+  lastCached_ = it->second;
+  return &*lastCached_;
+}
+
 Status Tuner::decide(const CollArgs& a, Decision* out) {
   const CallShape shape = callShape(a);
   if (const TuneRule* rule = config_.rules.match(a, shape)) {
@@ -196,13 +206,14 @@ Status Tuner::decide(const CollArgs& a, Decision* out) {
   // LOOM_AUTOTUNE's measured decisions beat what follows but not the user's rules; the
   // communicator applies them to this decision (Comm::chooseBuilder).
   if (modelApplies(a)) {
-    auto it = modelCache_.find(cacheKey(a));
-    if (it == modelCache_.end()) {
+    const uint64_t key = cacheKey(a);
+    const Decision* d = cached(key);
+    if (d == nullptr) {
       candidates(a);  // fills the cache unless no candidate could be simulated
-      it = modelCache_.find(cacheKey(a));
+      d = cached(key);
     }
-    if (it != modelCache_.end()) {
-      *out = it->second;
+    if (d != nullptr) {
+      *out = *d;
       return Status::ok();
     }
   }

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -103,6 +104,10 @@ class Tuner {
   TunerConfig config_;
   std::string modelOff_;
   std::unordered_map<uint64_t, Decision> modelCache_;
+  // The entry the last lookup found, kept beside the map: a loop of like calls skips the hash.
+  const Decision* cached(uint64_t key);
+  uint64_t lastKey_ = 0;
+  std::optional<Decision> lastCached_;  // reset whenever the map changes
 };
 
 // One row of a decision table: a call size and what the tuner picks for it.

@@ -5,9 +5,9 @@
 //   direction 0 (lower rank -> higher rank): RingControl, SlotHeader[slots], slot data
 //   direction 1 (higher rank -> lower rank): the same
 //
-// Every control word has exactly one writer: the sender owns `head` and the slot it fills,
-// the receiver owns `tail` and `acked`. Publication is a release store, observation an
-// acquire load, so the data of a slot is visible once its `head` is.
+// Every control word has exactly one writer: the sender owns the slot it fills (its `seq`
+// included), the receiver owns `tail` and `acked`. Publication is a release store, observation
+// an acquire load, so the data of a slot is visible once its `seq` is.
 #include "transports/shm/shm_transport.h"
 
 #include <fcntl.h>
@@ -48,7 +48,7 @@ namespace {
 
 constexpr size_t kLine = 64;
 constexpr uint64_t kSegmentMagic = 0x316d68736d6f6f6cull;  // "loomshm1"
-constexpr uint32_t kLayoutVersion = 1;
+constexpr uint32_t kLayoutVersion = 2;
 // A CMA RecvReduce reads the sender's data into this buffer and reduces from it; small
 // enough to still be in L2 when the reduction reads it.
 constexpr size_t kBounceBytes = 256 << 10;
@@ -110,9 +110,9 @@ struct alignas(kPad) SegmentHeader {
   SideInfo side[2];  // [0]: the lower rank of the pair
 };
 
-// The control words of one direction.
+// The control words of one direction. What the sender has published is in the slots
+// themselves (SlotHeader::seq).
 struct RingControl {
-  alignas(kPad) std::atomic<uint64_t> head;   // slots published (sender)
   alignas(kPad) std::atomic<uint64_t> tail;   // slots released (receiver)
   alignas(kPad) std::atomic<uint64_t> acked;  // single-copy bytes read (receiver)
 };
@@ -122,6 +122,11 @@ enum class SlotKind : uint32_t { Inline = 1, Cma = 2 };
 // The chunk of a message that one slot carries: data in the slot (Inline), or a range of the
 // sender's memory that the receiver reads itself (Cma).
 struct alignas(kLine) SlotHeader {
+  // 1 + the slot's position in the direction's stream once the chunk is there, stored last.
+  // The receiver polls the header itself rather than a ring index, so that a small message
+  // costs it one cache line from the sender's core (the header), not two in a row (an index,
+  // then the header it points to): ~140 ns each between the dev VM's two cores.
+  std::atomic<uint64_t> seq;
   SlotKind kind;
   uint32_t reserved;
   uint64_t messageBytes;  // checked against the receive, which must have the same size
@@ -393,7 +398,7 @@ class ShmConnection final : public Connection {
       h.messageBytes = op->bytes;
       h.offset = s.posted;
       h.length = n;
-      out_.control->head.store(++head_, std::memory_order_release);
+      h.seq.store(++head_, std::memory_order_release);
       s.posted += n;
       notify_ = true;
       *progressed = true;
@@ -427,12 +432,9 @@ class ShmConnection final : public Connection {
     size_t budget = kRecvBudgetBytes;
     while (!recvs_.empty() && budget > 0) {
       TransferOp* op = recvs_.front();
-      if (tail_ == headSeen_) {
-        headSeen_ = in_.control->head.load(std::memory_order_acquire);
-        if (tail_ == headSeen_) break;  // nothing new from the peer
-      }
       uint64_t index = tail_ % slots_;
       const SlotHeader& h = in_.headers[index];
+      if (h.seq.load(std::memory_order_acquire) != tail_ + 1) break;  // nothing new
       if (h.messageBytes != op->bytes || h.offset + slotConsumed_ != received_ ||
           slotConsumed_ >= h.length || (h.kind == SlotKind::Inline && h.length > in_.slotBytes))
         return peerError(strprintf("sent a %llu-byte message (chunk at %llu) where this "
@@ -521,14 +523,14 @@ class ShmConnection final : public Connection {
   // The sending side.
   std::deque<Send> sends_;  // posted, not complete; [nextPost_, end) not fully handed over
   size_t nextPost_ = 0;
-  uint64_t head_ = 0, tailSeen_ = 0;
+  uint64_t head_ = 0, tailSeen_ = 0;  // slots published; tail as last seen
   uint64_t cmaPosted_ = 0;  // bytes ever described by CMA slots in our direction
 
   // The receiving side.
   std::deque<TransferOp*> recvs_;
   size_t received_ = 0;      // of the oldest receive
   size_t slotConsumed_ = 0;  // of the slot at tail_
-  uint64_t tail_ = 0, headSeen_ = 0;
+  uint64_t tail_ = 0;
   uint64_t acked_ = 0;
   std::unique_ptr<char[]> bounce_;
 
