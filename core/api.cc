@@ -552,17 +552,22 @@ loomResult_t loomGroupEnd(void) {
   if (tGroupDepth == 0)
     return finish(nullptr, errorf(loomInvalidUsage, "loomGroupEnd without loomGroupStart"));
   if (--tGroupDepth > 0) return loomSuccess;
-  std::vector<GroupItem> items;
+  // The lists below are cleared rather than freed (the group's items go back to tGroup at the
+  // end), so that a loop of like groups, a send/receive exchange per step, allocates nothing.
+  thread_local std::vector<GroupItem> items;
+  thread_local std::vector<loomComm*> comms;
+  thread_local std::vector<P2PCall> p2p;
+  items.clear();
   items.swap(tGroup);
   // Per communicator, in order of first appearance: its sends and receives together as one
   // plan (so any order of calls completes), then its collectives in call order.
-  std::vector<loomComm*> comms;
+  comms.clear();
   for (const GroupItem& it : items)
     if (std::find(comms.begin(), comms.end(), it.comm) == comms.end()) comms.push_back(it.comm);
   for (loomComm* c : comms) {
     Status st = checkComm(c, "loomGroupEnd");
     if (!st.isOk()) return finish(nullptr, st);
-    std::vector<P2PCall> p2p;
+    p2p.clear();
     for (const GroupItem& it : items)
       if (it.comm == c && it.p2p) p2p.push_back(it.p2pCall);
     if (!p2p.empty()) {
@@ -575,6 +580,8 @@ loomResult_t loomGroupEnd(void) {
       if (!st.isOk()) return finish(c, st.withContext("loomGroupEnd"));
     }
   }
+  items.clear();
+  items.swap(tGroup);  // tGroup is empty: it takes the capacity
   return loomSuccess;
 }
 

@@ -120,6 +120,7 @@ Status Comm::init(int nranks, const loomUniqueId& id, int rank, const loomConfig
   std::string hostname;
   me.hostId = topology::hostIdentity(&hostname);
   me.machineId = topology::machineIdentity();
+  if (sched_getaffinity(0, sizeof(me.cpus), &me.cpus) != 0) CPU_SET(sched_getcpu(), &me.cpus);
   snprintf(me.hostname, sizeof(me.hostname), "%s", hostname.c_str());
   if (transportMode_ != "tcp") LOOM_TRY(transports::createShmTransport(&ctx_, &shm_));
   if (transportMode_ != "shm") {
@@ -154,14 +155,19 @@ Status Comm::init(int nranks, const loomUniqueId& id, int rank, const loomConfig
   directBytes_ = uint64_t(std::max<int64_t>(0, params::getInt("LOOM_SHM_DIRECT_BYTES")));
   // Ranks beyond the machine's usable cores must not spin: the peer they wait for may need the
   // very core they would be burning. Ranks in other network namespaces (or containers) of the
-  // same kernel count too: they are other hosts to the plans, but they share these cores.
+  // same kernel count too: they are other hosts to the plans, but they share these cores. The
+  // usable cores are all those the machine's ranks may run on, together: ranks bound to a core
+  // each (mpirun --bind-to core) have one each, and spin.
   int localRanks = 0;
+  cpu_set_t machineCpus;
+  CPU_ZERO(&machineCpus);
   for (const auto& p : ctx_.peers) {
     localRanks += p.hostId == me.hostId;
-    machineRanks_ += p.machineId == me.machineId;
+    if (p.machineId != me.machineId) continue;
+    ++machineRanks_;
+    CPU_OR(&machineCpus, &machineCpus, &p.cpus);
   }
-  cpu_set_t cpus;
-  int usableCores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  const int usableCores = std::max(1, CPU_COUNT(&machineCpus));
   spinCount_ = params::getInt("LOOM_SPIN_COUNT");
   if (spinCount_ < 0) spinCount_ = machineRanks_ > usableCores ? 0 : 2000;
   yieldNs_ = uint64_t(std::max<int64_t>(0, params::getInt("LOOM_YIELD_USEC"))) * 1000;
@@ -343,18 +349,8 @@ Status Comm::runDecided(const CallDesc& call, const tuner::Decision& decision) {
   if (a.coll == Collective::AlltoAllv)
     for (const auto* v : {&a.sendCounts, &a.sendDispls, &a.recvCounts, &a.recvDispls})
       key.counts.insert(key.counts.end(), v->begin(), v->end());
-  // A loop of like calls finds its plan by one comparison with the last call's key.
-  if (lastPlan_ == nullptr || !(key == lastPlanKey_)) {
-    auto it = planCache_.find(key);
-    if (it == planCache_.end()) {
-      if (planCache_.size() >= 256) planCache_.clear();  // bounded: signatures are few in practice
-      collectives::RankPlan plan = builder->build(a, rank());
-      it = planCache_.emplace(key, collectives::preparePlan(plan, aliases)).first;
-    }
-    lastPlanKey_ = std::move(key);
-    lastPlan_ = &it->second;  // unordered_map nodes stay put until the clear above
-  }
-  const collectives::PreparedPlan& prepared = *lastPlan_;
+  const collectives::PreparedPlan& prepared =
+      cachedPlan(key, aliases, [&] { return builder->build(a, rank()); });
   LOOM_TRACE("COLL", "%s #%llu count %llu %s %s root %d: %s (%s), %zu lane(s)",
              collectives::collectiveName(a.coll), (unsigned long long)sequence_,
              (unsigned long long)a.count, dtypeName(call.dtype), opName(call.op), a.root,
@@ -370,6 +366,22 @@ Status Comm::runDecided(const CallDesc& call, const tuner::Decision& decision) {
       collectives::divideInPlace(call.output, call.outputBytes / es, call.dtype, nranks());
   }
   return Status::ok();
+}
+
+template <typename Build>
+const collectives::PreparedPlan& Comm::cachedPlan(const PlanKey& key,
+                                                  std::span<const collectives::BufferAlias> aliases,
+                                                  const Build& build) {
+  // A loop of like calls finds its plan by one comparison with the last call's key.
+  if (lastPlan_ != nullptr && key == lastPlanKey_) return *lastPlan_;
+  auto it = planCache_.find(key);
+  if (it == planCache_.end()) {
+    if (planCache_.size() >= 256) planCache_.clear();  // bounded: signatures are few in practice
+    it = planCache_.emplace(key, collectives::preparePlan(build(), aliases)).first;
+  }
+  lastPlanKey_ = key;       // assigned into the old key's storage: no allocation once warm
+  lastPlan_ = &it->second;  // unordered_map nodes stay put until the clear above
+  return *lastPlan_;
 }
 
 Status Comm::mapShared(const collectives::PreparedPlan& plan, size_t elemSize,
@@ -413,14 +425,18 @@ Status Comm::runP2P(const std::vector<P2PCall>& calls) {
   LOOM_TRY(usable());
   // Sends to self pair with receives from self in order: a plain copy, no transport.
   std::vector<const P2PCall*> selfSends, selfRecvs;
-  std::vector<collectives::P2POp> ops;
-  std::vector<void*> buffers(collectives::kFirstUserBuffer, nullptr);
+  // The group's plan is cached like a collective's, keyed by its operations (peer, kind,
+  // bytes); the key and buffer list are members so that a repeated group allocates nothing.
+  std::vector<void*>& buffers = p2pBuffers_;
+  buffers.assign(collectives::kFirstUserBuffer, nullptr);
+  PlanKey& key = p2pKey_;
+  key.counts.clear();
   for (const P2PCall& c : calls) {
     if (c.op.peer == rank()) {
       (c.op.kind == collectives::P2POp::Kind::Send ? selfSends : selfRecvs).push_back(&c);
       continue;
     }
-    ops.push_back(c.op);
+    key.counts.insert(key.counts.end(), {uint64_t(c.op.peer), uint64_t(c.op.kind), c.op.bytes});
     buffers.push_back(c.buffer);
   }
   if (selfSends.size() != selfRecvs.size())
@@ -433,10 +449,14 @@ Status Comm::runP2P(const std::vector<P2PCall>& calls) {
                     (unsigned long long)selfRecvs[i]->op.bytes);
     memmove(selfRecvs[i]->buffer, selfSends[i]->buffer, selfSends[i]->op.bytes);
   }
-  if (ops.empty()) return Status::ok();
-  collectives::RankPlan plan = collectives::buildP2P(ops);
+  if (key.counts.empty()) return Status::ok();
   // Each operation has its own buffer: nothing aliases.
-  collectives::PreparedPlan prepared = collectives::preparePlan(plan, {});
+  const collectives::PreparedPlan& prepared = cachedPlan(key, {}, [&] {
+    std::vector<collectives::P2POp> ops;
+    for (const P2PCall& c : calls)
+      if (c.op.peer != rank()) ops.push_back(c.op);
+    return collectives::buildP2P(ops);
+  });
   return execute(prepared, buffers, loomUint8, loomSum, "sendrecv");
 }
 

@@ -124,7 +124,8 @@ class Comm final : public collectives::ExecHost {
     uint32_t elemSize;  // the direct allreduce sizes its arena slots in elements
     int aliasMode;  // 0: none, 1: input inside output, 2: output inside input
     uint64_t aliasOffset;
-    std::vector<uint64_t> counts;  // alltoallv counts and displacements
+    // Alltoallv: counts and displacements; a send/receive group: (peer, kind, bytes) per op.
+    std::vector<uint64_t> counts;
     bool operator==(const PlanKey&) const = default;
   };
   struct PlanKeyHash {
@@ -137,6 +138,12 @@ class Comm final : public collectives::ExecHost {
       return h;
     }
   };
+  // The prepared plan of key from planCache_, built (build() returns the RankPlan) and prepared
+  // with aliases the first time.
+  template <typename Build>
+  const collectives::PreparedPlan& cachedPlan(const PlanKey& key,
+                                              std::span<const collectives::BufferAlias> aliases,
+                                              const Build& build);
 
   transports::CommContext ctx_;
   Bootstrap boot_;
@@ -158,6 +165,9 @@ class Comm final : public collectives::ExecHost {
   std::unordered_map<PlanKey, collectives::PreparedPlan, PlanKeyHash> planCache_;
   PlanKey lastPlanKey_{};  // the last call's, and its entry of planCache_ (null: none)
   const collectives::PreparedPlan* lastPlan_ = nullptr;
+  // A send/receive group's key (coll SendRecv, its operations in counts) and buffers.
+  PlanKey p2pKey_{collectives::Collective::SendRecv, nullptr, 0, 0, 0, 0, 0, 0, 1, 0, 0, {}};
+  std::vector<void*> p2pBuffers_;
   collectives::ExecWorkspace workspace_;
   int hostCount_ = 1;
   topology::Topology topo_;  // the communicator's topology (discoverTopology)

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <netinet/in.h>
+#include <sched.h>
 #include <sys/socket.h>
 
 #include <cstdint>
@@ -45,6 +46,7 @@ struct PeerInfo {
   int32_t pid = 0;
   uint64_t hostId = 0;    // hash of hostname, boot id and network namespace inode
   uint64_t machineId = 0; // hash of the boot id alone: ranks that share CPUs
+  cpu_set_t cpus = {};     // the CPUs the rank may run on (its affinity at init)
   char hostname[64] = {};
   // The rank's TCP listening address (sockaddr_in or sockaddr_in6).
   sockaddr_storage tcpAddr = {};

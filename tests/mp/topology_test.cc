@@ -153,6 +153,32 @@ TEST(CommTopology, MoreRanksThanCoresMeasureOnOneCoreAndCacheApart) {
   }
 }
 
+// Ranks bound to a core each (mpirun --bind-to core) have a core each: they spin. Each sees
+// only its own core in its affinity; the machine's cores are those of all its ranks.
+TEST(CommTopology, RanksBoundToACoreEachSpin) {
+  cpu_set_t all;
+  if (sched_getaffinity(0, sizeof(all), &all) != 0 || CPU_COUNT(&all) < 2)
+    GTEST_SKIP() << "needs 2 CPUs to bind 2 ranks to one each";
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE && cpus.size() < 2; ++c)
+    if (CPU_ISSET(c, &all)) cpus.push_back(c);
+  auto results = runRanks(2, [&](RankContext& ctx) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpus[size_t(ctx.rank())], &one);
+    RANK_CHECK(sched_setaffinity(0, sizeof(one), &one) == 0, "sched_setaffinity failed");
+    useEnvironment({{"LOOM_DEBUG", "INFO"}, {"LOOM_DEBUG_SUBSYS", "INIT"}});
+    std::unique_ptr<Comm> comm;
+    RANK_OK(createComm(ctx, &comm));
+    return leaveTogether(ctx, &comm);
+  }, ForkOptions::timeout(60));
+  ASSERT_EQ(describeFailures(results), "");
+  for (const auto& r : results) {
+    EXPECT_NE(r.output.find("2 on this machine's 2 core(s)"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("spin 2000"), std::string::npos) << r.output;
+  }
+}
+
 TEST(CommTopology, MeasureZeroUsesDefaults) {
   TempDir cache("topo-nomeasure");
   std::string dir = cache.path();
