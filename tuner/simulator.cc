@@ -47,7 +47,9 @@ struct SimStep {
   uint8_t issued = 0;  // local steps: slices handed to the rank's CPU
   uint8_t done = 0;    // slices finished
   bool free = false;   // a Copy onto itself: the executor skips it
-  bool singleCopy = false;  // a Send that goes by one copy (SimOptions::singleCopyBytes)
+  // A Send that goes by one copy (SimOptions::singleCopyBytes): it starts only when all of it
+  // is ready, as the shm transport does.
+  bool singleCopy = false;
   bool network = false;     // a Send or receive between ranks of different hosts
   // Whether the rank's CPU has done the step's bookkeeping (HostCpu::stepOverhead): until then
   // not even its first slice may start.
@@ -70,6 +72,7 @@ struct Route {
   std::vector<int32_t> links;
   double latency = 0;
   double cpuWeight = 1;  // CPU bytes per byte, for a message the host's cores copy
+  bool cpuCopy = false;  // the host's cores copy it (an shm message)
 };
 
 // A message through the shm transport is two copies (into a slot of the ring, out of it; a
@@ -344,6 +347,8 @@ class Simulator {
         Connection& c = connection(send ? rank : s.peer, send ? s.peer : rank, lane);
         ss.owner = uint32_t(&c - conns_.data());
         ss.network = topo_.ranks[size_t(c.src)].host != topo_.ranks[size_t(c.dst)].host;
+        ss.singleCopy = send && routes_[c.route].cpuCopy && opt_.singleCopyBytes > 0 &&
+                        ss.count * opt_.elemSize >= opt_.singleCopyBytes;
         (send ? c.sends : c.recvs).push_back(g);
         if (send) {
           ++messages_;
@@ -386,6 +391,7 @@ class Simulator {
       if (from != to && r.links.empty()) missingRoute_ = {from, to};
       if (int32_t cpu = cpuLinkOfCopy(from, to); cpu >= 0 && !r.links.empty()) {
         r.links.push_back(cpu);
+        r.cpuCopy = true;
         const double copies = hostCpu_[size_t(topo_.nodes[size_t(from)].host)].messageCopies;
         r.cpuWeight = copies > 0 ? copies : kDefaultMessageCopies;
       }
@@ -622,26 +628,23 @@ class Simulator {
     for (uint32_t i = rdepBegin_[g]; i < rdepBegin_[g + 1]; ++i) advanceReady(rdep_[i]);
   }
 
-  // Whether the connection's next slice may transmit: its send and its receive both may touch it.
+  // Whether the connection's next slice may transmit: its send and its receive both may touch
+  // it, and a single-copy message's first slice waits for all of its send.
   bool headReady(const Connection& c) const {
-    return !c.busy && c.headMsg < c.sends.size() &&
-           steps_[c.sends[c.headMsg]].ready > c.headSlice &&
-           steps_[c.recvs[c.headMsg]].ready > c.headSlice;
+    if (c.busy || c.headMsg >= c.sends.size()) return false;
+    const SimStep& send = steps_[c.sends[c.headMsg]];
+    const uint8_t sendNeeds = send.singleCopy ? send.slices : uint8_t(c.headSlice + 1);
+    return send.ready >= sendNeeds && steps_[c.recvs[c.headMsg]].ready > c.headSlice;
   }
 
-  // CPU bytes per byte of the connection's next slice (Route::cpuWeight). A message takes the
-  // single-copy path, as the shm transport chooses it, when its first slice starts with all of
-  // its data there (every slice ready) and its receiver only stores it.
-  double headWeight(const Connection& c) {
-    SimStep& send = steps_[c.sends[c.headMsg]];
-    if (c.headSlice == 0) {
-      send.singleCopy = opt_.singleCopyBytes > 0 &&
-                        send.count * opt_.elemSize >= opt_.singleCopyBytes &&
-                        send.ready == send.slices &&
-                        steps_[c.recvs[c.headMsg]].kind == StepKind::Recv;
-    }
+  // CPU bytes per byte of the connection's next slice (Route::cpuWeight): one for a
+  // single-copy message that its receiver only stores (the peer's one read of the sender's
+  // memory); a RecvReduce still costs the read and the combine.
+  double headWeight(const Connection& c) const {
     const double weight = routes_[c.route].cpuWeight;
-    return send.singleCopy ? std::min(weight, 1.0) : weight;
+    const bool one = steps_[c.sends[c.headMsg]].singleCopy &&
+                     steps_[c.recvs[c.headMsg]].kind == StepKind::Recv;
+    return one ? std::min(weight, 1.0) : weight;
   }
 
   // Starts the connection's next slice when its send and its receive both may touch it.

@@ -46,10 +46,11 @@ struct SimOptions {
   // Seconds from the last rank's arrival at a Barrier until all go on (a few cache-line
   // transfers between cores, and waking the ranks that slept).
   double barrierLatency = 1e-6;
-  // A message between ranks of one host of at least this many bytes, whose data is all there
-  // when its first slice starts and which its receiver only stores (a Recv), costs the host's
-  // CPU one copy instead of messageCopies: the shm transport's single-copy path
-  // (LOOM_SHM_CMA_THRESHOLD). 0: every such message costs messageCopies.
+  // A message between ranks of one host of at least this many bytes goes by the shm
+  // transport's single-copy path (LOOM_SHM_CMA_THRESHOLD): it starts once all of its data is
+  // there, and when its receiver only stores it (a Recv) it costs the host's CPU one copy
+  // instead of messageCopies. 0: no such path; every such message is pipelined in slices and
+  // costs messageCopies.
   uint64_t singleCopyBytes = 0;
   static constexpr int kMaxSlices = 16;
 };

@@ -384,10 +384,10 @@ TEST_P(ShmPathTest, PipelinedLimits) {
   });
 }
 
-// Above the threshold, a send whose data is all there when it starts goes by a single copy; one
-// whose data is still being produced (released in steps, as a ring forwards what it receives)
-// goes through the slots, even though it is as large.
-TEST(ShmTransport, SingleCopyOnlyForSendsReleasedWhole) {
+// A send of at least the threshold goes by a single copy once all of it is released, however
+// it is released (whole, or in steps as a ring forwards what it receives): nothing of it goes
+// out before. A smaller one goes through the slots as it is released.
+TEST(ShmTransport, SingleCopySendsWaitUntilReleasedWhole) {
   runPair([](RankContext& rc, uint64_t hash) {
     ShmOptions options;
     options.cmaThreshold = 64 << 10;
@@ -395,27 +395,36 @@ TEST(ShmTransport, SingleCopyOnlyForSendsReleasedWhole) {
     RANK_OK(setUp(rc, hash, options, &r));
     RANK_OK(connectAndSettle(rc, &r, 1));
     Driver d = driverFor(r);
-    const size_t bytes = 1 << 20;
-    for (bool whole : {true, false}) {
-      std::vector<char> src = pattern(bytes, 5 + rc.rank()), dst(bytes, 0);
-      TransferOp s = sendOp(src.data(), bytes), v = recvOp(dst.data(), bytes);
-      if (!whole) s.limit = 4096;
-      ShmConnectionStats before;
-      RANK_CHECK(shmConnectionStats(*r.lanes[0], &before), "not an shm connection");
-      RANK_OK(r.lanes[0]->post(&s));
-      RANK_OK(r.lanes[0]->post(&v));
-      RANK_OK(d.run([&] { return s.complete() && v.complete(); }, [&] {
-        if (s.limit == bytes) return false;
-        s.limit = std::min(bytes, s.limit + 65536);
-        return true;
-      }));
-      RANK_CHECK(dst == pattern(bytes, 5 + 1 - rc.rank()), "wrong data (released %s)",
-                 whole ? "whole" : "in steps");
-      ShmConnectionStats after;
-      RANK_CHECK(shmConnectionStats(*r.lanes[0], &after), "not an shm connection");
-      const uint64_t byCma = after.cmaBytes - before.cmaBytes;
-      RANK_CHECK(byCma == (whole ? bytes : 0), "released %s: %llu bytes by CMA, expected %zu",
-                 whole ? "whole" : "in steps", (unsigned long long)byCma, whole ? bytes : 0);
+    for (size_t bytes : {size_t(1) << 20, size_t(32) << 10}) {
+      const bool single = bytes >= options.cmaThreshold;
+      for (bool whole : {true, false}) {
+        std::vector<char> src = pattern(bytes, 5 + rc.rank()), dst(bytes, 0);
+        TransferOp s = sendOp(src.data(), bytes), v = recvOp(dst.data(), bytes);
+        if (!whole) s.limit = 4096;
+        ShmConnectionStats before;
+        RANK_CHECK(shmConnectionStats(*r.lanes[0], &before), "not an shm connection");
+        RANK_OK(r.lanes[0]->post(&s));
+        RANK_OK(r.lanes[0]->post(&v));
+        bool early = false;  // bytes were handed over before all of them were released
+        RANK_OK(d.run([&] { return s.complete() && v.complete(); }, [&] {
+          if (s.limit == bytes) return false;
+          early = early || s.done > 0;
+          s.limit = std::min(bytes, s.limit + 4096);
+          return true;
+        }));
+        const char* how = whole ? "whole" : "in steps";
+        RANK_CHECK(dst == pattern(bytes, 5 + 1 - rc.rank()), "%zu bytes released %s: wrong data",
+                   bytes, how);
+        ShmConnectionStats after;
+        RANK_CHECK(shmConnectionStats(*r.lanes[0], &after), "not an shm connection");
+        const uint64_t byCma = after.cmaBytes - before.cmaBytes;
+        RANK_CHECK(byCma == (single ? bytes : 0), "%zu bytes released %s: %llu by CMA", bytes,
+                   how, (unsigned long long)byCma);
+        RANK_CHECK(!single || !early, "%zu bytes by CMA: handed over before all were released",
+                   bytes);
+        RANK_CHECK(single || whole || early, "%zu bytes by the slots: waited for all of them",
+                   bytes);
+      }
     }
     return 0;
   });
@@ -616,7 +625,9 @@ TEST(ShmTransport, PeerExitMidTransferIsRemoteError) {
         const size_t bytes = 64 << 20;
         std::vector<char> buf(bytes, 1);
         TransferOp op = rc.rank() == 0 ? sendOp(buf.data(), bytes) : recvOp(buf.data(), bytes);
-        if (rc.rank() == victim) op.limit = bytes / 4;  // the victim stops a quarter in
+        // The victim stops a quarter in; a single-copy send goes only whole, so that sender
+        // dies once its peer has read an eighth of it.
+        if (rc.rank() == victim && !(path == Path::Cma && victim == 0)) op.limit = bytes / 4;
         RANK_OK(r.lanes[0]->post(&op));
         if (rc.rank() == victim) {
           RANK_OK(d.run([&] { return op.done >= bytes / 8; }));

@@ -365,14 +365,17 @@ class ShmConnection final : public Connection {
       size_t ready = std::min(op->limit, op->bytes);
       if (s.posted >= ready) break;  // the executor has not released more yet
       if (!s.started) {
-        // The path is chosen when the first bytes go out. A single copy pays only when the
-        // whole message is there already (an alltoall's blocks, a send straight from the
-        // input): the peer then reads it in a few large pieces. A message still being produced
-        // (a ring forwarding what it receives) would be read in as many small pieces as it is
-        // released, each a system call and a round trip, so it goes through the ring.
+        // A message of at least the threshold goes by a single copy: the peer reads it from
+        // this rank's memory in a few large pieces, which halves the copying of the slots'
+        // path (copy in, copy out). It goes once all of it is released: a message still being
+        // produced (a ring forwarding what it receives) would otherwise be read in as many
+        // small pieces as it is released, each a system call and a round trip. Waiting cannot
+        // deadlock: no plan needs a message's first part delivered to produce its last (the
+        // verifier runs every plan with steps that complete whole).
+        const bool single = cmaThreshold_ > 0 && op->bytes >= cmaThreshold_ && peerCanReadMe();
+        if (single && ready < op->bytes) break;
         s.started = true;
-        s.cma = cmaThreshold_ > 0 && op->bytes >= cmaThreshold_ && ready == op->bytes &&
-                peerCanReadMe();
+        s.cma = single;
         s.cmaStart = cmaPosted_;
       }
       if (head_ - tailSeen_ == slots_) {
@@ -472,7 +475,10 @@ class ShmConnection final : public Connection {
           memcpy(dst, data, n);
       } else if (cma) {
         uint64_t addr = h.addr + slotConsumed_;
-        if (reduceOp) {
+        if (reduceOp && (dst + n <= local || local + n <= dst)) {
+          LOOM_TRY(readRemote(dst, addr, n));
+          collectives::reduce(dst, local, dst, n / es, op->dtype, op->op);
+        } else if (reduceOp) {
           if (!bounce_) bounce_.reset(new char[kBounceBytes]);
           LOOM_TRY(readRemote(bounce_.get(), addr, n));
           collectives::reduce(dst, local, bounce_.get(), n / es, op->dtype, op->op);
