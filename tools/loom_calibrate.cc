@@ -20,6 +20,7 @@
 #include "tools/model_args.h"
 #include "topology/topology.h"
 #include "tuner/calibrate.h"
+#include "tuner/tuner.h"
 #include "tuner/uniform_topology.h"
 
 namespace {
@@ -327,6 +328,7 @@ std::string report(const Args& a, const loom::tuner::Calibration& c, size_t runs
 
 int main(int argc, char** argv) {
   Args a;
+  a.options.sim = loom::tuner::communicatorSimOptions();  // --slices may change it
   if (!parseArgs(argc, argv, &a)) return 2;
   topology::Topology base;
   std::string error;

@@ -153,6 +153,7 @@ bool wanted(const Args& a, const Builder& b) {
 
 int main(int argc, char** argv) {
   Args a;
+  a.sim = loom::tuner::communicatorSimOptions();  // the options below may change it
   if (!parseArgs(argc, argv, &a)) return 2;
   loom::topology::Topology topo;
   std::string error;

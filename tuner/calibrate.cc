@@ -16,13 +16,14 @@ namespace loom::tuner {
 using collectives::Collective;
 using collectives::RankPlan;
 
+// A bad setting makes the communicator refuse to start, so no run was measured with one: what
+// parsed before the error is as good as anything.
 collectives::CollArgs communicatorSettings() {
-  // A bad setting makes the communicator refuse to start, so no run was measured with one:
-  // what parsed before the error is as good as anything.
   TunerConfig config;
   (void)tunerConfigFromParams(&config);
   return callSettings(config.fixed);
 }
+
 
 collectives::CollArgs callOf(const MeasuredPoint& p, const topology::Topology& topo,
                              const collectives::CollArgs& settings) {

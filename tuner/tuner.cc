@@ -176,6 +176,12 @@ Status tunerConfigFromParams(TunerConfig* out) {
   return Status::ok();
 }
 
+SimOptions communicatorSimOptions() {
+  TunerConfig config;
+  (void)tunerConfigFromParams(&config);
+  return config.sim;
+}
+
 CollArgs callSettings(const AlgoParams& fixed) {
   CollArgs a;
   a.lanes = std::max(1, fixed.lanes);

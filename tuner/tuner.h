@@ -59,6 +59,11 @@ struct TunerConfig {
 // --sim, loom-tune, loom-calibrate) goes through here, so they all decide alike. Errors name
 // the bad setting.
 Status tunerConfigFromParams(TunerConfig* out);
+// The simulator options of tunerConfigFromParams (the single-copy path of
+// LOOM_SHM_CMA_THRESHOLD), for the tools that simulate without a tuner: a prediction must cost
+// a plan as the communicator's tuner does, or a fit would describe another simulator than the
+// one that chooses. A bad setting is left out, as the communicator would refuse to start.
+SimOptions communicatorSimOptions();
 // The call settings every builder sees on such a communicator, before a decision applies its
 // parameters: the fixed ones (else 1 lane, derived torus dims, fan-in 1) and the bytes of the
 // direct arena a call may use (LOOM_SHM_DIRECT_BYTES).
