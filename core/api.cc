@@ -1,10 +1,10 @@
 // The C API: argument checks with clear messages, handles, groups, and the error text.
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <atomic>
 #include <mutex>
 #include <set>
 

@@ -44,10 +44,10 @@ const Entry kEntries[] = {
      "Slots per direction of a shared-memory connection (memory per pair and lane: "
      "2 x slots x slot bytes)."},
     {"LOOM_SHM_CMA_THRESHOLD", Type::Bytes, "16K",
-     "Messages of at least this size whose data is all there when they start (a send from the "
-     "input) move by a single copy (process_vm_readv) instead of through the ring; messages "
-     "still being produced while they move always use the ring. 0 disables the single-copy "
-     "path."},
+     "Shared-memory messages of at least this size move by a single copy (the receiver's "
+     "process_vm_readv) instead of through the slot ring, once all of their data is there (a "
+     "ring forwards a chunk when it is complete); smaller ones go through the ring as they are "
+     "produced. 0 disables the single-copy path."},
     {"LOOM_SHM_DIRECT_BYTES", Type::Bytes, "16M",
      "Shared-memory arena of the direct allreduce, one per communicator and host, mapped at "
      "its first call. A call uses half, as 2 x ranks slots; larger messages go through the "
