@@ -1,7 +1,9 @@
 // JSON models (docs/TOPOLOGY.md): nodes are referred to by name so a file reads and diffs well,
 // bandwidths and latencies may carry units, and a full-duplex pair is one line ("duplex").
 #include <fstream>
+#include <iterator>
 #include <sstream>
+#include <string>
 #include <unordered_map>
 
 #include <nlohmann/json.hpp>
@@ -62,11 +64,14 @@ Status readHostCpu(const json& node, NodeKind kind, const std::string& where, Ho
   bool any = false;
   for (const char* key : kKeys) any = any || !member(node, key).is_null();
   if (!any) return Status::ok();
-  if (kind != NodeKind::Host)
-    return Status(loomInvalidArgument, where +
-                                           ": 'cores', 'memBandwidth', 'stepOverhead', "
-                                           "'cacheBytes', 'cacheBandwidth', 'messageCopies' and "
-                                           "'netMessageOverhead' belong on host nodes");
+  if (kind != NodeKind::Host) {
+    // "'cores', 'memBandwidth', ... and 'netMessageOverhead' belong on host nodes"
+    std::string keys;
+    const size_t n = std::size(kKeys);
+    for (size_t i = 0; i < n; ++i)
+      keys += (i == 0 ? "'" : i + 1 == n ? " and '" : ", '") + std::string(kKeys[i]) + "'";
+    return Status(loomInvalidArgument, where + ": " + keys + " belong on host nodes");
+  }
   auto count = [&](const char* key, uint64_t max, uint64_t* value) {
     const json& v = member(node, key);
     if (v.is_null()) return Status::ok();
