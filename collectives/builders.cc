@@ -50,6 +50,13 @@ const Builder kBuilders[] = {
     {Collective::Broadcast, "scatter_allgather", buildScatterAllgatherBroadcast},
     {Collective::Reduce, "tree", buildTreeReduce},
     {Collective::Reduce, "rsag", buildRsagReduce},
+    // Peer reads: one host's ranks copy straight out of each other's buffers.
+    {Collective::AllReduce, "peer", buildPeerAllReduce, refusePeer},
+    {Collective::ReduceScatter, "peer", buildPeerReduceScatter, refusePeer},
+    {Collective::AllGather, "peer", buildPeerAllGather, refusePeer},
+    {Collective::AlltoAll, "peer", buildPeerAlltoAll, refusePeer},
+    {Collective::Broadcast, "peer", buildPeerBroadcast, refusePeer},
+    {Collective::Reduce, "peer", buildPeerReduce, refusePeer},
 };
 
 }  // namespace

@@ -89,6 +89,36 @@ RankPlan buildDirectAllReduce(const CollArgs& a, int rank);
 // Why a direct builder (allreduce, allgather, alltoall) cannot serve a call: ranks on several
 // hosts, no arena, or slots too small (alltoall needs one element per rank in a slot).
 std::string refuseDirect(const CollArgs& a);
+// Why an algorithm that needs one host's arena (direct, peer) cannot serve a call: ranks on
+// several hosts, or no arena; names `algorithm` in the message. Empty when it can.
+std::string refuseOffHost(const char* algorithm, const CollArgs& a);
+
+// Peer reads ("peer", collectives/peer.cc): the ranks of one host read each other's buffers in
+// place (plan.h, peerBuffer), so every byte moves with one copy straight from the buffer that
+// holds it (a mapping of loomMemAlloc memory, else process_vm_readv) and nothing is sent. One
+// lane; an opening Barrier (every rank has entered the call) and a closing one (nobody returns
+// while a peer may still read its buffers). Sums start with the rank's own Input, then add the
+// others' from rank r+1 on, so ranks summing at once read different peers; copies also go
+// from r+1 on. Refused (refusePeer) as refuseOffHost says. With S_j = partCount(count, N, j):
+//   allreduce: rank r sums slice r (S_r elements at partOffset) of all Inputs into its Output;
+//     Barrier; copies slice j of rank j's Output for every j ≠ r. Steps: 3 barriers + 1 +
+//     (N−1) (the sum) + (N−1) (the copies) = 2N + 2 when every slice is non-empty.
+//   reduce-scatter: sums block r of all Inputs into Output: N + 2 steps.
+//   allgather: copies every rank's Input (its own first) into Output block j: N + 2 steps.
+//   alltoall: copies block r of every rank's Input into Output block j: N + 2 steps (in place
+//     it works on a copy of the input: peers read the blocks this rank overwrites).
+//   broadcast: copies the root's Input to Output: 3 steps.
+//   reduce: the root sums all Inputs into its Output (N + 2 steps), the others only pass the
+//     2 barriers.
+// Cost: no messages; 2 barriers (3 for allreduce), counted as rounds. N = 1: the own Copy
+// alone; count = 0: nothing.
+RankPlan buildPeerAllReduce(const CollArgs& a, int rank);
+RankPlan buildPeerReduceScatter(const CollArgs& a, int rank);
+RankPlan buildPeerAllGather(const CollArgs& a, int rank);
+RankPlan buildPeerAlltoAll(const CollArgs& a, int rank);
+RankPlan buildPeerBroadcast(const CollArgs& a, int rank);
+RankPlan buildPeerReduce(const CollArgs& a, int rank);
+std::string refusePeer(const CollArgs& a);
 
 // ---- Allgather ------------------------------------------------------------------------------
 

@@ -44,17 +44,24 @@ uint64_t slotStart(uint64_t slot, uint64_t n, uint64_t half, uint64_t j) {
 
 }  // namespace
 
-std::string refuseDirect(const CollArgs& a) {
+std::string refuseOffHost(const char* algorithm, const CollArgs& a) {
   for (size_t r = 1; r < a.hostOf.size(); ++r) {
     if (a.hostOf[r] != a.hostOf[0]) {
       return strprintf(
-          "direct needs every rank on one host, but ranks 0 and %zu are on different hosts; use "
+          "%s needs every rank on one host, but ranks 0 and %zu are on different hosts; use "
           "another algorithm",
-          r);
+          algorithm, r);
     }
   }
   if (a.nranks > 1 && a.sharedBytes == 0)
-    return "direct: no shared-memory arena (LOOM_SHM_DIRECT_BYTES is 0, or LOOM_TRANSPORT=tcp)";
+    return strprintf(
+        "%s: no shared-memory arena (LOOM_SHM_DIRECT_BYTES is 0, or LOOM_TRANSPORT=tcp)",
+        algorithm);
+  return "";
+}
+
+std::string refuseDirect(const CollArgs& a) {
+  if (std::string why = refuseOffHost("direct", a); !why.empty()) return why;
   if (a.nranks > 1 && slotElements(a) < slotMinimum(a)) {
     return strprintf(
         "direct: %llu bytes of arena per call cannot hold 2 x %d slots of %llu %u-byte "

@@ -47,6 +47,10 @@ int accesses(const Step& s, Access out[2]) {
   return 0;
 }
 
+bool overlaps(const Region& x, const Region& y) {
+  return x.buf == y.buf && x.offset < y.offset + y.count && y.offset < x.offset + x.count;
+}
+
 // Elements a step handles; a Barrier is one unit, done when it has passed.
 uint64_t stepCount(const Step& s) {
   if (s.kind == StepKind::Barrier) return 1;
@@ -62,6 +66,7 @@ PreparedPlan preparePlan(const RankPlan& plan, std::span<const BufferAlias> alia
   PreparedPlan out;
   out.scratchCount = plan.scratchCount;
   out.algorithm = plan.algorithm;
+  out.readByPeers = plan.readByPeers;
   auto canon = [&](Region r) {
     if (r.buf < aliases.size()) {
       r.offset += aliases[r.buf].offset;
@@ -83,6 +88,13 @@ PreparedPlan preparePlan(const RankPlan& plan, std::span<const BufferAlias> alia
       }
     }
     ls.conflicts.resize(ls.steps.size());
+    ls.fuseNext.assign(ls.steps.size(), 0);
+    for (size_t i = 0; i + 1 < ls.steps.size(); ++i) {
+      const Step &copy = ls.steps[i], &next = ls.steps[i + 1];
+      ls.fuseNext[i] = copy.kind == StepKind::Copy && next.kind == StepKind::Reduce &&
+                       next.dst == copy.dst && !(copy.src == copy.dst) &&
+                       !overlaps(next.src, copy.dst);
+    }
     size_t sinceBarrier = 0;  // steps before the last Barrier are done before later ones start
     for (size_t i = 0; i < ls.steps.size(); ++i) {
       if (ls.steps[i].kind == StepKind::Barrier) sinceBarrier = i + 1;
@@ -127,6 +139,10 @@ struct ExecWorkspace::Impl {
   std::vector<size_t> connLane;
   std::vector<Transport*> transports;
   std::vector<uint64_t> tokens;
+  // Peer reads: where each peer buffer of this call is (by peerBuffer id − kFirstPeerBuffer,
+  // rank < 0: not looked up yet), and the bounce a Reduce reads an unmapped peer's data into.
+  std::vector<transports::ShmArena::PeerView> peers;
+  std::vector<char> bounce;
 };
 
 ExecWorkspace::ExecWorkspace() : impl(std::make_unique<Impl>()) {}
@@ -146,7 +162,9 @@ class Run {
         conns_(ws.conns),
         connLane_(ws.connLane),
         transports_(ws.transports),
-        tokens_(ws.tokens) {
+        tokens_(ws.tokens),
+        peers_(ws.peers),
+        bounce_(ws.bounce) {
     size_t lanes = call.plan->lanes.size();
     state_.resize(lanes);
     for (size_t l = 0; l < lanes; ++l)
@@ -155,12 +173,16 @@ class Run {
     conns_.clear();
     connLane_.clear();
     transports_.clear();
+    peers_.clear();
   }
 
   Status run() {
     if (call_.plan->usesShared && call_.arena == nullptr)
       return errorf(loomInternalError, "%s: the plan uses the shared arena, but there is none",
                     header().c_str());
+    if (call_.plan->readByPeers)
+      call_.arena->publish(call_.buffers[kInput], call_.inputBytes, call_.buffers[kOutput],
+                           call_.outputBytes);
     int64_t idle = 0;
     uint64_t idleSinceNs = 0;
     uint64_t lastCheckNs = 0;  // read at the first idle moment, as is the deadline: a call that
@@ -209,11 +231,13 @@ class Run {
     return static_cast<char*>(call_.buffers[r.buf]) + r.offset * es_;
   }
 
-  // How many elements of step i may be touched now, given the earlier conflicting steps.
-  uint64_t readyLimit(size_t l, size_t i) const {
+  // How many elements of step i may be touched now, given the earlier conflicting steps
+  // (but for step `except`, which the caller runs in step with this one).
+  uint64_t readyLimit(size_t l, size_t i, size_t except = SIZE_MAX) const {
     const auto& ls = lane(l);
     uint64_t limit = stepCount(ls.steps[i]);
     for (const auto& c : ls.conflicts[i]) {
+      if (c.step == except) continue;
       uint64_t theirDone = state_[l][c.step].done;
       if (c.theirStart + theirDone >= c.overlapEnd) continue;
       uint64_t ready = std::max(c.overlapBegin, c.theirStart + theirDone);
@@ -262,7 +286,7 @@ class Run {
         continue;
       }
       if (limit <= ss.done) continue;
-      runLocal(s, &ss, limit);
+      if (Status st = runLocal(l, i, limit); !st.isOk()) return st.withContext(stepContext(l, i));
       *progressed = true;
       if (ss.done == count && i == first_[l]) ++first_[l];
     }
@@ -305,22 +329,85 @@ class Run {
     return Status::ok();
   }
 
-  void runLocal(const Step& s, StepState* ss, uint64_t limit) {
-    uint64_t chunk = std::max<uint64_t>(1, kLocalChunkBytes / es_);
+  // Runs the next piece of local step i of lane l, up to element `limit`: a Copy, a Reduce, or
+  // a Copy fused with the Reduce after it (fuseNext) while the two go in step.
+  Status runLocal(size_t l, size_t i, uint64_t limit) {
+    const Step& s = lane(l).steps[i];
+    StepState* ss = &state_[l][i];
+    const uint64_t chunk = std::max<uint64_t>(1, kLocalChunkBytes / es_);
     uint64_t end = std::min(limit, ss->done + chunk);
-    uint64_t n = end - ss->done;
     char* dst = address(s.dst) + ss->done * es_;
-    const char* src = address(s.src) + ss->done * es_;
+    if (s.kind == StepKind::Copy && !isPeerBuffer(s.src.buf) && address(s.dst) == address(s.src)) {
+      ss->done = stepCount(s);  // an in-place copy is nothing to do
+      return Status::ok();
+    }
+    const Step* next = lane(l).fuseNext[i] ? &lane(l).steps[i + 1] : nullptr;
+    StepState* nextState = next ? &state_[l][i + 1] : nullptr;
+    if (next && nextState->done == ss->done) end = std::min(end, readyLimit(l, i + 1, i));
+    if (next && nextState->done == ss->done && end > ss->done) {
+      const char *a = nullptr, *b = nullptr;
+      LOOM_TRY(readable(s.src, ss->done, end - ss->done, 0, &a));
+      LOOM_TRY(readable(next->src, ss->done, end - ss->done, 1, &b));
+      reduce(dst, a, b, end - ss->done, call_.dtype, call_.op);
+      ss->done = nextState->done = end;
+      return Status::ok();
+    }
+    end = std::min(limit, ss->done + chunk);
+    const uint64_t n = end - ss->done;
+    const char* src = nullptr;
+    // An unmapped peer's data for a Copy goes straight into the destination.
+    LOOM_TRY(readable(s.src, ss->done, n, s.kind == StepKind::Copy ? -1 : 0, &src, dst));
     if (s.kind == StepKind::Copy) {
-      if (address(s.dst) == address(s.src)) {  // an in-place copy is nothing to do
-        ss->done = stepCount(s);
-        return;
-      }
-      memcpy(dst, src, n * es_);
+      if (src != dst) memcpy(dst, src, n * es_);
     } else {
       reduce(dst, dst, src, n, call_.dtype, call_.op);
     }
     ss->done = end;
+    return Status::ok();
+  }
+
+  // Elements [from, from+n) of region r where this rank can load them: its own memory, a
+  // peer's mapped here, or else what process_vm_readv copied into bounce half `half` (or, for
+  // half -1, into `into`).
+  Status readable(const Region& r, uint64_t from, uint64_t n, int half, const char** out,
+                  char* into = nullptr) {
+    if (!isPeerBuffer(r.buf)) {
+      *out = address(r) + from * es_;
+      return Status::ok();
+    }
+    const transports::ShmArena::PeerView* view = nullptr;
+    LOOM_TRY(peerView(r.buf, &view));
+    const uint64_t at = (r.offset + from) * es_;
+    if (view->mapped != nullptr) {
+      *out = view->mapped + at;
+      return Status::ok();
+    }
+    if (half >= 0) {
+      const size_t bytes = std::max<size_t>(kLocalChunkBytes, n * es_);
+      if (bounce_.size() < 2 * bytes) bounce_.resize(2 * bytes);
+      into = bounce_.data() + size_t(half) * bytes;
+    }
+    Status st =
+        transports::readProcessMemory(view->pid, view->rank, view->addr + at, into, n * es_);
+    if (st.code() == loomSystemError)  // e.g. ptrace rules forbid it
+      return errorf(st.code(),
+                    "%s; peers read buffers from loomMemAlloc without it, or choose another "
+                    "algorithm than %s",
+                    st.message().c_str(), call_.plan->algorithm.c_str());
+    LOOM_TRY(st);
+    *out = into;
+    return Status::ok();
+  }
+
+  // Where peer buffer `buf` of this call is, looked up at its first read (after the plan's
+  // first Barrier, when every peer has published).
+  Status peerView(uint32_t buf, const transports::ShmArena::PeerView** out) {
+    const size_t i = buf - kFirstPeerBuffer;
+    if (peers_.size() <= i) peers_.resize(i + 1);
+    if (peers_[i].rank < 0)
+      LOOM_TRY(call_.arena->peer(peerBufferRank(buf), peerBufferKind(buf), &peers_[i]));
+    *out = &peers_[i];
+    return Status::ok();
   }
 
   Status progressConnections(bool* progressed) {
@@ -389,6 +476,11 @@ class Run {
       return strprintf("%s, lane %zu step %zu (Barrier of the %d ranks of this host; %s)",
                        header().c_str(), l, i, call_.arena->members(), absent.c_str());
     }
+    if (isPeerBuffer(s.src.buf))
+      return strprintf("%s, lane %zu step %zu (%s from rank %d's %s, %llu of %llu elements done)",
+                       header().c_str(), l, i, stepKindName(s.kind), peerBufferRank(s.src.buf),
+                       peerBufferKind(s.src.buf) == kInput ? "Input" : "Output",
+                       (unsigned long long)ss.done, (unsigned long long)stepCount(s));
     bool toPeer = s.kind == StepKind::Send;
     return strprintf("%s, lane %zu step %zu (%s %s rank %d, %llu of %llu elements done)",
                      header().c_str(), l, i, stepKindName(s.kind), toPeer ? "to" : "from", s.peer,
@@ -428,6 +520,8 @@ class Run {
   std::vector<size_t>& connLane_;
   std::vector<Transport*>& transports_;
   std::vector<uint64_t>& tokens_;
+  std::vector<transports::ShmArena::PeerView>& peers_;
+  std::vector<char>& bounce_;
   const StepState* barrierWaiting_ = nullptr;  // the Barrier this pass found not yet passed
 };
 

@@ -32,11 +32,15 @@ struct PreparedPlan {
   struct LaneSteps {
     std::vector<Step> steps;                       // regions rewritten to canonical buffers
     std::vector<std::vector<Conflict>> conflicts;  // per step
+    // Per step: a Copy whose next step Reduces into the same region from a source that does
+    // not overlap it, so the executor may do both in one pass (dst = src ⊕ next src).
+    std::vector<uint8_t> fuseNext;
   };
   std::vector<LaneSteps> lanes;
   uint64_t scratchCount = 0;
   std::string algorithm;
   bool usesShared = false;  // has Shared regions or Barrier steps: the call needs the arena
+  bool readByPeers = false;  // RankPlan::readByPeers: the call publishes its buffers
   uint64_t sharedEnd = 0;   // elements of Shared the plan reaches (its furthest region's end)
 };
 
@@ -66,6 +70,8 @@ struct ExecCall {
   std::span<void* const> buffers;  // base address of each canonical buffer id
   // The host's arena (Barrier steps; buffers[kShared] points into it) when plan->usesShared.
   transports::ShmArena* arena = nullptr;
+  // Bytes of buffers[kInput] and buffers[kOutput], published for peers when plan->readByPeers.
+  uint64_t inputBytes = 0, outputBytes = 0;
   loomDataType_t dtype = loomUint8;
   loomRedOp_t op = loomSum;
   // Waiting: polls before yielding, then how long to yield before sleeping.

@@ -30,6 +30,22 @@ const char* collectiveName(Collective c);  // "allreduce", "broadcast", ...
 // kFirstUserBuffer + i.
 enum : uint32_t { kInput = 0, kOutput = 1, kScratch = 2, kShared = 3, kFirstUserBuffer = 4 };
 
+// Another rank's Input or Output, read in place (the "peer" builders, collectives/direct.cc).
+// Only a Copy's or Reduce's src may name one: peers' buffers are never written. The rule that
+// makes such a read safe is the plan's: the ranks share one host (Barrier steps), the plan has
+// one lane, no peer buffer is read before the plan's first Barrier (every rank has entered the
+// call, so its Input holds the call's data) nor after its last (a rank that has passed it may
+// return to its caller, who may reuse the buffers), and between two barriers nobody reads what
+// its owner writes. The executor reads a peer's buffer through a mapping when the peer's
+// memory came from loomMemAlloc, else with process_vm_readv (core/peer_memory.h).
+constexpr uint32_t kFirstPeerBuffer = 1u << 30;
+inline uint32_t peerBuffer(int rank, uint32_t buf) {  // buf: kInput or kOutput
+  return kFirstPeerBuffer + uint32_t(rank) * 2 + buf;
+}
+inline bool isPeerBuffer(uint32_t buf) { return buf >= kFirstPeerBuffer; }
+inline int peerBufferRank(uint32_t buf) { return int((buf - kFirstPeerBuffer) / 2); }
+inline uint32_t peerBufferKind(uint32_t buf) { return (buf - kFirstPeerBuffer) % 2; }
+
 // A range of elements of one buffer. Offsets and counts are in elements of the plan's dtype.
 struct Region {
   uint32_t buf = kInput;
@@ -71,6 +87,8 @@ struct RankPlan {
   std::vector<Lane> lanes;
   uint64_t scratchCount = 0;  // elements of scratch space the plan needs
   std::string algorithm;      // builder name, for logs and errors
+  // Peers read this rank's Input or Output (peerBuffer): the executor tells them where they are.
+  bool readByPeers = false;
 };
 
 // Everything a builder needs to know about one rank's call.

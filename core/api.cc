@@ -13,6 +13,7 @@
 #include "core/log.h"
 #include "core/params.h"
 #include "loom/loom.h"
+#include "transports/shm/user_memory.h"
 
 struct loomComm {
   std::unique_ptr<loom::Comm> impl;
@@ -192,6 +193,14 @@ loomResult_t loomGetVersion(int* version) {
   *version = LOOM_VERSION_CODE;
   return loomSuccess;
 }
+
+loomResult_t loomMemAlloc(void** ptr, size_t size) {
+  if (ptr == nullptr)
+    return finish(nullptr, errorf(loomInvalidArgument, "loomMemAlloc: ptr is NULL"));
+  return finish(nullptr, transports::allocUserMemory(size, ptr));
+}
+
+loomResult_t loomMemFree(void* ptr) { return finish(nullptr, transports::freeUserMemory(ptr)); }
 
 loomResult_t loomGetUniqueId(loomUniqueId* uniqueId) {
   if (uniqueId == nullptr)

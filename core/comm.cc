@@ -359,7 +359,8 @@ Status Comm::runDecided(const CallDesc& call, const tuner::Decision& decision) {
   if (scratch_.size() < prepared.scratchCount * es) scratch_.resize(prepared.scratchCount * es);
   buffers[2] = scratch_.data();
   if (prepared.usesShared) LOOM_TRY(mapShared(prepared, es, buffers));
-  LOOM_TRY(execute(prepared, buffers, call.dtype, call.op, collectives::collectiveName(a.coll)));
+  LOOM_TRY(execute(prepared, buffers, call.dtype, call.op, collectives::collectiveName(a.coll),
+                   call.inputBytes, call.outputBytes));
   if (call.op == loomAvg) {
     bool hasResult = a.coll != Collective::Reduce || a.root == rank();
     if (hasResult)
@@ -404,10 +405,13 @@ Status Comm::mapShared(const collectives::PreparedPlan& plan, size_t elemSize,
 }
 
 Status Comm::execute(const collectives::PreparedPlan& plan, std::span<void* const> buffers,
-                     loomDataType_t dtype, loomRedOp_t op, const char* collective) {
+                     loomDataType_t dtype, loomRedOp_t op, const char* collective,
+                     uint64_t inputBytes, uint64_t outputBytes) {
   collectives::ExecCall exec;
   exec.plan = &plan;
   exec.buffers = buffers;
+  exec.inputBytes = inputBytes;
+  exec.outputBytes = outputBytes;
   exec.arena = arena_.get();
   exec.dtype = dtype;
   exec.op = op;

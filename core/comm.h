@@ -110,7 +110,8 @@ class Comm final : public collectives::ExecHost {
   Status measureBucket(const CallDesc& call, tuner::AutotuneEntry* out);
   // Runs a prepared plan over the given buffers; a failure marks the communicator failed.
   Status execute(const collectives::PreparedPlan& plan, std::span<void* const> buffers,
-                 loomDataType_t dtype, loomRedOp_t op, const char* collective);
+                 loomDataType_t dtype, loomRedOp_t op, const char* collective,
+                 uint64_t inputBytes = 0, uint64_t outputBytes = 0);
   // Points buffers[kShared] at this call's half of the arena, mapping it first if need be.
   Status mapShared(const collectives::PreparedPlan& plan, size_t elemSize,
                    std::span<void*> buffers);

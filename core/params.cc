@@ -49,10 +49,10 @@ const Entry kEntries[] = {
      "ring forwards a chunk when it is complete); smaller ones go through the ring as they are "
      "produced. 0 disables the single-copy path."},
     {"LOOM_SHM_DIRECT_BYTES", Type::Bytes, "16M",
-     "Shared-memory arena of the direct allreduce, one per communicator and host, mapped at "
+     "Shared-memory arena of the direct algorithms, one per communicator and host, mapped at "
      "its first call. A call uses half, as 2 x ranks slots; larger messages go through the "
-     "slots in chunks, two barriers each, so a larger arena means fewer barriers. 0 disables "
-     "direct."},
+     "slots in chunks, two barriers each, so a larger arena means fewer barriers. The peer "
+     "algorithms use only its barriers and where each rank's buffers are. 0 disables both."},
     {"LOOM_TCP_SOCKETS", Type::Int, "2", "TCP sockets per peer and lane."},
     {"LOOM_TCP_CHUNK_BYTES", Type::Bytes, "128K",
      "Messages are striped over a peer's sockets in chunks of this size."},

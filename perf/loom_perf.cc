@@ -67,6 +67,14 @@ class LoomBackend : public Backend {
   int rank() const override { return rank_; }
   int nranks() const override { return nranks_; }
 
+  void* allocateShared(size_t bytes) override {
+    void* p = nullptr;
+    if (loomMemAlloc(&p, bytes) != loomSuccess)
+      std::fprintf(stderr, "loom-perf: loomMemAlloc: %s\n", loomGetLastError(nullptr));
+    return p;
+  }
+  void releaseShared(void* p) override { loomMemFree(p); }
+
   std::string describe() const override {
     const char* transport = std::getenv("LOOM_TRANSPORT");
     return "Backend: loom " + version() + " transport " + (transport ? transport : "auto") +

@@ -265,6 +265,7 @@ constexpr int kOptCompare = 1004;
 constexpr int kOptSim = 1005;
 constexpr int kOptInjectError = 1006;
 constexpr int kOptTopo = 1007;
+constexpr int kOptMem = 1008;
 
 std::string longName(int ch) {
   switch (ch) {
@@ -272,6 +273,8 @@ std::string longName(int ch) {
       return "-bytes_per_size";
     case kOptBind:
       return "-bind";
+    case kOptMem:
+      return "-mem";
     case kOptCompare:
       return "-compare";
     default:
@@ -300,6 +303,8 @@ std::string usage(const char* program) {
        "  -N, --nranks N             fork N local ranks (0: ranks come from the launcher)\n"
        "  -A, --algo NAME            the backend's algorithm\n"
        "      --bind core|none       pin forked rank r to the r-th CPU (default none)\n"
+       "      --mem plain|shared     buffers from aligned_alloc, or from the library's\n"
+       "                             shareable allocator (loom: loomMemAlloc; default plain)\n"
        "      --bytes_per_size SIZE  fewer iterations for sizes where iters * size would\n"
        "                             pass SIZE, so long sweeps stay short (default 512M; 0: off)\n"
        "  -a, --average 0|1|2|3      a row's time: rank 0's, the average, min or max over\n"
@@ -354,6 +359,7 @@ bool parseOptions(int argc, char** argv, Options* options, std::string* error) {
       {"algo", required_argument, nullptr, 'A'},
       {"bytes_per_size", required_argument, nullptr, kOptBytesPerSize},
       {"bind", required_argument, nullptr, kOptBind},
+      {"mem", required_argument, nullptr, kOptMem},
       {"average", required_argument, nullptr, 'a'},
       {"blocking", required_argument, nullptr, 'z'},
       {"json", required_argument, nullptr, kOptJson},
@@ -469,6 +475,10 @@ bool parseOptions(int argc, char** argv, Options* options, std::string* error) {
         ok = std::strcmp(arg, "core") == 0 || std::strcmp(arg, "none") == 0;
         o.bindCores = std::strcmp(arg, "core") == 0;
         break;
+      case kOptMem:
+        ok = std::strcmp(arg, "shared") == 0 || std::strcmp(arg, "plain") == 0;
+        o.sharedBuffers = std::strcmp(arg, "shared") == 0;
+        break;
       case 'A':
         o.algorithm = arg;
         break;
@@ -520,6 +530,7 @@ std::vector<std::string> sweepArgs(const Options& o) {
   add("-z", std::to_string(o.blocking));
   add("--bytes_per_size", std::to_string(o.bytesPerSize));
   add("--bind", o.bindCores ? "core" : "none");
+  add("--mem", o.sharedBuffers ? "shared" : "plain");
   return a;
 }
 
@@ -959,6 +970,7 @@ std::string formatHeader(const std::string& program, const Options& o, int nrank
       static_cast<int>(o.average), o.blocking);
   h += "# " + backend + "\n";
   if (o.bindCores) h += "# Forked ranks bound to one CPU each\n";
+  if (o.sharedBuffers) h += "# Buffers from the library's shareable allocator (--mem shared)\n";
   h += "#\n# Using ranks\n";
   for (const std::string& line : ranks) h += line;
   h += "#\n";
@@ -1251,6 +1263,10 @@ bool Backend::barrier() {
   return allGather(&mine, all.data(), 1);
 }
 
+void* Backend::allocateShared(size_t bytes) { return std::aligned_alloc(4096, bytes); }
+
+void Backend::releaseShared(void* p) { std::free(p); }
+
 size_t Backend::inPlaceOutputOffset(Collective c, const CollSizes& sizes) const {
   (void)c;
   return sizes.recvInPlaceOffset * static_cast<size_t>(rank());
@@ -1258,16 +1274,24 @@ size_t Backend::inPlaceOutputOffset(Collective c, const CollSizes& sizes) const 
 
 namespace {
 
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
+struct BufferRelease {
+  Backend* shared;  // null: std::free
+  void operator()(char* p) const {
+    if (shared) {
+      shared->releaseShared(p);
+    } else {
+      std::free(p);
+    }
+  }
 };
-using Buffer = std::unique_ptr<char, FreeDeleter>;
+using Buffer = std::unique_ptr<char, BufferRelease>;
 
 // Page-aligned and touched once, so first-touch page faults stay out of the timings.
-Buffer allocateBuffer(size_t bytes) {
+Buffer allocateBuffer(size_t bytes, Backend* shared) {
   const size_t kAlign = 4096;
   const size_t rounded = (std::max<size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
-  Buffer b(static_cast<char*>(std::aligned_alloc(kAlign, rounded)));
+  void* p = shared ? shared->allocateShared(rounded) : std::aligned_alloc(kAlign, rounded);
+  Buffer b(static_cast<char*>(p), BufferRelease{shared});
   if (b) std::memset(b.get(), 0, rounded);
   return b;
 }
@@ -1412,8 +1436,9 @@ int runSweep(Backend& backend, const Options& o, const std::string& program,
   for (size_t size : sweep) {
     maxBytes = std::max(maxBytes, collSizes(c, size, 1, n).bytes(1) + elem0 * n);
   }
-  Buffer sendBuf = allocateBuffer(maxBytes);
-  Buffer recvBuf = allocateBuffer(maxBytes);
+  Backend* shared = o.sharedBuffers ? &backend : nullptr;
+  Buffer sendBuf = allocateBuffer(maxBytes, shared);
+  Buffer recvBuf = allocateBuffer(maxBytes, shared);
   if (!sendBuf || !recvBuf) {
     std::fprintf(stderr, "%s: rank %d: cannot allocate 2 x %zu bytes\n", program.c_str(), rank,
                  maxBytes);

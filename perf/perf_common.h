@@ -97,6 +97,9 @@ struct Options {
   // --bind core: pin forked rank r to the r-th allowed CPU, as mpirun does for up to 2 ranks;
   // latency on a loaded machine depends on it more than on anything a library does.
   bool bindCores = false;
+  // --mem shared: the buffers come from Backend::allocateShared (loom: loomMemAlloc, which
+  // lets one host's ranks read them in each other's processes; nccl-tests' -R registers).
+  bool sharedBuffers = false;
   // Large sizes run fewer iterations so that a full sweep stays short; 0: no cap.
   size_t bytesPerSize = size_t(512) << 20;
   bool allDtypes = false;  // -d all: every dtype the backend runs, one block of rows each
@@ -277,6 +280,11 @@ class Backend {
   /** Where an in-place call leaves this rank's output, in elements from the start of the
    *  shared buffer: nccl-tests' layout by default; MPI's in-place reduce-scatter differs. */
   virtual size_t inPlaceOutputOffset(Collective c, const CollSizes& sizes) const;
+  /** --mem shared: `bytes` (a multiple of the page size) of the library's shareable memory,
+   *  zero-filled, released with releaseShared; null on failure. By default plain memory: a
+   *  library without such an allocator runs on what it would get anyway. */
+  virtual void* allocateShared(size_t bytes);
+  virtual void releaseShared(void* p);
 };
 
 /** The whole benchmark on one rank: header, sweep, footer (printed by rank 0). Returns the

@@ -111,6 +111,14 @@ loomResult_t loomCommUserRank(const loomComm_t comm, int* rank);
 /** The first error met asynchronously (e.g. a peer's abort), or loomSuccess. */
 loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t* asyncError);
 
+/** Host memory that the ranks of one host can read in each other's processes with plain
+ *  loads (pages of a memfd, mapped shared; zero-filled): buffers from here let the "peer"
+ *  algorithms copy straight between processes instead of through the kernel. Any loom call
+ *  takes other memory too. *ptr = NULL on failure. */
+loomResult_t loomMemAlloc(void** ptr, size_t size);
+/** Frees what loomMemAlloc returned (NULL is a no-op). */
+loomResult_t loomMemFree(void* ptr);
+
 /* Collectives. `stream` orders device work (cudaStream_t); NULL with host buffers is a
  * synchronous call. sendbuff == recvbuff is in place; for allgather in place means
  * sendbuff == recvbuff + rank*sendcount, for reduce-scatter sendbuff + rank*recvcount. */

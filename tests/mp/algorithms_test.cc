@@ -40,6 +40,7 @@ const Forced kForced[] = {
     {"allreduce=rd,allgather=hierarchical", nullptr},
     {"allreduce=hierarchical", nullptr},
     {"allreduce=direct,allgather=direct", nullptr},
+    {"allreduce=peer,allgather=peer,reducescatter=peer", nullptr},
     {"allgather=pairwise", nullptr},
     {"allreduce=torus", nullptr},   // near-square grid
     {"allreduce=torus", "given"},  // X × Y from LOOM_TORUS_DIMS: 2 × N/2, or 1 × N

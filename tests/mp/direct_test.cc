@@ -26,12 +26,14 @@ namespace {
 // call slots: with 8 ranks a chunk is 256 floats, so 1 << 20 takes thousands of chunks.
 const uint64_t kFp32Counts[] = {0, 1, 7, 4096, 4097, 65537, uint64_t(1) << 20};
 
-// Creates a communicator forced to the direct allreduce, with an arena of arenaBytes.
-loomResult_t directComm(RankContext& ctx, const char* arenaBytes, int timeoutMs, loomComm_t* comm) {
+// Creates a communicator forced to the direct allreduce (or `algorithms`), with an arena of
+// arenaBytes.
+loomResult_t directComm(RankContext& ctx, const char* arenaBytes, int timeoutMs, loomComm_t* comm,
+                        const char* algorithms = "allreduce=direct") {
   setenv("LOOM_SHM_DIRECT_BYTES", arenaBytes, 1);
   params::reloadFromEnvironment();
   loomConfig_t config = LOOM_CONFIG_INITIALIZER;
-  config.algorithms = "allreduce=direct";
+  config.algorithms = algorithms;
   config.timeoutMs = timeoutMs;
   const loomResult_t rc = initComm(ctx, comm, &config);
   unsetenv("LOOM_SHM_DIRECT_BYTES");
@@ -124,8 +126,12 @@ TEST(DirectErrors, NoArenaRefuses) {
   EXPECT_EQ(describeFailures(results), "");
 }
 
-TEST(DirectErrors, APeerKilledAtABarrierIsAnErrorEverywhere) {
+// The arena's algorithms: direct (through the arena) and peer (reading the others' buffers).
+class ArenaAlgorithm : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ArenaAlgorithm, APeerKilledAtABarrierIsAnErrorEverywhere) {
   const int n = 4, victim = 2;
+  const std::string algorithms = std::string("allreduce=") + GetParam();
   ForkOptions options = ForkOptions::timeout(60);
   options.expectedToDie = {victim};
   const auto results = runRanks(
@@ -133,7 +139,7 @@ TEST(DirectErrors, APeerKilledAtABarrierIsAnErrorEverywhere) {
       [&](RankContext& ctx) {
         loomComm_t comm = nullptr;
         // Far beyond the 10 s bound: detection must not rely on the deadline.
-        RANK_LOOM(directComm(ctx, "4M", 60000, &comm));
+        RANK_LOOM(directComm(ctx, "4M", 60000, &comm, algorithms.c_str()));
         std::vector<float> a(1 << 18, 1.0f), b(a.size());
         for (int i = 0; i < 3; ++i)
           RANK_LOOM(
@@ -186,25 +192,31 @@ TEST(DirectErrors, APeerThatNeverComesTimesOutAtTheBarrier) {
   EXPECT_EQ(describeFailures(results), "");
 }
 
-// Ranks on two hosts (network namespaces) share no memory: direct refuses, clearly.
+INSTANTIATE_TEST_SUITE_P(DirectErrors, ArenaAlgorithm, ::testing::Values("direct", "peer"),
+                         [](const auto& info) { return std::string(info.param); });
+
+// Ranks on two hosts (network namespaces) share no memory: direct and peer refuse, clearly.
 class DirectTwoHosts : public TwoHostsTest {};
 
 TEST_F(DirectTwoHosts, Refuses) {
   const std::string a = hostA_, b = hostB_;
+  for (const char* algorithm : {"direct", "peer"}) {
+  const std::string algorithms = std::string("allreduce=") + algorithm;
+  const std::string expected = strprintf(
+      "%s (forced by LOOM_ALGO) cannot serve this call: %s needs every rank on one host, but "
+      "ranks 0 and 1 are on different hosts",
+      algorithms.c_str(), algorithm);
   const auto results = runRanks(
       4,
       [&](RankContext& ctx) {
         RANK_CHECK(enter(ctx.rank() % 2 == 0 ? a : b) == 0, "setns failed");
         loomComm_t comm = nullptr;
-        RANK_LOOM(directComm(ctx, "4M", 30000, &comm));
+        RANK_LOOM(directComm(ctx, "4M", 30000, &comm, algorithms.c_str()));
         float x = 1, y = 0;
         const loomResult_t rc = loomAllReduce(&x, &y, 1, loomFloat32, loomSum, comm, nullptr);
         const std::string msg = loomGetLastError(comm);
         RANK_CHECK(rc == loomInvalidArgument, "got %s: %s", loomGetErrorString(rc), msg.c_str());
-        RANK_CHECK(msg.find("allreduce=direct (forced by LOOM_ALGO) cannot serve this call: direct "
-                            "needs every rank on one host, but ranks 0 and 1 are on different "
-                            "hosts") != std::string::npos,
-                   "message: %s", msg.c_str());
+        RANK_CHECK(msg.find(expected) != std::string::npos, "message: %s", msg.c_str());
         // The refusal needs no peer; wait for every rank's init before rank 0 (whose process
         // holds the bootstrap root) destroys its communicator and exits.
         ctx.allgather("");
@@ -212,7 +224,8 @@ TEST_F(DirectTwoHosts, Refuses) {
         return 0;
       },
       ForkOptions::timeout(60));
-  EXPECT_EQ(describeFailures(results), "");
+  EXPECT_EQ(describeFailures(results), "") << algorithm;
+  }
 }
 
 }  // namespace

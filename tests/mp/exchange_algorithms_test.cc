@@ -45,6 +45,7 @@ const Forced kForced[] = {
     {"alltoall=bruck,alltoallv=pairwise,broadcast=scatter_allgather,reduce=rsag", 1, kAll},
     {"alltoall=hierarchical", 1, kAlltoAll},
     {"alltoall=direct", 1, kAlltoAll},
+    {"alltoall=peer,broadcast=peer,reduce=peer", 1, kAll & ~kAlltoAllv},
     {"alltoall=incast,alltoallv=incast", 1, kAlltoAll | kAlltoAllv},
     {"alltoall=incast,alltoallv=incast", 2, kAlltoAll | kAlltoAllv},
     {"alltoall=incast,alltoallv=incast", 4, kAlltoAll | kAlltoAllv},

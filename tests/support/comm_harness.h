@@ -13,11 +13,11 @@ namespace loom::testing {
 // Returns loomSuccess and *comm, or the failing result (with loomGetLastError(NULL) text).
 loomResult_t initComm(RankContext& ctx, loomComm_t* comm, const loomConfig_t* config = nullptr);
 
-// Whether a forced algorithm list names a direct (shared-arena) algorithm while the transport
-// is tcp, where the communicator has no shared memory and direct refuses every call.
+// Whether a forced algorithm list names an algorithm of the shared arena (direct, peer) while
+// the transport is tcp, where the communicator has no shared memory and those refuse every call.
 inline bool directOverTcp(const char* algorithms, const char* transport) {
   return transport != nullptr && strcmp(transport, "tcp") == 0 &&
-         strstr(algorithms, "direct") != nullptr;
+         (strstr(algorithms, "direct") != nullptr || strstr(algorithms, "peer") != nullptr);
 }
 
 }  // namespace loom::testing

@@ -294,6 +294,9 @@ const char* bufferName(uint32_t buf) {
 }
 
 std::string bufferLabel(uint32_t buf) {
+  if (collectives::isPeerBuffer(buf))
+    return strprintf("rank %d's %s", collectives::peerBufferRank(buf),
+                     bufferName(collectives::peerBufferKind(buf)));
   const char* name = bufferName(buf);
   return name ? name : strprintf("op%u", buf - kFirstUserBuffer);
 }
@@ -315,13 +318,15 @@ struct BufferMap {
   uint64_t size = 0;
 };
 
-// A region resolved to memory.
+// A region resolved to memory: memory `mem` of rank `rank` (its own, or a peer's it reads;
+// kShared is the host's whatever the rank).
 struct Loc {
   uint32_t mem;
   uint64_t off, count;
+  int32_t rank;
   bool operator==(const Loc&) const = default;
   bool overlaps(const Loc& o) const {
-    return mem == o.mem && off < o.off + o.count && o.off < off + count;
+    return mem == o.mem && rank == o.rank && off < o.off + o.count && o.off < off + count;
   }
 };
 
@@ -581,9 +586,18 @@ class Verifier {
     }
   }
 
+  // The rank whose buffer reg names: rank itself, or the peer of a peerBuffer.
+  static int ownerOf(int rank, const Region& reg) {
+    return collectives::isPeerBuffer(reg.buf) ? collectives::peerBufferRank(reg.buf) : rank;
+  }
+  static uint32_t ownBuffer(const Region& reg) {
+    return collectives::isPeerBuffer(reg.buf) ? collectives::peerBufferKind(reg.buf) : reg.buf;
+  }
+
   Loc resolve(int rank, const Region& reg) const {
-    const BufferMap& b = ranks_[size_t(rank)].bufs[reg.buf];
-    return {b.mem, b.base + reg.offset, reg.count};
+    const int owner = ownerOf(rank, reg);
+    const BufferMap& b = ranks_[size_t(owner)].bufs[ownBuffer(reg)];
+    return {b.mem, b.base + reg.offset, reg.count, owner};
   }
 
   // A Copy onto itself: in place, the executor skips it, and so does the verifier.
@@ -626,12 +640,13 @@ class Verifier {
   }
 
   bool checkRegion(uint32_t id, const Region& reg, const char* role, bool write) {
-    const auto& bufs = ranks_[size_t(rankOf(id))].bufs;
-    if (reg.buf >= bufs.size() || !bufs[reg.buf].exists) {
+    if (collectives::isPeerBuffer(reg.buf)) RETURN_IF_FAILED(checkPeerRegion(id, reg, write));
+    const auto& bufs = ranks_[size_t(ownerOf(rankOf(id), reg))].bufs;
+    if (ownBuffer(reg) >= bufs.size() || !bufs[ownBuffer(reg)].exists) {
       return fail(strprintf("%s: %s names buffer %u, which this call does not have",
                             where(id).c_str(), role, reg.buf));
     }
-    const BufferMap& b = bufs[reg.buf];
+    const BufferMap& b = bufs[ownBuffer(reg)];
     if (reg.offset > b.size || reg.count > b.size - reg.offset) {
       return fail(strprintf("%s: %s %s[%llu+%llu] lies outside the buffer of %llu elements",
                             where(id).c_str(), role, bufferLabel(reg.buf).c_str(),
@@ -641,6 +656,31 @@ class Verifier {
     if (write && !b.writable) {
       return fail(strprintf("%s: writes %s, which the call must leave unchanged", where(id).c_str(),
                             bufferLabel(reg.buf).c_str()));
+    }
+    return true;
+  }
+
+  // A peer's Input or Output: read (never written) by a Copy or Reduce of a one-lane plan of a
+  // collective, from another rank of the host whose plan says peers read it (plan.h).
+  bool checkPeerRegion(uint32_t id, const Region& reg, bool write) {
+    const int rank = rankOf(id), owner = collectives::peerBufferRank(reg.buf);
+    const Step& s = step(id);
+    if (!args_ || owner < 0 || owner >= n_ || owner == rank ||
+        collectives::peerBufferKind(reg.buf) > kOutput) {
+      return fail(strprintf("%s: names %s, which is no peer's Input or Output", where(id).c_str(),
+                            bufferLabel(reg.buf).c_str()));
+    }
+    if (write || !(s.kind == StepKind::Copy || s.kind == StepKind::Reduce)) {
+      return fail(strprintf("%s: only a Copy's or Reduce's source may name %s",
+                            where(id).c_str(), bufferLabel(reg.buf).c_str()));
+    }
+    if (plans_[size_t(rank)].lanes.size() != 1 || hostOf(owner) != hostOf(rank)) {
+      return fail(strprintf("%s: reads %s, but only one-lane plans read peers, on their host",
+                            where(id).c_str(), bufferLabel(reg.buf).c_str()));
+    }
+    if (!plans_[size_t(owner)].readByPeers || plans_[size_t(owner)].lanes.size() != 1) {
+      return fail(strprintf("%s: reads %s, whose plan is not a one-lane plan marked readByPeers",
+                            where(id).c_str(), bufferLabel(reg.buf).c_str()));
     }
     return true;
   }
@@ -688,6 +728,7 @@ class Verifier {
       const auto& steps = plans_[size_t(rank)].lanes[size_t(l.lane)].steps;
       for (uint32_t i = 0; i < steps.size(); ++i) {
         forEachAccess(rank, steps[i], [&](const Loc& loc, bool write) {
+          if (loc.rank != rank) return;  // a peer's buffer: checkPeerRaces
           accesses.push_back(
               {loc.mem, loc.off, loc.off + loc.count, uint32_t(l.lane), l.first + i, write});
         });
@@ -801,26 +842,51 @@ class Verifier {
   }
 
   // Between two barriers the ranks of a host run concurrently: no rank may write Shared
-  // elements that another rank reads or writes in the same phase.
+  // elements that another rank reads or writes in the same phase. Likewise peers' buffers
+  // (plan.h, peerBuffer): they are read only after the first barrier (every rank is in the
+  // call) and before the last (a rank past it may return and reuse its buffers), and between
+  // two barriers nobody reads what the owner writes. Plans that read peers have one lane, so
+  // the barrier count of lane 0 places every access of such a rank in a phase.
   bool checkSharedRaces() {
     if (!args_) return true;
-    std::vector<RangeAccess> accesses;
+    std::vector<RangeAccess> shared, owned;
     for (const LaneRef& l : lanes_) {
       if (l.lane != 0) continue;
       const auto& steps = plans_[size_t(l.rank)].lanes[0].steps;
+      const bool readByPeers = plans_[size_t(l.rank)].readByPeers;
+      const uint64_t barriers = uint64_t(std::count_if(
+          steps.begin(), steps.end(), [](const Step& s) { return s.kind == StepKind::Barrier; }));
       uint64_t phase = 0;
       for (uint32_t i = 0; i < steps.size(); ++i) {
         phase += steps[i].kind == StepKind::Barrier;
+        const Region& src = steps[i].src;
+        if (collectives::isPeerBuffer(src.buf) && src.count > 0 &&
+            (phase == 0 || phase >= barriers)) {
+          return fail(strprintf("%s: reads %s %s", where(l.first + i).c_str(),
+                                bufferLabel(src.buf).c_str(),
+                                phase == 0 ? "before the plan's first Barrier (the peer may not "
+                                             "be in the call yet)"
+                                           : "after the plan's last Barrier (the peer may "
+                                             "have returned)"));
+        }
         forEachAccess(l.rank, steps[i], [&](const Loc& loc, bool write) {
-          if (loc.mem != kShared) return;
-          accesses.push_back({uint64_t(hostOf(l.rank)) << 32 | phase, loc.off, loc.off + loc.count,
-                              uint32_t(l.rank), l.first + i, write});
+          const uint32_t actor = uint32_t(l.rank), id = l.first + i;
+          if (loc.mem == kShared) {
+            shared.push_back({uint64_t(hostOf(l.rank)) << 32 | phase, loc.off,
+                              loc.off + loc.count, actor, id, write});
+          } else if (loc.rank != l.rank || readByPeers) {
+            owned.push_back({uint64_t(loc.rank) << 40 | uint64_t(loc.mem) << 32 | phase, loc.off,
+                             loc.off + loc.count, actor, id, write});
+          }
         });
       }
     }
-    return noRace(accesses,
+    return noRace(shared,
                   "touch the same Shared elements between the same two barriers, one of them "
-                  "writing: a race");
+                  "writing: a race") &&
+           noRace(owned,
+                  "touch the same elements of a rank's buffer between the same two barriers, "
+                  "one of them its owner writing: a race");
   }
 
   // ---- Dependencies ----
@@ -854,6 +920,8 @@ class Verifier {
           sinceBarrier = id + 1;
         }
         forEachAccess(l.rank, s, [&](const Loc& loc, bool write) {
+          // A peer's buffer orders nothing on this lane; the barriers order it (checkPeerRaces).
+          if (loc.rank != l.rank) return;
           AccessHistory& h = history[loc.mem];
           if (write) {
             h.write(loc.off, loc.off + loc.count, id, deps);
@@ -962,7 +1030,7 @@ class Verifier {
 
   Memory& memory(int rank, const Loc& loc) {
     if (args_ && loc.mem == kShared) return hostMems_[size_t(hostOf(rank))];
-    return ranks_[size_t(rank)].mems[loc.mem];
+    return ranks_[size_t(loc.rank)].mems[loc.mem];
   }
 
   // Reads a region, failing on elements nobody wrote.

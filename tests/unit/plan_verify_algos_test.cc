@@ -149,6 +149,10 @@ TEST(PlanVerifyAlgos, HierarchicalAllReduce) { sweep(Collective::AllReduce, "hie
 // Direct plans have about N² steps per chunk: a thousand ranks would take minutes.
 TEST(PlanVerifyAlgos, DirectAllReduce) { sweep(Collective::AllReduce, "direct", 256); }
 TEST(PlanVerifyAlgos, DirectAllGather) { sweep(Collective::AllGather, "direct", 256); }
+// Peer plans have about 2N steps per rank, N² in all.
+TEST(PlanVerifyAlgos, PeerAllReduce) { sweep(Collective::AllReduce, "peer", 256); }
+TEST(PlanVerifyAlgos, PeerAllGather) { sweep(Collective::AllGather, "peer", 256); }
+TEST(PlanVerifyAlgos, PeerReduceScatter) { sweep(Collective::ReduceScatter, "peer", 256); }
 TEST(PlanVerifyAlgos, RdAllGather) { sweep(Collective::AllGather, "rd"); }
 TEST(PlanVerifyAlgos, BruckAllGather) { sweep(Collective::AllGather, "bruck"); }
 TEST(PlanVerifyAlgos, HierarchicalAllGather) { sweep(Collective::AllGather, "hierarchical"); }
@@ -196,6 +200,20 @@ TEST(PlanVerifyAlgos, HierarchicalRefusesUnequalHosts) {
     a.hostOf = {0, 1, 1, 0};
     EXPECT_EQ(b.refuse(a), "");
   }
+}
+
+TEST(PlanVerifyAlgos, PeerRefusesSeveralHostsAndNoArena) {
+  const Builder& b = builderNamed(Collective::AllReduce, "peer");
+  CollArgs a = makeArgs(Collective::AllReduce, 4, 100);
+  EXPECT_EQ(b.refuse(a), "");
+  a.hostOf = {0, 1, 0, 0};
+  EXPECT_EQ(b.refuse(a),
+            "peer needs every rank on one host, but ranks 0 and 1 are on different hosts; use "
+            "another algorithm");
+  a.hostOf.clear();
+  a.sharedBytes = 0;
+  EXPECT_EQ(b.refuse(a),
+            "peer: no shared-memory arena (LOOM_SHM_DIRECT_BYTES is 0, or LOOM_TRANSPORT=tcp)");
 }
 
 TEST(PlanVerifyAlgos, DirectRefusesSeveralHostsAndNoArena) {
@@ -464,6 +482,36 @@ TEST(PlanCostAlgos, DirectAllReduce) {
 
 // Allgather and alltoall through the arena: chunks of S (allgather) or ⌊S/N⌋ (alltoall)
 // elements per block, one barrier each.
+// builders_reduce.h: 3 barriers + 1 + 2(N−1) steps for allreduce (every slice non-empty),
+// N + 2 for reduce-scatter, allgather, alltoall and the root of reduce, 3 for broadcast, 2 for
+// a non-root of reduce; no messages; every barrier a round; one Copy for N = 1.
+TEST(PlanCostAlgos, PeerReads) {
+  for (int n : kCostRanks) {
+    for (Collective c : {Collective::AllReduce, Collective::ReduceScatter, Collective::AllGather,
+                         Collective::AlltoAll, Collective::Broadcast, Collective::Reduce}) {
+      const Builder& b = builderNamed(c, "peer");
+      CollArgs a = makeArgs(c, n, kPrimeCount);
+      a.root = n / 2;
+      for (bool inPlace : {false, true}) {
+        if (inPlace && c == Collective::AlltoAll) continue;  // runs on a copy of its input
+        const VerifyResult r = verifyBuilder(b, a, inPlace);
+        ASSERT_TRUE(r.ok) << describeCase(a, inPlace) << r.message;
+        const uint64_t barriers = n == 1 ? 0 : c == Collective::AllReduce ? 3 : 2;
+        EXPECT_EQ(r.rounds, barriers) << describeCase(a, inPlace);
+        for (int rank = 0; rank < n; ++rank) {
+          uint64_t steps = uint64_t(n) + 2;
+          if (n == 1) steps = c == Collective::Reduce && rank != a.root ? 0 : 1;
+          else if (c == Collective::AllReduce) steps = 2 * uint64_t(n) + 2;
+          else if (c == Collective::Broadcast) steps = 3;
+          else if (c == Collective::Reduce && rank != a.root) steps = 2;
+          expectCounts(r, rank, steps, 0, 0, describeCase(a, inPlace));
+          EXPECT_EQ(r.counts[size_t(rank)].barriers, barriers);
+        }
+      }
+    }
+  }
+}
+
 TEST(PlanCostAlgos, DirectAllGatherAndAlltoAll) {
   for (int n : kCostRanks) {
     for (Collective c : {Collective::AllGather, Collective::AlltoAll}) {

@@ -150,6 +150,14 @@ TEST(ExchangeVerify, DirectAlltoAll) {
             kThinSweepNoThousand));
 }
 
+TEST(ExchangeVerify, PeerAlltoAll) {
+  verifyAll(builderNamed(Collective::AlltoAll, "peer"),
+            cases(Collective::AlltoAll, 4096, [](CollArgs a, std::vector<CollArgs>& out) {
+              out.push_back(a);
+            },
+            kThinSweepNoThousand));
+}
+
 TEST(ExchangeVerify, IncastAlltoAll) {
   verifyAll(builderNamed(Collective::AlltoAll, "incast"),
             cases(Collective::AlltoAll, 4096, [](CollArgs a, std::vector<CollArgs>& out) {
@@ -286,6 +294,13 @@ TEST(ExchangeVerify, ScatterAllgatherBroadcast) {
 }
 TEST(ExchangeVerify, TreeReduce) {
   verifyAll(builderNamed(Collective::Reduce, "tree"), cases(Collective::Reduce, kLargeCount, withLanes));
+}
+TEST(ExchangeVerify, PeerBroadcastAndReduce) {
+  const auto plain = [](CollArgs a, std::vector<CollArgs>& out) { out.push_back(a); };
+  verifyAll(builderNamed(Collective::Broadcast, "peer"),
+            cases(Collective::Broadcast, kLargeCount, plain, kThinSweep));
+  verifyAll(builderNamed(Collective::Reduce, "peer"),
+            cases(Collective::Reduce, kLargeCount, plain, kThinSweep));
 }
 TEST(ExchangeVerify, RsagReduce) {
   verifyAll(builderNamed(Collective::Reduce, "rsag"),

@@ -646,6 +646,77 @@ TEST(VerifierRejects, SharedReadBeforeAnyoneWroteIt) {
   expectRejected(verifyHandwritten(Collective::AllReduce, 4, plans), "reads Shared[0] on rank");
 }
 
+// ---- Peers' buffers (plan.h, peerBuffer) ----
+
+Region peerIn(int rank, uint64_t off, uint64_t count) {
+  return {peerBuffer(rank, kInput), off, count};
+}
+Region peerOut(int rank, uint64_t off, uint64_t count) {
+  return {peerBuffer(rank, kOutput), off, count};
+}
+
+// A two-rank allreduce of 4 elements by peer reads: rank r sums half r of both Inputs into its
+// Output, then copies the other half from the other rank's Output. Both marked readByPeers.
+std::vector<RankPlan> peerAllReduce(std::vector<std::vector<Step>> rank0,
+                                    std::vector<std::vector<Step>> rank1) {
+  std::vector<RankPlan> plans = {plan(std::move(rank0)), plan(std::move(rank1))};
+  for (RankPlan& p : plans) p.readByPeers = true;
+  return plans;
+}
+
+TEST(VerifierRejects, NothingWhenPeerReadsAreRight) {
+  const auto plans = peerAllReduce(
+      {{barrier(), copy(in(0, 2), out(0, 2)), reduce(peerIn(1, 0, 2), out(0, 2)), barrier(),
+        copy(peerOut(1, 2, 2), out(2, 2)), barrier()}},
+      {{barrier(), copy(in(2, 2), out(2, 2)), reduce(peerIn(0, 2, 2), out(2, 2)), barrier(),
+        copy(peerOut(0, 0, 2), out(0, 2)), barrier()}});
+  EXPECT_TRUE(verified(verifyHandwritten(Collective::AllReduce, 4, plans, false)));
+  EXPECT_TRUE(verified(verifyHandwritten(Collective::AllReduce, 4, plans, true)));
+}
+
+TEST(VerifierRejects, PeerReadBeforeTheFirstOrAfterTheLastBarrier) {
+  auto plans = peerAllReduce({{reduce(peerIn(1, 0, 4), out(0, 4)), barrier()}},
+                             {{copy(in(0, 4), out(0, 4)), barrier()}});
+  expectRejected(verifyHandwritten(Collective::AllReduce, 4, plans),
+                 "rank 0 lane 0 step 0 (Reduce, 4 elements): reads rank 1's Input before the "
+                 "plan's first Barrier");
+  plans = peerAllReduce({{barrier(), copy(peerIn(1, 0, 4), out(0, 4))}},
+                        {{barrier(), copy(in(0, 4), out(0, 4))}});
+  expectRejected(verifyHandwritten(Collective::AllReduce, 4, plans),
+                 "reads rank 1's Input after the plan's last Barrier");
+}
+
+TEST(VerifierRejects, PeerReadRacesTheOwnersWrite) {
+  // Rank 1 copies rank 0's Output in the phase in which rank 0 writes it.
+  const auto plans =
+      peerAllReduce({{barrier(), copy(in(0, 4), out(0, 4)), reduce(peerIn(1, 0, 4), out(0, 4)),
+                      barrier()}},
+                    {{barrier(), copy(peerOut(0, 0, 4), out(0, 4)), barrier()}});
+  expectRejected(verifyHandwritten(Collective::AllReduce, 4, plans),
+                 "touch the same elements of a rank's buffer between the same two barriers");
+}
+
+TEST(VerifierRejects, PeerBufferMisused) {
+  // Written, not read; read by a Send; read from an owner whose plan does not say so.
+  auto plans = peerAllReduce({{barrier(), copy(in(0, 4), peerOut(1, 0, 4)), barrier()}},
+                             {{barrier(), barrier()}});
+  expectRejected(verifyHandwritten(Collective::AllReduce, 4, plans),
+                 "only a Copy's or Reduce's source may name rank 1's Output");
+  plans = peerAllReduce({{barrier(), send(1, peerIn(1, 0, 4)), barrier()}},
+                        {{barrier(), recv(0, out(0, 4)), barrier()}});
+  expectRejected(verifyHandwritten(Collective::AllReduce, 4, plans),
+                 "only a Copy's or Reduce's source may name rank 1's Input");
+  plans = peerAllReduce({{barrier(), copy(peerIn(1, 0, 4), out(0, 4)), barrier()}},
+                        {{barrier(), copy(in(0, 4), out(0, 4)), barrier()}});
+  plans[1].readByPeers = false;
+  expectRejected(verifyHandwritten(Collective::AllReduce, 4, plans),
+                 "reads rank 1's Input, whose plan is not a one-lane plan marked readByPeers");
+  plans[1].readByPeers = true;
+  plans[0].lanes.push_back({});
+  expectRejected(verifyHandwritten(Collective::AllReduce, 4, plans),
+                 "only one-lane plans read peers");
+}
+
 TEST(VerifierRejects, P2PReceiveOfTheWrongMessage) {
   // Two messages from rank 0 to rank 1, received in the wrong buffers: the sizes match, the
   // contents do not.

@@ -107,6 +107,67 @@ TEST(ShmArena, BarrierOrdersWritesBeforeReadsAndTheNameIsGone) {
   EXPECT_TRUE(leftovers(hash).empty());
 }
 
+// Peer reads (ShmArena::publish / peer): a buffer from loomMemAlloc is seen through a mapping
+// of the very pages (a later write by its owner shows without another read), any other buffer
+// by its address, which process_vm_readv reads; a freed segment is refused by loomMemFree twice.
+TEST(ShmArena, PeersSeeUserMemoryMappedAndOtherBuffersByAddress) {
+  const uint64_t hash = newCommHash();
+  constexpr size_t kBytes = 3 * 4096 + 100;
+  const auto results = runRanks(
+      2,
+      [&](RankContext& rc) {
+        const CommContext ctx = context(rc, hash);
+        std::unique_ptr<ShmArena> arena;
+        Status st = ShmArena::open(ctx, kDataBytes, Deadline(20000), &arena);
+        RANK_CHECK(st.isOk(), "%s", st.message().c_str());
+        void* user = nullptr;
+        st = allocUserMemory(kBytes, &user);
+        RANK_CHECK(st.isOk(), "%s", st.message().c_str());
+        std::vector<unsigned char> plain(kBytes);
+        for (size_t i = 0; i < kBytes; ++i) {
+          static_cast<unsigned char*>(user)[i] = (unsigned char)(i * 3 + rc.rank());
+          plain[i] = (unsigned char)(i * 5 + rc.rank());
+        }
+        // The segment holds the whole buffer, and no more: a range past its end is not in it.
+        RANK_CHECK(findUserMemory(user, kBytes).serial != 0, "the buffer is not found");
+        RANK_CHECK(findUserMemory(static_cast<char*>(user) + 8, 4 * 4096).serial == 0,
+                   "a range past the segment is found in it");
+        arena->publish(static_cast<char*>(user) + 100, kBytes - 100, plain.data(), kBytes);
+        RANK_CHECK(waitBarrier(*arena, arena->arrive()), "barrier timed out");
+        const int other = 1 - rc.rank();
+        ShmArena::PeerView in, out;
+        st = arena->peer(other, 0, &in);
+        RANK_CHECK(st.isOk(), "%s", st.message().c_str());
+        st = arena->peer(other, 1, &out);
+        RANK_CHECK(st.isOk(), "%s", st.message().c_str());
+        RANK_CHECK(in.mapped != nullptr, "the loomMemAlloc buffer is not mapped");
+        RANK_CHECK(out.mapped == nullptr, "a plain buffer is mapped");
+        for (size_t i = 0; i + 100 < kBytes; ++i)
+          RANK_CHECK((unsigned char)in.mapped[i] == (unsigned char)((i + 100) * 3 + other),
+                     "mapped byte %zu is wrong", i);
+        std::vector<unsigned char> read(kBytes);
+        st = readProcessMemory(out.pid, out.rank, out.addr, read.data(), kBytes);
+        RANK_CHECK(st.isOk(), "%s", st.message().c_str());
+        for (size_t i = 0; i < kBytes; ++i)
+          RANK_CHECK(read[i] == (unsigned char)(i * 5 + other), "byte %zu read is wrong", i);
+        RANK_CHECK(arena->peer(rc.rank(), 0, &in).code() == loomInternalError,
+                   "a rank's own buffer is no peer's");
+        // The owner writes; after a barrier the reader sees it through the same mapping.
+        RANK_CHECK(waitBarrier(*arena, arena->arrive()), "barrier timed out");
+        static_cast<unsigned char*>(user)[100] = 0xa5;
+        RANK_CHECK(waitBarrier(*arena, arena->arrive()), "barrier timed out");
+        st = arena->peer(other, 0, &in);
+        RANK_CHECK(st.isOk() && (unsigned char)in.mapped[0] == 0xa5,
+                   "the owner's write does not show through the mapping");
+        RANK_CHECK(waitBarrier(*arena, arena->arrive()), "barrier timed out");
+        RANK_CHECK(freeUserMemory(user).isOk(), "loomMemFree failed");
+        RANK_CHECK(freeUserMemory(user).code() == loomInvalidArgument, "freed twice");
+        return 0;
+      },
+      ForkOptions::timeout(60));
+  EXPECT_EQ(testing::describeFailures(results), "");
+}
+
 TEST(ShmArena, ADeadMemberIsNoticed) {
   const uint64_t hash = newCommHash();
   ForkOptions options = ForkOptions::timeout(60);

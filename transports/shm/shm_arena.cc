@@ -33,12 +33,20 @@ struct alignas(kPad) ArenaHeader {
   alignas(kPad) std::atomic<uint32_t> sleepers;    // members that may be in FUTEX_WAIT
 };
 
+// Where a member's buffer of its current call is (ShmArena::publish): written before the
+// member arrives at the call's first barrier, read by the others after it passes.
+struct PublishedBuffer {
+  uint64_t addr;
+  SegmentRef segment;
+};
+
 struct ArenaMember {
   int32_t rank;
   int32_t pid;
   uint64_t pidNamespace;
   std::atomic<uint32_t> present;  // 1 once rank, pid and pidNamespace are valid
   std::atomic<uint64_t> arrivals;  // barriers this member has arrived at (error messages)
+  PublishedBuffer buffers[2];      // Input, Output
 };
 
 namespace {
@@ -69,6 +77,8 @@ Status ShmArena::attach(const CommContext& ctx, uint64_t dataBytes, const Deadli
     memberRanks_.push_back(p.rank);
     ++members_;
   }
+  memberOf_.assign(ctx.peers.size(), -1);
+  for (int i = 0; i < members_; ++i) memberOf_[size_t(memberRanks_[size_t(i)])] = i;
   name_ = "/" + shmNamePrefix(ctx.commHash) + strprintf("arena-%016llx", (unsigned long long)host);
   const size_t offset = dataOffset(members_), total = offset + dataBytes;
   creator_ = localIndex_ == 0;
@@ -175,6 +185,31 @@ void ShmArena::sleep(uint32_t ticket, int timeoutMs) {
     futex(&header_->generation, FUTEX_WAIT, ticket, &timeout);
   }
   header_->sleepers.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void ShmArena::publish(const void* input, uint64_t inputBytes, const void* output,
+                       uint64_t outputBytes) {
+  peerSegments_.trim();  // the previous call's views are done with
+  PublishedBuffer* mine = member_[localIndex_].buffers;
+  mine[0] = {reinterpret_cast<uint64_t>(input), findUserMemory(input, inputBytes)};
+  mine[1] = {reinterpret_cast<uint64_t>(output), findUserMemory(output, outputBytes)};
+}
+
+Status ShmArena::peer(int rank, uint32_t which, PeerView* out) {
+  const int m = rank >= 0 && size_t(rank) < memberOf_.size() ? memberOf_[size_t(rank)] : -1;
+  if (m < 0 || m == localIndex_ || which > 1)
+    return errorf(loomInternalError,
+                  "shm: a plan reads buffer %u of rank %d, not a peer on this host", which, rank);
+  const ArenaMember& member = member_[m];
+  const PublishedBuffer& b = member.buffers[which];
+  out->addr = b.addr;
+  out->pid = member.pid;
+  out->rank = rank;
+  out->mapped = nullptr;
+  // A pid from another pid namespace names some other process here.
+  if (b.segment.serial != 0 && member.pidNamespace == pidNamespace_ && pidNamespace_ != 0)
+    out->mapped = peerSegments_.map(member.pid, b.segment);
+  return Status::ok();
 }
 
 std::string ShmArena::absentRanks() const {

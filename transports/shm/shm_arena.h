@@ -10,6 +10,7 @@
 
 #include "core/clock.h"
 #include "core/status.h"
+#include "transports/shm/user_memory.h"
 #include "transports/transport.h"
 
 namespace loom::transports {
@@ -46,6 +47,20 @@ class ShmArena {
   // Sleeps until the barrier of ticket passes or timeoutMs (futex on the arena's word).
   void sleep(uint32_t ticket, int timeoutMs);
   int members() const { return members_; }
+
+  // Peer reads (plan.h, peerBuffer). publish() announces where this rank's Input and Output
+  // of the current call lie (before its first Barrier of the call: the barrier carries it to
+  // the others); peer() tells, after that barrier, where rank `rank`'s buffer `which` (0 Input,
+  // 1 Output) is: mapped here, or only readable with readProcessMemory (user_memory.h). A
+  // mapping peer() gave stays valid until this rank's next publish().
+  struct PeerView {
+    const char* mapped = nullptr;  // the buffer in this process; null: use readPeer
+    uint64_t addr = 0;             // the buffer in its owner's process
+    pid_t pid = 0;
+    int rank = -1;
+  };
+  void publish(const void* input, uint64_t inputBytes, const void* output, uint64_t outputBytes);
+  Status peer(int rank, uint32_t which, PeerView* out);
   // The ranks of the host that have not reached this rank's latest barrier ("1, 3"), for
   // error messages.
   std::string absentRanks() const;
@@ -69,6 +84,8 @@ class ShmArena {
   std::vector<int> memberRanks_;  // communicator rank of each member, in member order
   uint64_t pidNamespace_ = 0;
   std::vector<int> pidfds_;  // per member, opened once its record is there; -1 if none yet
+  std::vector<int> memberOf_;  // communicator rank -> member index, -1 off this host
+  PeerSegments peerSegments_;
 };
 
 }  // namespace loom::transports

@@ -42,6 +42,7 @@
 #include "core/log.h"
 #include "core/params.h"
 #include "transports/shm/shm_util.h"
+#include "transports/shm/user_memory.h"
 
 namespace loom::transports {
 namespace {
@@ -338,23 +339,9 @@ class ShmConnection final : public Connection {
   }
 
   Status readRemote(void* dst, uint64_t addr, size_t n) {
-    char* d = static_cast<char*>(dst);
-    while (n > 0) {
-      iovec local{d, n};
-      iovec remote{reinterpret_cast<void*>(addr), n};
-      ssize_t r = process_vm_readv(peerPid_, &local, 1, &remote, 1, 0);
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0 && errno == ESRCH) return peerExited();
-      if (r <= 0)
-        return peerError(strprintf("could not be read (process_vm_readv: %s)",
-                                   r < 0 ? strerror(errno) : "no progress")
-                             .c_str(),
-                         loomSystemError);
-      d += r;
-      addr += uint64_t(r);
-      n -= size_t(r);
-    }
-    return Status::ok();
+    Status st = readProcessMemory(peerPid_, peer_, addr, dst, n);
+    if (st.code() == loomRemoteError) return peerExited();
+    return st.isOk() ? st : st.withContext(strprintf("shm lane %d", lane_));
   }
 
   Status progressSends(bool* progressed) {
