@@ -47,10 +47,6 @@ int accesses(const Step& s, Access out[2]) {
   return 0;
 }
 
-bool overlaps(const Region& x, const Region& y) {
-  return x.buf == y.buf && x.offset < y.offset + y.count && y.offset < x.offset + x.count;
-}
-
 // Elements a step handles; a Barrier is one unit, done when it has passed.
 uint64_t stepCount(const Step& s) {
   if (s.kind == StepKind::Barrier) return 1;
@@ -89,12 +85,8 @@ PreparedPlan preparePlan(const RankPlan& plan, std::span<const BufferAlias> alia
     }
     ls.conflicts.resize(ls.steps.size());
     ls.fuseNext.assign(ls.steps.size(), 0);
-    for (size_t i = 0; i + 1 < ls.steps.size(); ++i) {
-      const Step &copy = ls.steps[i], &next = ls.steps[i + 1];
-      ls.fuseNext[i] = copy.kind == StepKind::Copy && next.kind == StepKind::Reduce &&
-                       next.dst == copy.dst && !(copy.src == copy.dst) &&
-                       !overlaps(next.src, copy.dst);
-    }
+    for (size_t i = 0; i + 1 < ls.steps.size(); ++i)
+      ls.fuseNext[i] = fusedWithNext(ls.steps[i], ls.steps[i + 1]);
     size_t sinceBarrier = 0;  // steps before the last Barrier are done before later ones start
     for (size_t i = 0; i < ls.steps.size(); ++i) {
       if (ls.steps[i].kind == StepKind::Barrier) sinceBarrier = i + 1;

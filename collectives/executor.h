@@ -32,9 +32,7 @@ struct PreparedPlan {
   struct LaneSteps {
     std::vector<Step> steps;                       // regions rewritten to canonical buffers
     std::vector<std::vector<Conflict>> conflicts;  // per step
-    // Per step: a Copy whose next step Reduces into the same region from a source that does
-    // not overlap it, so the executor may do both in one pass (dst = src ⊕ next src).
-    std::vector<uint8_t> fuseNext;
+    std::vector<uint8_t> fuseNext;  // per step: fusedWithNext(it, the next step) (plan.h)
   };
   std::vector<LaneSteps> lanes;
   uint64_t scratchCount = 0;

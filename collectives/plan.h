@@ -75,6 +75,18 @@ struct Step {
   Region dst;         // Recv, RecvReduce, Copy, Reduce
 };
 
+// Whether the executor runs Copy `s` and the Reduce `next` after it on its lane as one pass
+// (dst = s.src ⊕ next.src, piece by piece, while the two go in step): `next` reduces into the
+// very region s writes, from a source that does not overlap it, and s is no Copy onto itself.
+// The simulator costs such a Copy as nothing beyond its Reduce.
+inline bool fusedWithNext(const Step& s, const Step& next) {
+  const Region &d = s.dst, &x = next.src;
+  const bool overlap = x.buf == d.buf && x.offset < d.offset + d.count &&
+                       d.offset < x.offset + x.count;
+  return s.kind == StepKind::Copy && next.kind == StepKind::Reduce && next.dst == d &&
+         !(s.src == d) && !overlap;
+}
+
 // Steps of one lane run in order; a later step may start on the part of its regions that
 // no unfinished earlier step still touches (the executor pipelines at element granularity).
 // Sends and receives between a pair of ranks on one lane match in order (FIFO), with equal

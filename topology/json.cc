@@ -60,7 +60,7 @@ const json& member(const json& object, const char* key) {
 Status readHostCpu(const json& node, NodeKind kind, const std::string& where, HostCpu* out) {
   static const char* const kKeys[] = {"cores",         "memBandwidth",      "stepOverhead",
                                       "cacheBytes",    "cacheBandwidth",    "messageCopies",
-                                      "netMessageOverhead"};
+                                      "netMessageOverhead", "peerReadCopies"};
   bool any = false;
   for (const char* key : kKeys) any = any || !member(node, key).is_null();
   if (!any) return Status::ok();
@@ -94,11 +94,15 @@ Status readHostCpu(const json& node, NodeKind kind, const std::string& where, Ho
   LOOM_TRY(count("cacheBytes", UINT64_MAX, &out->cacheBytes));
   LOOM_TRY(bandwidth("memBandwidth", &out->memBandwidth));
   LOOM_TRY(bandwidth("cacheBandwidth", &out->cacheBandwidth));
-  const json& copies = member(node, "messageCopies");
-  if (!copies.is_null() && (!copies.is_number() || !(copies.get<double>() > 0)))
-    return Status(loomInvalidArgument,
-                  where + ".messageCopies: expected a positive number, got " + copies.dump());
-  if (!copies.is_null()) out->messageCopies = copies.get<double>();
+  for (auto [key, value] : {std::pair{"messageCopies", &out->messageCopies},
+                            std::pair{"peerReadCopies", &out->peerReadCopies}}) {
+    const json& copies = member(node, key);
+    if (copies.is_null()) continue;
+    if (!copies.is_number() || !(copies.get<double>() > 0))
+      return Status(loomInvalidArgument, where + "." + key +
+                                             ": expected a positive number, got " + copies.dump());
+    *value = copies.get<double>();
+  }
   for (auto [key, value] : {std::pair{"stepOverhead", &out->stepOverhead},
                             std::pair{"netMessageOverhead", &out->netMessageOverhead}})
     if (!member(node, key).is_null())
@@ -223,6 +227,7 @@ std::string toJson(const Topology& t) {
     if (n.cpu.cacheBytes > 0) item["cacheBytes"] = n.cpu.cacheBytes;
     if (n.cpu.cacheBandwidth > 0) item["cacheBandwidth"] = formatBandwidth(n.cpu.cacheBandwidth);
     if (n.cpu.messageCopies > 0) item["messageCopies"] = n.cpu.messageCopies;
+    if (n.cpu.peerReadCopies > 0) item["peerReadCopies"] = n.cpu.peerReadCopies;
     if (n.cpu.netMessageOverhead > 0)
       item["netMessageOverhead"] = formatLatency(n.cpu.netMessageOverhead);
     append(item, i == 0);

@@ -43,6 +43,10 @@ struct HostCpu {
   // stepOverhead: the kernel's protocol work (TCP send and receive calls, interrupts), which on
   // a host with fewer cores than ranks delays the others as much as a copy would.
   double netMessageOverhead = 0;
+  // CPU bytes a byte read from another rank's buffer in place costs (the "peer" algorithms);
+  // 0: 1, a plain copy. More where the buffers are not from loomMemAlloc, so that the kernel
+  // copies them (process_vm_readv pins the pages first).
+  double peerReadCopies = 0;
 
   bool operator==(const HostCpu&) const = default;
 };

@@ -61,6 +61,8 @@ std::string knobName(const Knob& k) {
       return "messageCopies";
     case Knob::What::NetMessageOverhead:
       return "netMessageOverhead";
+    case Knob::What::PeerReadCopies:
+      return "peerReadCopies";
   }
   return "";
 }
@@ -78,6 +80,8 @@ double topology::HostCpu::*hostField(Knob::What what) {
       return &topology::HostCpu::cacheBandwidth;
     case Knob::What::NetMessageOverhead:
       return &topology::HostCpu::netMessageOverhead;
+    case Knob::What::PeerReadCopies:
+      return &topology::HostCpu::peerReadCopies;
     default:
       return &topology::HostCpu::messageCopies;
   }
@@ -315,8 +319,9 @@ Status calibrate(const std::vector<MeasuredPoint>& points, const topology::Topol
   // only validated (not fitted) when the base has it. The cache's bandwidth only where a host
   // says how large its cache is, the cost of messages only where hosts say their core count
   // (else messages do not touch the CPU), that of network messages only where the measured
-  // ranks span hosts.
-  bool cached = false, cores = false, hosts = false;
+  // ranks span hosts, that of reading peers' buffers only where a peer algorithm was measured.
+  bool cached = false, cores = false, hosts = false, peer = false;
+  for (const MeasuredPoint& p : points) peer = peer || p.algorithm == "peer";
   for (const topology::Node& n : base.nodes) {
     cached = cached || n.cpu.cacheBytes > 0;
     cores = cores || n.cpu.cores > 0;
@@ -329,11 +334,13 @@ Status calibrate(const std::vector<MeasuredPoint>& points, const topology::Topol
                                                     {Knob::What::StepOverhead, 1e-6},
                                                     {Knob::What::CacheBandwidth, 2 * memStart},
                                                     {Knob::What::MessageCopies, 2},
-                                                    {Knob::What::NetMessageOverhead, 1e-6}};
+                                                    {Knob::What::NetMessageOverhead, 1e-6},
+                                                    {Knob::What::PeerReadCopies, 1}};
   for (const auto& [what, start] : cpuKnobs) {
     if ((what == Knob::What::CacheBandwidth && !cached) ||
         (what == Knob::What::MessageCopies && !cores) ||
-        (what == Knob::What::NetMessageOverhead && !hosts))
+        (what == Knob::What::NetMessageOverhead && !hosts) ||
+        (what == Knob::What::PeerReadCopies && !peer))
       continue;
     const double value =
         what == Knob::What::MemBandwidth ? memBandwidth : hostFigure(base, hostField(what), 0);

@@ -47,7 +47,8 @@ struct Knob {
     StepOverhead,
     CacheBandwidth,
     MessageCopies,
-    NetMessageOverhead
+    NetMessageOverhead,
+    PeerReadCopies
   };
   What what = What::LinkLatency;
   std::string linkKind;  // LinkLatency / LinkBandwidth

@@ -46,7 +46,10 @@ struct SimStep {
   uint8_t ready = 0;   // leading slices whose dependencies are met
   uint8_t issued = 0;  // local steps: slices handed to the rank's CPU
   uint8_t done = 0;    // slices finished
-  bool free = false;   // a Copy onto itself: the executor skips it
+  // A Copy onto itself, which the executor skips, or one it runs in one pass with the Reduce
+  // after it (collectives::fusedWithNext), whose cost that Reduce carries.
+  bool free = false;
+  bool peerRead = false;  // a Copy or Reduce from a peer's buffer (HostCpu::peerReadCopies)
   // A Send that goes by one copy (SimOptions::singleCopyBytes): it starts only when all of it
   // is ready, as the shm transport does.
   bool singleCopy = false;
@@ -202,6 +205,7 @@ class Simulator {
     double bandwidth = 0;     // bytes/s of one core for this call; 0: local work is free
     double stepOverhead = 0;        // s of one core per step
     double netMessageOverhead = 0;  // and on top, per network message sent or received
+    double peerReadCopies = 1;      // CPU bytes per byte read from a peer's buffer
     uint32_t route = 0;       // its CPU route (one core, then the host's cores), when bandwidth > 0
     std::deque<CpuWork> queue;
     bool busy = false;  // the queue's front is running
@@ -253,6 +257,8 @@ class Simulator {
       rc.host = host >= 0 && size_t(host) < hostCpu_.size() ? host : -1;
       rc.stepOverhead = rc.host >= 0 ? hostCpu_[size_t(host)].stepOverhead : 0;
       rc.netMessageOverhead = rc.host >= 0 ? hostCpu_[size_t(host)].netMessageOverhead : 0;
+      if (rc.host >= 0 && hostCpu_[size_t(host)].peerReadCopies > 0)
+        rc.peerReadCopies = hostCpu_[size_t(host)].peerReadCopies;
       if (memBandwidth(size_t(rc.host), 0) <= 0) continue;  // local work is free: no flows
       Route route;
       route.links.push_back(int32_t(capacity_.size()));
@@ -320,7 +326,8 @@ class Simulator {
   Status addLane(int rank, int lane, const Lane& steps) {
     std::unordered_map<uint32_t, SegmentMap> buffers;  // conflicts are per lane (lanes disjoint)
     uint32_t lastBarrier = kNone, barriers = 0;
-    for (const Step& s : steps.steps) {
+    for (size_t i = 0; i < steps.steps.size(); ++i) {
+      const Step& s = steps.steps[i];
       const uint32_t g = uint32_t(steps_.size());
       SimStep ss;
       ss.kind = s.kind;
@@ -329,7 +336,9 @@ class Simulator {
       ss.peer = s.peer;
       if (isLocal(s.kind)) {
         ss.owner = uint32_t(rank);
-        ss.free = s.kind == StepKind::Copy && s.src == s.dst;
+        ss.free = (s.kind == StepKind::Copy && s.src == s.dst) ||
+                  (i + 1 < steps.steps.size() && collectives::fusedWithNext(s, steps.steps[i + 1]));
+        ss.peerRead = collectives::isPeerBuffer(s.src.buf);
       } else if (s.kind == StepKind::Barrier) {
         if (lane != 0)
           return errorf(loomInvalidArgument, "rank %d lane %d step %zu: a Barrier off lane 0", rank,
@@ -355,7 +364,7 @@ class Simulator {
           bytes_ += ss.count * opt_.elemSize;
         }
       }
-      // The executor skips a free Copy altogether, bookkeeping included.
+      // A free Copy costs no bookkeeping: skipped, or done with its Reduce's.
       ss.admission = bookkeepingTime(rankCpu_[size_t(rank)], ss) > 0 && !ss.free
                          ? kNeedsAdmission
                          : kAdmitted;
@@ -588,6 +597,7 @@ class Simulator {
     }
     const double bytes = w.slice == kBookkeeping ? bookkeepingTime(rc, s) * rc.bandwidth
                          : s.free                ? 0
+                         : s.peerRead            ? double(sliceBytes(s, w.slice)) * rc.peerReadCopies
                                                  : double(sliceBytes(s, w.slice));
     if (bytes <= 0) {
       push(now_, EventKind::LocalDone, rank);

@@ -167,12 +167,19 @@ TEST(Simulator, LocalStepsCostMemoryBandwidth) {
   auto plans = emptyPlans(1);
   const uint64_t count = 1000;
   collectives::addCopy(plans[0].lanes[0], Region{kInput, 0, count}, Region{kOutput, 0, count});
-  collectives::addReduce(plans[0].lanes[0], Region{kInput, 0, count}, Region{kOutput, 0, count});
+  collectives::addReduce(plans[0].lanes[0], Region{kOutput, 0, count},
+                         Region{collectives::kScratch, 0, count});
   SimOptions o = whole();
   o.memBandwidth = 1e9;
   SimResult r = simulate(plans, cluster(1, 1), o);
   ASSERT_TRUE(r.ok) << r.message;
-  expectTime(2 * count * kElem / 1e9, r.time);  // the Reduce waits for the Copy it overwrites
+  expectTime(2 * count * kElem / 1e9, r.time);  // the Reduce waits for the Copy it reads
+  // A Reduce into the region the Copy wrote runs in one pass with it: one step's time.
+  plans[0].lanes[0].steps[1].src = Region{kInput, 0, count};
+  plans[0].lanes[0].steps[1].dst = Region{kOutput, 0, count};
+  r = simulate(plans, cluster(1, 1), o);
+  ASSERT_TRUE(r.ok) << r.message;
+  expectTime(count * kElem / 1e9, r.time);
 }
 
 // One host of n ranks whose CPU the model describes (HostCpu).
@@ -318,10 +325,12 @@ TEST(Simulator, TheWorkingSetThatFitsTheCacheCopiesAtCacheSpeed) {
 TEST(Simulator, EveryStepCostsItsRanksBookkeeping) {
   const uint64_t count = 1000;
   const double bytes = double(count * kElem), core = 1e9, overhead = 3e-6;
-  // One rank: a Copy and the Reduce that waits for it; each pays the overhead before it runs.
+  // One rank: a Copy and a Reduce that waits for it; each pays the overhead before it runs.
+  // (The Reduce reads what the Copy wrote; one into the Copy's region would fuse with it.)
   auto local = emptyPlans(1);
   collectives::addCopy(local[0].lanes[0], Region{kInput, 0, count}, Region{kOutput, 0, count});
-  collectives::addReduce(local[0].lanes[0], Region{kInput, 0, count}, Region{kOutput, 0, count});
+  collectives::addReduce(local[0].lanes[0], Region{kOutput, 0, count},
+                         Region{collectives::kScratch, 0, count});
   SimResult one = simulate(local, cpuHost(1, 1, core, overhead), whole());
   ASSERT_TRUE(one.ok) << one.message;
   expectTime(2 * (overhead + bytes / core), one.time);
@@ -339,6 +348,28 @@ TEST(Simulator, EveryStepCostsItsRanksBookkeeping) {
     SimResult r = simulate(msg, cpuHost(2, 0, bw, overhead), whole());
     ASSERT_TRUE(r.ok) << r.message;
     expectTime(overhead + 2 * kLatency + bytes / kBandwidth, r.time);
+  }
+}
+
+TEST(Simulator, PeerReadsCostPeerReadCopiesAndACopyFusesWithItsReduce) {
+  const uint64_t count = 1 << 16;
+  const double bytes = double(count * kElem), core = 1e9;
+  const Region peerInput{collectives::peerBuffer(1, kInput), 0, count};
+  auto read = emptyPlans(2);
+  collectives::addCopy(read[0].lanes[0], peerInput, Region{kOutput, 0, count});
+  // Rank 0 sums its Input and rank 1's: the Copy runs in one pass with the Reduce after it.
+  auto sum = emptyPlans(2);
+  collectives::addCopy(sum[0].lanes[0], Region{kInput, 0, count}, Region{kOutput, 0, count});
+  collectives::addReduce(sum[0].lanes[0], peerInput, Region{kOutput, 0, count});
+  for (double copies : {0.0, 1.5}) {
+    topology::Topology t = cpuHost(2, 2, core);
+    t.nodes[size_t(t.hostNodes()[0])].cpu.peerReadCopies = copies;
+    const double factor = copies > 0 ? copies : 1;
+    for (const auto* plans : {&read, &sum}) {
+      SimResult r = simulate(*plans, t, whole());
+      ASSERT_TRUE(r.ok) << r.message;
+      expectTime(factor * bytes / core, r.time);
+    }
   }
 }
 
