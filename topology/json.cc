@@ -60,7 +60,8 @@ const json& member(const json& object, const char* key) {
 Status readHostCpu(const json& node, NodeKind kind, const std::string& where, HostCpu* out) {
   static const char* const kKeys[] = {"cores",         "memBandwidth",      "stepOverhead",
                                       "cacheBytes",    "cacheBandwidth",    "messageCopies",
-                                      "netMessageOverhead", "peerReadCopies"};
+                                      "netMessageOverhead", "peerReadCopies",
+                                      "singleCopyOverhead"};
   bool any = false;
   for (const char* key : kKeys) any = any || !member(node, key).is_null();
   if (!any) return Status::ok();
@@ -104,7 +105,8 @@ Status readHostCpu(const json& node, NodeKind kind, const std::string& where, Ho
     *value = copies.get<double>();
   }
   for (auto [key, value] : {std::pair{"stepOverhead", &out->stepOverhead},
-                            std::pair{"netMessageOverhead", &out->netMessageOverhead}})
+                            std::pair{"netMessageOverhead", &out->netMessageOverhead},
+                            std::pair{"singleCopyOverhead", &out->singleCopyOverhead}})
     if (!member(node, key).is_null())
       LOOM_TRY(readQuantity(node[key], parseLatency, where + "." + key, value));
   return Status::ok();
@@ -230,6 +232,8 @@ std::string toJson(const Topology& t) {
     if (n.cpu.peerReadCopies > 0) item["peerReadCopies"] = n.cpu.peerReadCopies;
     if (n.cpu.netMessageOverhead > 0)
       item["netMessageOverhead"] = formatLatency(n.cpu.netMessageOverhead);
+    if (n.cpu.singleCopyOverhead > 0)
+      item["singleCopyOverhead"] = formatLatency(n.cpu.singleCopyOverhead);
     append(item, i == 0);
   }
   s += "\n  ],\n  \"links\": [";

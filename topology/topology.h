@@ -47,6 +47,10 @@ struct HostCpu {
   // 0: 1, a plain copy. More where the buffers are not from loomMemAlloc, so that the kernel
   // copies them (process_vm_readv pins the pages first).
   double peerReadCopies = 0;
+  // s of one core per step that reads another process's memory through the kernel
+  // (process_vm_readv: a system call, and the pages pinned): the receive of a single-copy shm
+  // message (LOOM_SHM_CMA_THRESHOLD) and a peer read. On top of stepOverhead.
+  double singleCopyOverhead = 0;
 
   bool operator==(const HostCpu&) const = default;
 };

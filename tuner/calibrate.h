@@ -48,7 +48,8 @@ struct Knob {
     CacheBandwidth,
     MessageCopies,
     NetMessageOverhead,
-    PeerReadCopies
+    PeerReadCopies,
+    SingleCopyOverhead
   };
   What what = What::LinkLatency;
   std::string linkKind;  // LinkLatency / LinkBandwidth

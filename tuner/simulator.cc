@@ -50,6 +50,9 @@ struct SimStep {
   // after it (collectives::fusedWithNext), whose cost that Reduce carries.
   bool free = false;
   bool peerRead = false;  // a Copy or Reduce from a peer's buffer (HostCpu::peerReadCopies)
+  // It reads another process's memory through the kernel: a peer read, or the receive of a
+  // single-copy message (HostCpu::singleCopyOverhead).
+  bool kernelRead = false;
   // A Send that goes by one copy (SimOptions::singleCopyBytes): it starts only when all of it
   // is ready, as the shm transport does.
   bool singleCopy = false;
@@ -206,6 +209,7 @@ class Simulator {
     double stepOverhead = 0;        // s of one core per step
     double netMessageOverhead = 0;  // and on top, per network message sent or received
     double peerReadCopies = 1;      // CPU bytes per byte read from a peer's buffer
+    double singleCopyOverhead = 0;  // s per step that reads another process's memory
     uint32_t route = 0;       // its CPU route (one core, then the host's cores), when bandwidth > 0
     std::deque<CpuWork> queue;
     bool busy = false;  // the queue's front is running
@@ -257,6 +261,7 @@ class Simulator {
       rc.host = host >= 0 && size_t(host) < hostCpu_.size() ? host : -1;
       rc.stepOverhead = rc.host >= 0 ? hostCpu_[size_t(host)].stepOverhead : 0;
       rc.netMessageOverhead = rc.host >= 0 ? hostCpu_[size_t(host)].netMessageOverhead : 0;
+      rc.singleCopyOverhead = rc.host >= 0 ? hostCpu_[size_t(host)].singleCopyOverhead : 0;
       if (rc.host >= 0 && hostCpu_[size_t(host)].peerReadCopies > 0)
         rc.peerReadCopies = hostCpu_[size_t(host)].peerReadCopies;
       if (memBandwidth(size_t(rc.host), 0) <= 0) continue;  // local work is free: no flows
@@ -339,6 +344,7 @@ class Simulator {
         ss.free = (s.kind == StepKind::Copy && s.src == s.dst) ||
                   (i + 1 < steps.steps.size() && collectives::fusedWithNext(s, steps.steps[i + 1]));
         ss.peerRead = collectives::isPeerBuffer(s.src.buf);
+        ss.kernelRead = ss.peerRead && !ss.free;
       } else if (s.kind == StepKind::Barrier) {
         if (lane != 0)
           return errorf(loomInvalidArgument, "rank %d lane %d step %zu: a Barrier off lane 0", rank,
@@ -356,8 +362,10 @@ class Simulator {
         Connection& c = connection(send ? rank : s.peer, send ? s.peer : rank, lane);
         ss.owner = uint32_t(&c - conns_.data());
         ss.network = topo_.ranks[size_t(c.src)].host != topo_.ranks[size_t(c.dst)].host;
-        ss.singleCopy = send && routes_[c.route].cpuCopy && opt_.singleCopyBytes > 0 &&
-                        ss.count * opt_.elemSize >= opt_.singleCopyBytes;
+        const bool oneCopy = routes_[c.route].cpuCopy && opt_.singleCopyBytes > 0 &&
+                             ss.count * opt_.elemSize >= opt_.singleCopyBytes;
+        ss.singleCopy = send && oneCopy;
+        ss.kernelRead = !send && oneCopy;  // the receiver reads the sender's buffer
         (send ? c.sends : c.recvs).push_back(g);
         if (send) {
           ++messages_;
@@ -571,9 +579,11 @@ class Simulator {
   }
 
   // Seconds of one core that step s costs its rank before it may start (HostCpu::stepOverhead,
-  // and netMessageOverhead for a message to or from another host: the kernel's TCP work).
+  // netMessageOverhead for a message to or from another host: the kernel's TCP work, and
+  // singleCopyOverhead for a read through the kernel).
   static double bookkeepingTime(const RankCpu& rc, const SimStep& s) {
-    return rc.stepOverhead + (s.network ? rc.netMessageOverhead : 0);
+    return rc.stepOverhead + (s.network ? rc.netMessageOverhead : 0) +
+           (s.kernelRead ? rc.singleCopyOverhead : 0);
   }
 
   // A rank's thread does one thing at a time: its local slices and its steps' bookkeeping run

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The calibration sweep of docs/CALIBRATION.md: every forced algorithm of allreduce, allgather
+# The calibration sweep of docs/CALIBRATION.md: forced algorithms of allreduce, allgather
 # and alltoall, sizes 8 B to 32 MiB (×4), 4 ranks on this host, REPEATS runs each (1000
 # iterations per size, fewer where loom-perf's 512 MB per size budget caps them); one
 # loom-perf --json file per run in OUT.
@@ -10,9 +10,9 @@ build=${1:?usage: measure.sh BUILD OUT [REPEATS]}
 out=${2:?usage: measure.sh BUILD OUT [REPEATS]}
 repeats=${3:-3}
 mkdir -p "$out"
-runs=(all_reduce:ring all_reduce:tree all_reduce:rhd all_reduce:rd all_reduce:torus all_reduce:direct
-      all_gather:ring all_gather:rd all_gather:bruck
-      alltoall:pairwise alltoall:xor alltoall:bruck alltoall:incast)
+runs=(all_reduce:ring all_reduce:tree all_reduce:rhd all_reduce:rd all_reduce:torus all_reduce:direct all_reduce:peer
+      all_gather:ring all_gather:rd all_gather:bruck all_gather:peer
+      alltoall:pairwise alltoall:xor alltoall:bruck alltoall:incast alltoall:peer)
 for ((k = 1; k <= repeats; ++k)); do
   for run in "${runs[@]}"; do
     coll=${run%%:*} algo=${run##*:}

@@ -361,16 +361,39 @@ TEST(Simulator, PeerReadsCostPeerReadCopiesAndACopyFusesWithItsReduce) {
   auto sum = emptyPlans(2);
   collectives::addCopy(sum[0].lanes[0], Region{kInput, 0, count}, Region{kOutput, 0, count});
   collectives::addReduce(sum[0].lanes[0], peerInput, Region{kOutput, 0, count});
+  // Each read through the kernel costs singleCopyOverhead first (the fused Copy, none).
   for (double copies : {0.0, 1.5}) {
-    topology::Topology t = cpuHost(2, 2, core);
-    t.nodes[size_t(t.hostNodes()[0])].cpu.peerReadCopies = copies;
-    const double factor = copies > 0 ? copies : 1;
-    for (const auto* plans : {&read, &sum}) {
-      SimResult r = simulate(*plans, t, whole());
-      ASSERT_TRUE(r.ok) << r.message;
-      expectTime(factor * bytes / core, r.time);
+    for (double overhead : {0.0, 2e-6}) {
+      topology::Topology t = cpuHost(2, 2, core);
+      t.nodes[size_t(t.hostNodes()[0])].cpu.peerReadCopies = copies;
+      t.nodes[size_t(t.hostNodes()[0])].cpu.singleCopyOverhead = overhead;
+      const double factor = copies > 0 ? copies : 1;
+      for (const auto* plans : {&read, &sum}) {
+        SimResult r = simulate(*plans, t, whole());
+        ASSERT_TRUE(r.ok) << r.message;
+        expectTime(overhead + factor * bytes / core, r.time);
+      }
     }
   }
+}
+
+TEST(Simulator, ASingleCopyReceiveCostsSingleCopyOverhead) {
+  // One message of the single-copy path between two ranks with cores of their own: its
+  // receiver pays the overhead before the message may start; below the threshold nobody does.
+  const uint64_t count = 1 << 16;
+  auto plans = emptyPlans(2);
+  message(plans, 0, 1, count);
+  auto timeWith = [&](double overhead, uint64_t threshold) {
+    topology::Topology t = cpuHost(2, 2, 4e9);
+    t.nodes[size_t(t.hostNodes()[0])].cpu.singleCopyOverhead = overhead;
+    SimOptions o = whole();
+    o.singleCopyBytes = threshold;
+    SimResult r = simulate(plans, t, o);
+    EXPECT_TRUE(r.ok) << r.message;
+    return r.time;
+  };
+  expectTime(timeWith(0, 1024) + 3e-6, timeWith(3e-6, 1024));
+  expectTime(timeWith(0, count * kElem + 1), timeWith(3e-6, count * kElem + 1));
 }
 
 TEST(Simulator, NetworkMessagesCostTheirHostsKernelTime) {
