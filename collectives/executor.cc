@@ -386,7 +386,12 @@ class Run {
                     "%s; peers read buffers from loomMemAlloc without it, or choose another "
                     "algorithm than %s",
                     st.message().c_str(), call_.plan->algorithm.c_str());
-    LOOM_TRY(st);
+    if (!st.isOk()) {
+      // A peer that left the call did so over an error of its own, most often another rank's
+      // death: name that rank when there is one.
+      Status alive = call_.arena->checkAlive();
+      return alive.isOk() ? st : alive;
+    }
     *out = into;
     return Status::ok();
   }

@@ -339,8 +339,9 @@ class ShmConnection final : public Connection {
   }
 
   Status readRemote(void* dst, uint64_t addr, size_t n) {
-    Status st = readProcessMemory(peerPid_, peer_, addr, dst, n);
-    if (st.code() == loomRemoteError) return peerExited();
+    bool exited = false;
+    Status st = readProcessMemory(peerPid_, peer_, addr, dst, n, &exited);
+    if (exited) return peerExited();
     return st.isOk() ? st : st.withContext(strprintf("shm lane %d", lane_));
   }
 

@@ -115,16 +115,23 @@ void PeerSegments::trim() {
   }
 }
 
-Status readProcessMemory(pid_t pid, int rank, uint64_t addr, void* dst, size_t n) {
+Status readProcessMemory(pid_t pid, int rank, uint64_t addr, void* dst, size_t n, bool* exited) {
   char* d = static_cast<char*>(dst);
   while (n > 0) {
     iovec local{d, n};
     iovec remote{reinterpret_cast<void*>(addr), n};
     ssize_t r = process_vm_readv(pid, &local, 1, &remote, 1, 0);
     if (r < 0 && errno == EINTR) continue;
-    if (r < 0 && errno == ESRCH)
+    if (r < 0 && errno == ESRCH) {
+      if (exited) *exited = true;
       return errorf(loomRemoteError, "shm: rank %d (pid %d) of this host has exited", rank,
                     int(pid));
+    }
+    if (r < 0 && errno == EFAULT)
+      return errorf(loomRemoteError,
+                    "shm: rank %d (pid %d) of this host no longer has the memory being read "
+                    "(it has left the call)",
+                    rank, int(pid));
     if (r <= 0)
       return errorf(loomSystemError,
                     "shm: cannot read the memory of rank %d (pid %d) of this host "

@@ -58,7 +58,10 @@ class PeerSegments {
 };
 
 // Reads n bytes at addr in process pid, communicator rank `rank` of this host, into dst
-// (process_vm_readv, resuming short reads). loomRemoteError when the process is gone.
-Status readProcessMemory(pid_t pid, int rank, uint64_t addr, void* dst, size_t n);
+// (process_vm_readv, resuming short reads). loomRemoteError when the process is gone (then
+// *exited, if given, is set) or no longer has those pages mapped (it has left the call that
+// lent them, after an error of its own).
+Status readProcessMemory(pid_t pid, int rank, uint64_t addr, void* dst, size_t n,
+                         bool* exited = nullptr);
 
 }  // namespace loom::transports
