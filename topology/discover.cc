@@ -62,6 +62,8 @@ LinkFigures defaultFigures(LinkKind k) {
 
 namespace {
 
+constexpr double kKernelReadOverhead = 1e-6, kKernelReadCopies = 1.1;
+
 LinkFigures orDefault(const LinkFigures& f, LinkKind k) {
   return f.known() ? f : defaultFigures(k);
 }
@@ -93,6 +95,11 @@ Topology buildCommTopology(const std::string& name, const CommDescription& d) {
     b.node(hostNode).cpu.cores = std::max(0, host.cores);
     LinkFigures same = orDefault(host.sameNuma, LinkKind::SameNuma);
     b.node(hostNode).cpu.stepOverhead = std::max(0.0, same.perMessage);
+    // Not measured at init: reading another process's memory through the kernel (a
+    // single-copy shm receive, a peer read of plain memory) costs a system call and the
+    // pinning of the pages. docs/CALIBRATION.md fits 1.1 us and 1.07 CPU bytes per byte here.
+    b.node(hostNode).cpu.singleCopyOverhead = kKernelReadOverhead;
+    b.node(hostNode).cpu.peerReadCopies = kKernelReadCopies;
     LinkFigures cross = orDefault(host.crossNuma, LinkKind::CrossNuma);
     // Rank → hub → hub → rank must cost the measured cross-NUMA figures: the hub-to-hub link
     // carries what crossing adds to a same-NUMA copy.

@@ -61,6 +61,9 @@ TEST(CommTopology, TwoHostsTwoRanksEach) {
   EXPECT_EQ(t.nodes[size_t(hosts[0])].name, "box");
   EXPECT_EQ(t.nodes[size_t(hosts[1])].name, "box-1");
   EXPECT_EQ(t.nodes[size_t(hosts[1])].cpu.cores, 8);
+  // Reads through the kernel are not measured at init: the calibrated defaults.
+  EXPECT_EQ(t.nodes[size_t(hosts[1])].cpu.singleCopyOverhead, 1e-6);
+  EXPECT_EQ(t.nodes[size_t(hosts[1])].cpu.peerReadCopies, 1.1);
   // Within a host: the measured same-NUMA figures; across: the measured network figures.
   PathFigures local = between(t, 0, 1), remote = between(t, 1, 2);
   EXPECT_NEAR(local.latency, kSame.latency, 1e-12);
