@@ -53,8 +53,6 @@ uint64_t stepCount(const Step& s) {
   return s.kind == StepKind::Send ? s.src.count : s.dst.count;
 }
 
-// Elements a local step handles per pass, so that later steps can start on its output early.
-constexpr uint64_t kLocalChunkBytes = 256 << 10;
 
 }  // namespace
 

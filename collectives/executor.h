@@ -20,6 +20,11 @@
 
 namespace loom::collectives {
 
+// Bytes a local step handles per pass, so that later steps can start on its output early; a
+// read of an unmapped peer's buffer is one process_vm_readv per pass (the simulator charges
+// HostCpu::singleCopyOverhead per such call).
+constexpr uint64_t kLocalChunkBytes = 256 << 10;
+
 // A plan prepared for execution: buffers that alias each other folded into one, and for every
 // step the earlier steps whose regions it conflicts with. Built once, cached by the caller.
 struct PreparedPlan {

@@ -13,7 +13,9 @@
 #include <queue>
 #include <unordered_map>
 
+#include "collectives/executor.h"
 #include "core/status.h"
+#include "transports/shm/shm_transport.h"
 
 namespace loom::tuner {
 namespace {
@@ -50,9 +52,10 @@ struct SimStep {
   // after it (collectives::fusedWithNext), whose cost that Reduce carries.
   bool free = false;
   bool peerRead = false;  // a Copy or Reduce from a peer's buffer (HostCpu::peerReadCopies)
-  // It reads another process's memory through the kernel: a peer read, or the receive of a
-  // single-copy message (HostCpu::singleCopyOverhead).
-  bool kernelRead = false;
+  // System calls it makes to read another process's memory (a peer read, the receive of a
+  // single-copy message), each costing HostCpu::singleCopyOverhead: one per piece the executor
+  // or the shm transport reads at a time.
+  uint32_t kernelReads = 0;
   // A Send that goes by one copy (SimOptions::singleCopyBytes): it starts only when all of it
   // is ready, as the shm transport does.
   bool singleCopy = false;
@@ -344,7 +347,7 @@ class Simulator {
         ss.free = (s.kind == StepKind::Copy && s.src == s.dst) ||
                   (i + 1 < steps.steps.size() && collectives::fusedWithNext(s, steps.steps[i + 1]));
         ss.peerRead = collectives::isPeerBuffer(s.src.buf);
-        ss.kernelRead = ss.peerRead && !ss.free;
+        if (ss.peerRead && !ss.free) ss.kernelReads = pieces(ss.count, collectives::kLocalChunkBytes);
       } else if (s.kind == StepKind::Barrier) {
         if (lane != 0)
           return errorf(loomInvalidArgument, "rank %d lane %d step %zu: a Barrier off lane 0", rank,
@@ -365,7 +368,8 @@ class Simulator {
         const bool oneCopy = routes_[c.route].cpuCopy && opt_.singleCopyBytes > 0 &&
                              ss.count * opt_.elemSize >= opt_.singleCopyBytes;
         ss.singleCopy = send && oneCopy;
-        ss.kernelRead = !send && oneCopy;  // the receiver reads the sender's buffer
+        // The receiver reads the sender's buffer.
+        if (!send && oneCopy) ss.kernelReads = pieces(ss.count, transports::kCmaPieceBytes);
         (send ? c.sends : c.recvs).push_back(g);
         if (send) {
           ++messages_;
@@ -382,6 +386,12 @@ class Simulator {
       depBegin_.push_back(uint32_t(depStep_.size()));
     }
     return Status::ok();
+  }
+
+  // Reads of at most pieceBytes each that count elements take.
+  uint32_t pieces(uint64_t count, uint64_t pieceBytes) const {
+    const uint64_t bytes = count * opt_.elemSize;
+    return uint32_t(std::max<uint64_t>(1, (bytes + pieceBytes - 1) / pieceBytes));
   }
 
   Connection& connection(int src, int dst, int lane) {
@@ -583,7 +593,7 @@ class Simulator {
   // singleCopyOverhead for a read through the kernel).
   static double bookkeepingTime(const RankCpu& rc, const SimStep& s) {
     return rc.stepOverhead + (s.network ? rc.netMessageOverhead : 0) +
-           (s.kernelRead ? rc.singleCopyOverhead : 0);
+           s.kernelReads * rc.singleCopyOverhead;
   }
 
   // A rank's thread does one thing at a time: its local slices and its steps' bookkeeping run

@@ -53,9 +53,6 @@ constexpr uint32_t kLayoutVersion = 2;
 // A CMA RecvReduce reads the sender's data into this buffer and reduces from it; small
 // enough to still be in L2 when the reduction reads it.
 constexpr size_t kBounceBytes = 256 << 10;
-// A CMA Recv reads at most this much per system call so that acknowledgements (and so the
-// sender's `done`) flow back while a large message is still being read.
-constexpr size_t kCmaPieceBytes = 1 << 20;
 // Bytes one progress() call receives at most, so that a call stays short even when one
 // descriptor covers a whole large message.
 constexpr size_t kRecvBudgetBytes = 4 << 20;

@@ -14,6 +14,11 @@
 
 namespace loom::transports {
 
+// A CMA Recv reads at most this much per system call so that acknowledgements (and so the
+// sender's `done`) flow back while a large message is still being read. The simulator
+// charges HostCpu::singleCopyOverhead per such call.
+constexpr size_t kCmaPieceBytes = 1 << 20;
+
 // Sizes of the rings and the single-copy threshold. createShmTransport(ctx, out) takes them
 // from the LOOM_SHM_* parameters; tests and benchmarks pass their own.
 struct ShmOptions {
