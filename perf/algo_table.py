@@ -384,9 +384,10 @@ def write_md(args, algos, results, settings, elapsed):
         with open(args.out) as f:
             old = f.read()
         m = re.search(r"## What wins where\n(.*)\Z", old, re.S)
-        if m and "<!-- analysis -->" not in m.group(1):
+        # The kept section carries its own marker line (or none); anything besides it is text.
+        if m and m.group(1).replace("<!-- analysis -->", "").strip():
             text = text.replace("<!-- analysis -->\n", "")
-            text = text.rstrip("\n") + "\n" + m.group(1).lstrip("\n")
+            text = text.rstrip("\n") + "\n" + m.group(1)
     with open(args.out, "w") as f:
         f.write(text if text.endswith("\n") else text + "\n")
 
