@@ -114,7 +114,9 @@ loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t* asyncError);
 /** Host memory that the ranks of one host can read in each other's processes with plain
  *  loads (pages of a memfd, mapped shared; zero-filled): buffers from here let the "peer"
  *  algorithms copy straight between processes instead of through the kernel. Any loom call
- *  takes other memory too. *ptr = NULL on failure. */
+ *  takes other memory too. Each allocation is at least a page and holds one file descriptor
+ *  while it lives (peers open it by number), so allocate few, large buffers.
+ *  *ptr = NULL on failure. */
 loomResult_t loomMemAlloc(void** ptr, size_t size);
 /** Frees what loomMemAlloc returned (NULL is a no-op). */
 loomResult_t loomMemFree(void* ptr);
