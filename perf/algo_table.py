@@ -377,19 +377,28 @@ def write_md(args, algos, results, settings, elapsed):
                 continue
             cells, mpi = results[(setting, key)]
             md += [f"### {key}", "", table(cells, algos[key], mpi), ""]
-    md += ["## What wins where", "", "<!-- analysis -->", ""]
+    md += [ANALYSIS_HEADING, "", ANALYSIS_MARKER, ""]
     text = "\n".join(md)
-    # Keep a hand-written analysis section across regenerations.
     if os.path.exists(args.out):
         with open(args.out) as f:
-            old = f.read()
-        m = re.search(r"## What wins where\n(.*)\Z", old, re.S)
-        # The kept section carries its own marker line (or none); anything besides it is text.
-        if m and m.group(1).replace("<!-- analysis -->", "").strip():
-            text = text.replace("<!-- analysis -->\n", "")
-            text = text.rstrip("\n") + "\n" + m.group(1)
+            text = keep_analysis(text, f.read())
     with open(args.out, "w") as f:
         f.write(text if text.endswith("\n") else text + "\n")
+
+
+ANALYSIS_HEADING = "## What wins where"
+ANALYSIS_MARKER = "<!-- analysis -->"
+
+
+def keep_analysis(text, old):
+    """`text` (a fresh document ending in the heading and the marker) with the hand-written part
+    of `old` (everything after its heading) in place of the marker, when there is one beyond
+    the marker line itself, which it keeps for the next regeneration."""
+    m = re.search(re.escape(ANALYSIS_HEADING) + r"\n(.*)\Z", old, re.S)
+    if not m or not m.group(1).replace(ANALYSIS_MARKER, "").strip():
+        return text
+    head = text[:text.rindex(ANALYSIS_HEADING) + len(ANALYSIS_HEADING)]
+    return head + "\n" + m.group(1)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 # when everything is already there (CI machines are reused), so it is cheap to call always.
 set -euo pipefail
 packages=(cmake g++ make pkg-config libgtest-dev libgmock-dev libbenchmark-dev iproute2
-          openmpi-bin libopenmpi-dev libgloo-dev nlohmann-json3-dev libhwloc-dev)
+          openmpi-bin libopenmpi-dev libgloo-dev nlohmann-json3-dev libhwloc-dev python3)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" > /dev/null 2>&1 || missing+=("$p")
