@@ -99,5 +99,6 @@ void addRecvReduce(Lane& lane, int peer, Region src, Region dst) {
 }
 void addCopy(Lane& lane, Region src, Region dst) { add(lane, StepKind::Copy, -1, src, dst); }
 void addReduce(Lane& lane, Region src, Region dst) { add(lane, StepKind::Reduce, -1, src, dst); }
+void addBarrier(Lane& lane) { lane.steps.push_back(Step{StepKind::Barrier, -1, {}, {}}); }
 
 }  // namespace loom::collectives

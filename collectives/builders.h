@@ -150,5 +150,7 @@ void addRecv(Lane& lane, int peer, Region dst);
 void addRecvReduce(Lane& lane, int peer, Region src, Region dst);
 void addCopy(Lane& lane, Region src, Region dst);
 void addReduce(Lane& lane, Region src, Region dst);
+// A Barrier step (plan.h): on lane 0 of plans whose ranks share one host's arena.
+void addBarrier(Lane& lane);
 
 }  // namespace loom::collectives

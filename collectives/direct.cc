@@ -35,8 +35,6 @@ uint64_t slotElements(const CollArgs& a) {
   return slot;
 }
 
-void addBarrier(Lane& lane) { lane.steps.push_back(Step{StepKind::Barrier, -1, {}, {}}); }
-
 // Where slot j of half h starts in the Shared buffer, with slots of `slot` elements.
 uint64_t slotStart(uint64_t slot, uint64_t n, uint64_t half, uint64_t j) {
   return (half * n + j) * slot;

@@ -325,24 +325,24 @@ class Run {
     const Step& s = lane(l).steps[i];
     StepState* ss = &state_[l][i];
     const uint64_t chunk = std::max<uint64_t>(1, kLocalChunkBytes / es_);
-    uint64_t end = std::min(limit, ss->done + chunk);
+    const uint64_t end = std::min(limit, ss->done + chunk);
     char* dst = address(s.dst) + ss->done * es_;
     if (s.kind == StepKind::Copy && !isPeerBuffer(s.src.buf) && address(s.dst) == address(s.src)) {
       ss->done = stepCount(s);  // an in-place copy is nothing to do
       return Status::ok();
     }
-    const Step* next = lane(l).fuseNext[i] ? &lane(l).steps[i + 1] : nullptr;
-    StepState* nextState = next ? &state_[l][i + 1] : nullptr;
-    if (next && nextState->done == ss->done) end = std::min(end, readyLimit(l, i + 1, i));
-    if (next && nextState->done == ss->done && end > ss->done) {
-      const char *a = nullptr, *b = nullptr;
-      LOOM_TRY(readable(s.src, ss->done, end - ss->done, 0, &a));
-      LOOM_TRY(readable(next->src, ss->done, end - ss->done, 1, &b));
-      reduce(dst, a, b, end - ss->done, call_.dtype, call_.op);
-      ss->done = nextState->done = end;
-      return Status::ok();
+    if (lane(l).fuseNext[i] && state_[l][i + 1].done == ss->done) {
+      const Step& next = lane(l).steps[i + 1];
+      const uint64_t both = std::min(end, readyLimit(l, i + 1, i));  // what the Reduce may take
+      if (both > ss->done) {
+        const char *a = nullptr, *b = nullptr;
+        LOOM_TRY(readable(s.src, ss->done, both - ss->done, 0, &a));
+        LOOM_TRY(readable(next.src, ss->done, both - ss->done, 1, &b));
+        reduce(dst, a, b, both - ss->done, call_.dtype, call_.op);
+        ss->done = state_[l][i + 1].done = both;
+        return Status::ok();
+      }
     }
-    end = std::min(limit, ss->done + chunk);
     const uint64_t n = end - ss->done;
     const char* src = nullptr;
     // An unmapped peer's data for a Copy goes straight into the destination.

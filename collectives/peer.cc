@@ -9,8 +9,6 @@
 namespace loom::collectives {
 namespace {
 
-void addBarrier(Lane& lane) { lane.steps.push_back(Step{StepKind::Barrier, -1, {}, {}}); }
-
 // Rank j's buffer `buf` (kInput or kOutput) as rank `rank` names it: its own, or a peer's.
 Region of(int rank, int j, uint32_t buf, uint64_t offset, uint64_t count) {
   return {j == rank ? buf : peerBuffer(j, buf), offset, count};
@@ -32,7 +30,7 @@ RankPlan peerPlan(const CollArgs& a, Body body) {
   return plan;
 }
 
-// dst = Σ over ranks of their `buf` at [offset, offset+count), this rank's own first, then the
+// dst = Σ over ranks of their Input at [offset, offset+count), this rank's own first, then the
 // others from rank+1 on (so the N ranks summing slices at once read N different peers).
 void addSum(Lane& lane, const CollArgs& a, int rank, uint64_t offset, uint64_t count, Region dst) {
   addCopy(lane, {kInput, offset, count}, dst);

@@ -30,14 +30,14 @@ const char* collectiveName(Collective c);  // "allreduce", "broadcast", ...
 // kFirstUserBuffer + i.
 enum : uint32_t { kInput = 0, kOutput = 1, kScratch = 2, kShared = 3, kFirstUserBuffer = 4 };
 
-// Another rank's Input or Output, read in place (the "peer" builders, collectives/direct.cc).
+// Another rank's Input or Output, read in place (the "peer" builders, collectives/peer.cc).
 // Only a Copy's or Reduce's src may name one: peers' buffers are never written. The rule that
 // makes such a read safe is the plan's: the ranks share one host (Barrier steps), the plan has
 // one lane, no peer buffer is read before the plan's first Barrier (every rank has entered the
 // call, so its Input holds the call's data) nor after its last (a rank that has passed it may
 // return to its caller, who may reuse the buffers), and between two barriers nobody reads what
 // its owner writes. The executor reads a peer's buffer through a mapping when the peer's
-// memory came from loomMemAlloc, else with process_vm_readv (core/peer_memory.h).
+// memory came from loomMemAlloc, else with process_vm_readv (transports/shm/user_memory.h).
 constexpr uint32_t kFirstPeerBuffer = 1u << 30;
 inline uint32_t peerBuffer(int rank, uint32_t buf) {  // buf: kInput or kOutput
   return kFirstPeerBuffer + uint32_t(rank) * 2 + buf;

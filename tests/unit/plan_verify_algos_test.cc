@@ -15,6 +15,7 @@
 #include "collectives/builders.h"
 #include "collectives/builders_reduce.h"
 #include "collectives/plan.h"
+#include "core/status.h"
 #include "tests/support/plan_test_util.h"
 #include "tests/support/verifier.h"
 
@@ -202,34 +203,29 @@ TEST(PlanVerifyAlgos, HierarchicalRefusesUnequalHosts) {
   }
 }
 
-TEST(PlanVerifyAlgos, PeerRefusesSeveralHostsAndNoArena) {
-  const Builder& b = builderNamed(Collective::AllReduce, "peer");
-  CollArgs a = makeArgs(Collective::AllReduce, 4, 100);
-  EXPECT_EQ(b.refuse(a), "");
-  a.hostOf = {0, 1, 0, 0};
-  EXPECT_EQ(b.refuse(a),
-            "peer needs every rank on one host, but ranks 0 and 1 are on different hosts; use "
-            "another algorithm");
-  a.hostOf.clear();
-  a.sharedBytes = 0;
-  EXPECT_EQ(b.refuse(a),
-            "peer: no shared-memory arena (LOOM_SHM_DIRECT_BYTES is 0, or LOOM_TRANSPORT=tcp)");
-}
-
-TEST(PlanVerifyAlgos, DirectRefusesSeveralHostsAndNoArena) {
+// The arena's algorithms (refuseOffHost) alike; direct also needs room for its slots.
+TEST(PlanVerifyAlgos, DirectAndPeerRefuseSeveralHostsAndNoArena) {
+  for (const char* name : {"direct", "peer"}) {
+    const Builder& b = builderNamed(Collective::AllReduce, name);
+    CollArgs a = makeArgs(Collective::AllReduce, 4, 100);
+    EXPECT_EQ(b.refuse(a), "");
+    a.hostOf = {0, 0, 0, 0};
+    EXPECT_EQ(b.refuse(a), "");
+    for (auto [layout, other] : {std::pair{std::vector<int32_t>{0, 0, 1, 0}, 2},
+                                 std::pair{std::vector<int32_t>{0, 1, 0, 0}, 1}}) {
+      a.hostOf = layout;
+      EXPECT_EQ(b.refuse(a), strprintf("%s needs every rank on one host, but ranks 0 and %d are "
+                                       "on different hosts; use another algorithm",
+                                       name, other));
+    }
+    a.hostOf.clear();
+    a.sharedBytes = 0;
+    EXPECT_EQ(b.refuse(a), strprintf("%s: no shared-memory arena (LOOM_SHM_DIRECT_BYTES is 0, or "
+                                     "LOOM_TRANSPORT=tcp)",
+                                     name));
+  }
   const Builder& b = builderNamed(Collective::AllReduce, "direct");
   CollArgs a = makeArgs(Collective::AllReduce, 4, 100);
-  EXPECT_EQ(b.refuse(a), "");
-  a.hostOf = {0, 0, 0, 0};
-  EXPECT_EQ(b.refuse(a), "");
-  a.hostOf = {0, 0, 1, 0};
-  EXPECT_EQ(b.refuse(a),
-            "direct needs every rank on one host, but ranks 0 and 2 are on different hosts; use "
-            "another algorithm");
-  a.hostOf.clear();
-  a.sharedBytes = 0;
-  EXPECT_EQ(b.refuse(a),
-            "direct: no shared-memory arena (LOOM_SHM_DIRECT_BYTES is 0, or LOOM_TRANSPORT=tcp)");
   a.sharedBytes = 2 * 4 * 4 - 1;  // one float short of a slot each
   EXPECT_EQ(b.refuse(a),
             "direct: 31 bytes of arena per call cannot hold 2 x 4 slots of 1 4-byte "
