@@ -184,13 +184,15 @@ double loss(const std::vector<MeasuredPoint>& points, const std::vector<double>&
 }
 
 // Nelder–Mead over x (standard coefficients), restarted from the best vertex while that still
-// improves, within maxEvaluations calls of f. Returns the best x; *evaluations counts calls.
+// improves, within maxEvaluations calls of f. Returns the best x; *evaluations counts calls,
+// *bestValue (if given) gets f at the returned x.
 std::vector<double> nelderMead(const std::function<double(const std::vector<double>&)>& f,
                                std::vector<double> x, double step, int maxEvaluations,
-                               int* evaluations) {
+                               int* evaluations, double* bestValue = nullptr) {
   const size_t n = x.size();
   double best = f(x);
   *evaluations = 1;
+  if (bestValue) *bestValue = best;
   if (n == 0) return x;
   for (bool improved = true; improved && *evaluations < maxEvaluations;) {
     std::vector<std::vector<double>> simplex(n + 1, x);
@@ -253,6 +255,7 @@ std::vector<double> nelderMead(const std::function<double(const std::vector<doub
       x = simplex[lo];
     }
   }
+  if (bestValue) *bestValue = best;
   return x;
 }
 
@@ -372,10 +375,12 @@ Status calibrate(const std::vector<MeasuredPoint>& points, const topology::Topol
     // their neutral start (a plain copy, a nanosecond per kernel read), then all from there,
     // which ends at least as well as a fit without the new figures (Nelder-Mead never gives up
     // its best point). The lower loss wins; neither alone is best on every sweep measured here.
-    const std::vector<double> start = x;
-    x = nelderMead(objective, start, std::log(2.0), options.maxEvaluations, &out->evaluations);
+    const std::vector<double> x0 = x;
+    double bestLoss = 0, stagedLoss = 0;
+    x = nelderMead(objective, x0, std::log(2.0), options.maxEvaluations, &out->evaluations,
+                   &bestLoss);
     std::vector<size_t> first;
-    std::vector<double> staged = start, y;
+    std::vector<double> staged = x0, y;
     for (size_t i = 0; i < knobs.size(); ++i) {
       if (knobs[i].what == Knob::What::PeerReadCopies) {
         staged[i] = 0;  // log 1
@@ -386,7 +391,7 @@ Status calibrate(const std::vector<MeasuredPoint>& points, const topology::Topol
       }
     }
     if (first.size() < knobs.size()) {
-      for (size_t i : first) y.push_back(start[i]);
+      for (size_t i : first) y.push_back(x0[i]);
       auto sub = [&](const std::vector<double>& v) {
         std::vector<double> z = staged;
         for (size_t j = 0; j < first.size(); ++j) z[first[j]] = v[j];
@@ -396,9 +401,9 @@ Status calibrate(const std::vector<MeasuredPoint>& points, const topology::Topol
       y = nelderMead(sub, y, std::log(2.0), options.maxEvaluations / 2, &evaluations);
       for (size_t j = 0; j < first.size(); ++j) staged[first[j]] = y[j];
       staged = nelderMead(objective, staged, std::log(2.0), options.maxEvaluations - evaluations,
-                          &more);
+                          &more, &stagedLoss);
       out->evaluations += evaluations + more;
-      if (objective(staged) < objective(x)) x = staged;
+      if (stagedLoss < bestLoss) x = staged;
     }
   }
   out->knobs = withX(x);
