@@ -214,6 +214,11 @@ class Run {
     }
   }
 
+  // Rings the doorbells that the call's connections have left pending (Connection).
+  void flushNotifications() {
+    for (Connection* c : conns_) c->flushNotifications();
+  }
+
  private:
   const PreparedPlan::LaneSteps& lane(size_t l) const { return call_.plan->lanes[l]; }
 
@@ -523,7 +528,10 @@ class Run {
 }  // namespace
 
 Status execute(ExecHost& host, const ExecCall& call, int64_t timeoutMs, ExecWorkspace& workspace) {
-  return Run(host, call, timeoutMs, *workspace.impl).run();
+  Run run(host, call, timeoutMs, *workspace.impl);
+  Status st = run.run();
+  run.flushNotifications();  // whatever the outcome: a peer may sleep on what was published
+  return st;
 }
 
 }  // namespace loom::collectives

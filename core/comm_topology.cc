@@ -56,8 +56,10 @@ TransferOp transferOp(TransferOp::Kind kind, void* buffer, size_t bytes) {
 Status runOps(Connection* c, const std::vector<TransferOp*>& ops, const Deadline& deadline) {
   for (TransferOp* op : ops) LOOM_TRY(c->post(op));
   for (;;) {
-    if (std::all_of(ops.begin(), ops.end(), [](TransferOp* op) { return op->complete(); }))
+    if (std::all_of(ops.begin(), ops.end(), [](TransferOp* op) { return op->complete(); })) {
+      c->flushNotifications();
       return Status::ok();
+    }
     bool progressed = false;
     LOOM_TRY(c->progress(&progressed));
     if (progressed) continue;

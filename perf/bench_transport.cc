@@ -102,6 +102,7 @@ void run(Rank& r, int path, std::initializer_list<TransferOp*> ops,
     transport.disarmSleep();
     idle = 0;
   }
+  conn.flushNotifications();
 }
 
 struct Buffers {

@@ -73,6 +73,12 @@ class Connection {
   virtual Status progress(bool* progressed) = 0;
   // Cheap liveness check for waits that see no progress (e.g. the peer process exists).
   virtual Status checkAlive() { return Status::ok(); }
+  // Wakes the peer if progress() published something it may be asleep waiting for. A
+  // transport may leave that to the start of its next progress() call, so that the wake-up's
+  // full fence is not paid between publishing a small message and polling for the answer
+  // (where it would wait for the stores to reach the peer); whoever stops calling progress()
+  // on a connection (a finished call) calls this once.
+  virtual void flushNotifications() {}
 };
 
 class Transport {

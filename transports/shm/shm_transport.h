@@ -19,6 +19,10 @@ namespace loom::transports {
 // charges HostCpu::singleCopyOverhead per such call.
 constexpr size_t kCmaPieceBytes = 1 << 20;
 
+// A whole message of at most this many bytes travels inside its slot's header line, so that
+// the receiver takes one cache line from the sender's core instead of two in a row.
+constexpr size_t kHeaderPayloadBytes = 40;
+
 // Sizes of the rings and the single-copy threshold. createShmTransport(ctx, out) takes them
 // from the LOOM_SHM_* parameters; tests and benchmarks pass their own.
 struct ShmOptions {
@@ -34,8 +38,9 @@ Status createShmTransport(const CommContext* ctx, const ShmOptions& options,
 
 // What a connection of this transport has sent, by path (tests check which path was taken).
 struct ShmConnectionStats {
-  uint64_t slotBytes = 0;  // copied through the ring's slots
-  uint64_t cmaBytes = 0;   // described in the ring and read by the peer with one copy
+  uint64_t slotBytes = 0;    // copied through the ring's slots (headerBytes included)
+  uint64_t headerBytes = 0;  // of those, carried inside slot headers (kHeaderPayloadBytes)
+  uint64_t cmaBytes = 0;     // described in the ring and read by the peer with one copy
 };
 // Fills *out and returns true if conn was made by the shm transport.
 bool shmConnectionStats(const Connection& conn, ShmConnectionStats* out);
