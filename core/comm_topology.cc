@@ -210,6 +210,7 @@ struct ProbeRecord {
   int32_t cores = 0;  // of its host
   int32_t numaNodes = 1;
   int32_t padding = 0;
+  uint64_t privateCacheBytes = 0;  // of its host's cores
   LinkFigures cached[kLinkKinds];  // from its host's cache, zero when absent
 };
 struct MeasureRecord {
@@ -239,7 +240,8 @@ Status allgatherRecords(Bootstrap& boot, const Record& mine, int nranks, const D
 // The probe data of this host: from the cache file, else hwloc (remembered per process, since
 // hwloc takes tens of milliseconds and the cache directory may be unwritable).
 bool probeThisHost(const std::string& signature, topology::HostCache* cache) {
-  if (cache->cores > 0 && !cache->numaCpus.empty()) return false;
+  // A cache entry from before loom knew private caches lacks it: probe again (and file it).
+  if (cache->cores > 0 && !cache->numaCpus.empty() && cache->privateCacheBytes > 0) return false;
   static std::mutex mutex;
   static std::map<std::string, topology::HostCache> probed;
   std::lock_guard<std::mutex> lock(mutex);
@@ -249,6 +251,7 @@ bool probeThisHost(const std::string& signature, topology::HostCache* cache) {
     topology::HostCache& entry = probed[signature];
     if (Status st = topology::probeHost(&info, false); st.isOk()) {
       entry.cores = info.cores;
+      entry.privateCacheBytes = topology::privateCacheOf(info);
       entry.numaCpus = info.numaCpus;
     } else {
       LOOM_WARN("INIT", "topology: %s; assuming one NUMA node", st.message().c_str());
@@ -259,6 +262,7 @@ bool probeThisHost(const std::string& signature, topology::HostCache* cache) {
     it = probed.find(signature);
   }
   cache->cores = it->second.cores;
+  cache->privateCacheBytes = it->second.privateCacheBytes;
   cache->numaCpus = it->second.numaCpus;
   return true;
 }
@@ -384,6 +388,7 @@ Status Comm::detectTopology(const Deadline& deadline) {
   ProbeRecord mine;
   mine.numa = topology::boundNumaNode(allowedCpus(), cache.numaCpus);
   mine.cores = cache.cores;
+  mine.privateCacheBytes = cache.privateCacheBytes;
   mine.numaNodes = std::max(1, int(cache.numaCpus.size()));
   for (int k = 0; k < kLinkKinds; ++k)
     if (std::string key = cacheKey(LinkKind(k), myHost); !key.empty() && cache.links.count(key))
@@ -440,6 +445,7 @@ Status Comm::detectTopology(const Deadline& deadline) {
     topology::HostDescription host;
     host.name = peer(firstRank[size_t(h)]).hostname;
     host.cores = first.cores;
+    host.privateCacheBytes = first.privateCacheBytes;
     host.numaNodes = first.numaNodes;
     FigureSource same, cross;
     host.sameNuma = resolve(LinkKind::SameNuma, h, &same);

@@ -39,6 +39,8 @@ const char kUsage[] =
     "  --cores N           cores the ranks of each host share (default: the model's)\n"
     "  --cache BYTES       last-level cache the ranks of each host share (K, M, G suffixes;\n"
     "                      default: the model's); its bandwidth is fitted\n"
+    "  --private-cache BYTES  each core's own cache (L2; default: the model's); what\n"
+    "                      reading data another core just wrote costs is fitted\n"
     "  --slices K          simulator pipelining pieces per step (default 4)\n"
     "  --max-evals N       simulations of the whole set the fit may run (default 3000)\n"
     "  --no-fit            only validate the model as it is\n"
@@ -51,7 +53,7 @@ struct Args {
   loom::tuner::UniformCluster uniform;
   bool useUniform = false;
   int cores = 0;
-  uint64_t cacheBytes = 0;
+  uint64_t cacheBytes = 0, privateCacheBytes = 0;
   loom::tuner::CalibrationOptions options;
   std::vector<std::string> inputs;
 };
@@ -75,6 +77,7 @@ bool parseArgs(int argc, char** argv, Args* a) {
     kUniform,
     kCores,
     kCache,
+    kPrivateCache,
     kSlices,
     kMaxEvals,
     kNoFit,
@@ -87,6 +90,7 @@ bool parseArgs(int argc, char** argv, Args* a) {
                                     {"uniform", required_argument, nullptr, kUniform},
                                     {"cores", required_argument, nullptr, kCores},
                                     {"cache", required_argument, nullptr, kCache},
+                                    {"private-cache", required_argument, nullptr, kPrivateCache},
                                     {"slices", required_argument, nullptr, kSlices},
                                     {"max-evals", required_argument, nullptr, kMaxEvals},
                                     {"no-fit", no_argument, nullptr, kNoFit},
@@ -110,10 +114,13 @@ bool parseArgs(int argc, char** argv, Args* a) {
         if (!parseCount(optarg, 1, &a->cores))
           return fail("--cores wants a count >= 1, not '" + v + "'");
         break;
-      case kCache: {
+      case kCache:
+      case kPrivateCache: {
+        const char* name = opt == kCache ? "--cache" : "--private-cache";
         auto bytes = perf::parseSize(v);
-        if (!bytes || *bytes == 0) return fail("--cache wants a size such as 32M, not '" + v + "'");
-        a->cacheBytes = *bytes;
+        if (!bytes || *bytes == 0)
+          return fail(std::string(name) + " wants a size such as 2M, not '" + v + "'");
+        (opt == kCache ? a->cacheBytes : a->privateCacheBytes) = *bytes;
         break;
       }
       case kSlices:
@@ -341,6 +348,7 @@ int main(int argc, char** argv) {
     if (n.kind != topology::NodeKind::Host) continue;
     if (a.cores > 0) n.cpu.cores = a.cores;
     if (a.cacheBytes > 0) n.cpu.cacheBytes = a.cacheBytes;
+    if (a.privateCacheBytes > 0) n.cpu.privateCacheBytes = a.privateCacheBytes;
   }
   std::vector<MeasuredPoint> points;
   size_t ignored = 0;

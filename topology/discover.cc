@@ -63,6 +63,8 @@ LinkFigures defaultFigures(LinkKind k) {
 namespace {
 
 constexpr double kKernelReadOverhead = 1e-6, kKernelReadCopies = 1.1;
+// CPU bytes a byte read out of another core's private cache adds (docs/CALIBRATION.md).
+constexpr double kDirtyReadCopies = 0.41;
 
 LinkFigures orDefault(const LinkFigures& f, LinkKind k) {
   return f.known() ? f : defaultFigures(k);
@@ -100,6 +102,11 @@ Topology buildCommTopology(const std::string& name, const CommDescription& d) {
     // pinning of the pages. docs/CALIBRATION.md fits 1.1 us and 1.07 CPU bytes per byte here.
     b.node(hostNode).cpu.singleCopyOverhead = kKernelReadOverhead;
     b.node(hostNode).cpu.peerReadCopies = kKernelReadCopies;
+    // Nor is reading what another core just wrote; its reach is the probed private cache.
+    if (host.privateCacheBytes > 0) {
+      b.node(hostNode).cpu.privateCacheBytes = host.privateCacheBytes;
+      b.node(hostNode).cpu.dirtyReadCopies = kDirtyReadCopies;
+    }
     LinkFigures cross = orDefault(host.crossNuma, LinkKind::CrossNuma);
     // Rank → hub → hub → rank must cost the measured cross-NUMA figures: the hub-to-hub link
     // carries what crossing adds to a same-NUMA copy.
@@ -236,6 +243,7 @@ Status loadHostCache(const std::string& dir, const std::string& signature, HostC
       return errorf(loomInvalidUsage, "%s belongs to another host (%s)", path.c_str(),
                     cache.signature.c_str());
     cache.cores = doc.at("cores").get<int>();
+    cache.privateCacheBytes = doc.value("privateCacheBytes", uint64_t(0));
     cache.numaCpus = doc.at("numaCpus").get<std::vector<std::vector<int>>>();
     for (const auto& [key, figures] : doc.at("links").items())
       cache.links[key] = {figures.at("latency").get<double>(),
@@ -280,6 +288,7 @@ Status saveHostCache(const std::string& dir, const HostCache& cache) {
     links[key] = {{"latency", f.latency}, {"bandwidth", f.bandwidth}, {"perMessage", f.perMessage}};
   json doc = {{"signature", cache.signature},
               {"cores", cache.cores},
+              {"privateCacheBytes", cache.privateCacheBytes},
               {"numaCpus", cache.numaCpus},
               {"links", links}};
   return writeFileAtomically(hostCachePath(dir, cache.signature), doc.dump(1) + "\n");

@@ -44,6 +44,7 @@ struct HostDescription {
   std::string name;  // node name; unique among the hosts
   int cores = 0;     // 0: unknown
   int numaNodes = 1;
+  uint64_t privateCacheBytes = 0;  // each core's own cache (privateCacheOf); 0: unknown
   LinkFigures sameNuma, crossNuma;  // rank to rank within the host (sameNuma.perMessage is
                                     // the model's HostCpu::stepOverhead)
 };
@@ -88,6 +89,7 @@ std::vector<MeasurePair> measurementPairs(const std::vector<int32_t>& rankHost,
 struct HostCache {
   std::string signature;
   int cores = 0;
+  uint64_t privateCacheBytes = 0;            // privateCacheOf the probe; 0: not known
   std::vector<std::vector<int>> numaCpus;    // OS CPU numbers per NUMA node
   std::map<std::string, LinkFigures> links;  // by linkCacheKey
 };

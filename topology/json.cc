@@ -61,7 +61,8 @@ Status readHostCpu(const json& node, NodeKind kind, const std::string& where, Ho
   static const char* const kKeys[] = {"cores",         "memBandwidth",      "stepOverhead",
                                       "cacheBytes",    "cacheBandwidth",    "messageCopies",
                                       "netMessageOverhead", "peerReadCopies",
-                                      "singleCopyOverhead"};
+                                      "singleCopyOverhead", "privateCacheBytes",
+                                      "dirtyReadCopies"};
   bool any = false;
   for (const char* key : kKeys) any = any || !member(node, key).is_null();
   if (!any) return Status::ok();
@@ -93,10 +94,12 @@ Status readHostCpu(const json& node, NodeKind kind, const std::string& where, Ho
   LOOM_TRY(count("cores", 1 << 20, &cores));
   out->cores = int32_t(cores);
   LOOM_TRY(count("cacheBytes", UINT64_MAX, &out->cacheBytes));
+  LOOM_TRY(count("privateCacheBytes", UINT64_MAX, &out->privateCacheBytes));
   LOOM_TRY(bandwidth("memBandwidth", &out->memBandwidth));
   LOOM_TRY(bandwidth("cacheBandwidth", &out->cacheBandwidth));
   for (auto [key, value] : {std::pair{"messageCopies", &out->messageCopies},
-                            std::pair{"peerReadCopies", &out->peerReadCopies}}) {
+                            std::pair{"peerReadCopies", &out->peerReadCopies},
+                            std::pair{"dirtyReadCopies", &out->dirtyReadCopies}}) {
     const json& copies = member(node, key);
     if (copies.is_null()) continue;
     if (!copies.is_number() || !(copies.get<double>() > 0))
@@ -234,6 +237,8 @@ std::string toJson(const Topology& t) {
       item["netMessageOverhead"] = formatLatency(n.cpu.netMessageOverhead);
     if (n.cpu.singleCopyOverhead > 0)
       item["singleCopyOverhead"] = formatLatency(n.cpu.singleCopyOverhead);
+    if (n.cpu.privateCacheBytes > 0) item["privateCacheBytes"] = n.cpu.privateCacheBytes;
+    if (n.cpu.dirtyReadCopies > 0) item["dirtyReadCopies"] = n.cpu.dirtyReadCopies;
     append(item, i == 0);
   }
   s += "\n  ],\n  \"links\": [";

@@ -77,6 +77,13 @@ void addDevices(hwloc_topology_t topo, HostInfo* out) {
 
 }  // namespace
 
+uint64_t privateCacheOf(const HostInfo& info) {
+  uint64_t bytes = 0;
+  for (const CacheLevel& c : info.caches)  // innermost first: the last that qualifies wins
+    if (info.cores > 0 && c.count >= info.cores && c.size > 0) bytes = c.size;
+  return bytes;
+}
+
 Status probeHost(HostInfo* out, bool withDevices) {
   hwloc_topology_t topo = nullptr;
   if (hwloc_topology_init(&topo) != 0)

@@ -38,6 +38,10 @@ struct HostInfo {
   std::vector<PciDevice> devices;
 };
 
+// The largest cache every core has one of its own (the outermost level with an instance per
+// core, usually L2); 0 when hwloc says of none.
+uint64_t privateCacheOf(const HostInfo& info);
+
 // Reads hwloc. Fails only when hwloc itself cannot load a topology. Without `withDevices` the
 // PCI scan (the slow part) is skipped and `devices` stays empty.
 Status probeHost(HostInfo* out, bool withDevices = true);

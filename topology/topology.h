@@ -51,6 +51,14 @@ struct HostCpu {
   // (process_vm_readv: a system call, and the pages pinned): the receive of a single-copy shm
   // message (LOOM_SHM_CMA_THRESHOLD) and a peer read. On top of stepOverhead.
   double singleCopyOverhead = 0;
+  // Data that a rank wrote earlier in the same call sits in its core's private cache (up to
+  // privateCacheBytes of it, the most recently written), and another core reads such lines
+  // slower than lines from memory or the shared cache: each has to be fetched out of the
+  // writer's cache. dirtyReadCopies is what that adds, in CPU bytes per byte of such data, to a
+  // read of another rank's memory in place (a single-copy shm receive of forwarded data, a peer
+  // read of a peer's output). 0: not modelled.
+  uint64_t privateCacheBytes = 0;
+  double dirtyReadCopies = 0;
 
   bool operator==(const HostCpu&) const = default;
 };

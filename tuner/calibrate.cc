@@ -65,6 +65,8 @@ std::string knobName(const Knob& k) {
       return "peerReadCopies";
     case Knob::What::SingleCopyOverhead:
       return "singleCopyOverhead";
+    case Knob::What::DirtyReadCopies:
+      return "dirtyReadCopies";
   }
   return "";
 }
@@ -86,6 +88,8 @@ double topology::HostCpu::*hostField(Knob::What what) {
       return &topology::HostCpu::peerReadCopies;
     case Knob::What::SingleCopyOverhead:
       return &topology::HostCpu::singleCopyOverhead;
+    case Knob::What::DirtyReadCopies:
+      return &topology::HostCpu::dirtyReadCopies;
     default:
       return &topology::HostCpu::messageCopies;
   }
@@ -327,12 +331,15 @@ Status calibrate(const std::vector<MeasuredPoint>& points, const topology::Topol
   // says how large its cache is, the cost of messages only where hosts say their core count
   // (else messages do not touch the CPU), that of network messages only where the measured
   // ranks span hosts, that of reading peers' buffers only where a peer algorithm was measured,
-  // that of reads through the kernel (as messages) only where hosts say their core count.
-  bool cached = false, cores = false, hosts = false, peer = false;
+  // that of reads through the kernel (as messages) only where hosts say their core count, and
+  // that of reading what another core just wrote only where hosts say how large a core's
+  // private cache is.
+  bool cached = false, cores = false, hosts = false, peer = false, privateCache = false;
   for (const MeasuredPoint& p : points) peer = peer || p.algorithm == "peer";
   for (const topology::Node& n : base.nodes) {
     cached = cached || n.cpu.cacheBytes > 0;
     cores = cores || n.cpu.cores > 0;
+    privateCache = privateCache || n.cpu.privateCacheBytes > 0;
   }
   for (int r = 1; r < nranks; ++r) hosts = hosts || base.ranks[size_t(r)].host != base.ranks[0].host;
   const double memBandwidth =
@@ -344,13 +351,15 @@ Status calibrate(const std::vector<MeasuredPoint>& points, const topology::Topol
                                                     {Knob::What::MessageCopies, 2},
                                                     {Knob::What::NetMessageOverhead, 1e-6},
                                                     {Knob::What::PeerReadCopies, 1},
-                                                    {Knob::What::SingleCopyOverhead, 1e-6}};
+                                                    {Knob::What::SingleCopyOverhead, 1e-6},
+                                                    {Knob::What::DirtyReadCopies, 1}};
   for (const auto& [what, start] : cpuKnobs) {
     if ((what == Knob::What::CacheBandwidth && !cached) ||
         (what == Knob::What::MessageCopies && !cores) ||
         (what == Knob::What::NetMessageOverhead && !hosts) ||
         (what == Knob::What::PeerReadCopies && !peer) ||
-        (what == Knob::What::SingleCopyOverhead && !cores))
+        (what == Knob::What::SingleCopyOverhead && !cores) ||
+        (what == Knob::What::DirtyReadCopies && !(cores && privateCache)))
       continue;
     const double value =
         what == Knob::What::MemBandwidth ? memBandwidth : hostFigure(base, hostField(what), 0);
@@ -371,8 +380,9 @@ Status calibrate(const std::vector<MeasuredPoint>& points, const topology::Topol
   out->evaluations = 0;
   if (options.fit) {
     // All figures at once from the start, and (where there are figures the older models lack:
-    // the costs of peer reads) also in two stages: first the older figures with the new ones at
-    // their neutral start (a plain copy, a nanosecond per kernel read), then all from there,
+    // the costs of peer reads and of reading what another core just wrote) also in two stages:
+    // first the older figures with the new ones at their neutral start (a plain copy, a
+    // nanosecond per kernel read, a thousandth of a copy per dirty byte), then all from there,
     // which ends at least as well as a fit without the new figures (Nelder-Mead never gives up
     // its best point). The lower loss wins; neither alone is best on every sweep measured here.
     const std::vector<double> x0 = x;
@@ -386,6 +396,8 @@ Status calibrate(const std::vector<MeasuredPoint>& points, const topology::Topol
         staged[i] = 0;  // log 1
       } else if (knobs[i].what == Knob::What::SingleCopyOverhead) {
         staged[i] = std::log(1e-9);
+      } else if (knobs[i].what == Knob::What::DirtyReadCopies) {
+        staged[i] = std::log(1e-3);
       } else {
         first.push_back(i);
       }

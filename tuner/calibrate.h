@@ -49,7 +49,8 @@ struct Knob {
     MessageCopies,
     NetMessageOverhead,
     PeerReadCopies,
-    SingleCopyOverhead
+    SingleCopyOverhead,
+    DirtyReadCopies
   };
   What what = What::LinkLatency;
   std::string linkKind;  // LinkLatency / LinkBandwidth

@@ -60,6 +60,10 @@ struct SimStep {
   // is ready, as the shm transport does.
   bool singleCopy = false;
   bool network = false;     // a Send or receive between ranks of different hosts
+  // The part of the data another rank reads in place (a single-copy Send's source, a peer
+  // read's) that its owner wrote earlier in the call and still holds in its core's private
+  // cache (HostCpu::dirtyReadCopies).
+  float dirty = 0;
   // Whether the rank's CPU has done the step's bookkeeping (HostCpu::stepOverhead): until then
   // not even its first slice may start.
   uint8_t admission = 0;  // kAdmitted, kNeedsAdmission or kAdmissionQueued
@@ -213,6 +217,8 @@ class Simulator {
     double netMessageOverhead = 0;  // and on top, per network message sent or received
     double peerReadCopies = 1;      // CPU bytes per byte read from a peer's buffer
     double singleCopyOverhead = 0;  // s per step that reads another process's memory
+    double dirtyReadCopies = 0;     // CPU bytes added per byte read from another's private cache
+    uint64_t privateCacheBytes = 0;
     uint32_t route = 0;       // its CPU route (one core, then the host's cores), when bandwidth > 0
     std::deque<CpuWork> queue;
     bool busy = false;  // the queue's front is running
@@ -267,6 +273,10 @@ class Simulator {
       rc.singleCopyOverhead = rc.host >= 0 ? hostCpu_[size_t(host)].singleCopyOverhead : 0;
       if (rc.host >= 0 && hostCpu_[size_t(host)].peerReadCopies > 0)
         rc.peerReadCopies = hostCpu_[size_t(host)].peerReadCopies;
+      if (rc.host >= 0) {
+        rc.dirtyReadCopies = hostCpu_[size_t(host)].dirtyReadCopies;
+        rc.privateCacheBytes = hostCpu_[size_t(host)].privateCacheBytes;
+      }
       if (memBandwidth(size_t(rc.host), 0) <= 0) continue;  // local work is free: no flows
       Route route;
       route.links.push_back(int32_t(capacity_.size()));
@@ -348,6 +358,10 @@ class Simulator {
                   (i + 1 < steps.steps.size() && collectives::fusedWithNext(s, steps.steps[i + 1]));
         ss.peerRead = collectives::isPeerBuffer(s.src.buf);
         if (ss.peerRead && !ss.free) ss.kernelReads = pieces(ss.count, collectives::kLocalChunkBytes);
+        // A peer's Output is what it wrote in this call (before the barrier that lets others
+        // read it); its Input was written before the call.
+        if (ss.peerRead && collectives::peerBufferKind(s.src.buf) == collectives::kOutput)
+          ss.dirty = dirtyFraction(collectives::peerBufferRank(s.src.buf), ss.count, ss.count);
       } else if (s.kind == StepKind::Barrier) {
         if (lane != 0)
           return errorf(loomInvalidArgument, "rank %d lane %d step %zu: a Barrier off lane 0", rank,
@@ -368,6 +382,7 @@ class Simulator {
         const bool oneCopy = routes_[c.route].cpuCopy && opt_.singleCopyBytes > 0 &&
                              ss.count * opt_.elemSize >= opt_.singleCopyBytes;
         ss.singleCopy = send && oneCopy;
+        if (ss.singleCopy) ss.dirty = dirtyFraction(rank, ss.count, writtenElems(buffers[s.src.buf], s.src));
         // The receiver reads the sender's buffer.
         if (!send && oneCopy) ss.kernelReads = pieces(ss.count, transports::kCmaPieceBytes);
         (send ? c.sends : c.recvs).push_back(g);
@@ -386,6 +401,24 @@ class Simulator {
       depBegin_.push_back(uint32_t(depStep_.size()));
     }
     return Status::ok();
+  }
+
+  // Of count elements that rank wrote `written` of earlier in the call, the part still in its
+  // core's private cache: the last privateCacheBytes it wrote.
+  float dirtyFraction(int rank, uint64_t count, uint64_t written) const {
+    const RankCpu& rc = rankCpu_[size_t(rank)];
+    if (rc.dirtyReadCopies <= 0 || rc.privateCacheBytes == 0 || count == 0) return 0;
+    const double bytes = double(count) * opt_.elemSize;
+    return float(std::min(double(written) * opt_.elemSize, double(rc.privateCacheBytes)) / bytes);
+  }
+
+  // Elements of region r that an earlier step of the lane wrote.
+  static uint64_t writtenElems(SegmentMap& m, const Region& r) {
+    uint64_t n = 0;
+    if (r.count == 0) return 0;
+    for (auto it : cover(m, r.offset, r.offset + r.count))
+      if (it->second.writer.step != kNone) n += it->second.end - it->first;
+    return n;
   }
 
   // Reads of at most pieceBytes each that count elements take.
@@ -617,7 +650,8 @@ class Simulator {
     }
     const double bytes = w.slice == kBookkeeping ? bookkeepingTime(rc, s) * rc.bandwidth
                          : s.free                ? 0
-                         : s.peerRead            ? double(sliceBytes(s, w.slice)) * rc.peerReadCopies
+                         : s.peerRead ? double(sliceBytes(s, w.slice)) *
+                                            (rc.peerReadCopies + s.dirty * rc.dirtyReadCopies)
                                                  : double(sliceBytes(s, w.slice));
     if (bytes <= 0) {
       push(now_, EventKind::LocalDone, rank);
@@ -670,11 +704,14 @@ class Simulator {
   // CPU bytes per byte of the connection's next slice (Route::cpuWeight): one for a
   // single-copy message that its receiver only stores (the peer's one read of the sender's
   // memory); a RecvReduce still costs the read and the combine.
+  // A single-copy message of data its sender wrote during the call costs the reader more
+  // (HostCpu::dirtyReadCopies).
   double headWeight(const Connection& c) const {
     const double weight = routes_[c.route].cpuWeight;
-    const bool one = steps_[c.sends[c.headMsg]].singleCopy &&
-                     steps_[c.recvs[c.headMsg]].kind == StepKind::Recv;
-    return one ? std::min(weight, 1.0) : weight;
+    const SimStep& send = steps_[c.sends[c.headMsg]];
+    const bool one = send.singleCopy && steps_[c.recvs[c.headMsg]].kind == StepKind::Recv;
+    return (one ? std::min(weight, 1.0) : weight) +
+           send.dirty * rankCpu_[size_t(c.dst)].dirtyReadCopies;
   }
 
   // Starts the connection's next slice when its send and its receive both may touch it.

@@ -10,9 +10,10 @@ build=${1:?usage: measure.sh BUILD OUT [REPEATS]}
 out=${2:?usage: measure.sh BUILD OUT [REPEATS]}
 repeats=${3:-3}
 mkdir -p "$out"
+# Every algorithm the tuner may choose for these calls (hierarchical refuses one host).
 runs=(all_reduce:ring all_reduce:tree all_reduce:rhd all_reduce:rd all_reduce:torus all_reduce:direct all_reduce:peer
-      all_gather:ring all_gather:rd all_gather:bruck all_gather:peer
-      alltoall:pairwise alltoall:xor alltoall:bruck alltoall:incast alltoall:peer)
+      all_gather:ring all_gather:rd all_gather:bruck all_gather:direct all_gather:pairwise all_gather:peer
+      alltoall:pairwise alltoall:xor alltoall:bruck alltoall:incast alltoall:direct alltoall:peer)
 for ((k = 1; k <= repeats; ++k)); do
   for run in "${runs[@]}"; do
     coll=${run%%:*} algo=${run##*:}

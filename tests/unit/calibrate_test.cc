@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "tuner/uniform_topology.h"
@@ -108,6 +109,31 @@ TEST(Calibrate, RecoversTheFiguresThatMadeTheMeasurements) {
          c.objective);
 }
 
+TEST(Calibrate, DirtyReadCopiesIsFittedOnlyWhereThePrivateCacheIsGiven) {
+  // What reading another core's cache costs shows only where the model says how large a
+  // core's own cache is; the figure then joins the fit (from one copy per byte) and the fitted
+  // model carries it. Its recovery from measurements is not tested here: on this small sweep it
+  // trades off against peerReadCopies and the memory figures (the fit of docs/CALIBRATION.md is
+  // the evidence that it earns its place).
+  const std::vector<MeasuredPoint> points = measure(base(), 0);
+  for (uint64_t privateCache : {uint64_t(0), uint64_t(256) << 10}) {
+    topology::Topology b = base();
+    b.nodes[size_t(b.hostNodes()[0])].cpu.privateCacheBytes = privateCache;
+    CalibrationOptions o = withArena();
+    o.maxEvaluations = 200;
+    Calibration c;
+    Status s = calibrate(points, b, o, &c);
+    ASSERT_TRUE(s.isOk()) << s.message();
+    const bool fitted = std::any_of(c.knobs.begin(), c.knobs.end(), [](const Knob& k) {
+      return k.what == Knob::What::DirtyReadCopies;
+    });
+    EXPECT_EQ(fitted, privateCache > 0);
+    const topology::HostCpu& cpu = c.topo.nodes[size_t(c.topo.hostNodes()[0])].cpu;
+    EXPECT_EQ(cpu.privateCacheBytes, privateCache);
+    EXPECT_EQ(cpu.dirtyReadCopies > 0, privateCache > 0);
+  }
+}
+
 TEST(Calibrate, ValidationAndRegretOfAnExactModel) {
   const topology::Topology model = base();
   const std::vector<MeasuredPoint> points = measure(model, 0);
@@ -173,8 +199,8 @@ TEST(Calibrate, BadInputIsRefusedWithAReason) {
 
 TEST(TopologyJson, HostCpuFieldsRoundTripAndAreChecked) {
   topology::Topology t = base();
-  t.nodes[size_t(t.hostNodes()[0])].cpu = {2,   6.5e9,  3.25e-6, 32u << 20, 13e9,
-                                           2.5, 4.5e-6, 1.25,    7.5e-7};
+  t.nodes[size_t(t.hostNodes()[0])].cpu = {2,      6.5e9,  3.25e-6, 32u << 20, 13e9, 2.5,
+                                           4.5e-6, 1.25,   7.5e-7,  2u << 20,  0.75};
   const std::string json = topology::toJson(t);
   EXPECT_NE(json.find(R"("cores":2)"), std::string::npos) << json;
   topology::Topology back;
@@ -202,6 +228,10 @@ TEST(TopologyJson, HostCpuFieldsRoundTripAndAreChecked) {
           "nodes[0].singleCopyOverhead");
   refused(R"({"kind": "host", "name": "h", "peerReadCopies": 0})",
           "nodes[0].peerReadCopies: expected a positive number");
+  refused(R"({"kind": "host", "name": "h", "dirtyReadCopies": -1})",
+          "nodes[0].dirtyReadCopies: expected a positive number");
+  refused(R"({"kind": "host", "name": "h", "privateCacheBytes": 0})",
+          "nodes[0].privateCacheBytes: expected a positive whole number");
   refused(R"({"kind": "switch", "name": "s", "cores": 4})", "belong on host nodes");
   refused(R"({"kind": "switch", "name": "s", "netMessageOverhead": "1us"})",
           "belong on host nodes");

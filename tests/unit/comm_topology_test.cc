@@ -64,6 +64,13 @@ TEST(CommTopology, TwoHostsTwoRanksEach) {
   // Reads through the kernel are not measured at init: the calibrated defaults.
   EXPECT_EQ(t.nodes[size_t(hosts[1])].cpu.singleCopyOverhead, 1e-6);
   EXPECT_EQ(t.nodes[size_t(hosts[1])].cpu.peerReadCopies, 1.1);
+  // Nor is reading another core's cache, and without a known private cache not modelled.
+  EXPECT_EQ(t.nodes[size_t(hosts[1])].cpu.privateCacheBytes, 0u);
+  EXPECT_EQ(t.nodes[size_t(hosts[1])].cpu.dirtyReadCopies, 0);
+  d.hosts[1].privateCacheBytes = 1 << 20;
+  t = buildCommTopology("two", d);
+  EXPECT_EQ(t.nodes[size_t(hosts[1])].cpu.privateCacheBytes, 1u << 20);
+  EXPECT_GT(t.nodes[size_t(hosts[1])].cpu.dirtyReadCopies, 0);
   // Within a host: the measured same-NUMA figures; across: the measured network figures.
   PathFigures local = between(t, 0, 1), remote = between(t, 1, 2);
   EXPECT_NEAR(local.latency, kSame.latency, 1e-12);
@@ -229,6 +236,7 @@ TEST_F(HostCacheTest, RoundTripInACreatedDirectory) {
   HostCache c;
   c.signature = sig;
   c.cores = 6;
+  c.privateCacheBytes = 1 << 20;
   c.numaCpus = {{0, 1, 2}, {3, 4, 5}};
   c.links["same-NUMA/shm"] = {1.25e-6, 7.5e9};
   c.links["network/tcp/00000000deadbeef"] = {3.3e-5, 1.1e9};
@@ -239,6 +247,7 @@ TEST_F(HostCacheTest, RoundTripInACreatedDirectory) {
   ASSERT_TRUE(s.isOk()) << s.message();
   EXPECT_EQ(back.signature, sig);
   EXPECT_EQ(back.cores, 6);
+  EXPECT_EQ(back.privateCacheBytes, 1u << 20);
   EXPECT_EQ(back.numaCpus, c.numaCpus);
   ASSERT_EQ(back.links.size(), 2u);
   EXPECT_EQ(back.links["same-NUMA/shm"].latency, 1.25e-6);  // exact: doubles round-trip

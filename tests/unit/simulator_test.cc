@@ -396,6 +396,52 @@ TEST(Simulator, ASingleCopyReceiveCostsSingleCopyOverhead) {
   expectTime(timeWith(0, count * kElem + 1), timeWith(3e-6, count * kElem + 1));
 }
 
+TEST(Simulator, ReadingWhatAnotherCoreJustWroteCostsDirtyReadCopies) {
+  // Data its owner wrote earlier in the call (up to a private cache of it) costs a reader
+  // dirtyReadCopies more CPU bytes per byte: a peer read of a peer's Output (not of its Input),
+  // a single-copy message of what the sender wrote before (not of its untouched Input).
+  const uint64_t count = 1 << 16;
+  const double bytes = double(count * kElem), core = 1e9, dirty = 0.75;
+  auto withCache = [&](topology::Topology t, uint64_t privateCache) {
+    topology::HostCpu& cpu = t.nodes[size_t(t.hostNodes()[0])].cpu;
+    cpu.privateCacheBytes = privateCache;
+    cpu.dirtyReadCopies = dirty;
+    return t;
+  };
+  const uint64_t all = uint64_t(bytes), quarter = all / 4;
+  for (uint32_t kind : {kInput, kOutput}) {
+    auto read = emptyPlans(2);
+    collectives::addCopy(read[0].lanes[0], Region{collectives::peerBuffer(1, kind), 0, count},
+                         Region{kOutput, 0, count});
+    for (uint64_t cache : {all, quarter, uint64_t(0)}) {
+      SimResult r = simulate(read, withCache(cpuHost(2, 2, core), cache), whole());
+      ASSERT_TRUE(r.ok) << r.message;
+      const double part = kind == kOutput ? double(cache) / bytes : 0;
+      expectTime((1 + part * dirty) * bytes / core, r.time);
+    }
+  }
+  // Rank 0 sends what it copied into its Output, or its Input: by one copy each, with the two
+  // ranks sharing one slow core, so the host's CPU is what limits the message.
+  for (bool forwarded : {false, true}) {
+    auto plans = emptyPlans(2);
+    auto& lane = plans[0].lanes[0];
+    collectives::addCopy(lane, Region{kInput, 0, count}, Region{kOutput, 0, count});
+    collectives::addBarrier(lane);  // the send waits for the copy either way
+    collectives::addBarrier(plans[1].lanes[0]);
+    collectives::addSend(lane, 1, Region{forwarded ? kOutput : kInput, 0, count});
+    collectives::addRecv(plans[1].lanes[0], 0, Region{kOutput, 0, count});
+    SimOptions o = whole();
+    o.singleCopyBytes = 1;
+    o.barrierLatency = 0;
+    for (uint64_t cache : {all, quarter}) {
+      SimResult r = simulate(plans, withCache(cpuHost(2, 1, core), cache), o);
+      ASSERT_TRUE(r.ok) << r.message;
+      const double part = forwarded ? double(cache) / bytes : 0;
+      expectTime(bytes / core + 2 * kLatency + (1 + part * dirty) * bytes / core, r.time);
+    }
+  }
+}
+
 TEST(Simulator, NetworkMessagesCostTheirHostsKernelTime) {
   // A message to another host costs each side netMessageOverhead of its core on top of the
   // step's bookkeeping (the kernel's TCP work); one within a host costs only the bookkeeping.

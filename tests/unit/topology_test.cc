@@ -76,6 +76,12 @@ TEST(TopologyProbe, ThisMachine) {
     EXPECT_GT(c.size, 0u) << c.name;
     EXPECT_GE(c.count, 1) << c.name;
   }
+  // Where hwloc names per-core caches, the private cache is one of them (any x86 has L1d).
+  const uint64_t privateCache = privateCacheOf(info);
+  if (!info.caches.empty()) {
+    EXPECT_GE(privateCache, 16u << 10);
+    EXPECT_LE(privateCache, 64u << 20);
+  }
   for (const PciDevice& d : info.devices) {
     EXPECT_FALSE(d.name.empty());
     EXPECT_LT(d.numa, info.numaNodes) << d.name;
@@ -86,6 +92,17 @@ TEST(TopologyProbe, ThisMachine) {
   EXPECT_TRUE(s.isOk()) << s.message();
   EXPECT_EQ(t.hostCount(), 1);
   expectRoundTrip(t);
+}
+
+TEST(TopologyProbe, PrivateCacheIsTheOutermostCacheEveryCoreHas) {
+  HostInfo info;
+  info.cores = 4;
+  info.caches = {{"L1d", 1, 48 << 10, 4}, {"L2", 2, 2 << 20, 4}, {"L3", 3, 32 << 20, 1}};
+  EXPECT_EQ(privateCacheOf(info), uint64_t(2) << 20);
+  info.caches[1].count = 2;  // L2 shared by pairs of cores: only L1d is a core's own
+  EXPECT_EQ(privateCacheOf(info), uint64_t(48) << 10);
+  info.caches.clear();
+  EXPECT_EQ(privateCacheOf(info), 0u);
 }
 
 TEST(TopologyProbe, MeasurementStaysInItsBudget) {
