@@ -88,6 +88,7 @@ class Comm final : public collectives::ExecHost {
   // Fills topo_ (core/comm_topology.cc): LOOM_TOPO_FILE, or the probe, the per-host cache and
   // a short measurement, exchanged so that every rank builds the same model.
   Status discoverTopology(const Deadline& deadline);
+  Status spreadOverCores(const cpu_set_t& machineCpus, int usableCores);
   Status detectTopology(const Deadline& deadline);  // the part without LOOM_TOPO_FILE
   // The transport a connection to `peer` uses (LOOM_TRANSPORT, else shm within a host).
   transports::Transport* transportFor(int peer) const;
@@ -159,6 +160,11 @@ class Comm final : public collectives::ExecHost {
   std::unique_ptr<transports::ShmArena> arena_;  // mapped at the first call that uses it
   int machineRanks_ = 0;     // ranks on this rank's machine (PeerInfo::machineId), itself too
   int64_t spinCount_ = 2000;  // executor waiting, see LOOM_SPIN_COUNT / LOOM_YIELD_USEC
+  // LOOM_BIND: the thread this communicator bound to one CPU, the CPU, and the thread's CPUs
+  // before (restored when the communicator goes); boundTid_ 0: none bound.
+  pid_t boundTid_ = 0;
+  int boundCpu_ = -1;
+  cpu_set_t unboundCpus_ = {};
   uint64_t yieldNs_ = 2000000;
   // Connections by (lane, peer).
   std::vector<std::vector<std::unique_ptr<transports::Connection>>> conns_;

@@ -18,6 +18,12 @@ const Entry kEntries[] = {
      "Polls of an idle wait before it starts yielding the CPU; -1: 2000, or 0 when this machine "
      "(ranks in other network namespaces or containers of the same kernel included) has more "
      "ranks than the cores they may run on (spinning would starve the peers)."},
+    {"LOOM_BIND", Type::String, "auto",
+     "auto: where this machine has more ranks than the cores they may run on and none of them "
+     "is bound (they all may run on the same CPUs), each rank binds the thread that creates its "
+     "communicator to one of those CPUs, the ranks spread evenly over them, until the "
+     "communicator is destroyed (left alone, the scheduler may crowd three ranks on one core "
+     "and one on another); none: never bind."},
     {"LOOM_YIELD_USEC", Type::Int, "2000",
      "Microseconds an idle wait yields the CPU (sched_yield) before it sleeps (futex or poll)."},
     {"LOOM_DEBUG", Type::String, "WARN", "Log level: NONE, WARN, INFO or TRACE."},

@@ -29,7 +29,9 @@ std::optional<NodeKind> parseNodeKind(std::string_view name);
 struct HostCpu {
   int32_t cores = 0;        // cores the host's ranks share (fewer than ranks: they compete)
   double memBandwidth = 0;  // bytes/s one core copies or reduces (data in memory)
-  double stepOverhead = 0;  // s of one core's time per plan step (bookkeeping, wake-ups)
+  // s of one core's time per transfer or barrier step (bookkeeping, doorbells, wake-ups); a
+  // Copy or Reduce costs only its bytes
+  double stepOverhead = 0;
   // The last-level cache the host's ranks share, and how fast one core copies data that is in
   // it: the part of a call's working set that fits is copied at cacheBandwidth, the rest at
   // memBandwidth. 0: no cache model.

@@ -621,11 +621,12 @@ class Simulator {
     }
   }
 
-  // Seconds of one core that step s costs its rank before it may start (HostCpu::stepOverhead,
-  // netMessageOverhead for a message to or from another host: the kernel's TCP work, and
-  // singleCopyOverhead for a read through the kernel).
+  // Seconds of one core that step s costs its rank before it may start: HostCpu::stepOverhead
+  // for a transfer or a barrier (posting, polling, doorbells, wake-ups; a Copy or Reduce is a
+  // call of a copy loop, which its bytes price), netMessageOverhead for a message to or from
+  // another host (the kernel's TCP work), and singleCopyOverhead per read through the kernel.
   static double bookkeepingTime(const RankCpu& rc, const SimStep& s) {
-    return rc.stepOverhead + (s.network ? rc.netMessageOverhead : 0) +
+    return (isLocal(s.kind) ? 0 : rc.stepOverhead) + (s.network ? rc.netMessageOverhead : 0) +
            s.kernelReads * rc.singleCopyOverhead;
   }
 

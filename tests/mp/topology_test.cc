@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -117,6 +118,62 @@ TEST(CommTopology, SameOnEveryRankMeasuredThenCached) {
       },
       ForkOptions::timeout(120));
   EXPECT_EQ(describeFailures(results), "");
+}
+
+// LOOM_BIND=auto: with more ranks than cores and nobody bound, every rank's thread is bound to
+// one CPU, the ranks spread evenly (no CPU holds two more than another), until the communicator
+// goes; with fewer ranks than cores, or LOOM_BIND=none, nothing is bound; a bad value is an
+// error that names the parameter.
+TEST(CommTopology, RanksBeyondTheCoresSpreadOverThemOnePerCpu) {
+  cpu_set_t all;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(all), &all), 0);
+  const int cpus = CPU_COUNT(&all);
+  if (cpus > 6) GTEST_SKIP() << "needs at most 6 CPUs (this process may use " << cpus << ")";
+  for (const char* mode : {"auto", "none"}) {
+    for (int n : {std::max(1, cpus - 1), cpus + 1, 2 * cpus}) {
+      SCOPED_TRACE(strprintf("LOOM_BIND=%s, %d ranks on %d CPUs", mode, n, cpus));
+      const bool binds = std::strcmp(mode, "auto") == 0 && n > cpus;
+      auto results = runRanks(n, [&](RankContext& ctx) {
+        useEnvironment({{"LOOM_BIND", mode}, {"LOOM_TOPO_MEASURE", "0"}});
+        std::unique_ptr<Comm> comm;
+        RANK_OK(createComm(ctx, &comm));
+        cpu_set_t now;
+        RANK_CHECK(sched_getaffinity(0, sizeof(now), &now) == 0, "sched_getaffinity");
+        int cpu = -1;
+        for (int c = 0; c < CPU_SETSIZE && CPU_COUNT(&now) == 1; ++c)
+          if (CPU_ISSET(c, &now)) cpu = c;
+        RANK_CHECK(binds ? cpu >= 0 : CPU_EQUAL(&now, &all), "affinity: %d CPU(s)",
+                   CPU_COUNT(&now));
+        std::vector<std::string> chosen = ctx.allgather(std::to_string(cpu));
+        if (binds) {
+          std::map<std::string, int> perCpu;
+          for (const std::string& c : chosen) ++perCpu[c];
+          int most = 0, least = n;
+          for (const auto& [c, k] : perCpu) most = std::max(most, k), least = std::min(least, k);
+          RANK_CHECK(int(perCpu.size()) == cpus && most - least <= 1,
+                     "%zu CPUs used, %d to %d ranks each", perCpu.size(), least, most);
+        }
+        comm->leave();
+        comm.reset();
+        RANK_CHECK(sched_getaffinity(0, sizeof(now), &now) == 0 && CPU_EQUAL(&now, &all),
+                   "the CPUs were not given back (%d of %d)", CPU_COUNT(&now), cpus);
+        ctx.allgather("");
+        return 0;
+      }, ForkOptions::timeout(120));
+      EXPECT_EQ(describeFailures(results), "");
+    }
+  }
+  auto bad = runRanks(1, [&](RankContext& ctx) {
+    useEnvironment({{"LOOM_BIND", "cores"}});
+    std::unique_ptr<Comm> comm;
+    Status st = createComm(ctx, &comm);
+    RANK_CHECK(st.code() == loomInvalidArgument &&
+                   st.message().find("LOOM_BIND=\"cores\": expected auto or none") !=
+                       std::string::npos,
+               "%s", st.message().c_str());
+    return 0;
+  });
+  EXPECT_EQ(describeFailures(bad), "");
 }
 
 // With more ranks than the host has cores, a message waits for its receiver to get a core: the

@@ -322,24 +322,28 @@ TEST(Simulator, TheWorkingSetThatFitsTheCacheCopiesAtCacheSpeed) {
   expectTime(bytes / mem, none.time);
 }
 
-TEST(Simulator, EveryStepCostsItsRanksBookkeeping) {
+TEST(Simulator, TransfersAndBarriersCostTheirRanksBookkeeping) {
   const uint64_t count = 1000;
   const double bytes = double(count * kElem), core = 1e9, overhead = 3e-6;
-  // One rank: a Copy and a Reduce that waits for it; each pays the overhead before it runs.
-  // (The Reduce reads what the Copy wrote; one into the Copy's region would fuse with it.)
+  // One rank: a Copy, a Barrier and a Reduce that waits for both; the Barrier pays the
+  // overhead before it may complete, the local steps only their bytes. (The Reduce reads what
+  // the Copy wrote; one into the Copy's region would fuse with it.)
   auto local = emptyPlans(1);
   collectives::addCopy(local[0].lanes[0], Region{kInput, 0, count}, Region{kOutput, 0, count});
+  collectives::addBarrier(local[0].lanes[0]);
   collectives::addReduce(local[0].lanes[0], Region{kOutput, 0, count},
                          Region{collectives::kScratch, 0, count});
-  SimResult one = simulate(local, cpuHost(1, 1, core, overhead), whole());
+  SimOptions o = whole();
+  o.barrierLatency = 0;
+  SimResult one = simulate(local, cpuHost(1, 1, core, overhead), o);
   ASSERT_TRUE(one.ok) << one.message;
-  expectTime(2 * (overhead + bytes / core), one.time);
+  expectTime(overhead + 2 * bytes / core, one.time);
   // Two such ranks on one core: bookkeeping and copies alike take twice as long.
   auto twoRanks = emptyPlans(2);
   for (auto& p : twoRanks) p = local[0];
-  SimResult shared = simulate(twoRanks, cpuHost(2, 1, core, overhead), whole());
+  SimResult shared = simulate(twoRanks, cpuHost(2, 1, core, overhead), o);
   ASSERT_TRUE(shared.ok) << shared.message;
-  expectTime(4 * (overhead + bytes / core), shared.time);
+  expectTime(2 * (overhead + 2 * bytes / core), shared.time);
   // A message starts once both sides have done their step's bookkeeping (in parallel, on
   // cores of their own); without a CPU bandwidth the overhead is pure time.
   auto msg = emptyPlans(2);
