@@ -278,8 +278,13 @@ std::string linkFigures(const topology::Topology& t) {
 }
 
 std::string report(const Args& a, const loom::tuner::Calibration& c, size_t runs, size_t ignored) {
-  const auto collName = [](loom::collectives::Collective x) {
-    return loom::collectives::collectiveName(x);
+  // A sweep of one rank count names the collective; one of several says how many ranks too.
+  bool severalRankCounts = false;
+  for (const auto& p : c.points)
+    severalRankCounts = severalRankCounts || p.point.nranks != c.points[0].point.nranks;
+  const auto collName = [&](loom::collectives::Collective x, int nranks) {
+    std::string name = loom::collectives::collectiveName(x);
+    return severalRankCounts ? strprintf("%s, %d ranks", name.c_str(), nranks) : name;
   };
   std::string s = strprintf("## Model '%s'\n\n", c.topo.name.c_str());
   s += strprintf(
@@ -298,7 +303,8 @@ std::string report(const Args& a, const loom::tuner::Calibration& c, size_t runs
        "error |\n| --- | --- | ---: | ---: | ---: | ---: |\n";
   size_t within = 0, predicted = 0;
   for (const auto& p : c.points) {
-    s += strprintf("| %s | %s | %s | %.1f | ", collName(p.point.coll), p.point.algorithm.c_str(),
+    s += strprintf("| %s | %s | %s | %.1f | ", collName(p.point.coll, p.point.nranks).c_str(),
+                   p.point.algorithm.c_str(),
                    sizeText(p.point.bytes).c_str(), p.point.time * 1e6);
     if (p.predicted <= 0) {
       s += "– | " + p.failure + " |\n";
@@ -319,8 +325,8 @@ std::string report(const Args& a, const loom::tuner::Calibration& c, size_t runs
   size_t fine = 0;
   const auto regrets = loom::tuner::regrets(c.points);
   for (const auto& r : regrets) {
-    s += strprintf("| %s | %s | %s | %s | %.0f%% |\n", collName(r.coll), sizeText(r.bytes).c_str(),
-                   r.best.c_str(), r.chosen.c_str(), r.regret * 100);
+    s += strprintf("| %s | %s | %s | %s | %.0f%% |\n", collName(r.coll, r.nranks).c_str(),
+                   sizeText(r.bytes).c_str(), r.best.c_str(), r.chosen.c_str(), r.regret * 100);
     worst = std::max(worst, r.regret);
     fine += r.regret <= 0.10;
   }

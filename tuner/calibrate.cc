@@ -454,9 +454,10 @@ Status calibrate(const std::vector<MeasuredPoint>& points, const topology::Topol
 }
 
 std::vector<Regret> regrets(const std::vector<PointResult>& points) {
-  std::map<std::pair<Collective, uint64_t>, std::vector<const PointResult*>> groups;
+  // Algorithms compete only on the same call: a 2-rank point is no rival of a 4-rank one.
+  std::map<std::tuple<Collective, int, uint64_t>, std::vector<const PointResult*>> groups;
   for (const PointResult& p : points)
-    if (p.predicted > 0) groups[{p.point.coll, p.point.bytes}].push_back(&p);
+    if (p.predicted > 0) groups[{p.point.coll, p.point.nranks, p.point.bytes}].push_back(&p);
   std::vector<Regret> out;
   for (const auto& [key, group] : groups) {
     const PointResult* best = group[0];
@@ -465,8 +466,8 @@ std::vector<Regret> regrets(const std::vector<PointResult>& points) {
       if (p->point.time < best->point.time) best = p;
       if (p->predicted < chosen->predicted) chosen = p;
     }
-    out.push_back({key.first, key.second, best->point.algorithm, chosen->point.algorithm,
-                   chosen->point.time / best->point.time - 1});
+    out.push_back({std::get<0>(key), std::get<1>(key), std::get<2>(key), best->point.algorithm,
+                   chosen->point.algorithm, chosen->point.time / best->point.time - 1});
   }
   return out;
 }

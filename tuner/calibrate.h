@@ -100,8 +100,10 @@ Status calibrate(const std::vector<MeasuredPoint>& points, const topology::Topol
 
 // Per collective and size: which algorithm the lowest prediction picks, and how much slower
 // it measured than the best measured one.
+// Per collective, rank count and size: what choosing the lowest prediction costs.
 struct Regret {
   collectives::Collective coll;
+  int nranks = 0;
   uint64_t bytes = 0;
   std::string best;    // the fastest measured algorithm
   std::string chosen;  // the lowest predicted one

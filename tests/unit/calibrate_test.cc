@@ -152,7 +152,8 @@ TEST(Calibrate, ValidationAndRegretOfAnExactModel) {
   EXPECT_NEAR(c.maxRatio, 1, 1e-12);
   // The model predicts exactly what was measured, so it always picks the best algorithm.
   const std::vector<Regret> r = regrets(c.points);
-  EXPECT_EQ(r.size(), 3u * 5u);  // allreduce, allgather, alltoall × 5 sizes
+  // allreduce, allgather, alltoall × 5 sizes on 4 ranks; allreduce and allgather on 2 too
+  EXPECT_EQ(r.size(), 3u * 5u + 2u * 5u);
   for (const Regret& x : r) {
     EXPECT_EQ(x.best, x.chosen) << collectives::collectiveName(x.coll) << " " << x.bytes;
     EXPECT_EQ(x.regret, 0);
@@ -160,9 +161,10 @@ TEST(Calibrate, ValidationAndRegretOfAnExactModel) {
 }
 
 TEST(Calibrate, RegretIsTheMeasuredCostOfThePredictedChoice) {
-  auto point = [](const char* algo, double measured, double predicted) {
+  auto point = [](const char* algo, double measured, double predicted, int nranks = 4) {
     PointResult p;
     p.point.algorithm = algo;
+    p.point.nranks = nranks;
     p.point.bytes = 1024;
     p.point.time = measured;
     p.predicted = predicted;
@@ -175,6 +177,16 @@ TEST(Calibrate, RegretIsTheMeasuredCostOfThePredictedChoice) {
   EXPECT_EQ(r[0].best, "a");
   EXPECT_EQ(r[0].chosen, "b");
   EXPECT_DOUBLE_EQ(r[0].regret, 0.5);
+  // Points of another rank count are another call: "d" on 2 ranks is no rival of the 4-rank
+  // ones, however fast it measured.
+  const std::vector<Regret> two = regrets({point("a", 2e-6, 5e-6), point("b", 3e-6, 1e-6),
+                                           point("d", 1e-6, 1e-6, 2)});
+  ASSERT_EQ(two.size(), 2u);
+  EXPECT_EQ(two[0].nranks, 2);
+  EXPECT_EQ(two[0].best, "d");
+  EXPECT_EQ(two[0].regret, 0);
+  EXPECT_EQ(two[1].nranks, 4);
+  EXPECT_DOUBLE_EQ(two[1].regret, 0.5);
 }
 
 TEST(Calibrate, BadInputIsRefusedWithAReason) {
