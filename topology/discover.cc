@@ -64,7 +64,7 @@ namespace {
 
 constexpr double kKernelReadOverhead = 1e-6, kKernelReadCopies = 1.1;
 // CPU bytes a byte read out of another core's private cache adds (docs/CALIBRATION.md).
-constexpr double kDirtyReadCopies = 0.4;
+constexpr double kDirtyReadCopies = 0.66;
 
 LinkFigures orDefault(const LinkFigures& f, LinkKind k) {
   return f.known() ? f : defaultFigures(k);

@@ -702,16 +702,16 @@ class Simulator {
     return send.ready >= sendNeeds && steps_[c.recvs[c.headMsg]].ready > c.headSlice;
   }
 
-  // CPU bytes per byte of the connection's next slice (Route::cpuWeight): one for a
-  // single-copy message that its receiver only stores (the peer's one read of the sender's
-  // memory); a RecvReduce still costs the read and the combine.
-  // A single-copy message of data its sender wrote during the call costs the reader more
-  // (HostCpu::dirtyReadCopies).
+  // CPU bytes per byte of the connection's next slice (Route::cpuWeight, the slot path's
+  // copies and handshakes). A single-copy message costs at most one for a Recv (the peer's one
+  // read of the sender's memory) and two for a RecvReduce (that read into the destination, then
+  // the combine over it), whatever the slots' figure. One of data its sender wrote during the
+  // call costs the reader more (HostCpu::dirtyReadCopies).
   double headWeight(const Connection& c) const {
     const double weight = routes_[c.route].cpuWeight;
     const SimStep& send = steps_[c.sends[c.headMsg]];
-    const bool one = send.singleCopy && steps_[c.recvs[c.headMsg]].kind == StepKind::Recv;
-    return (one ? std::min(weight, 1.0) : weight) +
+    const bool recv = steps_[c.recvs[c.headMsg]].kind == StepKind::Recv;
+    return (send.singleCopy ? std::min(weight, recv ? 1.0 : 2.0) : weight) +
            send.dirty * rankCpu_[size_t(c.dst)].dirtyReadCopies;
   }
 

@@ -446,6 +446,36 @@ TEST(Simulator, ReadingWhatAnotherCoreJustWroteCostsDirtyReadCopies) {
   }
 }
 
+TEST(Simulator, ASingleCopyMessageCostsAtMostItsReadAndItsCombine) {
+  // Two ranks sharing one slow core, so the host's CPU limits the message: through the slots it
+  // costs messageCopies CPU bytes per byte; by one copy at most 1 as a Recv and 2 as a
+  // RecvReduce (the read into the destination, then the combine), less where the slots cost
+  // less.
+  const uint64_t count = 1 << 16;
+  const double bytes = double(count * kElem), core = 1e9;
+  for (bool reduce : {false, true}) {
+    auto plans = emptyPlans(2);
+    collectives::addSend(plans[0].lanes[0], 1, Region{kInput, 0, count});
+    if (reduce)
+      collectives::addRecvReduce(plans[1].lanes[0], 0, Region{kInput, 0, count},
+                                 Region{kOutput, 0, count});
+    else
+      collectives::addRecv(plans[1].lanes[0], 0, Region{kOutput, 0, count});
+    for (double copies : {1.5, 3.0}) {
+      topology::Topology t = cpuHost(2, 1, core);
+      t.nodes[size_t(t.hostNodes()[0])].cpu.messageCopies = copies;
+      for (uint64_t threshold : {uint64_t(1), uint64_t(0)}) {  // single copy, slots
+        SimOptions o = whole();
+        o.singleCopyBytes = threshold;
+        SimResult r = simulate(plans, t, o);
+        ASSERT_TRUE(r.ok) << r.message;
+        const double weight = threshold == 0 ? copies : std::min(copies, reduce ? 2.0 : 1.0);
+        expectTime(2 * kLatency + weight * bytes / core, r.time);
+      }
+    }
+  }
+}
+
 TEST(Simulator, NetworkMessagesCostTheirHostsKernelTime) {
   // A message to another host costs each side netMessageOverhead of its core on top of the
   // step's bookkeeping (the kernel's TCP work); one within a host costs only the bookkeeping.
