@@ -23,7 +23,8 @@ const Entry kEntries[] = {
      "is bound (they all may run on the same CPUs), each rank binds the thread that creates its "
      "communicator to one of those CPUs, the ranks spread evenly over them, until the "
      "communicator is destroyed (left alone, the scheduler may crowd three ranks on one core "
-     "and one on another); none: never bind."},
+     "and one on another); threads that thread starts meanwhile inherit the binding. none: "
+     "never bind."},
     {"LOOM_YIELD_USEC", Type::Int, "2000",
      "Microseconds an idle wait yields the CPU (sched_yield) before it sleeps (futex or poll)."},
     {"LOOM_DEBUG", Type::String, "WARN", "Log level: NONE, WARN, INFO or TRACE."},
