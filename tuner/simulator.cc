@@ -382,7 +382,8 @@ class Simulator {
         const bool oneCopy = routes_[c.route].cpuCopy && opt_.singleCopyBytes > 0 &&
                              ss.count * opt_.elemSize >= opt_.singleCopyBytes;
         ss.singleCopy = send && oneCopy;
-        if (ss.singleCopy) ss.dirty = dirtyFraction(rank, ss.count, writtenElems(buffers[s.src.buf], s.src));
+        if (ss.singleCopy)
+          ss.dirty = dirtyFraction(rank, ss.count, writtenElems(buffers[s.src.buf], s.src));
         // The receiver reads the sender's buffer.
         if (!send && oneCopy) ss.kernelReads = pieces(ss.count, transports::kCmaPieceBytes);
         (send ? c.sends : c.recvs).push_back(g);
@@ -649,11 +650,10 @@ class Simulator {
            rank);
       return;
     }
+    const double copies = s.peerRead ? rc.peerReadCopies + s.dirty * rc.dirtyReadCopies : 1;
     const double bytes = w.slice == kBookkeeping ? bookkeepingTime(rc, s) * rc.bandwidth
                          : s.free                ? 0
-                         : s.peerRead ? double(sliceBytes(s, w.slice)) *
-                                            (rc.peerReadCopies + s.dirty * rc.dirtyReadCopies)
-                                                 : double(sliceBytes(s, w.slice));
+                                                 : double(sliceBytes(s, w.slice)) * copies;
     if (bytes <= 0) {
       push(now_, EventKind::LocalDone, rank);
       return;

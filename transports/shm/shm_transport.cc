@@ -454,7 +454,8 @@ class ShmConnection final : public Connection {
         return peerError(strprintf("sent a %llu-byte message (chunk at %llu) where this "
                                    "rank receives %zu bytes (at %zu): send and receive "
                                    "do not match",
-                                   (unsigned long long)h.messageBytes, (unsigned long long)chunkOffset,
+                                   (unsigned long long)h.messageBytes,
+                                   (unsigned long long)chunkOffset,
                                    op->bytes, received_)
                              .c_str(),
                          loomInternalError);
