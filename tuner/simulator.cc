@@ -213,12 +213,7 @@ class Simulator {
   struct RankCpu {
     int32_t host = -1;
     double bandwidth = 0;     // bytes/s of one core for this call; 0: local work is free
-    double stepOverhead = 0;        // s of one core per step
-    double netMessageOverhead = 0;  // and on top, per network message sent or received
-    double peerReadCopies = 1;      // CPU bytes per byte read from a peer's buffer
-    double singleCopyOverhead = 0;  // s per step that reads another process's memory
-    double dirtyReadCopies = 0;     // CPU bytes added per byte read from another's private cache
-    uint64_t privateCacheBytes = 0;
+    topology::HostCpu cpu;    // its host's figures (per-step and per-byte costs); none: 0
     uint32_t route = 0;       // its CPU route (one core, then the host's cores), when bandwidth > 0
     std::deque<CpuWork> queue;
     bool busy = false;  // the queue's front is running
@@ -268,15 +263,7 @@ class Simulator {
       const int32_t host = topo_.ranks[size_t(r)].host;
       RankCpu& rc = rankCpu_[size_t(r)];
       rc.host = host >= 0 && size_t(host) < hostCpu_.size() ? host : -1;
-      rc.stepOverhead = rc.host >= 0 ? hostCpu_[size_t(host)].stepOverhead : 0;
-      rc.netMessageOverhead = rc.host >= 0 ? hostCpu_[size_t(host)].netMessageOverhead : 0;
-      rc.singleCopyOverhead = rc.host >= 0 ? hostCpu_[size_t(host)].singleCopyOverhead : 0;
-      if (rc.host >= 0 && hostCpu_[size_t(host)].peerReadCopies > 0)
-        rc.peerReadCopies = hostCpu_[size_t(host)].peerReadCopies;
-      if (rc.host >= 0) {
-        rc.dirtyReadCopies = hostCpu_[size_t(host)].dirtyReadCopies;
-        rc.privateCacheBytes = hostCpu_[size_t(host)].privateCacheBytes;
-      }
+      if (rc.host >= 0) rc.cpu = hostCpu_[size_t(host)];
       if (memBandwidth(size_t(rc.host), 0) <= 0) continue;  // local work is free: no flows
       Route route;
       route.links.push_back(int32_t(capacity_.size()));
@@ -408,9 +395,10 @@ class Simulator {
   // core's private cache: the last privateCacheBytes it wrote.
   float dirtyFraction(int rank, uint64_t count, uint64_t written) const {
     const RankCpu& rc = rankCpu_[size_t(rank)];
-    if (rc.dirtyReadCopies <= 0 || rc.privateCacheBytes == 0 || count == 0) return 0;
+    if (rc.cpu.dirtyReadCopies <= 0 || rc.cpu.privateCacheBytes == 0 || count == 0) return 0;
     const double bytes = double(count) * opt_.elemSize;
-    return float(std::min(double(written) * opt_.elemSize, double(rc.privateCacheBytes)) / bytes);
+    return float(std::min(double(written) * opt_.elemSize, double(rc.cpu.privateCacheBytes)) /
+                 bytes);
   }
 
   // Elements of region r that an earlier step of the lane wrote.
@@ -627,8 +615,8 @@ class Simulator {
   // call of a copy loop, which its bytes price), netMessageOverhead for a message to or from
   // another host (the kernel's TCP work), and singleCopyOverhead per read through the kernel.
   static double bookkeepingTime(const RankCpu& rc, const SimStep& s) {
-    return (isLocal(s.kind) ? 0 : rc.stepOverhead) + (s.network ? rc.netMessageOverhead : 0) +
-           s.kernelReads * rc.singleCopyOverhead;
+    return (isLocal(s.kind) ? 0 : rc.cpu.stepOverhead) +
+           (s.network ? rc.cpu.netMessageOverhead : 0) + s.kernelReads * rc.cpu.singleCopyOverhead;
   }
 
   // A rank's thread does one thing at a time: its local slices and its steps' bookkeeping run
@@ -650,7 +638,9 @@ class Simulator {
            rank);
       return;
     }
-    const double copies = s.peerRead ? rc.peerReadCopies + s.dirty * rc.dirtyReadCopies : 1;
+    // A peer read costs peerReadCopies (0: a plain copy) and what its dirty part adds.
+    const double peerCopies = rc.cpu.peerReadCopies > 0 ? rc.cpu.peerReadCopies : 1;
+    const double copies = s.peerRead ? peerCopies + s.dirty * rc.cpu.dirtyReadCopies : 1;
     const double bytes = w.slice == kBookkeeping ? bookkeepingTime(rc, s) * rc.bandwidth
                          : s.free                ? 0
                                                  : double(sliceBytes(s, w.slice)) * copies;
@@ -712,7 +702,7 @@ class Simulator {
     const SimStep& send = steps_[c.sends[c.headMsg]];
     const bool recv = steps_[c.recvs[c.headMsg]].kind == StepKind::Recv;
     return (send.singleCopy ? std::min(weight, recv ? 1.0 : 2.0) : weight) +
-           send.dirty * rankCpu_[size_t(c.dst)].dirtyReadCopies;
+           send.dirty * rankCpu_[size_t(c.dst)].cpu.dirtyReadCopies;
   }
 
   // Starts the connection's next slice when its send and its receive both may touch it.
