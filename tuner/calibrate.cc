@@ -345,25 +345,31 @@ Status calibrate(const std::vector<MeasuredPoint>& points, const topology::Topol
   const double memBandwidth =
       hostFigure(base, &topology::HostCpu::memBandwidth, options.sim.memBandwidth);
   const double memStart = memBandwidth > 0 ? memBandwidth : 10e9;
-  const std::pair<Knob::What, double> cpuKnobs[] = {{Knob::What::MemBandwidth, memStart},
-                                                    {Knob::What::StepOverhead, 1e-6},
-                                                    {Knob::What::CacheBandwidth, 2 * memStart},
-                                                    {Knob::What::MessageCopies, 2},
-                                                    {Knob::What::NetMessageOverhead, 1e-6},
-                                                    {Knob::What::PeerReadCopies, 1},
-                                                    {Knob::What::SingleCopyOverhead, 1e-6},
-                                                    {Knob::What::DirtyReadCopies, 1}};
-  for (const auto& [what, start] : cpuKnobs) {
-    if ((what == Knob::What::CacheBandwidth && !cached) ||
-        (what == Knob::What::MessageCopies && !cores) ||
-        (what == Knob::What::NetMessageOverhead && !hosts) ||
-        (what == Knob::What::PeerReadCopies && !peer) ||
-        (what == Knob::What::SingleCopyOverhead && !cores) ||
-        (what == Knob::What::DirtyReadCopies && !(cores && privateCache)))
-      continue;
+  // Per CPU figure: its start, whether the measurements can show it (as above), and for the
+  // figures the older models lack, its neutral value in the staged fit below (0: none).
+  struct CpuKnob {
+    Knob::What what;
+    double start;
+    bool shows;
+    double neutral;
+  };
+  const CpuKnob cpuKnobs[] = {
+      {Knob::What::MemBandwidth, memStart, true, 0},
+      {Knob::What::StepOverhead, 1e-6, true, 0},
+      {Knob::What::CacheBandwidth, 2 * memStart, cached, 0},
+      {Knob::What::MessageCopies, 2, cores, 0},
+      {Knob::What::NetMessageOverhead, 1e-6, hosts, 0},
+      {Knob::What::PeerReadCopies, 1, peer, 1},                 // a plain copy
+      {Knob::What::SingleCopyOverhead, 1e-6, cores, 1e-9},      // a nanosecond per kernel read
+      {Knob::What::DirtyReadCopies, 1, cores && privateCache, 1e-3}};  // a thousandth of a copy
+  std::vector<double> neutral(knobs.size(), 0);  // per knob; the link knobs have none
+  for (const CpuKnob& k : cpuKnobs) {
+    if (!k.shows) continue;
     const double value =
-        what == Knob::What::MemBandwidth ? memBandwidth : hostFigure(base, hostField(what), 0);
-    if (options.fit || value > 0) knobs.push_back({what, "", value > 0 ? value : start});
+        k.what == Knob::What::MemBandwidth ? memBandwidth : hostFigure(base, hostField(k.what), 0);
+    if (!options.fit && value <= 0) continue;
+    knobs.push_back({k.what, "", value > 0 ? value : k.start});
+    neutral.push_back(k.neutral);
   }
 
   auto withX = [&](const std::vector<double>& x) {
@@ -381,10 +387,9 @@ Status calibrate(const std::vector<MeasuredPoint>& points, const topology::Topol
   if (options.fit) {
     // All figures at once from the start, and (where there are figures the older models lack:
     // the costs of peer reads and of reading what another core just wrote) also in two stages:
-    // first the older figures with the new ones at their neutral start (a plain copy, a
-    // nanosecond per kernel read, a thousandth of a copy per dirty byte), then all from there,
-    // which ends at least as well as a fit without the new figures (Nelder-Mead never gives up
-    // its best point). The lower loss wins; neither alone is best on every sweep measured here.
+    // first the older figures with the new ones at their neutral start (cpuKnobs), then all
+    // from there, which ends at least as well as a fit without the new figures (Nelder-Mead
+    // never gives up its best point). The lower loss wins; neither alone is best on every sweep measured here.
     const std::vector<double> x0 = x;
     double bestLoss = 0, stagedLoss = 0;
     x = nelderMead(objective, x0, std::log(2.0), options.maxEvaluations, &out->evaluations,
@@ -392,12 +397,8 @@ Status calibrate(const std::vector<MeasuredPoint>& points, const topology::Topol
     std::vector<size_t> first;
     std::vector<double> staged = x0, y;
     for (size_t i = 0; i < knobs.size(); ++i) {
-      if (knobs[i].what == Knob::What::PeerReadCopies) {
-        staged[i] = 0;  // log 1
-      } else if (knobs[i].what == Knob::What::SingleCopyOverhead) {
-        staged[i] = std::log(1e-9);
-      } else if (knobs[i].what == Knob::What::DirtyReadCopies) {
-        staged[i] = std::log(1e-3);
+      if (neutral[i] > 0) {
+        staged[i] = std::log(neutral[i]);
       } else {
         first.push_back(i);
       }
