@@ -240,8 +240,7 @@ Status allgatherRecords(Bootstrap& boot, const Record& mine, int nranks, const D
 // The probe data of this host: from the cache file, else hwloc (remembered per process, since
 // hwloc takes tens of milliseconds and the cache directory may be unwritable).
 bool probeThisHost(const std::string& signature, topology::HostCache* cache) {
-  // A cache entry from before loom knew private caches lacks it: probe again (and file it).
-  if (cache->cores > 0 && !cache->numaCpus.empty() && cache->privateCacheBytes > 0) return false;
+  if (cache->cores > 0 && !cache->numaCpus.empty()) return false;
   static std::mutex mutex;
   static std::map<std::string, topology::HostCache> probed;
   std::lock_guard<std::mutex> lock(mutex);

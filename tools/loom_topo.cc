@@ -100,6 +100,7 @@ void showCommunicator(const HostInfo& info, int ranks) {
   HostDescription host;
   host.name = hostname;
   host.cores = info.cores;
+  host.privateCacheBytes = privateCacheOf(info);
   host.numaNodes = info.numaNodes;
   printf("\ncommunicator of %d rank(s) on this host, as init builds it (LOOM_TOPO_MEASURE):\n",
          ranks);

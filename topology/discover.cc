@@ -242,9 +242,13 @@ Status loadHostCache(const std::string& dir, const std::string& signature, HostC
     if (cache.signature != signature)
       return errorf(loomInvalidUsage, "%s belongs to another host (%s)", path.c_str(),
                     cache.signature.c_str());
-    cache.cores = doc.at("cores").get<int>();
-    cache.privateCacheBytes = doc.value("privateCacheBytes", uint64_t(0));
-    cache.numaCpus = doc.at("numaCpus").get<std::vector<std::vector<int>>>();
+    // An entry from before loom recorded private caches holds only part of what the probe
+    // gives: its probe fields are left empty, so that init probes once and files all of it.
+    if (doc.contains("privateCacheBytes")) {
+      cache.cores = doc.at("cores").get<int>();
+      cache.privateCacheBytes = doc.at("privateCacheBytes").get<uint64_t>();
+      cache.numaCpus = doc.at("numaCpus").get<std::vector<std::vector<int>>>();
+    }
     for (const auto& [key, figures] : doc.at("links").items())
       cache.links[key] = {figures.at("latency").get<double>(),
                           figures.at("bandwidth").get<double>(),

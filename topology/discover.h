@@ -89,7 +89,7 @@ std::vector<MeasurePair> measurementPairs(const std::vector<int32_t>& rankHost,
 struct HostCache {
   std::string signature;
   int cores = 0;
-  uint64_t privateCacheBytes = 0;            // privateCacheOf the probe; 0: not known
+  uint64_t privateCacheBytes = 0;            // privateCacheOf the probe (0: it found none)
   std::vector<std::vector<int>> numaCpus;    // OS CPU numbers per NUMA node
   std::map<std::string, LinkFigures> links;  // by linkCacheKey
 };

@@ -264,6 +264,30 @@ TEST_F(HostCacheTest, RoundTripInACreatedDirectory) {
             loomInvalidUsage);
 }
 
+// An entry filed before loom recorded private caches keeps its measured links but not its
+// probe fields, so that init probes the host once more and files what it found, 0 included.
+TEST_F(HostCacheTest, EntriesWithoutThePrivateCacheAreProbedAgain) {
+  std::string sig = hostSignature("testhost", 8);
+  std::filesystem::create_directories(dir_);
+  std::ofstream(hostCachePath(dir_, sig))
+      << R"({"signature": ")" << sig << R"(", "cores": 6, "numaCpus": [[0, 1, 2, 3, 4, 5]],)"
+      << R"( "links": {"same-NUMA/shm": {"latency": 1e-6, "bandwidth": 8e9}}})";
+  HostCache old;
+  ASSERT_TRUE(loadHostCache(dir_, sig, &old).isOk());
+  EXPECT_EQ(old.cores, 0);
+  EXPECT_TRUE(old.numaCpus.empty());
+  ASSERT_EQ(old.links.size(), 1u);
+  EXPECT_EQ(old.links["same-NUMA/shm"].bandwidth, 8e9);
+  old.cores = 6;
+  old.numaCpus = {{0, 1, 2, 3, 4, 5}};
+  old.privateCacheBytes = 0;  // a host whose probe names no per-core cache
+  ASSERT_TRUE(saveHostCache(dir_, old).isOk());
+  HostCache back;
+  ASSERT_TRUE(loadHostCache(dir_, sig, &back).isOk());
+  EXPECT_EQ(back.cores, 6);
+  EXPECT_EQ(back.privateCacheBytes, 0u);
+}
+
 TEST_F(HostCacheTest, MalformedFilesAndUnwritableDirectoriesAreReported) {
   std::string sig = hostSignature("testhost", 7);
   std::filesystem::create_directories(dir_);
