@@ -57,7 +57,6 @@ uint64_t stepCount(const Step& s) {
   return s.kind == StepKind::Send ? s.src.count : s.dst.count;
 }
 
-
 }  // namespace
 
 PreparedPlan preparePlan(const RankPlan& plan, std::span<const BufferAlias> aliases) {

@@ -54,7 +54,7 @@ class ShmArena {
   // 1 Output) is: mapped here, or only readable with readProcessMemory (user_memory.h). A
   // mapping peer() gave stays valid until this rank's next publish().
   struct PeerView {
-    const char* mapped = nullptr;  // the buffer in this process; null: use readPeer
+    const char* mapped = nullptr;  // the buffer in this process; null: readProcessMemory
     uint64_t addr = 0;             // the buffer in its owner's process
     pid_t pid = 0;
     int rank = -1;
