@@ -45,57 +45,39 @@ collectives::CollArgs callOf(const MeasuredPoint& p, const topology::Topology& t
   return a;
 }
 
-std::string knobName(const Knob& k) {
-  switch (k.what) {
-    case Knob::What::LinkLatency:
-      return k.linkKind + " latency factor";
-    case Knob::What::LinkBandwidth:
-      return k.linkKind + " bandwidth factor";
-    case Knob::What::MemBandwidth:
-      return "memBandwidth";
-    case Knob::What::StepOverhead:
-      return "stepOverhead";
-    case Knob::What::CacheBandwidth:
-      return "cacheBandwidth";
-    case Knob::What::MessageCopies:
-      return "messageCopies";
-    case Knob::What::NetMessageOverhead:
-      return "netMessageOverhead";
-    case Knob::What::PeerReadCopies:
-      return "peerReadCopies";
-    case Knob::What::SingleCopyOverhead:
-      return "singleCopyOverhead";
-    case Knob::What::DirtyReadCopies:
-      return "dirtyReadCopies";
-  }
-  return "";
-}
-
 namespace {
 
-// The HostCpu figure a CPU knob sets.
-double topology::HostCpu::*hostField(Knob::What what) {
-  switch (what) {
-    case Knob::What::MemBandwidth:
-      return &topology::HostCpu::memBandwidth;
-    case Knob::What::StepOverhead:
-      return &topology::HostCpu::stepOverhead;
-    case Knob::What::CacheBandwidth:
-      return &topology::HostCpu::cacheBandwidth;
-    case Knob::What::NetMessageOverhead:
-      return &topology::HostCpu::netMessageOverhead;
-    case Knob::What::PeerReadCopies:
-      return &topology::HostCpu::peerReadCopies;
-    case Knob::What::SingleCopyOverhead:
-      return &topology::HostCpu::singleCopyOverhead;
-    case Knob::What::DirtyReadCopies:
-      return &topology::HostCpu::dirtyReadCopies;
-    default:
-      return &topology::HostCpu::messageCopies;
-  }
+// Each CPU knob: the HostCpu figure it sets, which is also its name.
+struct CpuFigure {
+  Knob::What what;
+  const char* name;
+  double topology::HostCpu::*field;
+};
+constexpr CpuFigure kCpuFigures[] = {
+    {Knob::What::MemBandwidth, "memBandwidth", &topology::HostCpu::memBandwidth},
+    {Knob::What::StepOverhead, "stepOverhead", &topology::HostCpu::stepOverhead},
+    {Knob::What::CacheBandwidth, "cacheBandwidth", &topology::HostCpu::cacheBandwidth},
+    {Knob::What::MessageCopies, "messageCopies", &topology::HostCpu::messageCopies},
+    {Knob::What::NetMessageOverhead, "netMessageOverhead", &topology::HostCpu::netMessageOverhead},
+    {Knob::What::PeerReadCopies, "peerReadCopies", &topology::HostCpu::peerReadCopies},
+    {Knob::What::SingleCopyOverhead, "singleCopyOverhead", &topology::HostCpu::singleCopyOverhead},
+    {Knob::What::DirtyReadCopies, "dirtyReadCopies", &topology::HostCpu::dirtyReadCopies}};
+
+const CpuFigure& cpuFigure(Knob::What what) {
+  for (const CpuFigure& f : kCpuFigures)
+    if (f.what == what) return f;
+  return kCpuFigures[0];  // not reached: every CPU knob is listed
 }
 
+double topology::HostCpu::*hostField(Knob::What what) { return cpuFigure(what).field; }
+
 }  // namespace
+
+std::string knobName(const Knob& k) {
+  if (k.what == Knob::What::LinkLatency) return k.linkKind + " latency factor";
+  if (k.what == Knob::What::LinkBandwidth) return k.linkKind + " bandwidth factor";
+  return cpuFigure(k.what).name;
+}
 
 topology::Topology applyKnobs(const topology::Topology& base, const std::vector<Knob>& knobs) {
   topology::Topology t = base;
