@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "collectives/reduce_kernels.h"
+#include "core/copy.h"
 #include "core/dtype.h"
 #include "core/log.h"
 #include "core/params.h"
@@ -88,6 +89,16 @@ PreparedPlan preparePlan(const RankPlan& plan, std::span<const BufferAlias> alia
     ls.fuseNext.assign(ls.steps.size(), 0);
     for (size_t i = 0; i + 1 < ls.steps.size(); ++i)
       ls.fuseNext[i] = fusedWithNext(ls.steps[i], ls.steps[i + 1]);
+    ls.finalCopy.assign(ls.steps.size(), 0);
+    for (size_t i = 0; i < ls.steps.size(); ++i) {
+      bool touchedLater = ls.steps[i].kind != StepKind::Copy;
+      for (size_t j = i + 1; j < ls.steps.size() && !touchedLater; ++j) {
+        Access later[2];
+        const int n = accesses(ls.steps[j], later);
+        for (int a = 0; a < n; ++a) touchedLater |= overlaps(later[a].region, ls.steps[i].dst);
+      }
+      ls.finalCopy[i] = !touchedLater;
+    }
     size_t sinceBarrier = 0;  // steps before the last Barrier are done before later ones start
     for (size_t i = 0; i < ls.steps.size(); ++i) {
       if (ls.steps[i].kind == StepKind::Barrier) sinceBarrier = i + 1;
@@ -361,7 +372,11 @@ class Run {
     // An unmapped peer's data for a Copy goes straight into the destination.
     LOOM_TRY(readable(s.src, ss->done, n, s.kind == StepKind::Copy ? -1 : 0, &src, dst));
     if (s.kind == StepKind::Copy) {
-      if (src != dst) memcpy(dst, src, n * es_);
+      const bool streaming = lane(l).finalCopy[i] && stepCount(s) * es_ >= kStreamingCopyBytes;
+      if (src != dst && streaming)
+        copyBypassingCache(dst, src, n * es_);
+      else if (src != dst)
+        memcpy(dst, src, n * es_);
     } else {
       reduce(dst, dst, src, n, call_.dtype, call_.op);
     }

@@ -75,16 +75,18 @@ struct Step {
   Region dst;         // Recv, RecvReduce, Copy, Reduce
 };
 
+// Whether regions a and b share elements of one buffer.
+inline bool overlaps(const Region& a, const Region& b) {
+  return a.buf == b.buf && a.offset < b.offset + b.count && b.offset < a.offset + a.count;
+}
+
 // Whether the executor runs Copy `s` and the Reduce `next` after it on its lane as one pass
 // (dst = s.src ⊕ next.src, piece by piece, while the two go in step): `next` reduces into the
 // very region s writes, from a source that does not overlap it, and s is no Copy onto itself.
 // The simulator costs such a Copy as nothing beyond its Reduce.
 inline bool fusedWithNext(const Step& s, const Step& next) {
-  const Region &d = s.dst, &x = next.src;
-  const bool overlap = x.buf == d.buf && x.offset < d.offset + d.count &&
-                       d.offset < x.offset + x.count;
-  return s.kind == StepKind::Copy && next.kind == StepKind::Reduce && next.dst == d &&
-         !(s.src == d) && !overlap;
+  return s.kind == StepKind::Copy && next.kind == StepKind::Reduce && next.dst == s.dst &&
+         !(s.src == s.dst) && !overlaps(next.src, s.dst);
 }
 
 // Steps of one lane run in order; a later step may start on the part of its regions that
