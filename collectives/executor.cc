@@ -89,16 +89,7 @@ PreparedPlan preparePlan(const RankPlan& plan, std::span<const BufferAlias> alia
     ls.fuseNext.assign(ls.steps.size(), 0);
     for (size_t i = 0; i + 1 < ls.steps.size(); ++i)
       ls.fuseNext[i] = fusedWithNext(ls.steps[i], ls.steps[i + 1]);
-    ls.finalCopy.assign(ls.steps.size(), 0);
-    for (size_t i = 0; i < ls.steps.size(); ++i) {
-      bool touchedLater = ls.steps[i].kind != StepKind::Copy;
-      for (size_t j = i + 1; j < ls.steps.size() && !touchedLater; ++j) {
-        Access later[2];
-        const int n = accesses(ls.steps[j], later);
-        for (int a = 0; a < n; ++a) touchedLater |= overlaps(later[a].region, ls.steps[i].dst);
-      }
-      ls.finalCopy[i] = !touchedLater;
-    }
+    ls.finalCopy = finalCopies(ls.steps);
     size_t sinceBarrier = 0;  // steps before the last Barrier are done before later ones start
     for (size_t i = 0; i < ls.steps.size(); ++i) {
       if (ls.steps[i].kind == StepKind::Barrier) sinceBarrier = i + 1;

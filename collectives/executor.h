@@ -45,9 +45,7 @@ struct PreparedPlan {
     std::vector<Step> steps;                       // regions rewritten to canonical buffers
     std::vector<std::vector<Conflict>> conflicts;  // per step
     std::vector<uint8_t> fuseNext;  // per step: fusedWithNext(it, the next step) (plan.h)
-    // Per step: a Copy whose destination no later step of the lane touches, so a large one
-    // may bypass the cache (kStreamingCopyBytes).
-    std::vector<uint8_t> finalCopy;
+    std::vector<uint8_t> finalCopy;  // per step: finalCopies (plan.h)
   };
   std::vector<LaneSteps> lanes;
   uint64_t scratchCount = 0;

@@ -100,4 +100,22 @@ uint64_t outputCount(const CollArgs& a, int rank) {
   return 0;
 }
 
+std::vector<uint8_t> finalCopies(const std::vector<Step>& steps) {
+  // The regions a step reads or writes: src for all but Recv and Barrier, dst for all but Send.
+  auto touches = [](const Step& s, const Region& r) {
+    const bool src = s.kind != StepKind::Recv && s.kind != StepKind::Barrier;
+    const bool dst = s.kind != StepKind::Send && s.kind != StepKind::Barrier;
+    return (src && overlaps(s.src, r)) || (dst && overlaps(s.dst, r));
+  };
+  std::vector<uint8_t> out(steps.size(), 0);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (steps[i].kind != StepKind::Copy) continue;
+    bool touched = false;
+    for (size_t j = i + 1; j < steps.size() && !touched; ++j)
+      touched = touches(steps[j], steps[i].dst);
+    out[i] = !touched;
+  }
+  return out;
+}
+
 }  // namespace loom::collectives

@@ -97,6 +97,11 @@ struct Lane {
   std::vector<Step> steps;
 };
 
+// Per step of `steps` (one lane): 1 for a Copy whose destination no later step reads or
+// writes. A large one may write with streaming stores (executor.h, kStreamingCopyBytes): what
+// it writes is not wanted in this core's cache.
+std::vector<uint8_t> finalCopies(const std::vector<Step>& steps);
+
 struct RankPlan {
   std::vector<Lane> lanes;
   uint64_t scratchCount = 0;  // elements of scratch space the plan needs
@@ -126,6 +131,10 @@ struct CollArgs {
   // Bytes of the Shared buffer a plan may use (the communicator's LOOM_SHM_DIRECT_BYTES arena
   // gives each call half of it); 0: there is none.
   uint64_t sharedBytes = 0;
+  // Every rank's Input and Output of this call are from loomMemAlloc, as the ranks of the host
+  // agreed (Comm::agreeBuffersMapped): the peer algorithms read them with plain loads. Builders
+  // ignore it; the tuner's model costs such reads as plain copies.
+  bool buffersMapped = false;
   // Alltoallv, this rank's view, in elements (size nranks each).
   std::vector<uint64_t> sendCounts, sendDispls, recvCounts, recvDispls;
 };

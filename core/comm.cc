@@ -15,6 +15,8 @@
 #include "core/log.h"
 #include "core/params.h"
 #include "topology/discover.h"
+#include "transports/shm/shm_arena.h"
+#include "transports/shm/user_memory.h"
 
 namespace loom {
 namespace {
@@ -338,7 +340,30 @@ Status Comm::chooseBuilder(CallDesc* call, tuner::Decision* out) {
   LOOM_TRY(tuner_.decide(*args, out));
   // Measured decisions beat the model and the built-in table, not the user's rules.
   if (autotune_ && out->source != tuner::Source::Rule) LOOM_TRY(autotuneDecision(*call, out));
+  if (out->source == tuner::Source::Model && out->whenMapped.builder != nullptr &&
+      hostCount_ == 1) {
+    LOOM_TRY(agreeBuffersMapped(*call, &args->buffersMapped));
+    if (args->buffersMapped) out->choice = out->whenMapped;
+  }
   tuner::applyParams(out->choice.params, args);
+  return Status::ok();
+}
+
+Status Comm::agreeBuffersMapped(const CallDesc& call, bool* all) {
+  const bool mine = transports::findUserMemory(call.input, call.inputBytes).serial != 0 &&
+                    transports::findUserMemory(call.output, call.outputBytes).serial != 0;
+  if (agreementPlan_.lanes.empty()) {
+    collectives::RankPlan plan;
+    plan.algorithm = "buffer agreement";
+    plan.lanes.resize(1);
+    collectives::addBarrier(plan.lanes[0]);
+    agreementPlan_ = collectives::preparePlan(plan, {});
+  }
+  std::array<void*, 4> buffers = {};
+  LOOM_TRY(mapShared(agreementPlan_, 1, buffers));  // maps the arena at its first use
+  arena_->vote(agreements_, mine);
+  LOOM_TRY(execute(agreementPlan_, buffers, loomUint8, loomSum, "buffer agreement"));
+  *all = arena_->unanimous(agreements_++);
   return Status::ok();
 }
 
@@ -352,6 +377,7 @@ Status Comm::runCollective(CallDesc& call) {
   a.fanIn = settings_.fanIn;
   a.elemSize = uint32_t(dtypeSize(call.dtype));
   a.sharedBytes = settings_.sharedBytes;
+  a.buffersMapped = false;  // until the ranks agree otherwise (chooseBuilder)
   tuner::Decision decision;
   LOOM_TRY(chooseBuilder(&call, &decision));
   return runDecided(call, decision);
@@ -399,10 +425,11 @@ Status Comm::runDecided(const CallDesc& call, const tuner::Decision& decision) {
       key.counts.insert(key.counts.end(), v->begin(), v->end());
   const collectives::PreparedPlan& prepared =
       cachedPlan(key, aliases, [&] { return builder->build(a, rank()); });
-  LOOM_TRACE("COLL", "%s #%llu count %llu %s %s root %d: %s (%s), %zu lane(s)",
+  LOOM_TRACE("COLL", "%s #%llu count %llu %s %s root %d: %s (%s%s), %zu lane(s)",
              collectives::collectiveName(a.coll), (unsigned long long)sequence_,
              (unsigned long long)a.count, dtypeName(call.dtype), opName(call.op), a.root,
              tuner::describe(decision.choice).c_str(), tuner::sourceText(decision).c_str(),
+             a.buffersMapped ? ", every rank's buffers from loomMemAlloc" : "",
              prepared.lanes.size());
   if (scratch_.size() < prepared.scratchCount * es) scratch_.resize(prepared.scratchCount * es);
   buffers[2] = scratch_.data();

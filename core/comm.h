@@ -99,6 +99,11 @@ class Comm final : public collectives::ExecHost {
   // decision's parameters (lanes, torus dims, fan-in) to call->args, so that the plan and its
   // cache key see them.
   Status chooseBuilder(CallDesc* call, tuner::Decision* out);
+  // Whether every rank's Input and Output of this call are from loomMemAlloc, as the ranks of
+  // the host agree: each votes, and a barrier of theirs (a plan of one Barrier step, run like
+  // any call) carries the votes to all. Asked only where the answer changes the model's choice
+  // (tuner::Decision::whenMapped): all ranks then ask, in the same calls.
+  Status agreeBuffersMapped(const CallDesc& call, bool* all);
   // Runs a call whose args carry the decision's parameters: the plan (cached) and its execution.
   Status runDecided(const CallDesc& call, const tuner::Decision& decision);
   // LOOM_AUTOTUNE (core/comm_autotune.cc). Init reads the cache file, and the ranks agree on
@@ -186,6 +191,8 @@ class Comm final : public collectives::ExecHost {
   uint64_t autotuneMaxBytes_ = 0;
   std::vector<char> scratch_;
   std::vector<char> inputCopy_;  // an in-place alltoall's input, see runDecided
+  collectives::PreparedPlan agreementPlan_;  // agreeBuffersMapped's barrier, built at first use
+  uint64_t agreements_ = 0;                  // its rounds so far (ShmArena::vote)
   uint64_t sequence_ = 0;
   Status failed_;
   std::atomic<int> asyncError_{loomSuccess};

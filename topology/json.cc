@@ -62,7 +62,7 @@ Status readHostCpu(const json& node, NodeKind kind, const std::string& where, Ho
                                       "cacheBytes",    "cacheBandwidth",    "messageCopies",
                                       "netMessageOverhead", "peerReadCopies",
                                       "singleCopyOverhead", "privateCacheBytes",
-                                      "dirtyReadCopies"};
+                                      "dirtyReadCopies", "streamingCopies"};
   bool any = false;
   for (const char* key : kKeys) any = any || !member(node, key).is_null();
   if (!any) return Status::ok();
@@ -99,7 +99,8 @@ Status readHostCpu(const json& node, NodeKind kind, const std::string& where, Ho
   LOOM_TRY(bandwidth("cacheBandwidth", &out->cacheBandwidth));
   for (auto [key, value] : {std::pair{"messageCopies", &out->messageCopies},
                             std::pair{"peerReadCopies", &out->peerReadCopies},
-                            std::pair{"dirtyReadCopies", &out->dirtyReadCopies}}) {
+                            std::pair{"dirtyReadCopies", &out->dirtyReadCopies},
+                            std::pair{"streamingCopies", &out->streamingCopies}}) {
     const json& copies = member(node, key);
     if (copies.is_null()) continue;
     if (!copies.is_number() || !(copies.get<double>() > 0))
@@ -239,6 +240,7 @@ std::string toJson(const Topology& t) {
       item["singleCopyOverhead"] = formatLatency(n.cpu.singleCopyOverhead);
     if (n.cpu.privateCacheBytes > 0) item["privateCacheBytes"] = n.cpu.privateCacheBytes;
     if (n.cpu.dirtyReadCopies > 0) item["dirtyReadCopies"] = n.cpu.dirtyReadCopies;
+    if (n.cpu.streamingCopies > 0) item["streamingCopies"] = n.cpu.streamingCopies;
     append(item, i == 0);
   }
   s += "\n  ],\n  \"links\": [";

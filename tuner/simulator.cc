@@ -64,6 +64,10 @@ struct SimStep {
   // read's) that its owner wrote earlier in the call and still holds in its core's private
   // cache (HostCpu::dirtyReadCopies).
   float dirty = 0;
+  // A final Copy of at least kStreamingCopyBytes (collectives::finalCopies) from memory the
+  // executor loads itself (its own, or a mapped peer's): it writes with streaming stores
+  // (HostCpu::streamingCopies).
+  bool streamed = false;
   // Whether the rank's CPU has done the step's bookkeeping (HostCpu::stepOverhead): until then
   // not even its first slice may start.
   uint8_t admission = 0;  // kAdmitted, kNeedsAdmission or kAdmissionQueued
@@ -214,6 +218,7 @@ class Simulator {
     int32_t host = -1;
     double bandwidth = 0;     // bytes/s of one core for this call; 0: local work is free
     topology::HostCpu cpu;    // its host's figures (per-step and per-byte costs); none: 0
+    double streamedCopies = 1;  // what a streamed byte costs for this call, per plain byte
     uint32_t route = 0;       // its CPU route (one core, then the host's cores), when bandwidth > 0
     std::deque<CpuWork> queue;
     bool busy = false;  // the queue's front is running
@@ -287,11 +292,31 @@ class Simulator {
   // on that host touch workingSet bytes: the part that fits in the host's cache is copied at
   // cacheBandwidth, the rest at memBandwidth.
   double memBandwidth(size_t h, double workingSet) const {
+    const CopyRates r = copyRates(h, workingSet);
+    return r.mem <= 0 ? r.mem : 1 / (r.cached / r.cache + (1 - r.cached) / r.mem);
+  }
+  // What a byte of a streamed copy costs for such a call, per byte of a plain one: the part
+  // that goes to memory costs HostCpu::streamingCopies as much.
+  double streamedCopies(size_t h, double workingSet) const {
+    const CopyRates r = copyRates(h, workingSet);
+    if (r.mem <= 0) return 1;
+    return (r.cached / r.cache + (1 - r.cached) * r.streaming / r.mem) /
+           (r.cached / r.cache + (1 - r.cached) / r.mem);
+  }
+  struct CopyRates {
+    double mem, cache;  // bytes/s from memory and from the cache (any, where cached is 0)
+    double cached;      // the working set's fraction in the cache
+    double streaming;   // HostCpu::streamingCopies, 1 when not modelled
+  };
+  CopyRates copyRates(size_t h, double workingSet) const {
     const topology::HostCpu cpu = h < hostCpu_.size() ? hostCpu_[h] : topology::HostCpu{};
-    const double mem = cpu.memBandwidth > 0 ? cpu.memBandwidth : opt_.memBandwidth;
-    if (mem <= 0 || cpu.cacheBytes == 0 || cpu.cacheBandwidth <= 0) return mem;
-    const double cached = workingSet > 0 ? std::min(1.0, double(cpu.cacheBytes) / workingSet) : 1;
-    return 1 / (cached / cpu.cacheBandwidth + (1 - cached) / mem);
+    CopyRates r{cpu.memBandwidth > 0 ? cpu.memBandwidth : opt_.memBandwidth, 1, 0,
+                cpu.streamingCopies > 0 ? cpu.streamingCopies : 1};
+    if (cpu.cacheBytes > 0 && cpu.cacheBandwidth > 0) {
+      r.cache = cpu.cacheBandwidth;
+      r.cached = workingSet > 0 ? std::min(1.0, double(cpu.cacheBytes) / workingSet) : 1;
+    }
+    return r;
   }
 
   // The CPU resources' capacities for this call (addCpuResources made them).
@@ -302,7 +327,9 @@ class Simulator {
             hostCpu_[h].cores * memBandwidth(h, hostWorkingSet_[h]);
     for (RankCpu& rc : rankCpu_) {
       const size_t h = size_t(rc.host);
-      rc.bandwidth = memBandwidth(h, h < hostWorkingSet_.size() ? hostWorkingSet_[h] : 0);
+      const double workingSet = h < hostWorkingSet_.size() ? hostWorkingSet_[h] : 0;
+      rc.bandwidth = memBandwidth(h, workingSet);
+      rc.streamedCopies = streamedCopies(h, workingSet);
       if (rc.bandwidth > 0) capacity_[size_t(routes_[rc.route].links[0])] = rc.bandwidth;
     }
   }
@@ -331,6 +358,7 @@ class Simulator {
   Status addLane(int rank, int lane, const Lane& steps) {
     std::unordered_map<uint32_t, SegmentMap> buffers;  // conflicts are per lane (lanes disjoint)
     uint32_t lastBarrier = kNone, barriers = 0;
+    const std::vector<uint8_t> finals = collectives::finalCopies(steps.steps);
     for (size_t i = 0; i < steps.steps.size(); ++i) {
       const Step& s = steps.steps[i];
       const uint32_t g = uint32_t(steps_.size());
@@ -344,11 +372,14 @@ class Simulator {
         ss.free = (s.kind == StepKind::Copy && s.src == s.dst) ||
                   (i + 1 < steps.steps.size() && collectives::fusedWithNext(s, steps.steps[i + 1]));
         ss.peerRead = collectives::isPeerBuffer(s.src.buf);
-        if (ss.peerRead && !ss.free) ss.kernelReads = pieces(ss.count, collectives::kLocalChunkBytes);
+        if (ss.peerRead && !ss.free && !opt_.peersMapped)
+          ss.kernelReads = pieces(ss.count, collectives::kLocalChunkBytes);
         // A peer's Output is what it wrote in this call (before the barrier that lets others
         // read it); its Input was written before the call.
         if (ss.peerRead && collectives::peerBufferKind(s.src.buf) == collectives::kOutput)
           ss.dirty = dirtyFraction(collectives::peerBufferRank(s.src.buf), ss.count, ss.count);
+        ss.streamed = finals[i] && !ss.free && (!ss.peerRead || opt_.peersMapped) &&
+                      ss.count * opt_.elemSize >= collectives::kStreamingCopyBytes;
       } else if (s.kind == StepKind::Barrier) {
         if (lane != 0)
           return errorf(loomInvalidArgument, "rank %d lane %d step %zu: a Barrier off lane 0", rank,
@@ -638,9 +669,12 @@ class Simulator {
            rank);
       return;
     }
-    // A peer read costs peerReadCopies (0: a plain copy) and what its dirty part adds.
-    const double peerCopies = rc.cpu.peerReadCopies > 0 ? rc.cpu.peerReadCopies : 1;
-    const double copies = s.peerRead ? peerCopies + s.dirty * rc.cpu.dirtyReadCopies : 1;
+    // A peer read costs peerReadCopies (0, or mapped buffers: a plain copy) and what its dirty
+    // part adds.
+    const double peerCopies =
+        rc.cpu.peerReadCopies > 0 && !opt_.peersMapped ? rc.cpu.peerReadCopies : 1;
+    const double copies = (s.peerRead ? peerCopies + s.dirty * rc.cpu.dirtyReadCopies : 1) *
+                          (s.streamed ? rc.streamedCopies : 1);
     const double bytes = w.slice == kBookkeeping ? bookkeepingTime(rc, s) * rc.bandwidth
                          : s.free                ? 0
                                                  : double(sliceBytes(s, w.slice)) * copies;

@@ -76,8 +76,8 @@ Tuner::Tuner(topology::Topology topo, TunerConfig config)
 int Tuner::sizeBucket(uint64_t bytes) { return bytes <= 1 ? 0 : int(std::bit_width(bytes - 1)); }
 
 uint64_t Tuner::cacheKey(const CollArgs& a) {
-  return (uint64_t(a.coll) << 40) | (uint64_t(a.elemSize) << 8) |
-         uint64_t(sizeBucket(callBytes(a)));
+  return (uint64_t(a.buffersMapped) << 48) | (uint64_t(a.coll) << 40) |
+         (uint64_t(a.elemSize) << 8) | uint64_t(sizeBucket(callBytes(a)));
 }
 
 bool Tuner::modelApplies(const CollArgs& a) const {
@@ -100,6 +100,7 @@ double Tuner::predict(const CollArgs& a, const Builder& b, const AlgoParams& par
   if (!refusal(b, s, params).empty()) return -1;
   SimOptions sim = config_.sim;
   if (params.slices > 0) sim.slices = params.slices;
+  sim.peersMapped = a.buffersMapped;
   SimResult r = simulateBuilt(
       s.nranks, [&](int rank) { return b.build(s, rank); }, topo_, sim);
   return r.ok ? r.time : -1;
@@ -109,6 +110,11 @@ std::vector<Candidate> Tuner::candidates(const CollArgs& a) {
   std::vector<Candidate> out;
   if (!modelApplies(a)) return out;
   const CollArgs s = modelCall(a);
+  // The fastest candidate if every rank's buffers were mapped: plans that read peers cost less
+  // then (simulated again), the others the same.
+  CollArgs mapped = a;
+  mapped.buffersMapped = true;
+  Candidate fastestMapped;
   const AlgoParams& fixed = config_.fixed;
   const int n = s.nranks;
   for (const Builder& b : collectives::allBuilders()) {
@@ -127,11 +133,16 @@ std::vector<Candidate> Tuner::candidates(const CollArgs& a) {
           CollArgs c = s;
           applyParams(p, &c);
           if (!refusal(b, c, p).empty()) continue;
-          const size_t used = b.build(c, 0).lanes.size();
+          const collectives::RankPlan first = b.build(c, 0);
+          const size_t used = first.lanes.size();
           if (std::find(laneCounts.begin(), laneCounts.end(), used) != laneCounts.end()) continue;
           laneCounts.push_back(used);
           const double t = predict(a, b, p);
-          if (t >= 0) out.push_back({&b, p, t});
+          if (t < 0) continue;
+          out.push_back({&b, p, t});
+          const double tMapped = first.readByPeers && !a.buffersMapped ? predict(mapped, b, p) : t;
+          if (fastestMapped.builder == nullptr || tMapped < fastestMapped.time)
+            fastestMapped = {&b, p, tMapped};
         }
       }
     }
@@ -149,6 +160,9 @@ std::vector<Candidate> Tuner::candidates(const CollArgs& a) {
         break;
       }
     }
+    if (!a.buffersMapped && (fastestMapped.builder != d.choice.builder ||
+                             !(fastestMapped.params == d.choice.params)))
+      d.whenMapped = fastestMapped;
     modelCache_[cacheKey(a)] = d;
     lastCached_.reset();
   }

@@ -44,6 +44,10 @@ struct Decision {
   int rule = 0;  // Rule and Builtin: the rule's number in its table
   // Model decisions: the fastest candidate of another algorithm (builder null when none).
   Candidate runnerUp;
+  // Model decisions for a call whose buffers are not known to be mapped: the choice if every
+  // rank's buffers are from loomMemAlloc (CollArgs::buffersMapped), where that differs from
+  // `choice` (builder null when it does not: the communicator then need not ask the ranks).
+  Candidate whenMapped;
 };
 
 struct TunerConfig {
@@ -80,11 +84,11 @@ class Tuner {
   const topology::Topology& topology() const { return topo_; }
   const TunerConfig& config() const { return config_; }
 
-  // The decision for a call. Reads a.coll, nranks, count, elemSize and hostOf; a.lanes,
-  // torusX/Y and fanIn hold the communicator's values (fixed ones included). The model's
-  // decisions are cached per (collective, power-of-two size bucket, element size), so after
-  // the first call of a bucket this is a hash lookup (plus the user's rules, when any).
-  // Errors only when no rule of the built-in table serves the call (a bug).
+  // The decision for a call. Reads a.coll, nranks, count, elemSize, hostOf and buffersMapped;
+  // a.lanes, torusX/Y and fanIn hold the communicator's values (fixed ones included). The
+  // model's decisions are cached per (collective, power-of-two size bucket, element size,
+  // buffersMapped), so after the first call of a bucket this is a hash lookup (plus the user's
+  // rules, when any). Errors only when no rule of the built-in table serves the call (a bug).
   Status decide(const collectives::CollArgs& a, Decision* out);
 
   // Every candidate of the model for the size bucket of `a`, fastest first (ties keep registry
@@ -102,7 +106,8 @@ class Tuner {
   // The call the model simulates for a's bucket: count for 2^bucket bytes, root 0.
   collectives::CollArgs modelCall(const collectives::CollArgs& a) const;
   bool modelApplies(const collectives::CollArgs& a) const;
-  // The model cache's key: (collective, size bucket, element size); the root does not matter.
+  // The model cache's key: (collective, size bucket, element size, buffersMapped); the root
+  // does not matter.
   static uint64_t cacheKey(const collectives::CollArgs& a);
 
   topology::Topology topo_;

@@ -10,7 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "core/log.h"
 #include "loom/loom.h"
 #include "tests/support/comm_harness.h"
 #include "tests/support/fork_ranks.h"
@@ -71,10 +70,7 @@ TEST_F(TwoHosts, RanksInOtherNamespacesCountAsSharingTheCores) {
     CPU_ZERO(&one);
     CPU_SET(0, &one);
     RANK_CHECK(sched_setaffinity(0, sizeof(one), &one) == 0, "sched_setaffinity failed");
-    setenv("LOOM_DEBUG", "INFO", 1);
-    setenv("LOOM_DEBUG_SUBSYS", "INIT", 1);
-    params::reloadFromEnvironment();
-    log::reload();
+    logInRank("INFO", "INIT");
     loomComm_t comm = nullptr;
     RANK_LOOM(initComm(ctx, &comm));
     RANK_LOOM(loomCommDestroy(comm));

@@ -7,14 +7,19 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
 #include "loom/loom.h"
+#include "topology/topology.h"
 #include "tests/support/comm_harness.h"
 #include "tests/support/fork_ranks.h"
+#include "tests/support/temp_dir.h"
 #include "tests/support/values.h"
+#include "tuner/tuner.h"
+#include "tuner/uniform_topology.h"
 
 namespace loom::testing {
 namespace {
@@ -212,6 +217,75 @@ TEST_P(PeerReads, EveryCollectiveOverEveryKindOfMemory) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, PeerReads, ::testing::Values(2, 3, 4),
                          [](const auto& info) { return "x" + std::to_string(info.param); });
+
+// With no algorithm forced, the model chooses peer reads for a large alltoall only when every
+// rank's buffers are from loomMemAlloc, which the ranks find out together (a vote at a barrier
+// of the host's ranks): on a model where reading plain memory through the kernel costs three
+// copies, a call over loomMemAlloc buffers on every rank runs peer, one over plain or mixed
+// buffers the other choice, and all ranks choose alike (else the call would not complete).
+TEST(PeerMemory, TheModelReadsPeersWhenEveryRanksBuffersAreMapped) {
+  constexpr int kRanks = 4;
+  constexpr uint64_t kCount = uint64_t(1) << 20;  // per peer: a 16 MiB alltoall of floats
+  topology::Topology topo = tuner::uniformTopology({1, kRanks});
+  topology::HostCpu& cpu = topo.nodes[size_t(topo.hostNodes()[0])].cpu;
+  cpu = {2, 8e9, 1e-7};
+  cpu.peerReadCopies = 3;
+  cpu.singleCopyOverhead = 2e-6;
+  cpu.streamingCopies = 0.67;
+  TempDir dir("peer-model");
+  std::filesystem::create_directories(dir.path());
+  const std::string file = dir.path() + "/model.json";
+  ASSERT_TRUE(topology::saveTopology(topo, file).isOk());
+  // The test means something only where the answer changes the choice: check that first.
+  {
+    tuner::TunerConfig config;
+    ASSERT_TRUE(tuner::tunerConfigFromParams(&config).isOk());
+    config.sim = tuner::communicatorSimOptions();
+    tuner::Tuner tuner(topo, config);
+    collectives::CollArgs a = tuner::callSettings(config.fixed);
+    a.coll = collectives::Collective::AlltoAll;
+    a.nranks = kRanks;
+    a.count = kCount;
+    tuner::Decision d;
+    ASSERT_TRUE(tuner.decide(a, &d).isOk());
+    ASSERT_NE(d.whenMapped.builder, nullptr) << tuner::describe(d.choice);
+    ASSERT_STREQ(d.whenMapped.builder->name, "peer");
+    ASSERT_STRNE(d.choice.builder->name, "peer");
+  }
+  auto results = runRanks(kRanks, [&](RankContext& ctx) {
+    setenv("LOOM_TOPO_FILE", file.c_str(), 1);
+    logInRank("TRACE", "COLL");
+    loomComm_t comm = nullptr;
+    RANK_LOOM(initComm(ctx, &comm));
+    const int rank = ctx.rank();
+    int failures = 0;
+    for (Memory m : {Memory::Loom, Memory::Plain, Memory::Mixed, Memory::Loom}) {
+      Case c(comm, rank, kRanks, m == Memory::Loom || (m == Memory::Mixed && rank != 2), false);
+      c.alltoAll(loomFloat32, kCount);
+      if (!c.failures().empty()) {
+        fprintf(stderr, "rank %d, %s memory:\n%s", rank, memoryName(m), c.failures().c_str());
+        ++failures;
+      }
+    }
+    RANK_LOOM(failures == 0 ? loomCommDestroy(comm) : loomCommAbort(comm));
+    return failures == 0 ? 0 : 1;
+  }, ForkOptions::timeout(120));
+  ASSERT_EQ(describeFailures(results), "");
+  for (int r = 0; r < kRanks; ++r) {
+    const std::string& out = results[size_t(r)].output;
+    const std::vector<std::string> calls = linesWith(out, "COLL alltoall #");  // in order
+    ASSERT_EQ(calls.size(), 4u) << out;
+    for (size_t i : {0, 3}) {
+      EXPECT_NE(calls[i].find(": peer"), std::string::npos) << calls[i];
+      EXPECT_NE(calls[i].find("every rank's buffers from loomMemAlloc"), std::string::npos)
+          << calls[i];
+    }
+    for (size_t i : {1, 2}) {
+      EXPECT_EQ(calls[i].find(": peer"), std::string::npos) << calls[i];
+      EXPECT_EQ(calls[i].find("loomMemAlloc"), std::string::npos) << calls[i];
+    }
+  }
+}
 
 TEST(PeerMemory, BadArgumentsAreClearErrors) {
   EXPECT_EQ(loomMemAlloc(nullptr, 16), loomInvalidArgument);

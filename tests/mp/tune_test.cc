@@ -8,7 +8,6 @@
 #include <string>
 #include <vector>
 
-#include "core/log.h"
 #include "core/params.h"
 #include "loom/loom.h"
 #include "tests/support/comm_harness.h"
@@ -22,25 +21,17 @@ constexpr int kRanks = 4;
 // The log line of a call that chose `choice` because of `source`, e.g. "tree" and "rule 1".
 bool logged(const std::string& output, const std::string& call, const std::string& choice,
             const std::string& source) {
-  for (size_t start = 0; start < output.size();) {
-    size_t end = output.find('\n', start);
-    if (end == std::string::npos) end = output.size();
-    const std::string line = output.substr(start, end - start);
-    if (line.find(call) != std::string::npos && line.find(": " + choice) != std::string::npos &&
+  for (const std::string& line : linesWith(output, call))
+    if (line.find(": " + choice) != std::string::npos &&
         line.find("(" + source + ")") != std::string::npos)
       return true;
-    start = end + 1;
-  }
   return false;
 }
 
 TEST(Tune, LoomTunePicksTheAlgorithmAndTheModelTheRest) {
   auto results = runRanks(kRanks, [](RankContext& ctx) {
     setenv("LOOM_TUNE", "allreduce size=0-1M -> tree lanes=2; allgather -> rd", 1);
-    setenv("LOOM_DEBUG", "TRACE", 1);
-    setenv("LOOM_DEBUG_SUBSYS", "COLL,TUNE", 1);
-    params::reloadFromEnvironment();
-    log::reload();  // the parent may have logged (and fixed the settings) before forking
+    logInRank("TRACE", "COLL,TUNE");
     loomComm_t comm = nullptr;
     RANK_LOOM(initComm(ctx, &comm));
     const size_t counts[] = {1001, size_t(1) << 19};  // 4004 B (rule 1), 2 MiB (the model)

@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "loom/loom.h"
 #include "tests/support/fork_ranks.h"
@@ -12,6 +13,12 @@ namespace loom::testing {
 
 // Returns loomSuccess and *comm, or the failing result (with loomGetLastError(NULL) text).
 loomResult_t initComm(RankContext& ctx, loomComm_t* comm, const loomConfig_t* config = nullptr);
+
+// Sets loom's log level and subsystems in this rank (LOOM_DEBUG, LOOM_DEBUG_SUBSYS) and has
+// the settings and the logger read them again: the parent may have read them before forking.
+void logInRank(const char* level, const char* subsystems);
+// The lines of `text` that contain `needle`, in order.
+std::vector<std::string> linesWith(const std::string& text, const std::string& needle);
 
 // Whether a forced algorithm list names an algorithm of the shared arena (direct, peer) while
 // the transport is tcp, where the communicator has no shared memory and those refuse every call.

@@ -12,6 +12,7 @@
 #include "collectives/builders.h"
 #include "collectives/builders_exchange.h"
 #include "collectives/builders_reduce.h"
+#include "collectives/executor.h"
 #include "topology/builders.h"
 #include "tuner/uniform_topology.h"
 
@@ -379,6 +380,70 @@ TEST(Simulator, PeerReadsCostPeerReadCopiesAndACopyFusesWithItsReduce) {
       }
     }
   }
+}
+
+// Peers whose buffers are mapped (SimOptions::peersMapped) are read with plain loads: no
+// kernel read, no peerReadCopies.
+TEST(Simulator, MappedPeerReadsArePlainCopies) {
+  const uint64_t count = 1 << 16;
+  const double bytes = double(count * kElem), core = 1e9;
+  auto read = emptyPlans(2);
+  collectives::addCopy(read[0].lanes[0], Region{collectives::peerBuffer(1, kInput), 0, count},
+                       Region{kOutput, 0, count});
+  topology::Topology t = cpuHost(2, 2, core);
+  t.nodes[size_t(t.hostNodes()[0])].cpu.peerReadCopies = 1.5;
+  t.nodes[size_t(t.hostNodes()[0])].cpu.singleCopyOverhead = 2e-6;
+  SimOptions o = whole();
+  o.peersMapped = true;
+  SimResult r = simulate(read, t, o);
+  ASSERT_TRUE(r.ok) << r.message;
+  expectTime(bytes / core, r.time);
+}
+
+// A final Copy of at least kStreamingCopyBytes writes with streaming stores: its part that goes
+// to memory costs streamingCopies of a plain copy's; a Copy whose destination a later step
+// reads, a smaller one, or one from an unmapped peer (process_vm_readv copies it) does not.
+TEST(Simulator, LargeFinalCopiesStreamTheirMemoryPart) {
+  const uint64_t count = collectives::kStreamingCopyBytes / kElem;
+  const double bytes = double(count * kElem), mem = 1e9, cache = 4e9, streaming = 0.5;
+  auto time = [&](const std::vector<RankPlan>& plans, uint64_t cacheBytes, bool mapped) {
+    topology::Topology t = cpuHost(2, 2, mem);
+    topology::HostCpu& cpu = t.nodes[size_t(t.hostNodes()[0])].cpu;
+    cpu.cacheBytes = cacheBytes;
+    cpu.cacheBandwidth = cache;
+    cpu.streamingCopies = streaming;
+    SimOptions o = whole();
+    o.peersMapped = mapped;
+    SimResult r = simulate(plans, t, o);
+    EXPECT_TRUE(r.ok) << r.message;
+    return r.time;
+  };
+  auto copy = [&](Region src, uint64_t n) {
+    auto plans = emptyPlans(2);
+    collectives::addCopy(plans[0].lanes[0], Region{src.buf, 0, n}, Region{kOutput, 0, n});
+    return plans;
+  };
+  const Region input{kInput, 0, 0}, peer{collectives::peerBuffer(1, kInput), 0, 0};
+  // A working set of 2 · bytes of which half fits in the cache: half the copy goes to memory.
+  const double halfStreamed = bytes * (0.5 / cache + 0.5 * streaming / mem);
+  expectTime(halfStreamed, time(copy(input, count), uint64_t(bytes), false));
+  expectTime(halfStreamed, time(copy(peer, count), uint64_t(bytes), true));
+  expectTime(bytes * (0.5 / cache + 0.5 / mem), time(copy(peer, count), uint64_t(bytes), false));
+  expectTime(bytes / cache, time(copy(input, count), uint64_t(4 * bytes), false));  // all cached
+  const uint64_t small = count / 2;  // a working set of bytes, half of it cached
+  expectTime(bytes / 2 * (0.5 / cache + 0.5 / mem),
+             time(copy(input, small), uint64_t(bytes / 2), false));
+  // Read again by a Reduce: the Copy keeps its destination in the cache.
+  auto reread = copy(input, count);
+  collectives::addReduce(reread[0].lanes[0], Region{kOutput, 0, count},
+                         Region{collectives::kScratch, 0, count});
+  SimResult none = simulate(reread, cpuHost(2, 2, mem), whole());
+  ASSERT_TRUE(none.ok) << none.message;
+  topology::Topology t = cpuHost(2, 2, mem);
+  t.nodes[size_t(t.hostNodes()[0])].cpu.streamingCopies = streaming;
+  SimResult notStreamed = simulate(reread, t, whole());
+  ASSERT_TRUE(notStreamed.ok) << notStreamed.message;
+  expectTime(none.time, notStreamed.time);
 }
 
 TEST(Simulator, ASingleCopyReceiveCostsSingleCopyOverhead) {

@@ -183,6 +183,47 @@ TEST(Tuner, DecisionsAreDeterministicAndCachedPerSizeBucket) {
   EXPECT_EQ(Tuner::sizeBucket(1025), 11);
 }
 
+// Where peers read each other's memory through the kernel at a high price, a large alltoall
+// goes by messages unless every rank's buffers are mapped (CollArgs::buffersMapped): the
+// decision names that choice beside its own, so the communicator asks the ranks only then.
+TEST(Tuner, ADecisionNamesItsChoiceForMappedBuffers) {
+  Topology topo = uniformTopology({1, 4});
+  topology::HostCpu& cpu = topo.nodes[size_t(topo.hostNodes()[0])].cpu;
+  cpu = {2, 8e9, 1e-7};
+  cpu.peerReadCopies = 3;
+  cpu.singleCopyOverhead = 2e-6;
+  cpu.streamingCopies = 0.67;
+  TunerConfig config;
+  config.sim.singleCopyBytes = 64 << 10;
+  CollArgs call = callOn(topo, Collective::AlltoAll, 32 << 20);
+  call.sharedBytes = 1 << 20;  // the peer builders need the host's arena
+  Tuner tuner(topo, config);
+  Decision plain, mapped;
+  ASSERT_TRUE(tuner.decide(call, &plain).isOk());
+  ASSERT_EQ(plain.source, Source::Model);
+  EXPECT_STRNE(plain.choice.builder->name, "peer");
+  ASSERT_NE(plain.whenMapped.builder, nullptr);
+  EXPECT_STREQ(plain.whenMapped.builder->name, "peer");
+  EXPECT_LT(plain.whenMapped.time, plain.choice.time);
+  call.buffersMapped = true;
+  ASSERT_TRUE(tuner.decide(call, &mapped).isOk());
+  EXPECT_EQ(mapped.choice.builder, plain.whenMapped.builder);
+  EXPECT_EQ(mapped.choice.time, plain.whenMapped.time);
+  EXPECT_EQ(mapped.whenMapped.builder, nullptr);
+  // Small calls go by the arena whatever the buffers: nothing to ask.
+  Decision small;
+  CollArgs tiny = callOn(topo, Collective::AlltoAll, 64);
+  tiny.sharedBytes = call.sharedBytes;
+  ASSERT_TRUE(tuner.decide(tiny, &small).isOk());
+  EXPECT_EQ(small.whenMapped.builder, nullptr) << describe(small.whenMapped);
+  // Without the arena (or across hosts) no plan reads peers.
+  call.buffersMapped = false;
+  call.sharedBytes = 0;
+  Tuner noArena(topo, config);
+  ASSERT_TRUE(noArena.decide(call, &plain).isOk());
+  EXPECT_EQ(plain.whenMapped.builder, nullptr);
+}
+
 TEST(Tuner, UserRulesOverrideTheModel) {
   const Topology topo = uniformTopology({2, 2});
   const CollArgs big = callOn(topo, Collective::AllReduce, 64 << 20);

@@ -47,6 +47,7 @@ struct ArenaMember {
   std::atomic<uint32_t> present;  // 1 once rank, pid and pidNamespace are valid
   std::atomic<uint64_t> arrivals;  // barriers this member has arrived at (error messages)
   PublishedBuffer buffers[2];      // Input, Output
+  std::atomic<uint32_t> votes[2];  // ShmArena::vote, by round parity
 };
 
 namespace {
@@ -193,6 +194,19 @@ void ShmArena::publish(const void* input, uint64_t inputBytes, const void* outpu
   PublishedBuffer* mine = member_[localIndex_].buffers;
   mine[0] = {reinterpret_cast<uint64_t>(input), findUserMemory(input, inputBytes)};
   mine[1] = {reinterpret_cast<uint64_t>(output), findUserMemory(output, outputBytes)};
+}
+
+void ShmArena::vote(uint64_t round, bool yes) {
+  member_[localIndex_].votes[round % 2].store(yes ? 1 : 0, std::memory_order_relaxed);
+}
+
+bool ShmArena::unanimous(uint64_t round) const {
+  for (int m = 0; m < members_; ++m) {
+    const ArenaMember& member = member_[m];
+    if (member.votes[round % 2].load(std::memory_order_relaxed) == 0) return false;
+    if (member.pidNamespace != pidNamespace_ || pidNamespace_ == 0) return false;
+  }
+  return true;
 }
 
 Status ShmArena::peer(int rank, uint32_t which, PeerView* out) {

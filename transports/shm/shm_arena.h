@@ -61,6 +61,15 @@ class ShmArena {
   };
   void publish(const void* input, uint64_t inputBytes, const void* output, uint64_t outputBytes);
   Status peer(int rank, uint32_t which, PeerView* out);
+  // A yes/no question every rank of the host must answer alike (the communicator asks whether
+  // all ranks' buffers are from loomMemAlloc, Comm::agreeBuffersMapped): each votes before it
+  // arrives at a barrier, and once that barrier has passed, unanimous() tells whether every
+  // member voted yes and all share this process's pid namespace (else they cannot map each
+  // other's memory). Votes alternate between two slots by round: no member can vote in round
+  // r + 2 before all have passed the barrier of round r + 1, which each reaches only after it
+  // has read round r.
+  void vote(uint64_t round, bool yes);
+  bool unanimous(uint64_t round) const;
   // The ranks of the host that have not reached this rank's latest barrier ("1, 3"), for
   // error messages.
   std::string absentRanks() const;
