@@ -334,7 +334,7 @@ Status Comm::chooseBuilder(CallDesc* call, tuner::Decision* out) {
     if (!why.empty())
       return errorf(loomInvalidArgument, "%s=%s (forced by LOOM_ALGO) cannot serve this call: %s",
                     collectives::collectiveName(args->coll), b->name, why.c_str());
-    *out = tuner::Decision{{b, {}, 0}, tuner::Source::Forced, 0, {}};
+    *out = tuner::Decision{{b, {}, 0}, tuner::Source::Forced, 0, {}, {}};
     return Status::ok();
   }
   LOOM_TRY(tuner_.decide(*args, out));

@@ -73,7 +73,7 @@ Status Comm::autotuneDecision(const CallDesc& call, tuner::Decision* out) {
       if (!st.isOk()) LOOM_WARN("TUNE", "autotune: cannot save: %s", st.message().c_str());
     }
   }
-  *out = tuner::Decision{entry->winner, tuner::Source::Autotune, 0, {}};
+  *out = tuner::Decision{entry->winner, tuner::Source::Autotune, 0, {}, {}};
   return Status::ok();
 }
 
@@ -103,7 +103,7 @@ Status Comm::measureBucket(const CallDesc& call, tuner::AutotuneEntry* out) {
   for (const tuner::Candidate& c : candidates) {
     CallDesc run = trial;
     tuner::applyParams(c.params, &run.args);
-    const tuner::Decision d{c, tuner::Source::Autotune, 0, {}};
+    const tuner::Decision d{c, tuner::Source::Autotune, 0, {}, {}};
     LOOM_TRY(runDecided(run, d));  // warm-up: connections, the plan, page faults
     const auto start = Clock::now();
     for (int i = 0; i < autotuneRuns_; ++i) LOOM_TRY(runDecided(run, d));

@@ -220,7 +220,8 @@ Status Tuner::decide(const CollArgs& a, Decision* out) {
   const CallShape shape = callShape(a);
   if (const TuneRule* rule = config_.rules.match(a, shape)) {
     *out = Decision{
-        {rule->builder, withFixed(rule->params, config_.fixed), 0}, Source::Rule, rule->number, {}};
+        {rule->builder, withFixed(rule->params, config_.fixed), 0}, Source::Rule, rule->number, {},
+        {}};
     return Status::ok();
   }
   // LOOM_AUTOTUNE's measured decisions beat what follows but not the user's rules; the
@@ -245,6 +246,7 @@ Status Tuner::decide(const CollArgs& a, Decision* out) {
   *out = Decision{{rule->builder, withFixed(rule->params, config_.fixed), 0},
                   Source::Builtin,
                   rule->number,
+                  {},
                   {}};
   return Status::ok();
 }
