@@ -209,7 +209,7 @@ struct ProbeRecord {
   int32_t numa = -1;  // the NUMA node it is bound to, -1: none
   int32_t cores = 0;  // of its host
   int32_t numaNodes = 1;
-  int32_t padding = 0;
+  int32_t machineRanks = 0;  // ranks on its machine (several hosts' when they share it)
   uint64_t privateCacheBytes = 0;  // of its host's cores
   LinkFigures cached[kLinkKinds];  // from its host's cache, zero when absent
 };
@@ -387,6 +387,7 @@ Status Comm::detectTopology(const Deadline& deadline) {
   ProbeRecord mine;
   mine.numa = topology::boundNumaNode(allowedCpus(), cache.numaCpus);
   mine.cores = cache.cores;
+  mine.machineRanks = machineRanks_;
   mine.privateCacheBytes = cache.privateCacheBytes;
   mine.numaNodes = std::max(1, int(cache.numaCpus.size()));
   for (int k = 0; k < kLinkKinds; ++k)
@@ -443,7 +444,12 @@ Status Comm::detectTopology(const Deadline& deadline) {
     const ProbeRecord& first = records[size_t(firstRank[size_t(h)])];
     topology::HostDescription host;
     host.name = peer(firstRank[size_t(h)]).hostname;
-    host.cores = first.cores;
+    // Hosts that share a machine (network namespaces of one box) share its cores: each gets
+    // its ranks' share of them, or the model would count the cores once per host.
+    const int hostRanks = int(std::count(hostOf_.begin(), hostOf_.end(), h));
+    host.cores = first.machineRanks > hostRanks
+                     ? std::max(1, first.cores * hostRanks / first.machineRanks)
+                     : first.cores;
     host.privateCacheBytes = first.privateCacheBytes;
     host.numaNodes = first.numaNodes;
     FigureSource same, cross;

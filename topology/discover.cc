@@ -63,6 +63,11 @@ LinkFigures defaultFigures(LinkKind k) {
 namespace {
 
 constexpr double kKernelReadOverhead = 1e-6, kKernelReadCopies = 1.1;
+// s of a core per message sent or received over TCP: the kernel's work, which the init
+// measurement folds into the link's latency (paid once per message, in parallel), but which
+// each extra lane's messages pay again on the host's cores (the netns fit of
+// docs/CALIBRATION.md: 1.2 us).
+constexpr double kNetMessageOverhead = 1.2e-6;
 // CPU bytes a byte read out of another core's private cache adds (docs/CALIBRATION.md).
 constexpr double kDirtyReadCopies = 0.66;
 // A streamed copy to memory moves 2 bytes (read, write) where a plain one moves 3 (the
@@ -106,6 +111,7 @@ Topology buildCommTopology(const std::string& name, const CommDescription& d) {
     // pinning of the pages. docs/CALIBRATION.md fits 1.1 us and 1.07 CPU bytes per byte here.
     b.node(hostNode).cpu.singleCopyOverhead = kKernelReadOverhead;
     b.node(hostNode).cpu.peerReadCopies = kKernelReadCopies;
+    b.node(hostNode).cpu.netMessageOverhead = kNetMessageOverhead;
     b.node(hostNode).cpu.streamingCopies = kStreamingCopies;
     // Nor is reading what another core just wrote; its reach is the probed private cache.
     if (host.privateCacheBytes > 0) {

@@ -6,15 +6,21 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "core/params.h"
 #include "loom/loom.h"
 #include "tests/support/comm_harness.h"
 #include "tests/support/fork_ranks.h"
+#include "tests/support/temp_dir.h"
 #include "tests/support/two_hosts.h"
 #include "tests/support/values.h"
+#include "topology/topology.h"
 
 namespace loom::testing {
 namespace {
@@ -59,29 +65,59 @@ TEST_F(TwoHosts, ShmInsideTcpAcrossEveryCollective) {
   EXPECT_EQ(describeFailures(results), "");
 }
 
-// Namespaces are other hosts to the plans but not other CPUs: two ranks pinned to one core, one
-// in each namespace, are each alone on their host yet share the core, so neither may spin
-// (a spinning rank would hold the core its peer needs). The INIT line at INFO says which.
-TEST_F(TwoHosts, RanksInOtherNamespacesCountAsSharingTheCores) {
-  std::string a = hostA_, b = hostB_;
-  auto results = runRanks(2, [&](RankContext& ctx) {
-    RANK_CHECK(enter(ctx.rank() == 0 ? a : b) == 0, "setns failed");
-    cpu_set_t one;  // both ranks on CPU 0: the machine's ranks have one core between them
-    CPU_ZERO(&one);
-    CPU_SET(0, &one);
-    RANK_CHECK(sched_setaffinity(0, sizeof(one), &one) == 0, "sched_setaffinity failed");
-    logInRank("INFO", "INIT");
+// One rank in each namespace creates a communicator and destroys it, after setup(rank) (which
+// returns 0, or non-zero with RANK_CHECK's message).
+std::vector<RankResult> initOnBothHosts(const std::string& a, const std::string& b,
+                                        const std::function<int(int rank)>& setup) {
+  return runRanks(2, [&](RankContext& ctx) {
+    RANK_CHECK(TwoHostsTest::enter(ctx.rank() == 0 ? a : b) == 0, "setns failed");
+    if (setup(ctx.rank()) != 0) return 1;
     loomComm_t comm = nullptr;
     RANK_LOOM(initComm(ctx, &comm));
     RANK_LOOM(loomCommDestroy(comm));
     return 0;
   }, ForkOptions::timeout(60));
+}
+
+// Namespaces are other hosts to the plans but not other CPUs: two ranks pinned to one core, one
+// in each namespace, are each alone on their host yet share the core, so neither may spin
+// (a spinning rank would hold the core its peer needs). The INIT line at INFO says which.
+TEST_F(TwoHosts, RanksInOtherNamespacesCountAsSharingTheCores) {
+  auto results = initOnBothHosts(hostA_, hostB_, [](int) {
+    cpu_set_t one;  // both ranks on CPU 0: the machine's ranks have one core between them
+    CPU_ZERO(&one);
+    CPU_SET(0, &one);
+    RANK_CHECK(sched_setaffinity(0, sizeof(one), &one) == 0, "sched_setaffinity failed");
+    logInRank("INFO", "INIT");
+    return 0;
+  });
   ASSERT_EQ(describeFailures(results), "");
   for (const auto& r : results) {
     EXPECT_NE(r.output.find("2 host(s), 1 local rank(s), 2 on this machine's 1 core(s)"),
               std::string::npos) << r.output;
     EXPECT_NE(r.output.find("spin 0"), std::string::npos) << r.output;
   }
+}
+
+// Two namespaces of one machine, one rank each: the communicator's model gives each "host" its
+// share of the machine's cores (half each), not all of them twice over.
+TEST_F(TwoHosts, HostsOfOneMachineShareItsCoresInTheModel) {
+  TempDir dir("netns-cores");
+  std::filesystem::create_directories(dir.path());
+  const std::string file = dir.path() + "/model.json";
+  auto results = initOnBothHosts(hostA_, hostB_, [&](int rank) {
+    if (rank == 0) setenv("LOOM_TOPO_DUMP", file.c_str(), 1);
+    params::reloadFromEnvironment();
+    return 0;
+  });
+  ASSERT_EQ(describeFailures(results), "");
+  topology::Topology model;
+  ASSERT_TRUE(topology::loadTopology(file, &model).isOk());
+  cpu_set_t mine;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(mine), &mine), 0);
+  const int share = std::max(1, CPU_COUNT(&mine) / 2);
+  ASSERT_EQ(model.hostCount(), 2);
+  for (int32_t node : model.hostNodes()) EXPECT_EQ(model.nodes[size_t(node)].cpu.cores, share);
 }
 
 }  // namespace
