@@ -350,8 +350,13 @@ Status Comm::chooseBuilder(CallDesc* call, tuner::Decision* out) {
 }
 
 Status Comm::agreeBuffersMapped(const CallDesc& call, bool* all) {
-  const bool mine = transports::findUserMemory(call.input, call.inputBytes).serial != 0 &&
-                    transports::findUserMemory(call.output, call.outputBytes).serial != 0;
+  // An alltoall in place runs on a heap copy of its input (runDecided): not mapped.
+  const bool exchange = call.args.coll == collectives::Collective::AlltoAll ||
+                        call.args.coll == collectives::Collective::AlltoAllv;
+  const bool mine =
+      transports::findUserMemory(call.input, call.inputBytes).serial != 0 &&
+      transports::findUserMemory(call.output, call.outputBytes).serial != 0 &&
+      !(exchange && rangesOverlap(call.input, call.inputBytes, call.output, call.outputBytes));
   if (agreementPlan_.lanes.empty()) {
     collectives::RankPlan plan;
     plan.algorithm = "buffer agreement";
