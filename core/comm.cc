@@ -72,6 +72,20 @@ bool rangesOverlap(const void* a, size_t an, const void* b, size_t bn) {
   return an > 0 && bn > 0 && x < y + bn && y < x + an;
 }
 
+namespace {
+
+// Whether builder b runs this call on a copy of its input (Comm::inputCopy_): an alltoall
+// whose buffers overlap, unless b exchanges in place and they are the very same buffer.
+bool runsOnInputCopy(const CallDesc& call, const collectives::Builder& b) {
+  const bool exchange = call.args.coll == collectives::Collective::AlltoAll ||
+                        call.args.coll == collectives::Collective::AlltoAllv;
+  const bool sameBuffer = call.input == call.output && call.inputBytes == call.outputBytes;
+  return exchange && !(b.alltoallInPlace && sameBuffer) &&
+         rangesOverlap(call.input, call.inputBytes, call.output, call.outputBytes);
+}
+
+}  // namespace
+
 Status Comm::create(int nranks, const loomUniqueId& id, int rank, const loomConfig_t* config,
                     std::unique_ptr<Comm>* out) {
   std::unique_ptr<Comm> comm(new Comm());
@@ -342,21 +356,19 @@ Status Comm::chooseBuilder(CallDesc* call, tuner::Decision* out) {
   if (autotune_ && out->source != tuner::Source::Rule) LOOM_TRY(autotuneDecision(*call, out));
   if (out->source == tuner::Source::Model && out->whenMapped.builder != nullptr &&
       hostCount_ == 1) {
-    LOOM_TRY(agreeBuffersMapped(*call, &args->buffersMapped));
+    LOOM_TRY(agreeBuffersMapped(*call, *out->whenMapped.builder, &args->buffersMapped));
     if (args->buffersMapped) out->choice = out->whenMapped;
   }
   tuner::applyParams(out->choice.params, args);
   return Status::ok();
 }
 
-Status Comm::agreeBuffersMapped(const CallDesc& call, bool* all) {
-  // An alltoall in place runs on a heap copy of its input (runDecided): not mapped.
-  const bool exchange = call.args.coll == collectives::Collective::AlltoAll ||
-                        call.args.coll == collectives::Collective::AlltoAllv;
-  const bool mine =
-      transports::findUserMemory(call.input, call.inputBytes).serial != 0 &&
-      transports::findUserMemory(call.output, call.outputBytes).serial != 0 &&
-      !(exchange && rangesOverlap(call.input, call.inputBytes, call.output, call.outputBytes));
+Status Comm::agreeBuffersMapped(const CallDesc& call, const collectives::Builder& mapped,
+                                bool* all) {
+  // A call that runs on a heap copy of its input does not read the user's buffer.
+  const bool mine = transports::findUserMemory(call.input, call.inputBytes).serial != 0 &&
+                    transports::findUserMemory(call.output, call.outputBytes).serial != 0 &&
+                    !runsOnInputCopy(call, mapped);
   if (agreementPlan_.lanes.empty()) {
     collectives::RankPlan plan;
     plan.algorithm = "buffer agreement";
@@ -400,9 +412,7 @@ Status Comm::runDecided(const CallDesc& call, const tuner::Decision& decision) {
   if (rangesOverlap(call.input, call.inputBytes, call.output, call.outputBytes)) {
     auto in = reinterpret_cast<uintptr_t>(call.input);
     auto outp = reinterpret_cast<uintptr_t>(call.output);
-    const bool exchange = a.coll == Collective::AlltoAll || a.coll == Collective::AlltoAllv;
-    const bool sameBuffer = in == outp && call.inputBytes == call.outputBytes;
-    if (exchange && !(builder->alltoallInPlace && sameBuffer)) {
+    if (runsOnInputCopy(call, *builder)) {
       // Alltoall in place works on a copy of the input, kept between calls: a fresh one each
       // call would fault in every page of it again, which cost more than the exchange itself.
       if (inputCopy_.size() < call.inputBytes) inputCopy_.resize(call.inputBytes);

@@ -103,7 +103,8 @@ class Comm final : public collectives::ExecHost {
   // the host agree: each votes, and a barrier of theirs (a plan of one Barrier step, run like
   // any call) carries the votes to all. Asked only where the answer changes the model's choice
   // (tuner::Decision::whenMapped): all ranks then ask, in the same calls.
-  Status agreeBuffersMapped(const CallDesc& call, bool* all);
+  // `mapped`: the algorithm the mapped choice would run.
+  Status agreeBuffersMapped(const CallDesc& call, const collectives::Builder& mapped, bool* all);
   // Runs a call whose args carry the decision's parameters: the plan (cached) and its execution.
   Status runDecided(const CallDesc& call, const tuner::Decision& decision);
   // LOOM_AUTOTUNE (core/comm_autotune.cc). Init reads the cache file, and the ranks agree on

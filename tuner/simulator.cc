@@ -293,20 +293,22 @@ class Simulator {
   // cacheBandwidth, the rest at memBandwidth.
   double memBandwidth(size_t h, double workingSet) const {
     const CopyRates r = copyRates(h, workingSet);
-    return r.mem <= 0 ? r.mem : 1 / (r.cached / r.cache + (1 - r.cached) / r.mem);
+    return r.mem <= 0 ? r.mem : 1 / r.secondsPerByte(1);
   }
   // What a byte of a streamed copy costs for such a call, per byte of a plain one: the part
   // that goes to memory costs HostCpu::streamingCopies as much.
   double streamedCopies(size_t h, double workingSet) const {
     const CopyRates r = copyRates(h, workingSet);
-    if (r.mem <= 0) return 1;
-    return (r.cached / r.cache + (1 - r.cached) * r.streaming / r.mem) /
-           (r.cached / r.cache + (1 - r.cached) / r.mem);
+    return r.mem <= 0 ? 1 : r.secondsPerByte(r.streaming) / r.secondsPerByte(1);
   }
   struct CopyRates {
     double mem, cache;  // bytes/s from memory and from the cache (any, where cached is 0)
     double cached;      // the working set's fraction in the cache
     double streaming;   // HostCpu::streamingCopies, 1 when not modelled
+    // One core's time per byte when the part from memory costs memCopies plain copies.
+    double secondsPerByte(double memCopies) const {
+      return cached / cache + (1 - cached) * memCopies / mem;
+    }
   };
   CopyRates copyRates(size_t h, double workingSet) const {
     const topology::HostCpu cpu = h < hostCpu_.size() ? hostCpu_[h] : topology::HostCpu{};
