@@ -192,6 +192,14 @@ Status readMeasurements(const std::string& path, std::vector<MeasuredPoint>* out
                   path + ": collective '" + collName + "' has no builders to calibrate");
   const int ranks = int(number(doc->find("ranks")));
   *hosts = int(number(doc->find("hosts")));
+  // The run's lanes shape its plans: the file records the LOOM_* parameters it ran with.
+  const perf::JsonValue* env = doc->find("env");
+  const std::string lanesText = env ? text(env->find("LOOM_LANES")) : std::string();
+  char* end = nullptr;
+  const long lanes = lanesText.empty() ? 0 : strtol(lanesText.c_str(), &end, 10);
+  if (!lanesText.empty() && (*end != '\0' || lanes < 0 || lanes > 1024))
+    return Status(loomInvalidArgument,
+                  path + ": env.LOOM_LANES is \"" + lanesText + "\"; want a lane count");
   const perf::JsonValue* rows = doc->find("rows");
   if (ranks < 1 || !rows || rows->kind != perf::JsonValue::Kind::kArray)
     return Status(loomInvalidArgument, path + ": no 'ranks' or no 'rows'");
@@ -200,6 +208,7 @@ Status readMeasurements(const std::string& path, std::vector<MeasuredPoint>* out
     const std::string where = strprintf("%s: rows[%zu]", path.c_str(), i);
     MeasuredPoint p;
     p.coll = coll;
+    p.lanes = int(lanes);
     p.algorithm = text(row.find("algorithm"));
     if (p.algorithm == "auto") {  // which builder ran is not recorded
       ++*autoRows;
@@ -228,7 +237,7 @@ Status readMeasurements(const std::string& path, std::vector<MeasuredPoint>* out
 std::vector<MeasuredPoint> medians(const std::vector<MeasuredPoint>& points) {
   std::map<std::tuple<int, std::string, uint64_t, uint32_t, int>, std::vector<MeasuredPoint>> same;
   for (const MeasuredPoint& p : points)
-    same[{int(p.coll), p.algorithm, p.bytes, p.elemSize, p.nranks}].push_back(p);
+    same[{int(p.coll), loom::tuner::variantName(p), p.bytes, p.elemSize, p.nranks}].push_back(p);
   std::vector<MeasuredPoint> out;
   for (auto& [key, group] : same) {
     std::sort(group.begin(), group.end(),
@@ -304,7 +313,7 @@ std::string report(const Args& a, const loom::tuner::Calibration& c, size_t runs
   size_t within = 0, predicted = 0;
   for (const auto& p : c.points) {
     s += strprintf("| %s | %s | %s | %.1f | ", collName(p.point.coll, p.point.nranks).c_str(),
-                   p.point.algorithm.c_str(),
+                   loom::tuner::variantName(p.point).c_str(),
                    sizeText(p.point.bytes).c_str(), p.point.time * 1e6);
     if (p.predicted <= 0) {
       s += "– | " + p.failure + " |\n";
@@ -349,7 +358,7 @@ int main(int argc, char** argv) {
     fprintf(stderr, "loom-calibrate: %s\n", error.c_str());
     return 1;
   }
-  a.options.settings = loom::tuner::communicatorSettings();
+  a.options.settings = loom::tuner::communicatorSettings(base);
   for (topology::Node& n : base.nodes) {
     if (n.kind != topology::NodeKind::Host) continue;
     if (a.cores > 0) n.cpu.cores = a.cores;

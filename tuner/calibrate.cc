@@ -18,10 +18,10 @@ using collectives::RankPlan;
 
 // A bad setting makes the communicator refuse to start, so no run was measured with one: what
 // parsed before the error is as good as anything.
-collectives::CollArgs communicatorSettings() {
+collectives::CollArgs communicatorSettings(const topology::Topology& topo) {
   TunerConfig config;
   (void)tunerConfigFromParams(&config);
-  return callSettings(config.fixed);
+  return callSettings(config.fixed, topo);
 }
 
 
@@ -33,6 +33,7 @@ collectives::CollArgs callOf(const MeasuredPoint& p, const topology::Topology& t
   a.nranks = p.nranks;
   a.count = p.count;
   a.elemSize = p.elemSize;
+  if (p.lanes > 0) a.lanes = p.lanes;
   // Hosts numbered by first appearance, as the communicator numbers them; one host: empty.
   std::vector<int32_t> seen;
   for (int r = 0; r < p.nranks && size_t(r) < topo.ranks.size(); ++r) {
@@ -43,6 +44,10 @@ collectives::CollArgs callOf(const MeasuredPoint& p, const topology::Topology& t
   }
   if (seen.size() <= 1) a.hostOf.clear();
   return a;
+}
+
+std::string variantName(const MeasuredPoint& p) {
+  return p.lanes > 1 ? strprintf("%s lanes=%d", p.algorithm.c_str(), p.lanes) : p.algorithm;
 }
 
 namespace {
@@ -449,8 +454,8 @@ std::vector<Regret> regrets(const std::vector<PointResult>& points) {
       if (p->point.time < best->point.time) best = p;
       if (p->predicted < chosen->predicted) chosen = p;
     }
-    out.push_back({std::get<0>(key), std::get<1>(key), std::get<2>(key), best->point.algorithm,
-                   chosen->point.algorithm, chosen->point.time / best->point.time - 1});
+    out.push_back({std::get<0>(key), std::get<1>(key), std::get<2>(key), variantName(best->point),
+                   variantName(chosen->point), chosen->point.time / best->point.time - 1});
   }
   return out;
 }

@@ -20,6 +20,7 @@ namespace loom::tuner {
 struct MeasuredPoint {
   collectives::Collective coll = collectives::Collective::AllReduce;
   std::string algorithm;  // a builder name of coll
+  int lanes = 0;          // LOOM_LANES of the run (0: not set, the settings' lanes)
   uint64_t count = 0;     // the call's count argument (CollArgs::count)
   uint32_t elemSize = 4;
   int nranks = 0;      // the first nranks ranks of the topology ran it
@@ -30,12 +31,15 @@ struct MeasuredPoint {
 // The communicator settings that shape a call's plan besides its size (lanes, torus dims,
 // alltoall fan-in, direct arena bytes), from the LOOM_* parameters as core/comm.cc reads them:
 // a prediction has to simulate the plan the measured run executed.
-collectives::CollArgs communicatorSettings();
+collectives::CollArgs communicatorSettings(const topology::Topology& topo);
 
-// The call a builder gets for a point: `settings` with the point's collective, ranks, count and
-// element size, and the ranks' hosts from the topology.
+// The call a builder gets for a point: `settings` with the point's collective, ranks, count,
+// element size and lanes (where the run set them), and the ranks' hosts from the topology.
 collectives::CollArgs callOf(const MeasuredPoint& p, const topology::Topology& topo,
                              const collectives::CollArgs& settings);
+// What a point ran, as the tuner names a choice: "ring", or "ring lanes=4" where the run set
+// more than one lane. Runs of one algorithm on different lanes are rival choices.
+std::string variantName(const MeasuredPoint& p);
 
 // One fitted figure. Link figures scale every link of their kind by one factor (so relative
 // differences in the base model are kept); CPU figures are set on every host.
@@ -105,8 +109,8 @@ struct Regret {
   collectives::Collective coll;
   int nranks = 0;
   uint64_t bytes = 0;
-  std::string best;    // the fastest measured algorithm
-  std::string chosen;  // the lowest predicted one
+  std::string best;    // the fastest measured algorithm (variantName)
+  std::string chosen;  // the lowest predicted one (variantName)
   double regret = 0;   // measured(chosen) / measured(best) − 1
 };
 std::vector<Regret> regrets(const std::vector<PointResult>& points);

@@ -189,6 +189,38 @@ TEST(Calibrate, RegretIsTheMeasuredCostOfThePredictedChoice) {
   EXPECT_DOUBLE_EQ(two[1].regret, 0.5);
 }
 
+TEST(Calibrate, ARunsLanesShapeItsPlansAndMakeItAnotherChoice) {
+  // 2 hosts × 2 ranks: a lane is a TCP message of its own, which costs the cores.
+  topology::Topology t = uniformTopology({2, 2, 8e9, 0.5e-6, 1.25e9, 10e-6});
+  for (int32_t h : t.hostNodes()) t.nodes[size_t(h)].cpu.netMessageOverhead = 3e-6;
+  MeasuredPoint one;
+  one.coll = Collective::AllReduce;
+  one.algorithm = "ring";
+  one.nranks = 4;
+  one.bytes = 4096;
+  one.count = 1024;
+  MeasuredPoint four = one;
+  four.lanes = 4;
+  EXPECT_EQ(variantName(one), "ring");
+  EXPECT_EQ(variantName(four), "ring lanes=4");
+  std::vector<std::string> failures;
+  CalibrationOptions o;
+  const std::vector<double> byPoint = predictPoints({one, four}, t, o, &failures);
+  o.settings.lanes = 4;  // what the point's lanes stand for: the run's setting
+  const std::vector<double> bySetting = predictPoints({one}, t, o, &failures);
+  EXPECT_GT(byPoint[1], byPoint[0] * 1.2);
+  EXPECT_DOUBLE_EQ(byPoint[1], bySetting[0]);
+  // The two runs are rivals for one call; the regret names the choice with its lanes.
+  PointResult a{one, byPoint[0], ""}, b{four, byPoint[1], ""};
+  a.point.time = 2e-5;
+  b.point.time = 1e-5;
+  const std::vector<Regret> r = regrets({a, b});
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].best, "ring lanes=4");
+  EXPECT_EQ(r[0].chosen, "ring");
+  EXPECT_DOUBLE_EQ(r[0].regret, 1.0);
+}
+
 TEST(Calibrate, BadInputIsRefusedWithAReason) {
   Calibration c;
   Status s = calibrate({}, base(), CalibrationOptions(), &c);
