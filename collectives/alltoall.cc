@@ -209,12 +209,54 @@ std::string refuseIncast(const CollArgs& a) {
 
 namespace {
 
+// What position p of a receiver makes of the message sent there (see buildIncastAlltoAll):
+// gated or not; the receive whose element tokenElem releases its token (a position; −1: the
+// request, alltoallv); and how many elements go in the first of its messages (all: one).
+struct Turn {
+  bool gated = false;
+  int tokenPos = -1;
+  uint64_t tokenElem = 0;
+  uint64_t head = 0;
+};
+
+// Alltoall, blocks of c > 0 elements, so both ends know every slot: position p is message
+// i = ⌊p/k⌋ of slot p mod k (the least loaded slot, all loads equal) and starts at element i·c
+// of the slot's stream. It goes at once when i·c ≤ lead; else its token leaves when the stream
+// has i·c − lead elements, that is after element c − 1 − (lead mod c) of message
+// i − 1 − ⌊lead/c⌋. A message some later one waits for that way is split there, so that its
+// first message ends at that element.
+Turn equalTurn(int p, int k, int n, uint64_t c, uint64_t lead) {
+  const uint64_t i = uint64_t(p / k), slot = uint64_t(p % k), m = lead / c, r = lead % c;
+  Turn t;
+  t.head = c;
+  if (i > m) {
+    t.gated = true;
+    t.tokenPos = int((i - m - 1) * uint64_t(k) + slot);
+    t.tokenElem = c - 1 - r;
+  }
+  if (r != 0 && (i + m + 1) * uint64_t(k) + slot <= uint64_t(n - 2)) t.head = c - r;
+  return t;
+}
+
+// Sends (or receives) region r to (from) peer as one message, or as two split after `head`.
+void addPieces(Lane& lane, StepKind kind, int peer, Region r, uint64_t head) {
+  auto add = [&](Region piece) {
+    kind == StepKind::Send ? addSend(lane, peer, piece) : addRecv(lane, peer, piece);
+  };
+  if (head >= r.count) return add(r);
+  add({r.buf, r.offset, head});
+  add({r.buf, r.offset + head, r.count - head});
+}
+
 // Positions: the sender at position p of receiver R is R − p − 1; the receiver at which this
 // rank has position p is r + p + 1. See buildIncastAlltoAll in builders_exchange.h.
 RankPlan incast(const CollArgs& a, int rank) {
   const int n = a.nranks;
   const Blocks b{a};
   const int k = std::max(1, std::min(a.fanIn, n - 1));
+  // A sender of alltoallv knows only its own counts, not where its message falls in the
+  // receiver's slots: no lead there.
+  const uint64_t lead = b.varying() ? 0 : a.fanInLeadBytes / std::max<uint32_t>(1, a.elemSize);
   RankPlan plan;
   plan.algorithm = "incast";
   plan.lanes.resize(1);
@@ -224,62 +266,76 @@ RankPlan incast(const CollArgs& a, int rank) {
   auto senderAt = [&](int p) { return wrap(rank - p - 1, n); };
   auto receiverAt = [&](int p) { return wrap(rank + p + 1, n); };
 
-  // As a receiver: put every non-empty position in a slot, least loaded slot first; gate[p] is
-  // the position whose receive must complete before position p may start (−1: none).
-  std::vector<int> gate(size_t(n - 1), -1), last(size_t(k), -1);
-  std::vector<uint64_t> load(size_t(k), 0);
-  for (int p = 0; p < n - 1; ++p) {
-    const uint64_t count = b.recv(senderAt(p)).count;
-    if (count == 0) continue;
-    const size_t slot = p < k ? size_t(p) : size_t(std::min_element(load.begin(), load.end()) -
-                                                   load.begin());
-    gate[size_t(p)] = last[slot];
-    last[slot] = p;
-    load[slot] += count;
+  std::vector<Turn> recvTurn(size_t(n - 1)), sendTurn(size_t(n - 1));
+  if (!b.varying()) {
+    for (int p = 0; p < n - 1 && a.count > 0; ++p)
+      recvTurn[size_t(p)] = sendTurn[size_t(p)] = equalTurn(p, k, n, a.count, lead);
+  } else {
+    // As a receiver: every non-empty position in a slot, least loaded slot first; a later one
+    // waits for the last element of the slot's previous message (none: the request).
+    std::vector<int> last(size_t(k), -1);
+    std::vector<uint64_t> load(size_t(k), 0);
+    for (int p = 0; p < n - 1; ++p) {
+      const uint64_t count = b.recv(senderAt(p)).count;
+      Turn& t = recvTurn[size_t(p)];
+      t.head = count;
+      if (count == 0) continue;
+      const size_t slot = p < k ? size_t(p) : size_t(std::min_element(load.begin(), load.end()) -
+                                                     load.begin());
+      t.gated = p >= k;
+      t.tokenPos = last[slot];
+      if (t.tokenPos >= 0) t.tokenElem = b.recv(senderAt(t.tokenPos)).count - 1;
+      last[slot] = p;
+      load[slot] += count;
+    }
+    for (int p = 0; p < n - 1; ++p) {
+      const uint64_t count = b.send(receiverAt(p)).count;
+      sendTurn[size_t(p)] = {p >= k && count > 0, -1, 0, count};
+    }
   }
   // As a sender: a staging slot in Scratch for every gated send, then (alltoallv) one element
   // per position for the requests of gated senders.
   std::vector<uint64_t> stageAt(size_t(n - 1), 0);
   uint64_t scratch = 0;
-  for (int p = k; p < n - 1; ++p) {
+  for (int p = 0; p < n - 1; ++p) {
+    if (!sendTurn[size_t(p)].gated) continue;
     stageAt[size_t(p)] = scratch;
     scratch += b.send(receiverAt(p)).count;
   }
   const uint64_t requestAt = scratch;
   plan.scratchCount = scratch + (b.varying() ? uint64_t(n - 1) : 0);
   if (b.varying()) {
-    for (int p = k; p < n - 1; ++p) {
-      const Region data = b.send(receiverAt(p));
-      if (data.count > 0) addSend(lane, receiverAt(p), {kInput, data.offset, 1});
+    for (int p = 0; p < n - 1; ++p) {
+      const int to = receiverAt(p);
+      if (sendTurn[size_t(p)].gated) addSend(lane, to, {kInput, b.send(to).offset, 1});
     }
-    for (int p = k; p < n - 1; ++p) {
-      if (b.recv(senderAt(p)).count > 0) {
-        addRecv(lane, senderAt(p), {kScratch, requestAt + uint64_t(p), 1});
-      }
+    for (int p = 0; p < n - 1; ++p) {
+      const Region request{kScratch, requestAt + uint64_t(p), 1};
+      if (recvTurn[size_t(p)].gated) addRecv(lane, senderAt(p), request);
     }
   }
   for (int p = 0; p < n - 1; ++p) {
     const int from = senderAt(p), to = receiverAt(p);
-    if (p >= k && b.recv(from).count > 0) {
-      // The token leaves once the gating receive has fully arrived (its last element).
+    const Turn& in = recvTurn[size_t(p)];
+    if (in.gated) {
+      // The token leaves once element tokenElem of the gating receive has arrived.
       Region token{kScratch, requestAt + uint64_t(p), 1};
-      if (gate[size_t(p)] >= 0) {
-        const Region prev = b.recv(senderAt(gate[size_t(p)]));
-        token = {prev.buf, prev.offset + prev.count - 1, 1};
-      } else if (!b.varying()) {
-        token = {kInput, b.send(rank).offset, 1};  // unreachable: equal blocks always gate
+      if (in.tokenPos >= 0) {
+        const Region prev = b.recv(senderAt(in.tokenPos));
+        token = {prev.buf, prev.offset + in.tokenElem, 1};
       }
       addSend(lane, from, token);
     }
+    const Turn& out = sendTurn[size_t(p)];
     Region data = b.send(to);
-    if (p >= k && data.count > 0) {
+    if (out.gated) {
       const Region stage{kScratch, stageAt[size_t(p)], data.count};
       addRecv(lane, to, {kScratch, stage.offset, 1});
       addCopy(lane, data, stage);  // overwrites the token, so it waits for it
       data = stage;
     }
-    addSend(lane, to, data);
-    addRecv(lane, from, b.recv(from));
+    addPieces(lane, StepKind::Send, to, data, out.head);
+    addPieces(lane, StepKind::Recv, from, b.recv(from), in.head);
   }
   return plan;
 }

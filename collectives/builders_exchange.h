@@ -48,32 +48,45 @@ std::string refuseHierarchicalAlltoAll(const CollArgs& a);
 // time. Receiver R numbers its senders by position p = (R − s − 1) mod N and keeps k slots;
 // the first k positions start at once, every later non-empty one is given (longest-processing
 // -time first: the slot with the least data so far) to a slot and may start only when the
-// slot's previous message has fully arrived. Each slot is thus a chain of messages, so at most
-// k data messages into R are ever in flight, and a slot is refilled the moment it drains, which
-// keeps a hot receiver's link busy without flooding it.
+// slot's earlier messages have arrived but for the last `lead` elements (a.fanInLeadBytes, in
+// elements; its default is what a round trip keeps in flight, topology::roundTripBytes): the
+// next sender's first bytes then reach R as the last ones of the current sender do, and R's
+// link never idles for the round trip between. Each slot is thus a chain of messages, so at
+// most k messages of more than `lead` elements are in flight into R (besides them only the
+// tails of at most `lead` split off the messages before), and a slot is refilled as it
+// drains, which keeps a hot receiver's link busy without flooding it. A message that starts
+// within `lead` elements of its slot's start needs no turn: small calls run as the plain
+// exchange does.
 //
-// How a round is enforced with FIFO point-to-point steps: a step waits only for earlier steps
+// How a turn is enforced with FIFO point-to-point steps: a step waits only for earlier steps
 // of its lane whose regions it conflicts with, and Input is read-only, so a send straight from
 // Input could never wait. A gated send therefore goes from a staging copy in Scratch: the
 // sender first receives a one-element token from R into the first element of the staging slot,
 // then Copies its Input block over the slot (write-after-write: the copy waits for the token),
 // then sends the slot (read-after-write: the send streams behind the copy). R sends the token
-// from the last element of the slot's previous receive in Output, so it leaves only when that
-// receive has completed. All steps are on one lane (lanes do not order one another) and are
-// ordered by position: for p = 0..N−2, the token sent for p, the token received for p (and its
-// staging copy), the data sent at p, the data received at p. Every dependency goes from a
-// smaller (position, kind) to a larger one, on both ends of every channel, so the plan cannot
-// deadlock.
-// Alltoallv: a sender knows only its own counts, so it cannot know whether the slot it is given
-// had an earlier message; every gated sender (position ≥ k, non-empty) therefore first sends R
-// a one-element request (the first element of its block) that R keeps in Scratch and returns
-// as the token when the slot has no earlier message. Requests and tokens are one element and
-// carry no result; the verifier's fan-in check ignores such control messages.
-// Cost, alltoall, c > 0, g = N−1−k gated positions: 1 + 2(N−1) + 3g steps, (N−1) + g messages,
-// (N−1)·c + g elements sent, scratch g·c; rounds between 2·⌈(N−1)/k⌉ − 1 (the token chain) and
-// 2(N−1) (FIFO order on a channel can lengthen the chain).
-// Alltoallv: as alltoall over the non-empty blocks, plus one request per gated send; scratch
-// Σ gated sendCounts + N−1.
+// from the element of an earlier receive of the slot after which at most `lead` elements are
+// still to come, so it leaves only when that element has arrived; that receive is split into
+// two messages after that element, so that a step, not part of one, is what the token waits
+// for. All steps are on one lane (lanes do not order one another) and are ordered by position:
+// for p = 0..N−2, the token sent for p, the token received for p (and its staging copy), the
+// data sent at p, the data received at p. Every dependency goes from a smaller (position,
+// kind) to a larger one, on both ends of every channel, so the plan cannot deadlock.
+// Alltoall, blocks of c elements, ℓ = lead elements, m = ⌊ℓ/c⌋, ρ = ℓ mod c: position p is
+// message i = ⌊p/k⌋ of slot p mod k; it is gated when i > m, its token leaves after element
+// c − 1 − ρ of message i − 1 − m of its slot, and its message is split after c − ρ elements
+// when ρ > 0 and position (i + m + 1)·k + p mod k ≤ N − 2 waits for it.
+// Alltoallv: a sender knows only its own counts, so it cannot know where its message falls in
+// the receiver's slots: no lead (every token waits for the whole previous message), and every
+// gated sender (position ≥ k, non-empty) first sends R a one-element request (the first
+// element of its block) that R keeps in Scratch and returns as the token when the slot has no
+// earlier message. Requests and tokens are one element and carry no result; the verifier's
+// fan-in check ignores such control messages.
+// Cost, alltoall, c > 0, g gated positions and s split ones (g = N−1−k and s = 0 when ℓ = 0):
+// 1 + 2(N−1) + 3g + 2s steps, (N−1) + g + s messages, (N−1)·c + g elements sent, scratch g·c;
+// rounds between 2·⌈(N−1)/k⌉ − 1 (the token chain, ℓ = 0) and 2(N−1) (FIFO order on a channel
+// can lengthen the chain).
+// Alltoallv: as alltoall over the non-empty blocks with ℓ = 0, plus one request per gated
+// send; scratch Σ gated sendCounts + N−1.
 RankPlan buildIncastAlltoAll(const CollArgs& a, int rank);
 RankPlan buildIncastAlltoAllv(const CollArgs& a, int rank);
 // Refuses fanIn < 1.

@@ -124,8 +124,11 @@ struct CollArgs {
   std::vector<int32_t> hostOf;
   // 2D torus shape X × Y (X·Y = nranks); 0 means derive it (from hosts, else near-square).
   int torusX = 0, torusY = 0;
-  // Alltoall: the most senders any receiver has at once (incast-aware scheduling).
+  // Alltoall: the most senders any receiver has at once (incast-aware scheduling), and how
+  // many bytes before the end of a slot's message its receiver lets the slot's next sender
+  // start (its lead: the bytes a round trip keeps in flight, so that the link does not idle).
   int fanIn = 1;
+  uint64_t fanInLeadBytes = 0;
   // Bytes per element: plans are in elements, but choosing an algorithm depends on bytes.
   uint32_t elemSize = 4;
   // Bytes of the Shared buffer a plan may use (the communicator's LOOM_SHM_DIRECT_BYTES arena

@@ -119,9 +119,6 @@ Status Comm::init(int nranks, const loomUniqueId& id, int rank, const loomConfig
   LOOM_TRY(parseAlgorithms(algos, &forcedBuilders_));
   tuner::TunerConfig tuning;  // a bad LOOM_TUNE fails here, before any rank connects
   LOOM_TRY(tuner::tunerConfigFromParams(&tuning));
-  settings_ = tuner::callSettings(tuning.fixed);
-  // LOOM_TRANSPORT=tcp means no shared memory at all, so no direct (arena) algorithms either.
-  if (transportMode_ == "tcp") settings_.sharedBytes = 0;
 
   Deadline deadline(ctx_.timeoutMs);
   LOOM_TRY(boot_.connect(id, rank, nranks, deadline));
@@ -189,15 +186,19 @@ Status Comm::init(int nranks, const loomUniqueId& id, int rank, const loomConfig
   if (spinCount_ < 0) spinCount_ = machineRanks_ > usableCores ? 0 : 2000;
   yieldNs_ = uint64_t(std::max<int64_t>(0, params::getInt("LOOM_YIELD_USEC"))) * 1000;
   LOOM_TRY(discoverTopology(deadline));
+  settings_ = tuner::callSettings(tuning.fixed, topo_);
+  // LOOM_TRANSPORT=tcp means no shared memory at all, so no direct (arena) algorithms either.
+  if (transportMode_ == "tcp") settings_.sharedBytes = 0;
   // After the measurement, whose pairs of ranks share one core on purpose (comm_topology.cc).
   LOOM_TRY(spreadOverCores(machineCpus, usableCores));
   initTuner(std::move(tuning));
   LOOM_TRY(initAutotune(deadline));
   LOOM_INFO("INIT",
             "rank %d of %d on %s (pid %d): %d host(s), %d local rank(s), %d on this machine's "
-            "%d core(s), transport %s, lanes %d, spin %lld",
+            "%d core(s), transport %s, lanes %d, spin %lld, incast lead %llu B",
             rank, nranks, me.hostname, me.pid, hosts, localRanks, machineRanks_, usableCores,
-            transportMode_.c_str(), settings_.lanes, (long long)spinCount_);
+            transportMode_.c_str(), settings_.lanes, (long long)spinCount_,
+            (unsigned long long)settings_.fanInLeadBytes);
   return Status::ok();
 }
 
@@ -392,6 +393,7 @@ Status Comm::runCollective(CallDesc& call) {
   a.torusX = settings_.torusX;
   a.torusY = settings_.torusY;
   a.fanIn = settings_.fanIn;
+  a.fanInLeadBytes = settings_.fanInLeadBytes;
   a.elemSize = uint32_t(dtypeSize(call.dtype));
   a.sharedBytes = settings_.sharedBytes;
   a.buffersMapped = false;  // until the ranks agree otherwise (chooseBuilder)

@@ -73,6 +73,12 @@ const Entry kEntries[] = {
     {"LOOM_ALLTOALL_FANIN", Type::Int, "0",
      "Incast-aware alltoall: the most ranks that send to one receiver at the same time; 0 "
      "lets the tuner choose (1 when no cost model decides)."},
+    {"LOOM_ALLTOALL_LEAD", Type::Int, "-1",
+     "Incast-aware alltoall: bytes before the end of a sender's message at which its receiver "
+     "lets the next sender start, so that the link does not idle for the round trip between; "
+     "-1: what the communicator's model says one round trip holds (bandwidth x round-trip "
+     "time), 0: only once the message has arrived. Alltoallv has none (a sender cannot know "
+     "where its message falls)."},
     {"LOOM_TUNE", Type::String, "",
      "Tuning rules that override the cost model (docs/TUNING.md), ';' or newline separated, "
      "e.g. \"allreduce size=0-64K -> rd; alltoall -> incast k=2\"; @FILE reads them from FILE."},

@@ -125,7 +125,7 @@ class LoomBackend : public Backend {
       model_ = {};
       return why;
     }
-    settings_ = tuner::communicatorSettings();
+    settings_ = tuner::communicatorSettings(model_);
     if (Status st = makeTuner(); !st.isOk()) {
       model_ = {};
       return "no predictions: " + st.message();

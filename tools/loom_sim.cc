@@ -13,6 +13,7 @@
 #include "collectives/builders.h"
 #include "perf/perf_common.h"
 #include "tools/model_args.h"
+#include "topology/analysis.h"
 #include "topology/topology.h"
 #include "tuner/simulator.h"
 #include "tuner/tuner.h"
@@ -169,6 +170,7 @@ int main(int argc, char** argv) {
   args.coll = coll;
   args.nranks = nranks;
   args.lanes = a.lanes;
+  args.fanInLeadBytes = loom::topology::roundTripBytes(topo);  // LOOM_ALLTOALL_LEAD's default
   args.elemSize = a.sim.elemSize;
   args.hostOf = loom::tools::hostsByFirstAppearance(topo);
 

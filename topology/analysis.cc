@@ -115,6 +115,25 @@ PathFigures pathFigures(const Topology& t, int32_t from, int32_t to) {
   return f;
 }
 
+uint64_t roundTripBytes(const Topology& t) {
+  if (t.ranks.size() < 2) return 0;
+  const std::vector<int32_t> hosts = t.hostNodes();
+  const int32_t host = t.ranks[0].host;
+  const HostCpu cpu =
+      size_t(host) < hosts.size() ? t.nodes[size_t(hosts[size_t(host)])].cpu : HostCpu{};
+  double narrowest = 0, bytes = 0;
+  for (size_t r = 1; r < t.ranks.size(); ++r) {
+    const PathFigures f = pathFigures(t, t.ranks[0].endpoint, t.ranks[r].endpoint);
+    if (f.hops <= 0 || (narrowest > 0 && f.bandwidth > narrowest)) continue;
+    const double perMessage =
+        cpu.stepOverhead + (t.ranks[r].host != host ? cpu.netMessageOverhead : 0);
+    const double held = f.bandwidth * 2 * (f.latency + perMessage);
+    bytes = narrowest > 0 && f.bandwidth == narrowest ? std::max(bytes, held) : held;
+    narrowest = f.bandwidth;
+  }
+  return uint64_t(bytes);
+}
+
 std::string pathLabel(const Topology& t, int32_t from, int32_t to) {
   PathFigures f = pathFigures(t, from, to);
   if (f.hops == 0) return "X";

@@ -34,6 +34,14 @@ struct PathFigures {
 };
 PathFigures pathFigures(const Topology& t, int32_t from, int32_t to);
 
+// The bytes a route holds over one round trip: its narrowest bandwidth × 2 × (its latency +
+// what a message costs the sending host's CPU: stepOverhead, and netMessageOverhead where the
+// route leaves the host), for the narrowest of the routes from rank 0 to the other ranks (the
+// one an incast floods first; of equally narrow ones, the most). How far ahead of the end of a
+// message a receiver must ask for the next one to keep that link busy (the incast-aware
+// alltoall's lead). 0 with fewer than two ranks.
+uint64_t roundTripBytes(const Topology& t);
+
 // A short label for the path between two nodes: "X" (same node), else the kind of the
 // narrowest link on the route and the hop count, e.g. "nvlink2", "ib6"; "-" when unreachable.
 std::string pathLabel(const Topology& t, int32_t from, int32_t to);

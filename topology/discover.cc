@@ -66,8 +66,8 @@ constexpr double kKernelReadOverhead = 1e-6, kKernelReadCopies = 1.1;
 // s of a core per message sent or received over TCP: the kernel's work, which the init
 // measurement folds into the link's latency (paid once per message, in parallel), but which
 // each extra lane's messages pay again on the host's cores (the netns fit of
-// docs/CALIBRATION.md: 1.2 us).
-constexpr double kNetMessageOverhead = 1.2e-6;
+// docs/CALIBRATION.md, whose sweep runs lanes 1, 2 and 4: 3.5 us with a core per host).
+constexpr double kNetMessageOverhead = 3.5e-6;
 // CPU bytes a byte read out of another core's private cache adds (docs/CALIBRATION.md).
 constexpr double kDirtyReadCopies = 0.66;
 // A streamed copy to memory moves 2 bytes (read, write) where a plain one moves 3 (the

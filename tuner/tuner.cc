@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "core/params.h"
+#include "topology/analysis.h"
 #include "transports/shm/shm_arena.h"
 
 namespace loom::tuner {
@@ -196,8 +197,10 @@ SimOptions communicatorSimOptions() {
   return config.sim;
 }
 
-CollArgs callSettings(const AlgoParams& fixed) {
+CollArgs callSettings(const AlgoParams& fixed, const topology::Topology& topo) {
   CollArgs a;
+  const int64_t lead = params::getInt("LOOM_ALLTOALL_LEAD");
+  a.fanInLeadBytes = lead >= 0 ? uint64_t(lead) : topology::roundTripBytes(topo);
   a.lanes = std::max(1, fixed.lanes);
   a.torusX = fixed.torusX;
   a.torusY = fixed.torusY;

@@ -68,10 +68,11 @@ Status tunerConfigFromParams(TunerConfig* out);
 // a plan as the communicator's tuner does, or a fit would describe another simulator than the
 // one that chooses. A bad setting is left out, as the communicator would refuse to start.
 SimOptions communicatorSimOptions();
-// The call settings every builder sees on such a communicator, before a decision applies its
-// parameters: the fixed ones (else 1 lane, derived torus dims, fan-in 1) and the bytes of the
-// direct arena a call may use (LOOM_SHM_DIRECT_BYTES).
-collectives::CollArgs callSettings(const AlgoParams& fixed);
+// The call settings every builder sees on a communicator whose cost model is `topo`, before a
+// decision applies its parameters: the fixed ones (else 1 lane, derived torus dims, fan-in 1),
+// the bytes of the direct arena a call may use (LOOM_SHM_DIRECT_BYTES) and the incast lead
+// (LOOM_ALLTOALL_LEAD, by default topology::roundTripBytes of `topo`).
+collectives::CollArgs callSettings(const AlgoParams& fixed, const topology::Topology& topo);
 
 class Tuner {
  public:

@@ -39,6 +39,7 @@ struct Forced {
   const char* algorithms;
   int fanIn;  // LOOM_ALLTOALL_FANIN, read when the communicator is created
   unsigned colls;
+  int lead = -1;  // LOOM_ALLTOALL_LEAD (bytes; -1: the model's round trip)
 };
 const Forced kForced[] = {
     {"alltoall=xor,alltoallv=xor,broadcast=tree,reduce=tree", 1, kAll},
@@ -46,8 +47,10 @@ const Forced kForced[] = {
     {"alltoall=hierarchical", 1, kAlltoAll},
     {"alltoall=direct", 1, kAlltoAll},
     {"alltoall=peer,broadcast=peer,reduce=peer", 1, kAll & ~kAlltoAllv},
-    {"alltoall=incast,alltoallv=incast", 1, kAlltoAll | kAlltoAllv},
-    {"alltoall=incast,alltoallv=incast", 2, kAlltoAll | kAlltoAllv},
+    // No lead (every turn waits for the whole previous message); 12 bytes (messages split
+    // short of their end, small ones not gated); the model's.
+    {"alltoall=incast,alltoallv=incast", 1, kAlltoAll | kAlltoAllv, 0},
+    {"alltoall=incast,alltoallv=incast", 2, kAlltoAll | kAlltoAllv, 12},
     {"alltoall=incast,alltoallv=incast", 4, kAlltoAll | kAlltoAllv},
 };
 
@@ -229,8 +232,9 @@ loomRedOp_t opFor(loomDataType_t /*t*/, size_t index) { return kOps[index % 5]; 
 // Returns the number of failed cases (or 1 if the communicator could not be made).
 int runForced(RankContext& ctx, const Forced& f, const char* transport) {
   const int n = ctx.nranks(), rank = ctx.rank();
-  // The communicator reads its fan-in from the parameters when it is created.
+  // The communicator reads its fan-in and lead from the parameters when it is created.
   setenv("LOOM_ALLTOALL_FANIN", std::to_string(f.fanIn).c_str(), 1);
+  setenv("LOOM_ALLTOALL_LEAD", std::to_string(f.lead).c_str(), 1);
   params::reloadFromEnvironment();
   loomConfig_t config = LOOM_CONFIG_INITIALIZER;
   config.transport = transport;
@@ -238,7 +242,7 @@ int runForced(RankContext& ctx, const Forced& f, const char* transport) {
   config.timeoutMs = 60000;
   loomComm_t comm = nullptr;
   RANK_LOOM(initComm(ctx, &comm, &config));
-  Cases cases(comm, rank, n, strprintf("%s fanIn %d %s", f.algorithms, f.fanIn,
+  Cases cases(comm, rank, n, strprintf("%s fanIn %d lead %d %s", f.algorithms, f.fanIn, f.lead,
                                        transport ? transport : "auto"));
   size_t index = 0;
   for (const auto& [t, count] : typesAndCounts()) {

@@ -164,7 +164,14 @@ TEST(ExchangeVerify, IncastAlltoAll) {
               for (int k : {1, 2, 4, 1 << 20}) {
                 if (a.nranks > kMaxRanks && k != 2) continue;
                 a.fanIn = k;
+                a.fanInLeadBytes = 0;
                 out.push_back(a);
+                if (k > 2 || a.nranks > kMaxRanks) continue;
+                // Leads of one element, half a block and more (messages split, or not gated).
+                for (uint64_t lead : {uint64_t(1), a.count / 2 + 1, 3 * a.count}) {
+                  a.fanInLeadBytes = lead * a.elemSize;
+                  out.push_back(a);
+                }
               }
             },
             kThinSweep));
@@ -243,6 +250,51 @@ TEST(ExchangeFanIn, IncastAlltoAllBoundedByK) {
     return "";
   });
   EXPECT_EQ(failure, "");
+}
+
+// With a lead of ℓ elements, a receiver still has at most k messages of more than ℓ elements
+// in flight (the measure ignores the split-off tails of at most ℓ), and does use the lead: the
+// first ⌊ℓ/c⌋ + 1 messages of every slot go at once, as in the plain exchange.
+TEST(ExchangeFanIn, IncastAlltoAllWithALeadStaysBounded) {
+  const Builder& b = builderNamed(Collective::AlltoAll, "incast");
+  std::vector<CollArgs> all;
+  for (int n = 2; n <= 33; n += 3) {
+    for (int k : kFanIns) {
+      for (uint64_t lead : {3, 7, 16}) {
+        CollArgs a = makeArgs(Collective::AlltoAll, n, 5);
+        a.fanIn = k;
+        a.fanInLeadBytes = lead * a.elemSize;
+        all.push_back(a);
+      }
+    }
+  }
+  const std::string failure = forEachParallel(all.size(), [&](size_t i) -> std::string {
+    const CollArgs& a = all[i];
+    const std::vector<CollArgs> args(size_t(a.nranks), a);
+    const uint64_t lead = a.fanInLeadBytes / a.elemSize, c = a.count;
+    const uint64_t k = uint64_t(std::min(a.fanIn, a.nranks - 1));
+    const VerifyResult beyond = verifyBuilderFanIn(b, args, lead);
+    if (!beyond.ok) return describeCase(a, false) + beyond.message;
+    // Messages of more than ℓ elements exist only where c > ℓ.
+    const uint64_t wantBeyond = c > lead ? k : 0;
+    if (beyond.maxFanIn != wantBeyond)
+      return describeCase(a, false) + "fan-in beyond the lead " +
+             std::to_string(beyond.maxFanIn) + ", want " + std::to_string(wantBeyond);
+    const VerifyResult every = verifyBuilderFanIn(b, args);
+    const uint64_t atOnce = std::min(uint64_t(a.nranks - 1), k * (lead / c + 1));
+    if (every.maxFanIn < atOnce)
+      return describeCase(a, false) + "fan-in " + std::to_string(every.maxFanIn) +
+             ", want at least " + std::to_string(atOnce);
+    return "";
+  });
+  EXPECT_EQ(failure, "");
+  // A lead of a whole row: nothing waits, as in the plain exchange.
+  CollArgs a = makeArgs(Collective::AlltoAll, 9, 5);
+  a.fanInLeadBytes = 8 * 5 * a.elemSize;
+  const VerifyResult r = verifyBuilderFanIn(b, std::vector<CollArgs>(9, a));
+  ASSERT_TRUE(verified(r));
+  EXPECT_EQ(r.maxFanIn, 8u);
+  EXPECT_EQ(r.counts[0].messagesSent, 8u);
 }
 
 TEST(ExchangeFanIn, PairwiseIsUnbounded) {
@@ -388,22 +440,34 @@ TEST(ExchangeCost, HierarchicalAlltoAll) {
 TEST(ExchangeCost, IncastAlltoAll) {
   for (int n : kCostRanks) {
     for (int k : kFanIns) {
-      const uint64_t c = 6, m = uint64_t(n - 1);
-      const uint64_t kk = uint64_t(std::max(1, std::min(k, n - 1))), g = m - std::min(m, kk);
-      CollArgs a = makeArgs(Collective::AlltoAll, n, c);
-      a.fanIn = k;
-      const VerifyResult r = verifyUniform(builderNamed(Collective::AlltoAll, "incast"), a);
-      for (const RankCounts& rc : r.counts) {
-        EXPECT_EQ(rc.steps, 1 + 2 * m + 3 * g) << n << " " << k;
-        EXPECT_EQ(rc.messagesSent, m + g);
-        EXPECT_EQ(rc.elementsSent, m * c + g);
-      }
-      EXPECT_EQ(buildIncastAlltoAll(a, 0).scratchCount, g * c);
-      if (n > 1) {
-        // A token hop per gated message at most; FIFO order on a channel can add to the chain
-        // that the ideal 2·⌈(N−1)/k⌉ − 1 counts.
-        EXPECT_GE(r.rounds, 2 * ((m + kk - 1) / kk) - 1) << n << " " << k;
-        EXPECT_LE(r.rounds, 2 * m) << n << " " << k;
+      for (uint64_t lead : {0, 4, 6, 15}) {  // elements; blocks of 6
+        const uint64_t c = 6, m = uint64_t(n - 1);
+        const uint64_t kk = uint64_t(std::max(1, std::min(k, n - 1)));
+        // Gated and split positions, as the header counts them.
+        uint64_t g = 0, s = 0;
+        for (uint64_t p = 0; p < m; ++p) {
+          g += p / kk > lead / c;
+          s += lead % c != 0 && (p / kk + lead / c + 1) * kk + p % kk <= m - 1;
+        }
+        if (lead == 0) {
+          EXPECT_EQ(g, m - std::min(m, kk));
+        }
+        CollArgs a = makeArgs(Collective::AlltoAll, n, c);
+        a.fanIn = k;
+        a.fanInLeadBytes = lead * a.elemSize;
+        const VerifyResult r = verifyUniform(builderNamed(Collective::AlltoAll, "incast"), a);
+        for (const RankCounts& rc : r.counts) {
+          EXPECT_EQ(rc.steps, 1 + 2 * m + 3 * g + 2 * s) << n << " " << k << " " << lead;
+          EXPECT_EQ(rc.messagesSent, m + g + s);
+          EXPECT_EQ(rc.elementsSent, m * c + g);
+        }
+        EXPECT_EQ(buildIncastAlltoAll(a, 0).scratchCount, g * c);
+        if (n > 1 && lead == 0) {
+          // A token hop per gated message at most; FIFO order on a channel can add to the
+          // chain that the ideal 2·⌈(N−1)/k⌉ − 1 counts.
+          EXPECT_GE(r.rounds, 2 * ((m + kk - 1) / kk) - 1) << n << " " << k;
+          EXPECT_LE(r.rounds, 2 * m) << n << " " << k;
+        }
       }
     }
   }

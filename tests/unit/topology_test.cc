@@ -10,6 +10,7 @@
 #include "topology/analysis.h"
 #include "topology/builders.h"
 #include "topology/probe.h"
+#include "tuner/uniform_topology.h"
 
 namespace loom::topology {
 
@@ -315,6 +316,22 @@ TEST(TopologyUnits, LatencyAndExactRoundTrips) {
     ASSERT_TRUE(parseBandwidth(formatBandwidth(x * 1e15, true), &v).isOk());
     EXPECT_EQ(v, x * 1e15) << formatBandwidth(x * 1e15, true);
   }
+}
+
+// The incast lead: what the narrowest route from rank 0 holds over a round trip, the CPU's
+// per-message costs included; the wider shm route to the host's other rank does not count.
+TEST(TopologyAnalysis, RoundTripBytesOfTheNarrowestRoute) {
+  topology::Topology t = tuner::uniformTopology({2, 2, 20e9, 0.5e-6, 1.25e9, 10e-6});
+  for (int32_t h : t.hostNodes()) {
+    t.nodes[size_t(h)].cpu.stepOverhead = 1e-6;
+    t.nodes[size_t(h)].cpu.netMessageOverhead = 3e-6;
+  }
+  // cpu → host → switch → host → cpu: 0.5 + 10 + 10 + 0.5 us, 1.25 GB/s at the narrowest.
+  EXPECT_NEAR(double(topology::roundTripBytes(t)), 1.25e9 * 2 * (21e-6 + 1e-6 + 3e-6), 1);
+  // One host: the shm route, with no network cost.
+  topology::Topology one = tuner::uniformTopology({1, 2, 20e9, 0.5e-6, 1.25e9, 10e-6});
+  EXPECT_NEAR(double(topology::roundTripBytes(one)), 20e9 * 2 * 1e-6, 1);
+  EXPECT_EQ(topology::roundTripBytes(tuner::uniformTopology({1, 1})), 0u);
 }
 
 TEST(TopologyScale, Rail1024BuildsValidatesAndRoutesFast) {
