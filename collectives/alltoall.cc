@@ -226,6 +226,8 @@ struct Turn {
 // i − 1 − ⌊lead/c⌋. A message some later one waits for that way is split there, so that its
 // first message ends at that element.
 Turn equalTurn(int p, int k, int n, uint64_t c, uint64_t lead) {
+  lead = std::min(lead, uint64_t(n) * c);  // more changes nothing (all go at once), and this
+                                           // keeps the position arithmetic below from overflowing
   const uint64_t i = uint64_t(p / k), slot = uint64_t(p % k), m = lead / c, r = lead % c;
   Turn t;
   t.head = c;

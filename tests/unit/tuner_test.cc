@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "core/params.h"
+#include "topology/analysis.h"
 #include "topology/builders.h"
 #include "tuner/uniform_topology.h"
 
@@ -314,6 +316,34 @@ TEST(Tuner, DecisionTableSummaryMergesEqualDecisions) {
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_EQ(lines[0], "allreduce: 8-16K rd (built-in 1); 32K-1M ring (built-in 3)");
   EXPECT_EQ(lines[1], "broadcast: 8-16K tree (built-in 10); 32K-1M chain (built-in 11)");
+}
+
+// The incast lead every call gets: LOOM_ALLTOALL_LEAD's bytes, or by default what the model's
+// narrowest route holds over a round trip; below -1 it is refused, naming the parameter.
+TEST(Tuner, TheIncastLeadIsTheSettingOrTheModelsRoundTrip) {
+  const topology::Topology t = uniformTopology({2, 2, 20e9, 0.5e-6, 1.25e9, 10e-6});
+  auto leadWith = [&](const char* value, Status* st) {
+    if (value) {
+      setenv("LOOM_ALLTOALL_LEAD", value, 1);
+    } else {
+      unsetenv("LOOM_ALLTOALL_LEAD");
+    }
+    params::reloadFromEnvironment();
+    TunerConfig config;
+    *st = tunerConfigFromParams(&config);
+    return callSettings(config.fixed, t).fanInLeadBytes;
+  };
+  Status st;
+  EXPECT_EQ(leadWith(nullptr, &st), topology::roundTripBytes(t));
+  EXPECT_TRUE(st.isOk());
+  EXPECT_GT(topology::roundTripBytes(t), 0u);
+  EXPECT_EQ(leadWith("0", &st), 0u);
+  EXPECT_EQ(leadWith("65536", &st), 65536u);
+  leadWith("-2", &st);
+  EXPECT_EQ(st.code(), loomInvalidArgument);
+  EXPECT_NE(st.message().find("LOOM_ALLTOALL_LEAD=-2"), std::string::npos) << st.message();
+  unsetenv("LOOM_ALLTOALL_LEAD");
+  params::reloadFromEnvironment();
 }
 
 }  // namespace
