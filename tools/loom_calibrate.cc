@@ -197,9 +197,8 @@ Status readMeasurements(const std::string& path, std::vector<MeasuredPoint>* out
   // The run's lanes shape its plans: the file records the LOOM_* parameters it ran with.
   const perf::JsonValue* env = doc->find("env");
   const std::string lanesText = env ? text(env->find("LOOM_LANES")) : std::string();
-  char* end = nullptr;
-  const long lanes = lanesText.empty() ? 0 : strtol(lanesText.c_str(), &end, 10);
-  if (!lanesText.empty() && (*end != '\0' || lanes < 0 || lanes > 1024))
+  int lanes = 0;
+  if (!lanesText.empty() && (!parseCount(lanesText.c_str(), 0, &lanes) || lanes > 1024))
     return Status(loomInvalidArgument,
                   path + ": env.LOOM_LANES is \"" + lanesText + "\"; want a lane count");
   const perf::JsonValue* rows = doc->find("rows");
@@ -210,7 +209,7 @@ Status readMeasurements(const std::string& path, std::vector<MeasuredPoint>* out
     const std::string where = strprintf("%s: rows[%zu]", path.c_str(), i);
     MeasuredPoint p;
     p.coll = coll;
-    p.lanes = int(lanes);
+    p.lanes = lanes;
     p.algorithm = text(row.find("algorithm"));
     if (p.algorithm == "auto") {  // which builder ran is not recorded
       ++*autoRows;

@@ -13,7 +13,6 @@
 #include "collectives/builders.h"
 #include "perf/perf_common.h"
 #include "tools/model_args.h"
-#include "topology/analysis.h"
 #include "topology/topology.h"
 #include "tuner/simulator.h"
 #include "tuner/tuner.h"
@@ -170,7 +169,9 @@ int main(int argc, char** argv) {
   args.coll = coll;
   args.nranks = nranks;
   args.lanes = a.lanes;
-  args.fanInLeadBytes = loom::topology::roundTripBytes(topo);  // LOOM_ALLTOALL_LEAD's default
+  // The lead a communicator on this model would give its calls (the rest of callSettings is
+  // left out: no arena, as before).
+  args.fanInLeadBytes = loom::tuner::callSettings({}, topo).fanInLeadBytes;
   args.elemSize = a.sim.elemSize;
   args.hostOf = loom::tools::hostsByFirstAppearance(topo);
 

@@ -181,10 +181,10 @@ Status tunerConfigFromParams(TunerConfig* out) {
   AlgoParams& fixed = out->fixed;
   fixed.lanes = int(std::max<int64_t>(0, params::getInt("LOOM_LANES")));
   fixed.fanIn = int(std::max<int64_t>(0, params::getInt("LOOM_ALLTOALL_FANIN")));
-  if (params::getInt("LOOM_ALLTOALL_LEAD") < -1)
+  if (const int64_t lead = params::getInt("LOOM_ALLTOALL_LEAD"); lead < -1)
     return errorf(loomInvalidArgument,
                   "LOOM_ALLTOALL_LEAD=%lld: expected bytes (0 or more), or -1 for the model's",
-                  (long long)params::getInt("LOOM_ALLTOALL_LEAD"));
+                  (long long)lead);
   const std::string dims = params::getString("LOOM_TORUS_DIMS");
   fixed.torusX = fixed.torusY = 0;
   if (!dims.empty() && (sscanf(dims.c_str(), "%dx%d", &fixed.torusX, &fixed.torusY) != 2 ||
