@@ -110,18 +110,11 @@ struct RankPlan {
   bool readByPeers = false;
 };
 
-// Everything a builder needs to know about one rank's call.
-struct CollArgs {
-  Collective coll = Collective::AllReduce;
-  int nranks = 1;
-  // Elements, as the NCCL API counts them: allreduce/broadcast/reduce: the buffer;
-  // allgather: each rank's contribution; reduce-scatter: each rank's result; alltoall: per peer.
-  uint64_t count = 0;
-  int root = 0;
+// What a communicator gives each of its calls besides the call's own arguments
+// (tuner::callSettings: its LOOM_* parameters and its model). A call's CollArgs takes them
+// with one assignment (settings()), so that a new one cannot be left out of a call.
+struct CallSettings {
   int lanes = 1;  // a hint; a builder may use fewer when there is too little data
-  // Host index (0..H-1, numbered by first appearance) of every rank; empty means one host.
-  // Hierarchical builders group ranks by it.
-  std::vector<int32_t> hostOf;
   // 2D torus shape X × Y (X·Y = nranks); 0 means derive it (from hosts, else near-square).
   int torusX = 0, torusY = 0;
   // Alltoall: the most senders any receiver has at once (incast-aware scheduling), and how
@@ -129,11 +122,27 @@ struct CollArgs {
   // start (its lead: the bytes a round trip keeps in flight, so that the link does not idle).
   int fanIn = 1;
   uint64_t fanInLeadBytes = 0;
-  // Bytes per element: plans are in elements, but choosing an algorithm depends on bytes.
-  uint32_t elemSize = 4;
   // Bytes of the Shared buffer a plan may use (the communicator's LOOM_SHM_DIRECT_BYTES arena
   // gives each call half of it); 0: there is none.
   uint64_t sharedBytes = 0;
+};
+
+// Everything a builder needs to know about one rank's call.
+struct CollArgs : CallSettings {
+  CallSettings& settings() { return *this; }
+  const CallSettings& settings() const { return *this; }
+
+  Collective coll = Collective::AllReduce;
+  int nranks = 1;
+  // Elements, as the NCCL API counts them: allreduce/broadcast/reduce: the buffer;
+  // allgather: each rank's contribution; reduce-scatter: each rank's result; alltoall: per peer.
+  uint64_t count = 0;
+  int root = 0;
+  // Host index (0..H-1, numbered by first appearance) of every rank; empty means one host.
+  // Hierarchical builders group ranks by it.
+  std::vector<int32_t> hostOf;
+  // Bytes per element: plans are in elements, but choosing an algorithm depends on bytes.
+  uint32_t elemSize = 4;
   // Every rank's Input and Output of this call are from loomMemAlloc, as the ranks of the host
   // agreed (Comm::agreeBuffersMapped): the peer algorithms read them with plain loads. Builders
   // ignore it; the tuner's model costs such reads as plain copies.

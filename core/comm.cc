@@ -328,7 +328,8 @@ void Comm::initTuner(tuner::TunerConfig config) {
   tuner_ = tuner::Tuner(topo_, std::move(config));
   if (rank() != 0 || !log::enabled(log::Level::Info, "TUNE")) return;
   // The table for float32 calls of every nccl-tests size, as this communicator would run them.
-  collectives::CollArgs base = settings_;
+  collectives::CollArgs base;
+  base.settings() = settings_;
   base.nranks = nranks();
   if (hostCount_ > 1) base.hostOf = hostOf_;
   const auto rows = tuner::decisionTable(
@@ -388,14 +389,9 @@ Status Comm::agreeBuffersMapped(const CallDesc& call, const collectives::Builder
 Status Comm::runCollective(CallDesc& call) {
   LOOM_TRY(usable());
   collectives::CollArgs& a = call.args;
-  a.lanes = settings_.lanes;
+  a.settings() = settings_;
   if (hostCount_ > 1) a.hostOf = hostOf_;  // empty means one host: no copy per call
-  a.torusX = settings_.torusX;
-  a.torusY = settings_.torusY;
-  a.fanIn = settings_.fanIn;
-  a.fanInLeadBytes = settings_.fanInLeadBytes;
   a.elemSize = uint32_t(dtypeSize(call.dtype));
-  a.sharedBytes = settings_.sharedBytes;
   a.buffersMapped = false;  // until the ranks agree otherwise (chooseBuilder)
   tuner::Decision decision;
   LOOM_TRY(chooseBuilder(&call, &decision));

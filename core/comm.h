@@ -112,8 +112,9 @@ class Comm final : public collectives::ExecHost {
   // the measured winner when the call is one autotune measures.
   Status initAutotune(const Deadline& deadline);
   Status autotuneDecision(const CallDesc& call, tuner::Decision* out);
-  // Runs each candidate 1 + LOOM_AUTOTUNE_RUNS times on scratch buffers shaped like the call's
-  // (a bounded cost: candidates x runs calls of that size, one bootstrap allgather).
+  // Runs each candidate once, then in rounds (tuner::autotuneRounds: LOOM_AUTOTUNE_RUNS or more
+  // for small calls) on scratch buffers shaped like the call's (a bounded cost: candidates x
+  // rounds calls of that size, about 5 ms of them where small; one bootstrap allgather).
   Status measureBucket(const CallDesc& call, tuner::AutotuneEntry* out);
   // Runs a prepared plan over the given buffers; a failure marks the communicator failed.
   Status execute(const collectives::PreparedPlan& plan, std::span<void* const> buffers,
@@ -159,8 +160,8 @@ class Comm final : public collectives::ExecHost {
   std::string transportMode_;  // auto, shm, tcp
   ForcedBuilders forcedBuilders_{};  // LOOM_ALGO: the builder forced per collective, or null
   // What every call's CollArgs start from (tuner::callSettings): lanes, torus dims and fan-in
-  // the user fixed (else 1 / derived / 1), the direct arena's bytes per call.
-  collectives::CollArgs settings_;
+  // the user fixed (else 1 / derived / 1), the incast lead, the direct arena's bytes per call.
+  collectives::CallSettings settings_;
   std::vector<int32_t> hostOf_;  // host index of every rank (CollArgs::hostOf)
   uint64_t directBytes_ = 0;  // LOOM_SHM_DIRECT_BYTES: the direct allreduce's arena
   std::unique_ptr<transports::ShmArena> arena_;  // mapped at the first call that uses it

@@ -99,15 +99,28 @@ Status Comm::measureBucket(const CallDesc& call, tuner::AutotuneEntry* out) {
   trial.inputBytes = inBytes;
   trial.outputBytes = outBytes;
 
-  std::vector<double> mine;  // seconds per call of each candidate, on this rank
+  std::vector<CallDesc> runs;
+  std::vector<tuner::Decision> decisions;
   for (const tuner::Candidate& c : candidates) {
-    CallDesc run = trial;
+    CallDesc& run = runs.emplace_back(trial);
     tuner::applyParams(c.params, &run.args);
-    const tuner::Decision d{c, tuner::Source::Autotune, 0, {}, {}};
-    LOOM_TRY(runDecided(run, d));  // warm-up: connections, the plan, page faults
-    const auto start = Clock::now();
-    for (int i = 0; i < autotuneRuns_; ++i) LOOM_TRY(runDecided(run, d));
-    mine.push_back(std::chrono::duration<double>(Clock::now() - start).count() / autotuneRuns_);
+    decisions.push_back({c, tuner::Source::Autotune, 0, {}, {}});
+    LOOM_TRY(runDecided(run, decisions.back()));  // warm-up: connections, the plan, page faults
+  }
+  // Rounds of every candidate in turn (tuner::autotuneRounds says why); each candidate's time on
+  // this rank is its median round.
+  const int rounds = tuner::autotuneRounds(candidates, autotuneRuns_);
+  std::vector<std::vector<double>> roundTimes(candidates.size());
+  for (int r = 0; r < rounds; ++r)
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      const auto start = Clock::now();
+      LOOM_TRY(runDecided(runs[i], decisions[i]));
+      roundTimes[i].push_back(std::chrono::duration<double>(Clock::now() - start).count());
+    }
+  std::vector<double> mine;  // seconds per call of each candidate, on this rank
+  for (std::vector<double>& t : roundTimes) {
+    std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
+    mine.push_back(t[t.size() / 2]);
   }
   std::vector<std::string> all;
   Status st = boot_.allgather(

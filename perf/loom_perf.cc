@@ -256,7 +256,7 @@ class LoomBackend : public Backend {
   int nranks_ = 1;
   std::string algorithms_;
   topology::Topology model_;  // --sim's model; no ranks: no predictions
-  collectives::CollArgs settings_;
+  collectives::CallSettings settings_;
   tuner::Tuner tuner_;
 };
 

@@ -34,10 +34,12 @@ using loom::tuner::MeasuredPoint;
 const char kUsage[] =
     "usage: loom-calibrate (--topo FILE | --uniform HxR) [options] PERF.json...\n"
     "  PERF.json           loom-perf --json output, one forced algorithm per file (-A NAME);\n"
-    "                      rows with algorithm \"auto\" or count 0 are left out, and the\n"
-    "                      rows of repeated runs become their median; a file's\n"
-    "                      LOOM_LANES (its \"env\") sets the lanes its plans are simulated\n"
-    "                      on, and each lane count is a rival choice of its own\n"
+    "                      rows of count 0 are left out, and the rows of repeated runs\n"
+    "                      become their median; a file's LOOM_LANES (its \"env\") sets the\n"
+    "                      lanes its plans are simulated on, and each lane count is a\n"
+    "                      rival choice of its own. Runs without -A (algorithm \"auto\";\n"
+    "                      \"autotune\" with LOOM_AUTOTUNE=1) are not fitted: their times\n"
+    "                      are set beside the best forced algorithm measured\n"
     "  --cores N           cores the ranks of each host share (default: the model's)\n"
     "  --cache BYTES       last-level cache the ranks of each host share (K, M, G suffixes;\n"
     "                      default: the model's); its bandwidth is fitted\n"
@@ -176,10 +178,11 @@ std::string text(const perf::JsonValue* v) {
   return v && v->kind == perf::JsonValue::Kind::kString ? v->text : std::string();
 }
 
-// The forced-algorithm rows of one loom-perf --json file; *hosts gets the run's host count,
-// *autoRows the rows left out because loom picked their algorithm.
-Status readMeasurements(const std::string& path, std::vector<MeasuredPoint>* out, int* hosts,
-                        size_t* autoRows) {
+// The rows of one loom-perf --json file: those of a forced algorithm into *forced, those where
+// loom picked it into *chosen (algorithm "auto", or "autotune" where the run set
+// LOOM_AUTOTUNE=1); *ranks and *hosts get the run's rank and host counts.
+Status readMeasurements(const std::string& path, std::vector<MeasuredPoint>* forced,
+                        std::vector<MeasuredPoint>* chosen, int* ranks, int* hosts) {
   std::string body, error;
   LOOM_TRY(readFile(path, &body));
   auto doc = perf::parseJson(body, &error);
@@ -192,7 +195,7 @@ Status readMeasurements(const std::string& path, std::vector<MeasuredPoint>* out
   if (!perfColl || !loom::tools::planCollective(*perfColl, &coll))
     return Status(loomInvalidArgument,
                   path + ": collective '" + collName + "' has no builders to calibrate");
-  const int ranks = int(number(doc->find("ranks")));
+  *ranks = int(number(doc->find("ranks")));
   *hosts = int(number(doc->find("hosts")));
   // The run's lanes shape its plans: the file records the LOOM_* parameters it ran with.
   const perf::JsonValue* env = doc->find("env");
@@ -201,8 +204,9 @@ Status readMeasurements(const std::string& path, std::vector<MeasuredPoint>* out
   if (!lanesText.empty() && (!parseCount(lanesText.c_str(), 0, &lanes) || lanes > 1024))
     return Status(loomInvalidArgument,
                   path + ": env.LOOM_LANES is \"" + lanesText + "\"; want a lane count");
+  const bool autotuned = env && text(env->find("LOOM_AUTOTUNE")) == "1";
   const perf::JsonValue* rows = doc->find("rows");
-  if (ranks < 1 || !rows || rows->kind != perf::JsonValue::Kind::kArray)
+  if (*ranks < 1 || !rows || rows->kind != perf::JsonValue::Kind::kArray)
     return Status(loomInvalidArgument, path + ": no 'ranks' or no 'rows'");
   for (size_t i = 0; i < rows->items.size(); ++i) {
     const perf::JsonValue& row = rows->items[i];
@@ -211,10 +215,9 @@ Status readMeasurements(const std::string& path, std::vector<MeasuredPoint>* out
     p.coll = coll;
     p.lanes = lanes;
     p.algorithm = text(row.find("algorithm"));
-    if (p.algorithm == "auto") {  // which builder ran is not recorded
-      ++*autoRows;
-      continue;
-    }
+    // Which builder ran is not recorded: only the time of loom's choice is compared.
+    const bool loomChose = p.algorithm == "auto";
+    if (loomChose && autotuned) p.algorithm = "autotune";
     auto dtype = perf::parseDtype(text(row.find("type")));
     const perf::JsonValue* oop = row.find("out_of_place");
     const double timeUs = number(oop ? oop->find("time_us") : nullptr);
@@ -226,9 +229,9 @@ Status readMeasurements(const std::string& path, std::vector<MeasuredPoint>* out
     p.elemSize = uint32_t(perf::dtypeBytes(*dtype));
     p.count = uint64_t(count);
     p.bytes = uint64_t(bytes);
-    p.nranks = ranks;
+    p.nranks = *ranks;
     p.time = timeUs * 1e-6;
-    out->push_back(p);
+    (loomChose ? chosen : forced)->push_back(p);
   }
   return Status::ok();
 }
@@ -265,6 +268,8 @@ std::string knobValue(const loom::tuner::Knob& k) {
       return strprintf("%.3g GB/s", k.value / 1e9);
     case What::StepOverhead:
     case What::NetMessageOverhead:
+    case What::SingleCopyOverhead:
+    case What::BarrierLatency:
       return strprintf("%.3g us", k.value * 1e6);
     default:
       return strprintf("%.4g", k.value);
@@ -287,7 +292,8 @@ std::string linkFigures(const topology::Topology& t) {
   return s;
 }
 
-std::string report(const Args& a, const loom::tuner::Calibration& c, size_t runs, size_t ignored) {
+std::string report(const Args& a, const loom::tuner::Calibration& c, size_t runs,
+                   const std::vector<MeasuredPoint>& chosen) {
   // A sweep of one rank count names the collective; one of several says how many ranks too.
   bool severalRankCounts = false;
   for (const auto& p : c.points)
@@ -298,9 +304,9 @@ std::string report(const Args& a, const loom::tuner::Calibration& c, size_t runs
   };
   std::string s = strprintf("## Model '%s'\n\n", c.topo.name.c_str());
   s += strprintf(
-      "%zu points (medians of %zu measured rows; %zu \"auto\" rows left out), %d "
-      "simulations of the set, %d slices per step.\n\n",
-      c.points.size(), runs, ignored, c.evaluations, a.options.sim.slices);
+      "%zu points (medians of %zu measured rows of forced algorithms), %d simulations of the "
+      "set, %d slices per step.\n\n",
+      c.points.size(), runs, c.evaluations, a.options.sim.slices);
   s += a.options.fit ? "| fitted | value |\n| --- | ---: |\n"
                      : "| as given (--no-fit) | value |\n| --- | ---: |\n";
   for (const auto& k : c.knobs)
@@ -344,6 +350,33 @@ std::string report(const Args& a, const loom::tuner::Calibration& c, size_t runs
       "\n%zu of %zu sizes within 10%% of the best measured algorithm; worst regret "
       "%.0f%%.\n",
       fine, regrets.size(), worst * 100);
+  if (chosen.empty()) return s;
+  // What loom chose in runs of its own, measured: the regret the tuner really has.
+  std::vector<MeasuredPoint> forced;
+  for (const auto& p : c.points) forced.push_back(p.point);
+  const auto measured = loom::tuner::measuredRegrets(forced, chosen);
+  s += "\n## Loom's own choice, measured\n\n| collective | size | run | measured (us) | best "
+       "forced | measured (us) | regret |\n| --- | ---: | --- | ---: | --- | ---: | ---: |\n";
+  struct Tally {
+    size_t fine = 0, sizes = 0;
+    double worst = -1;
+  };
+  std::map<std::string, Tally> tallies;  // per kind of run: "auto", "autotune"
+  for (const auto& r : measured) {
+    s += strprintf("| %s | %s | %s | %.1f | %s | %.1f | %+.0f%% |\n",
+                   collName(r.coll, r.nranks).c_str(), sizeText(r.bytes).c_str(),
+                   r.chosen.c_str(), r.chosenTime * 1e6, r.best.c_str(), r.bestTime * 1e6,
+                   r.regret * 100);
+    Tally& t = tallies[r.chosen];
+    ++t.sizes;
+    t.fine += r.regret <= 0.10;
+    t.worst = std::max(t.worst, r.regret);
+  }
+  s += "\n";
+  for (const auto& [run, t] : tallies)
+    s += strprintf("%s: %zu of %zu sizes within 10%% of the best forced algorithm; worst "
+                   "%+.0f%%.\n",
+                   run.c_str(), t.fine, t.sizes, t.worst * 100);
   return s;
 }
 
@@ -366,16 +399,13 @@ int main(int argc, char** argv) {
     if (a.cacheBytes > 0) n.cpu.cacheBytes = a.cacheBytes;
     if (a.privateCacheBytes > 0) n.cpu.privateCacheBytes = a.privateCacheBytes;
   }
-  std::vector<MeasuredPoint> points;
-  size_t ignored = 0;
+  std::vector<MeasuredPoint> points, chosen;
   for (const std::string& path : a.inputs) {
-    int hosts = 0;
-    const size_t before = points.size();
-    if (Status st = readMeasurements(path, &points, &hosts, &ignored); !st.isOk()) {
+    int nranks = 0, hosts = 0;
+    if (Status st = readMeasurements(path, &points, &chosen, &nranks, &hosts); !st.isOk()) {
       fprintf(stderr, "loom-calibrate: %s\n", st.message().c_str());
       return 1;
     }
-    const int nranks = points.size() > before ? points.back().nranks : 0;
     if (nranks > int(base.ranks.size())) {
       fprintf(stderr, "loom-calibrate: %s ran on %d ranks; the model '%s' has only %zu\n",
               path.c_str(), nranks, base.name.c_str(), base.ranks.size());
@@ -386,7 +416,7 @@ int main(int argc, char** argv) {
     for (int r = 0; r < nranks; ++r)
       if (std::find(seen.begin(), seen.end(), base.ranks[size_t(r)].host) == seen.end())
         seen.push_back(base.ranks[size_t(r)].host), ++modelHosts;
-    if (nranks > 0 && hosts > 0 && hosts != modelHosts) {
+    if (hosts > 0 && hosts != modelHosts) {
       fprintf(stderr, "loom-calibrate: %s ran on %d hosts; the model puts its %d ranks on %d\n",
               path.c_str(), hosts, nranks, modelHosts);
       return 1;
@@ -401,7 +431,7 @@ int main(int argc, char** argv) {
   }
   if (!a.name.empty() || a.options.fit)
     c.topo.name = a.name.empty() ? base.name + "-calibrated" : a.name;
-  const std::string text = report(a, c, runs, ignored);
+  const std::string text = report(a, c, runs, medians(chosen));
   fputs(text.c_str(), stdout);
   if (!a.markdownFile.empty()) {
     std::ofstream md(a.markdownFile);

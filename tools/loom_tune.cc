@@ -122,7 +122,8 @@ bool parseArgs(int argc, char** argv, Args* a) {
 // The call a communicator on `topo` would make: its host layout, fixed parameters, arena.
 CollArgs baseCall(const loom::topology::Topology& topo, uint32_t elemSize,
                   const tuner::AlgoParams& fixed) {
-  CollArgs a = tuner::callSettings(fixed, topo);
+  CollArgs a;
+  a.settings() = tuner::callSettings(fixed, topo);
   a.nranks = int(topo.ranks.size());
   a.hostOf = loom::tools::hostsByFirstAppearance(topo);
   a.elemSize = elemSize;

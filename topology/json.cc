@@ -62,7 +62,7 @@ Status readHostCpu(const json& node, NodeKind kind, const std::string& where, Ho
                                       "cacheBytes",    "cacheBandwidth",    "messageCopies",
                                       "netMessageOverhead", "peerReadCopies",
                                       "singleCopyOverhead", "privateCacheBytes",
-                                      "dirtyReadCopies", "streamingCopies"};
+                                      "dirtyReadCopies", "streamingCopies", "barrierLatency"};
   bool any = false;
   for (const char* key : kKeys) any = any || !member(node, key).is_null();
   if (!any) return Status::ok();
@@ -110,7 +110,8 @@ Status readHostCpu(const json& node, NodeKind kind, const std::string& where, Ho
   }
   for (auto [key, value] : {std::pair{"stepOverhead", &out->stepOverhead},
                             std::pair{"netMessageOverhead", &out->netMessageOverhead},
-                            std::pair{"singleCopyOverhead", &out->singleCopyOverhead}})
+                            std::pair{"singleCopyOverhead", &out->singleCopyOverhead},
+                            std::pair{"barrierLatency", &out->barrierLatency}})
     if (!member(node, key).is_null())
       LOOM_TRY(readQuantity(node[key], parseLatency, where + "." + key, value));
   return Status::ok();
@@ -241,6 +242,7 @@ std::string toJson(const Topology& t) {
     if (n.cpu.privateCacheBytes > 0) item["privateCacheBytes"] = n.cpu.privateCacheBytes;
     if (n.cpu.dirtyReadCopies > 0) item["dirtyReadCopies"] = n.cpu.dirtyReadCopies;
     if (n.cpu.streamingCopies > 0) item["streamingCopies"] = n.cpu.streamingCopies;
+    if (n.cpu.barrierLatency > 0) item["barrierLatency"] = formatLatency(n.cpu.barrierLatency);
     append(item, i == 0);
   }
   s += "\n  ],\n  \"links\": [";

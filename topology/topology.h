@@ -65,6 +65,10 @@ struct HostCpu {
   // executor.h, kStreamingCopyBytes) costs where it goes to memory, per byte a plain copy costs
   // there: less, as the destination is not read into the cache first. 0: 1, not modelled.
   double streamingCopies = 0;
+  // s from the last of the ranks reaching a Barrier until all of them go on: the arena's
+  // cache-line hand-offs between cores, and waking the ranks that slept (where ranks outnumber
+  // cores, a wake-up waits for a core). 0: SimOptions::barrierLatency.
+  double barrierLatency = 0;
 
   bool operator==(const HostCpu&) const = default;
 };

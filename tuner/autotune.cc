@@ -1,6 +1,7 @@
 #include "tuner/autotune.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -74,15 +75,34 @@ bool autotuneApplies(const CollArgs& a, uint64_t maxBytes) {
 }
 
 std::vector<Candidate> autotuneCandidates(Tuner& tuner, const CollArgs& a, int limit) {
-  std::vector<Candidate> out = tuner.candidates(a);
-  if (!out.empty()) {
-    out.resize(std::min(out.size(), size_t(std::max(1, limit))));
+  const std::vector<Candidate> ranked = tuner.candidates(a);  // fastest first
+  std::vector<Candidate> out;
+  if (!ranked.empty()) {
+    const size_t wanted = size_t(std::max(1, limit));
+    std::vector<Candidate> variants;  // of an algorithm already in out, or beyond `wanted`
+    for (const Candidate& c : ranked) {
+      const bool seen = std::any_of(out.begin(), out.end(),
+                                    [&](const Candidate& o) { return o.builder == c.builder; });
+      (out.size() < wanted && !seen ? out : variants).push_back(c);
+    }
+    for (size_t i = 0; i < variants.size() && out.size() < wanted; ++i) out.push_back(variants[i]);
+    std::stable_sort(out.begin(), out.end(),
+                     [](const Candidate& x, const Candidate& y) { return x.time < y.time; });
     return out;
   }
   for (const Builder& b : collectives::allBuilders())
     if (b.coll == a.coll && b.build != nullptr && refusal(b, a, {}).empty())
       out.push_back({&b, {}, 0});
   return out;
+}
+
+int autotuneRounds(const std::vector<Candidate>& candidates, int minRounds) {
+  double round = 0;  // predicted seconds of one round
+  for (const Candidate& c : candidates) round += c.time;
+  const int floor = std::max(1, minRounds);
+  if (round <= 0) return floor;
+  const double wanted = std::ceil(kAutotuneBudgetSeconds / round);
+  return std::max(floor, int(std::min<double>(wanted, kAutotuneMaxRounds)));
 }
 
 int agreedWinner(const std::vector<std::vector<double>>& times, std::vector<double>* agreed) {

@@ -32,7 +32,7 @@ struct AutotuneKey {
 AutotuneKey autotuneKey(const collectives::CollArgs& a);
 
 // One measured bucket. Candidate::time holds the measured seconds of one call: the slowest
-// rank's mean over the timed runs.
+// rank's median over the timed rounds.
 struct AutotuneEntry {
   Candidate winner;
   std::vector<Candidate> others;  // the rest of the candidates tried, in the order tried
@@ -44,9 +44,24 @@ struct AutotuneEntry {
 // call's size would cost too much memory and time).
 bool autotuneApplies(const collectives::CollArgs& a, uint64_t maxBytes);
 
-// What to measure for a call: the model's `limit` fastest candidates, or, when the model is off,
-// every builder that does not refuse the call (with the communicator's parameters).
+// What to measure for a call: the fastest variant (lanes, dims, fan-in) of each of the model's
+// `limit` fastest algorithms, then, where fewer algorithms serve the call, their next variants;
+// in the model's order. Distinct algorithms first because where the model is least sure (small
+// calls, a few µs between candidates) its top few are often one algorithm on 1, 2 and 4 lanes,
+// and measuring those alone cannot find that another algorithm is faster. When the model is
+// off: every builder that does not refuse the call (with the communicator's parameters).
 std::vector<Candidate> autotuneCandidates(Tuner& tuner, const collectives::CollArgs& a, int limit);
+
+// How many timed rounds a measurement runs. A round runs every candidate once, in turn, so that
+// a slow spell of the machine (a rank descheduled, another tenant) falls on all of them alike
+// rather than on whichever was being measured; each candidate's time is then its median round.
+// At least minRounds, and for small calls more, up to kAutotuneMaxRounds, so that the rounds
+// take about kAutotuneBudgetSeconds by the candidates' predicted times: a handful of runs of a
+// 20 µs call is one wake-up away from the wrong winner. The predictions are the same on every
+// rank, and so is the count (candidates without one: minRounds).
+constexpr int kAutotuneMaxRounds = 64;
+constexpr double kAutotuneBudgetSeconds = 5e-3;
+int autotuneRounds(const std::vector<Candidate>& candidates, int minRounds);
 
 // The winner of a measurement, the same on every rank: times[r][i] is rank r's time for
 // candidate i; a candidate costs its slowest rank's time and the cheapest wins (the first on a

@@ -18,7 +18,7 @@ using collectives::RankPlan;
 
 // A bad setting makes the communicator refuse to start, so no run was measured with one: what
 // parsed before the error is as good as anything.
-collectives::CollArgs communicatorSettings(const topology::Topology& topo) {
+collectives::CallSettings communicatorSettings(const topology::Topology& topo) {
   TunerConfig config;
   (void)tunerConfigFromParams(&config);
   return callSettings(config.fixed, topo);
@@ -26,9 +26,9 @@ collectives::CollArgs communicatorSettings(const topology::Topology& topo) {
 
 
 collectives::CollArgs callOf(const MeasuredPoint& p, const topology::Topology& topo,
-                             const collectives::CollArgs& settings) {
-  collectives::CollArgs a = settings;
-  a.hostOf.clear();
+                             const collectives::CallSettings& settings) {
+  collectives::CollArgs a;
+  a.settings() = settings;
   a.coll = p.coll;
   a.nranks = p.nranks;
   a.count = p.count;
@@ -66,7 +66,8 @@ constexpr CpuFigure kCpuFigures[] = {
     {Knob::What::NetMessageOverhead, "netMessageOverhead", &topology::HostCpu::netMessageOverhead},
     {Knob::What::PeerReadCopies, "peerReadCopies", &topology::HostCpu::peerReadCopies},
     {Knob::What::SingleCopyOverhead, "singleCopyOverhead", &topology::HostCpu::singleCopyOverhead},
-    {Knob::What::DirtyReadCopies, "dirtyReadCopies", &topology::HostCpu::dirtyReadCopies}};
+    {Knob::What::DirtyReadCopies, "dirtyReadCopies", &topology::HostCpu::dirtyReadCopies},
+    {Knob::What::BarrierLatency, "barrierLatency", &topology::HostCpu::barrierLatency}};
 
 const CpuFigure& cpuFigure(Knob::What what) {
   for (const CpuFigure& f : kCpuFigures)
@@ -113,7 +114,7 @@ struct Prepared {
 };
 
 Prepared prepare(const MeasuredPoint& p, const topology::Topology& topo,
-                 const collectives::CollArgs& settings) {
+                 const collectives::CallSettings& settings) {
   Prepared out;
   if (p.nranks < 1 || size_t(p.nranks) > topo.ranks.size()) {
     out.failure = strprintf("%d ranks measured, the topology has %zu", p.nranks, topo.ranks.size());
@@ -133,7 +134,7 @@ Prepared prepare(const MeasuredPoint& p, const topology::Topology& topo,
 
 std::vector<Prepared> prepareAll(const std::vector<MeasuredPoint>& points,
                                  const topology::Topology& topo,
-                                 const collectives::CollArgs& settings) {
+                                 const collectives::CallSettings& settings) {
   std::vector<Prepared> out;
   for (const MeasuredPoint& p : points) out.push_back(prepare(p, topo, settings));
   return out;
@@ -318,11 +319,17 @@ Status calibrate(const std::vector<MeasuredPoint>& points, const topology::Topol
   // says how large its cache is, the cost of messages only where hosts say their core count
   // (else messages do not touch the CPU), that of network messages only where the measured
   // ranks span hosts, that of reading peers' buffers only where a peer algorithm was measured,
-  // that of reads through the kernel (as messages) only where hosts say their core count, and
+  // that of reads through the kernel (as messages) only where hosts say their core count,
   // that of reading what another core just wrote only where hosts say how large a core's
-  // private cache is.
+  // private cache is, and a barrier's latency only where a measured plan has a Barrier.
   bool cached = false, cores = false, hosts = false, peer = false, privateCache = false;
+  bool barriers = false;
   for (const MeasuredPoint& p : points) peer = peer || p.algorithm == "peer";
+  for (const Prepared& p : prepared)
+    for (const RankPlan& plan : p.plans)
+      for (const collectives::Lane& lane : plan.lanes)
+        for (const collectives::Step& s : lane.steps)
+          barriers = barriers || s.kind == collectives::StepKind::Barrier;
   for (const topology::Node& n : base.nodes) {
     cached = cached || n.cpu.cacheBytes > 0;
     cores = cores || n.cpu.cores > 0;
@@ -348,7 +355,9 @@ Status calibrate(const std::vector<MeasuredPoint>& points, const topology::Topol
       {Knob::What::NetMessageOverhead, 1e-6, hosts, 0},
       {Knob::What::PeerReadCopies, 1, peer, 1},                 // a plain copy
       {Knob::What::SingleCopyOverhead, 1e-6, cores, 1e-9},      // a nanosecond per kernel read
-      {Knob::What::DirtyReadCopies, 1, cores && privateCache, 1e-3}};  // a thousandth of a copy
+      {Knob::What::DirtyReadCopies, 1, cores && privateCache, 1e-3},  // a thousandth of a copy
+      {Knob::What::BarrierLatency, options.sim.barrierLatency, barriers,
+       options.sim.barrierLatency}};  // what the simulator charged before
   std::vector<double> neutral(knobs.size(), 0);  // per knob; the link knobs have none
   for (const CpuKnob& k : cpuKnobs) {
     if (!k.shows) continue;
@@ -455,7 +464,25 @@ std::vector<Regret> regrets(const std::vector<PointResult>& points) {
       if (p->predicted < chosen->predicted) chosen = p;
     }
     out.push_back({std::get<0>(key), std::get<1>(key), std::get<2>(key), variantName(best->point),
-                   variantName(chosen->point), chosen->point.time / best->point.time - 1});
+                   variantName(chosen->point), chosen->point.time / best->point.time - 1,
+                   best->point.time, chosen->point.time});
+  }
+  return out;
+}
+
+std::vector<Regret> measuredRegrets(const std::vector<MeasuredPoint>& forced,
+                                    const std::vector<MeasuredPoint>& chosen) {
+  std::map<std::tuple<Collective, int, uint64_t>, const MeasuredPoint*> best;
+  for (const MeasuredPoint& p : forced) {
+    const MeasuredPoint*& b = best[{p.coll, p.nranks, p.bytes}];
+    if (b == nullptr || p.time < b->time) b = &p;
+  }
+  std::vector<Regret> out;
+  for (const MeasuredPoint& c : chosen) {
+    const auto it = best.find({c.coll, c.nranks, c.bytes});
+    if (it == best.end()) continue;
+    out.push_back({c.coll, c.nranks, c.bytes, variantName(*it->second), variantName(c),
+                   c.time / it->second->time - 1, it->second->time, c.time});
   }
   return out;
 }

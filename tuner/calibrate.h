@@ -31,12 +31,12 @@ struct MeasuredPoint {
 // The communicator settings that shape a call's plan besides its size (lanes, torus dims,
 // alltoall fan-in, direct arena bytes), from the LOOM_* parameters as core/comm.cc reads them:
 // a prediction has to simulate the plan the measured run executed.
-collectives::CollArgs communicatorSettings(const topology::Topology& topo);
+collectives::CallSettings communicatorSettings(const topology::Topology& topo);
 
 // The call a builder gets for a point: `settings` with the point's collective, ranks, count,
 // element size and lanes (where the run set them), and the ranks' hosts from the topology.
 collectives::CollArgs callOf(const MeasuredPoint& p, const topology::Topology& topo,
-                             const collectives::CollArgs& settings);
+                             const collectives::CallSettings& settings);
 // What a point ran, as the tuner names a choice: "ring", or "ring lanes=4" where the run set
 // more than one lane. Runs of one algorithm on different lanes are rival choices.
 std::string variantName(const MeasuredPoint& p);
@@ -54,7 +54,8 @@ struct Knob {
     NetMessageOverhead,
     PeerReadCopies,
     SingleCopyOverhead,
-    DirtyReadCopies
+    DirtyReadCopies,
+    BarrierLatency
   };
   What what = What::LinkLatency;
   std::string linkKind;  // LinkLatency / LinkBandwidth
@@ -67,7 +68,7 @@ topology::Topology applyKnobs(const topology::Topology& base, const std::vector<
 
 struct CalibrationOptions {
   SimOptions sim;                  // slices and the default memory bandwidth of the simulation
-  collectives::CollArgs settings;  // the runs' communicator settings (communicatorSettings())
+  collectives::CallSettings settings;  // the runs' communicator settings (communicatorSettings())
   int maxEvaluations = 3000;       // of the whole prediction set, over the fit
   bool fit = true;                 // false: only validate the base topology
 };
@@ -102,9 +103,7 @@ std::vector<double> predictPoints(const std::vector<MeasuredPoint>& points,
 Status calibrate(const std::vector<MeasuredPoint>& points, const topology::Topology& base,
                  const CalibrationOptions& options, Calibration* out);
 
-// Per collective and size: which algorithm the lowest prediction picks, and how much slower
-// it measured than the best measured one.
-// Per collective, rank count and size: what choosing the lowest prediction costs.
+// Per collective, rank count and size: what choosing the lowest prediction costs, as measured.
 struct Regret {
   collectives::Collective coll;
   int nranks = 0;
@@ -112,7 +111,15 @@ struct Regret {
   std::string best;    // the fastest measured algorithm (variantName)
   std::string chosen;  // the lowest predicted one (variantName)
   double regret = 0;   // measured(chosen) / measured(best) − 1
+  double bestTime = 0, chosenTime = 0;  // measured seconds per call
 };
 std::vector<Regret> regrets(const std::vector<PointResult>& points);
+// Per collective, rank count and size of each `chosen` point (a run in which loom picked the
+// algorithm itself: by its model, or measured with LOOM_AUTOTUNE): how much slower it measured
+// than the fastest of the `forced` points of that call (negative: faster than all of them);
+// `chosen` in the result is the chosen point's variantName. Calls no forced point measured are
+// left out.
+std::vector<Regret> measuredRegrets(const std::vector<MeasuredPoint>& forced,
+                                    const std::vector<MeasuredPoint>& chosen);
 
 }  // namespace loom::tuner

@@ -629,8 +629,10 @@ class Simulator {
       s.ready = 1;
       const uint32_t k = barrierOf_.at(g);
       barrierArrived_.resize(barriers_.size(), 0);
-      if (++barrierArrived_[k] == nranks_)
-        push(now_ + opt_.barrierLatency, EventKind::BarrierDone, k);
+      if (++barrierArrived_[k] == nranks_) {
+        const double host = rankCpu_[s.owner].cpu.barrierLatency;  // the last to arrive
+        push(now_ + (host > 0 ? host : opt_.barrierLatency), EventKind::BarrierDone, k);
+      }
       return;
     }
     const uint8_t before = s.ready;

@@ -21,7 +21,8 @@
 //    rank's core and, when the host model gives its core count, the host's cores, which all its
 //    ranks' local work and shm messages share max-min (HostCpu, docs/SIMULATOR.md "Local work
 //    and the CPU"); the combine of a RecvReduce is overlapped with the transfer.
-//  - a Barrier completes barrierLatency after the last rank reaches it; it waits for the earlier
+//  - a Barrier completes barrierLatency (the last rank's host's HostCpu::barrierLatency, else
+//    SimOptions') after the last rank reaches it; it waits for the earlier
 //    steps of its lane and holds back the later ones. Shared regions are local memory.
 #pragma once
 
@@ -44,7 +45,8 @@ struct SimOptions {
   // route). 0: local work is free.
   double memBandwidth = 20e9;
   // Seconds from the last rank's arrival at a Barrier until all go on (a few cache-line
-  // transfers between cores, and waking the ranks that slept).
+  // transfers between cores, and waking the ranks that slept), where the host's model does not
+  // say (HostCpu::barrierLatency).
   double barrierLatency = 1e-6;
   // A message between ranks of one host of at least this many bytes goes by the shm
   // transport's single-copy path (LOOM_SHM_CMA_THRESHOLD): it starts once all of its data is

@@ -238,7 +238,7 @@ std::string formatParams(const AlgoParams& p) {
   return out;
 }
 
-void applyParams(const AlgoParams& p, CollArgs* a) {
+void applyParams(const AlgoParams& p, collectives::CallSettings* a) {
   if (p.lanes > 0) a->lanes = p.lanes;
   if (p.torusX > 0) a->torusX = p.torusX, a->torusY = p.torusY;
   if (p.fanIn > 0) a->fanIn = p.fanIn;

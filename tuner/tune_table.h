@@ -37,7 +37,7 @@ struct AlgoParams {
 std::string formatParams(const AlgoParams& p);
 
 // Sets on *a the parameters that p sets.
-void applyParams(const AlgoParams& p, collectives::CollArgs* a);
+void applyParams(const AlgoParams& p, collectives::CallSettings* a);
 // Why builder b cannot serve call a with parameters p applied, or "" when it can.
 std::string refusal(const collectives::Builder& b, const collectives::CollArgs& a,
                     const AlgoParams& p);

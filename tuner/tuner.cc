@@ -11,6 +11,7 @@
 namespace loom::tuner {
 
 using collectives::Builder;
+using collectives::CallSettings;
 using collectives::CollArgs;
 using collectives::Collective;
 
@@ -161,13 +162,24 @@ std::vector<Candidate> Tuner::candidates(const CollArgs& a) {
         break;
       }
     }
-    if (!a.buffersMapped && (fastestMapped.builder != d.choice.builder ||
-                             !(fastestMapped.params == d.choice.params)))
+    // Asking costs every call a barrier, so it is worth it only where mapped buffers would save
+    // more than that (on the 2-core VM, asking cost a 32-byte direct allreduce 24%).
+    if (!a.buffersMapped &&
+        (fastestMapped.builder != d.choice.builder ||
+         !(fastestMapped.params == d.choice.params)) &&
+        fastestMapped.time + agreementSeconds() < d.choice.time)
       d.whenMapped = fastestMapped;
     modelCache_[cacheKey(a)] = d;
     lastCached_.reset();
   }
   return out;
+}
+
+double Tuner::agreementSeconds() const {
+  const std::vector<int32_t> hosts = topo_.hostNodes();
+  const topology::HostCpu cpu = hosts.empty() ? topology::HostCpu{} : topo_.nodes[size_t(hosts[0])].cpu;
+  return (cpu.barrierLatency > 0 ? cpu.barrierLatency : config_.sim.barrierLatency) +
+         cpu.stepOverhead;
 }
 
 Status tunerConfigFromParams(TunerConfig* out) {
@@ -201,8 +213,8 @@ SimOptions communicatorSimOptions() {
   return config.sim;
 }
 
-CollArgs callSettings(const AlgoParams& fixed, const topology::Topology& topo) {
-  CollArgs a;
+CallSettings callSettings(const AlgoParams& fixed, const topology::Topology& topo) {
+  CallSettings a;
   const int64_t lead = params::getInt("LOOM_ALLTOALL_LEAD");
   a.fanInLeadBytes = lead >= 0 ? uint64_t(lead) : topology::roundTripBytes(topo);
   a.lanes = std::max(1, fixed.lanes);

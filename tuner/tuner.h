@@ -46,7 +46,8 @@ struct Decision {
   Candidate runnerUp;
   // Model decisions for a call whose buffers are not known to be mapped: the choice if every
   // rank's buffers are from loomMemAlloc (CollArgs::buffersMapped), where that differs from
-  // `choice` (builder null when it does not: the communicator then need not ask the ranks).
+  // `choice` and saves more than asking the ranks costs (builder null otherwise: the
+  // communicator then does not ask).
   Candidate whenMapped;
 };
 
@@ -72,7 +73,7 @@ SimOptions communicatorSimOptions();
 // decision applies its parameters: the fixed ones (else 1 lane, derived torus dims, fan-in 1),
 // the bytes of the direct arena a call may use (LOOM_SHM_DIRECT_BYTES) and the incast lead
 // (LOOM_ALLTOALL_LEAD, by default topology::roundTripBytes of `topo`).
-collectives::CollArgs callSettings(const AlgoParams& fixed, const topology::Topology& topo);
+collectives::CallSettings callSettings(const AlgoParams& fixed, const topology::Topology& topo);
 
 class Tuner {
  public:
@@ -110,6 +111,9 @@ class Tuner {
   // The model cache's key: (collective, size bucket, element size, buffersMapped); the root
   // does not matter.
   static uint64_t cacheKey(const collectives::CollArgs& a);
+  // What asking the host's ranks whether every buffer is mapped costs a call
+  // (Comm::agreeBuffersMapped: one barrier and its step).
+  double agreementSeconds() const;
 
   topology::Topology topo_;
   TunerConfig config_;

@@ -4,8 +4,11 @@
 # VM's 2 cores, not the shaped link, limit TCP), every forced algorithm of allreduce, allgather
 # and alltoall, sizes 8 B to 8 MiB (×4), REPEATS runs each, on one lane, and the algorithms
 # the tuner may give more lanes again on 2 and 4 (every lane is a TCP message of its own, and
-# what one costs the cores shows only where several go at once); one loom-perf --json file per
-# run in OUT (LOOM_LANES, which the fit reads back, in its "env").
+# what one costs the cores shows only where several go at once); then loom's own choice of
+# each collective, by the model ("auto") and measured at first use (LOOM_AUTOTUNE=1, its cache
+# fresh for the sweep), which loom-calibrate sets beside the best forced algorithm of the same
+# sweep. One loom-perf --json file per run in OUT (LOOM_LANES and LOOM_AUTOTUNE, which the
+# fit reads back, in its "env").
 #
 #   sudo docs/calibration/measure-netns.sh BUILD OUT [REPEATS]
 set -euo pipefail
@@ -22,13 +25,22 @@ for lanes in 2 4; do
   runs+=(all_reduce:ring:$lanes all_reduce:rd:$lanes all_reduce:torus:$lanes
          all_reduce:hierarchical:$lanes alltoall:pairwise:$lanes)
 done
+# Lanes 0: LOOM_LANES unset, loom picks them too.
+runs+=(all_reduce:auto:0 all_gather:auto:0 alltoall:auto:0
+       all_reduce:autotune:0 all_gather:autotune:0 alltoall:autotune:0)
+# The host figures and autotune decisions of this sweep only, kept (and named at the end):
+# they are what loom's own choices in it were made from.
+cache=$(mktemp -d /tmp/loom-sweep-cache.XXXXXX)
+source "$(dirname "$0")/run-settings.sh"
 for ((k = 1; k <= repeats; ++k)); do
   for run in "${runs[@]}"; do
     IFS=: read -r coll algo lanes <<< "$run"
     name=$coll-$algo-$k
     if ((lanes > 1)); then name=$coll-$algo-lanes$lanes-$k; fi
-    LOOM_LANES=$lanes LOOM_TIMEOUT_MS=120000 "$here/perf/netns-cluster.sh" -H 2 -R 2 \
-      --rate 1gbit --mtu 9000 --build "$build" -- "$coll" -b 8 -e 8M -f 4 -n 50 -w 5 \
-      -A "$algo" --json "$out/netns-$name.json" > /dev/null
+    run_settings "$algo" "$lanes"
+    env "${vars[@]}" "$here/perf/netns-cluster.sh" -H 2 -R 2 --rate 1gbit --mtu 9000 \
+      --build "$build" -- "$coll" -b 8 -e 8M -f 4 -n 50 -w 5 "${args[@]}" \
+      --json "$out/netns-$name.json" > /dev/null
   done
 done
+echo "the host figures and autotune decisions of this sweep: $cache"

@@ -243,7 +243,8 @@ TEST(PeerMemory, TheModelReadsPeersWhenEveryRanksBuffersAreMapped) {
     ASSERT_TRUE(tuner::tunerConfigFromParams(&config).isOk());
     config.sim = tuner::communicatorSimOptions();
     tuner::Tuner tuner(topo, config);
-    collectives::CollArgs a = tuner::callSettings(config.fixed, topo);
+    collectives::CollArgs a;
+    a.settings() = tuner::callSettings(config.fixed, topo);
     a.coll = collectives::Collective::AlltoAll;
     a.nranks = kRanks;
     a.count = kCount;

@@ -185,6 +185,24 @@ TEST(Autotune, WinnerIsTheFastestOfEachCandidatesSlowestRank) {
   EXPECT_EQ(agreedWinner({}, &agreed), -1);
 }
 
+TEST(Autotune, SmallCallsGetRoundsEnoughToFillTheBudget) {
+  auto predicted = [](std::vector<double> seconds) {
+    std::vector<Candidate> out;
+    for (double s : seconds) out.push_back({nullptr, {}, s});
+    return out;
+  };
+  // 3 candidates of ~20 µs: 60 µs a round, so 5 ms wants 84 rounds, capped.
+  EXPECT_EQ(autotuneRounds(predicted({20e-6, 20e-6, 20e-6}), 3), kAutotuneMaxRounds);
+  // 0.6 ms a round: ceil(5 ms / 0.6 ms) = 9.
+  EXPECT_EQ(autotuneRounds(predicted({100e-6, 200e-6, 300e-6}), 3), 9);
+  // Large calls keep the floor, and so do candidates without a prediction (the model off).
+  EXPECT_EQ(autotuneRounds(predicted({0.01, 0.02}), 3), 3);
+  EXPECT_EQ(autotuneRounds(predicted({0, 0}), 5), 5);
+  EXPECT_EQ(autotuneRounds({}, 0), 1);
+  // LOOM_AUTOTUNE_RUNS above the cap is what the user asked for.
+  EXPECT_EQ(autotuneRounds(predicted({1e-6}), 100), 100);
+}
+
 TEST(Autotune, AppliesToSizedCallsUpToTheLimit) {
   CollArgs a;
   a.nranks = 4;
@@ -214,13 +232,24 @@ TEST(Autotune, CandidatesAreTheModelsFastestOrEveryAcceptingBuilder) {
   Tuner model(uniformTopology({1, 4}), TunerConfig{});
   const std::vector<Candidate> all = model.candidates(a);
   ASSERT_GE(all.size(), 4u);
+  // The fastest variant of each of the 3 fastest algorithms, in the model's order.
+  std::vector<Candidate> firstOfEach;
+  for (const Candidate& c : all)
+    if (std::none_of(firstOfEach.begin(), firstOfEach.end(),
+                     [&](const Candidate& f) { return f.builder == c.builder; }))
+      firstOfEach.push_back(c);
+  ASSERT_GE(firstOfEach.size(), 3u);
   const std::vector<Candidate> top = autotuneCandidates(model, a, 3);
   ASSERT_EQ(top.size(), 3u);
   for (size_t i = 0; i < top.size(); ++i) {
-    EXPECT_EQ(top[i].builder, all[i].builder);
-    EXPECT_EQ(top[i].params, all[i].params);
+    EXPECT_EQ(top[i].builder, firstOfEach[i].builder);
+    EXPECT_EQ(top[i].params, firstOfEach[i].params);
   }
   EXPECT_EQ(autotuneCandidates(model, a, 0).size(), 1u);  // at least one
+  // More wanted than there are algorithms: their other variants fill the list, fastest first.
+  const std::vector<Candidate> many = autotuneCandidates(model, a, int(firstOfEach.size()) + 1);
+  ASSERT_EQ(many.size(), std::min(all.size(), firstOfEach.size() + 1));
+  for (size_t i = 1; i < many.size(); ++i) EXPECT_LE(many[i - 1].time, many[i].time);
 
   // Without a model: every allreduce builder that accepts the call (direct does not: this call
   // has no shared arena).

@@ -26,7 +26,7 @@ topology::Topology base() {
 
 struct Truth {
   double latencyFactor, bandwidthFactor, memBandwidth, stepOverhead, cacheBandwidth;
-  double peerReadCopies, singleCopyOverhead;
+  double peerReadCopies, singleCopyOverhead, barrierLatency;
 };
 
 std::vector<Knob> knobsOf(const Truth& t) {
@@ -36,11 +36,12 @@ std::vector<Knob> knobsOf(const Truth& t) {
           {Knob::What::StepOverhead, "", t.stepOverhead},
           {Knob::What::CacheBandwidth, "", t.cacheBandwidth},
           {Knob::What::PeerReadCopies, "", t.peerReadCopies},
-          {Knob::What::SingleCopyOverhead, "", t.singleCopyOverhead}};
+          {Knob::What::SingleCopyOverhead, "", t.singleCopyOverhead},
+          {Knob::What::BarrierLatency, "", t.barrierLatency}};
 }
 
-// The runs' settings: an arena, as the communicator has by default, which the peer allreduce
-// of the sweep needs (its barriers).
+// The runs' settings: an arena, as the communicator has by default, which the peer and direct
+// allreduces of the sweep need (their barriers).
 CalibrationOptions withArena() {
   CalibrationOptions o;
   o.settings.sharedBytes = 8 << 20;
@@ -55,6 +56,7 @@ std::vector<MeasuredPoint> measure(const topology::Topology& model, double noise
   const std::pair<Collective, const char*> algos[] = {{Collective::AllReduce, "ring"},
                                                       {Collective::AllReduce, "rd"},
                                                       {Collective::AllReduce, "peer"},
+                                                      {Collective::AllReduce, "direct"},
                                                       {Collective::AllGather, "bruck"},
                                                       {Collective::AllGather, "ring"},
                                                       {Collective::AlltoAll, "pairwise"}};
@@ -87,12 +89,12 @@ TEST(Calibrate, RecoversTheFiguresThatMadeTheMeasurements) {
   // Chosen so that every figure shows: the shm links (not the cores) limit messages, local
   // copies show the memory bandwidth (and the cache's, below 1 MiB of working set), small
   // sizes the latency and the per-step overhead.
-  const Truth truth{3.0, 0.25, 12e9, 4e-6, 30e9, 1.6, 2e-6};
+  const Truth truth{3.0, 0.25, 12e9, 4e-6, 30e9, 1.6, 2e-6, 3e-6};
   const topology::Topology model = applyKnobs(base(), knobsOf(truth));
   const std::vector<MeasuredPoint> points = measure(model, 0.01);
   Calibration c;
   CalibrationOptions o = withArena();
-  o.maxEvaluations = 8000;  // seven knobs
+  o.maxEvaluations = 8000;  // nine knobs
   Status s = calibrate(points, base(), o, &c);
   ASSERT_TRUE(s.isOk()) << s.message();
   const std::vector<Knob> want = knobsOf(truth);
@@ -189,6 +191,32 @@ TEST(Calibrate, RegretIsTheMeasuredCostOfThePredictedChoice) {
   EXPECT_DOUBLE_EQ(two[1].regret, 0.5);
 }
 
+TEST(Calibrate, LoomsOwnChoiceIsSetBesideTheFastestForcedAlgorithmOfItsCall) {
+  auto point = [](const char* algo, double time, uint64_t bytes, int nranks = 4) {
+    MeasuredPoint p;
+    p.algorithm = algo;
+    p.nranks = nranks;
+    p.bytes = bytes;
+    p.time = time;
+    return p;
+  };
+  const std::vector<MeasuredPoint> forced = {point("ring", 4e-6, 1024), point("rd", 2e-6, 1024),
+                                             point("ring", 8e-6, 4096), point("rd", 1e-6, 4096, 2)};
+  const std::vector<Regret> r =
+      measuredRegrets(forced, {point("auto", 3e-6, 1024), point("autotune", 6e-6, 4096),
+                               point("auto", 1e-6, 65536)});
+  // 64 KiB: no forced run to compare with; the 2-rank rd is no rival of the 4-rank call.
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].chosen, "auto");
+  EXPECT_EQ(r[0].best, "rd");
+  EXPECT_DOUBLE_EQ(r[0].regret, 0.5);
+  EXPECT_DOUBLE_EQ(r[0].bestTime, 2e-6);
+  EXPECT_DOUBLE_EQ(r[0].chosenTime, 3e-6);
+  EXPECT_EQ(r[1].chosen, "autotune");
+  EXPECT_EQ(r[1].best, "ring");
+  EXPECT_DOUBLE_EQ(r[1].regret, -0.25);  // faster than every forced run (lanes, say)
+}
+
 TEST(Calibrate, ARunsLanesShapeItsPlansAndMakeItAnotherChoice) {
   // 2 hosts × 2 ranks: a lane is a TCP message of its own, which costs the cores.
   topology::Topology t = uniformTopology({2, 2, 8e9, 0.5e-6, 1.25e9, 10e-6});
@@ -249,7 +277,8 @@ TEST(Calibrate, BadInputIsRefusedWithAReason) {
 TEST(TopologyJson, HostCpuFieldsRoundTripAndAreChecked) {
   topology::Topology t = base();
   t.nodes[size_t(t.hostNodes()[0])].cpu = {2,      6.5e9,  3.25e-6, 32u << 20, 13e9, 2.5,
-                                           4.5e-6, 1.25,   7.5e-7,  2u << 20,  0.75};
+                                           4.5e-6, 1.25,   7.5e-7,  2u << 20,  0.75, 0.5,
+                                           2.5e-6};
   const std::string json = topology::toJson(t);
   EXPECT_NE(json.find(R"("cores":2)"), std::string::npos) << json;
   topology::Topology back;
@@ -275,6 +304,8 @@ TEST(TopologyJson, HostCpuFieldsRoundTripAndAreChecked) {
           "nodes[0].netMessageOverhead");
   refused(R"({"kind": "host", "name": "h", "singleCopyOverhead": "fast"})",
           "nodes[0].singleCopyOverhead");
+  refused(R"({"kind": "host", "name": "h", "barrierLatency": "-2us"})",
+          "nodes[0].barrierLatency");
   refused(R"({"kind": "host", "name": "h", "peerReadCopies": 0})",
           "nodes[0].peerReadCopies: expected a positive number");
   refused(R"({"kind": "host", "name": "h", "dirtyReadCopies": -1})",

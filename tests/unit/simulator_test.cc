@@ -620,6 +620,12 @@ TEST(Simulator, DirectAllReduceCostsItsBarriers) {
   ASSERT_TRUE(r.ok) << r.message;
   EXPECT_EQ(r.messages, 0u);
   expectTime(4 * o.barrierLatency, r.time);
+  // A host that says what its barriers take is taken at its word.
+  topology::Topology slow = cluster(1, 4);
+  for (int32_t h : slow.hostNodes()) slow.nodes[size_t(h)].cpu.barrierLatency = 5e-6;
+  const SimResult slowBarriers = simulate(buildAll(collectives::buildDirectAllReduce, a), slow, o);
+  ASSERT_TRUE(slowBarriers.ok) << slowBarriers.message;
+  expectTime(4 * 5e-6, slowBarriers.time);
   // Ranks that pay bookkeeping per step (Barrier steps too) on shared cores take longer.
   const SimResult busy =
       simulate(buildAll(collectives::buildDirectAllReduce, a), cpuHost(4, 2, 10e9, 1e-6), o);

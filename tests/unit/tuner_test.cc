@@ -212,6 +212,17 @@ TEST(Tuner, ADecisionNamesItsChoiceForMappedBuffers) {
   EXPECT_EQ(mapped.choice.builder, plain.whenMapped.builder);
   EXPECT_EQ(mapped.choice.time, plain.whenMapped.time);
   EXPECT_EQ(mapped.whenMapped.builder, nullptr);
+  // Where asking the ranks (a barrier each call) would cost more than mapped buffers save,
+  // nothing is asked.
+  Topology slowBarriers = topo;
+  slowBarriers.nodes[size_t(slowBarriers.hostNodes()[0])].cpu.barrierLatency =
+      plain.choice.time - plain.whenMapped.time;
+  Tuner notWorthIt(slowBarriers, config);
+  call.buffersMapped = false;
+  Decision asked;
+  ASSERT_TRUE(notWorthIt.decide(call, &asked).isOk());
+  EXPECT_EQ(asked.choice.builder, plain.choice.builder);
+  EXPECT_EQ(asked.whenMapped.builder, nullptr) << describe(asked.whenMapped);
   // Small calls go by the arena whatever the buffers: nothing to ask.
   Decision small;
   CollArgs tiny = callOn(topo, Collective::AlltoAll, 64);
