@@ -91,8 +91,9 @@ const Entry kEntries[] = {
      "and cache the winners per topology signature in LOOM_CACHE_DIR (docs/TUNING.md, "
      "\"Autotune\"); later communicators read them. Set it alike on every rank."},
     {"LOOM_AUTOTUNE_CANDIDATES", Type::Int, "3",
-     "Autotune: how many of the cost model's fastest candidates to measure per size bucket "
-     "(without a model: every algorithm that accepts the call)."},
+     "Autotune: how many of the cost model's fastest algorithms to measure per size bucket, "
+     "each at its best variant, with up to one fewer other variants of the fastest (without "
+     "a model: every algorithm that accepts the call)."},
     {"LOOM_AUTOTUNE_MAX_BYTES", Type::Bytes, "16M",
      "Autotune measures calls up to this size (nccl-tests bytes; its scratch buffers are the "
      "call's size); larger ones keep the cost model's choice."},

@@ -88,6 +88,15 @@ std::vector<Candidate> autotuneCandidates(Tuner& tuner, const CollArgs& a, int l
     for (size_t i = 0; i < variants.size() && out.size() < wanted; ++i) out.push_back(variants[i]);
     std::stable_sort(out.begin(), out.end(),
                      [](const Candidate& x, const Candidate& y) { return x.time < y.time; });
+    const Candidate top = out[0];
+    size_t added = 0;
+    for (const Candidate& c : ranked) {
+      if (added + 1 >= wanted) break;
+      const bool listed = std::any_of(out.begin(), out.end(), [&](const Candidate& o) {
+        return o.builder == c.builder && o.params == c.params;
+      });
+      if (c.builder == top.builder && !listed) out.push_back(c), ++added;
+    }
     return out;
   }
   for (const Builder& b : collectives::allBuilders())

@@ -45,11 +45,15 @@ struct AutotuneEntry {
 bool autotuneApplies(const collectives::CollArgs& a, uint64_t maxBytes);
 
 // What to measure for a call: the fastest variant (lanes, dims, fan-in) of each of the model's
-// `limit` fastest algorithms, then, where fewer algorithms serve the call, their next variants;
-// in the model's order. Distinct algorithms first because where the model is least sure (small
+// `limit` fastest algorithms (where fewer algorithms serve the call, their next variants fill
+// up), then up to limit − 1 other variants of the model's fastest algorithm; each part in the
+// model's order. Distinct algorithms first because where the model is least sure (small
 // calls, a few µs between candidates) its top few are often one algorithm on 1, 2 and 4 lanes,
-// and measuring those alone cannot find that another algorithm is faster. When the model is
-// off: every builder that does not refuse the call (with the communicator's parameters).
+// and measuring those alone cannot find that another algorithm is faster; the top one's other
+// variants too because the variant is what the model is least sure of across hosts (on the
+// 2-host netns testbed it gave hierarchical allgather 4 lanes from 32 KiB, where one lane ran
+// 8 MiB in three quarters of the time). When the model is off: every builder that does not refuse the call
+// (with the communicator's parameters).
 std::vector<Candidate> autotuneCandidates(Tuner& tuner, const collectives::CollArgs& a, int limit);
 
 // How many timed rounds a measurement runs. A round runs every candidate once, in turn, so that

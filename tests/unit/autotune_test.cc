@@ -224,11 +224,17 @@ TEST(Autotune, AppliesToSizedCallsUpToTheLimit) {
   EXPECT_FALSE(autotuneApplies(a, 1 << 30));
 }
 
-TEST(Autotune, CandidatesAreTheModelsFastestOrEveryAcceptingBuilder) {
+// A 1 MiB float allreduce of 4 ranks: many candidates, several of them variants.
+CollArgs allReduceOf1MiB() {
   CollArgs a;
   a.nranks = 4;
   a.elemSize = 4;
-  a.count = 1 << 18;  // 1 MiB
+  a.count = 1 << 18;
+  return a;
+}
+
+TEST(Autotune, CandidatesAreTheModelsFastestOrEveryAcceptingBuilder) {
+  const CollArgs a = allReduceOf1MiB();
   Tuner model(uniformTopology({1, 4}), TunerConfig{});
   const std::vector<Candidate> all = model.candidates(a);
   ASSERT_GE(all.size(), 4u);
@@ -240,16 +246,33 @@ TEST(Autotune, CandidatesAreTheModelsFastestOrEveryAcceptingBuilder) {
       firstOfEach.push_back(c);
   ASSERT_GE(firstOfEach.size(), 3u);
   const std::vector<Candidate> top = autotuneCandidates(model, a, 3);
-  ASSERT_EQ(top.size(), 3u);
-  for (size_t i = 0; i < top.size(); ++i) {
+  ASSERT_GE(top.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
     EXPECT_EQ(top[i].builder, firstOfEach[i].builder);
     EXPECT_EQ(top[i].params, firstOfEach[i].params);
   }
+  // Then up to 2 other variants of the model's fastest algorithm, in the model's order.
+  std::vector<Candidate> topVariants;
+  for (const Candidate& c : all)
+    if (c.builder == firstOfEach[0].builder && !(c.params == firstOfEach[0].params))
+      topVariants.push_back(c);
+  ASSERT_EQ(top.size(), 3 + std::min<size_t>(2, topVariants.size()));
+  for (size_t i = 3; i < top.size(); ++i) {
+    EXPECT_EQ(top[i].builder, firstOfEach[0].builder);
+    EXPECT_EQ(top[i].params, topVariants[i - 3].params);
+  }
+  EXPECT_EQ(autotuneCandidates(model, a, 1).size(), 1u);  // the model's choice alone
   EXPECT_EQ(autotuneCandidates(model, a, 0).size(), 1u);  // at least one
-  // More wanted than there are algorithms: their other variants fill the list, fastest first.
-  const std::vector<Candidate> many = autotuneCandidates(model, a, int(firstOfEach.size()) + 1);
-  ASSERT_EQ(many.size(), std::min(all.size(), firstOfEach.size() + 1));
-  for (size_t i = 1; i < many.size(); ++i) EXPECT_LE(many[i - 1].time, many[i].time);
+  // More wanted than there are algorithms: their other variants fill the list, fastest first;
+  // nothing is listed twice.
+  const size_t wanted = firstOfEach.size() + 1;
+  const std::vector<Candidate> many = autotuneCandidates(model, a, int(wanted));
+  ASSERT_GE(many.size(), std::min(all.size(), wanted));
+  for (size_t i = 1; i < std::min(all.size(), wanted); ++i)
+    EXPECT_LE(many[i - 1].time, many[i].time);
+  for (size_t i = 0; i < many.size(); ++i)
+    for (size_t j = i + 1; j < many.size(); ++j)
+      EXPECT_FALSE(many[i].builder == many[j].builder && many[i].params == many[j].params);
 
   // Without a model: every allreduce builder that accepts the call (direct does not: this call
   // has no shared arena).
