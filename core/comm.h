@@ -116,10 +116,6 @@ class Comm final : public collectives::ExecHost {
   // for small calls) on scratch buffers shaped like the call's (a bounded cost: candidates x
   // rounds calls of that size, about 5 ms of them where small; one bootstrap allgather).
   Status measureBucket(const CallDesc& call, tuner::AutotuneEntry* out);
-  // Measures candidates on `trial` (scratch buffers) as every rank agrees: *out gets them with
-  // their agreed times, the winner first, then the others in the order tried.
-  Status measureCandidates(const CallDesc& trial, const std::vector<tuner::Candidate>& candidates,
-                           std::vector<tuner::Candidate>* out);
   // Runs a prepared plan over the given buffers; a failure marks the communicator failed.
   Status execute(const collectives::PreparedPlan& plan, std::span<void* const> buffers,
                  loomDataType_t dtype, loomRedOp_t op, const char* collective,

@@ -78,6 +78,8 @@ Status Comm::autotuneDecision(const CallDesc& call, tuner::Decision* out) {
 }
 
 Status Comm::measureBucket(const CallDesc& call, tuner::AutotuneEntry* out) {
+  const std::vector<tuner::Candidate> candidates =
+      tuner::autotuneCandidates(tuner_, call.args, autotuneCandidates_);
   // Scratch buffers of the call's size, laid out like the user's (in place or not) so that the
   // plans measured are those the call runs; the user's buffers are never touched.
   const size_t es = dtypeSize(call.dtype);
@@ -97,18 +99,6 @@ Status Comm::measureBucket(const CallDesc& call, tuner::AutotuneEntry* out) {
   trial.inputBytes = inBytes;
   trial.outputBytes = outBytes;
 
-  std::vector<tuner::Candidate> measured;  // the winner first
-  LOOM_TRY(measureCandidates(
-      trial, tuner::autotuneCandidates(tuner_, call.args, autotuneCandidates_), &measured));
-  out->bytes = tuner::callBytes(call.args);
-  out->winner = measured[0];
-  out->others.assign(measured.begin() + 1, measured.end());
-  return Status::ok();
-}
-
-Status Comm::measureCandidates(const CallDesc& trial,
-                               const std::vector<tuner::Candidate>& candidates,
-                               std::vector<tuner::Candidate>* out) {
   std::vector<CallDesc> runs;
   std::vector<tuner::Decision> decisions;
   for (const tuner::Candidate& c : candidates) {
@@ -149,18 +139,16 @@ Status Comm::measureCandidates(const CallDesc& trial,
   const int winner = tuner::agreedWinner(times, &agreed);
   if (winner < 0)
     return errorf(loomInternalError, "autotune: the ranks measured different candidates for %s",
-                  collectives::collectiveName(trial.args.coll));
-  // The winner first, then the others in the order tried.
-  std::vector<tuner::Candidate> result;
+                  collectives::collectiveName(call.args.coll));
+  out->bytes = tuner::callBytes(call.args);
   for (size_t i = 0; i < candidates.size(); ++i) {
     tuner::Candidate c = candidates[i];
     c.time = agreed[i];
     if (int(i) == winner)
-      result.insert(result.begin(), c);
+      out->winner = c;
     else
-      result.push_back(c);
+      out->others.push_back(c);
   }
-  *out = std::move(result);
   return Status::ok();
 }
 

@@ -52,8 +52,8 @@ bool autotuneApplies(const collectives::CollArgs& a, uint64_t maxBytes);
 // and measuring those alone cannot find that another algorithm is faster; the top one's other
 // variants too because the variant is what the model is least sure of across hosts (on the
 // 2-host netns testbed it gave hierarchical allgather 4 lanes from 32 KiB, where one lane ran
-// 8 MiB in three quarters of the time). When the model is off: every builder that does not refuse the call
-// (with the communicator's parameters).
+// 8 MiB in three quarters of the time). When the model is off: every builder that does not
+// refuse the call (with the communicator's parameters).
 std::vector<Candidate> autotuneCandidates(Tuner& tuner, const collectives::CollArgs& a, int limit);
 
 // How many timed rounds a measurement runs. A round runs every candidate once, in turn, so that

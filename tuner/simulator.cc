@@ -630,8 +630,8 @@ class Simulator {
       const uint32_t k = barrierOf_.at(g);
       barrierArrived_.resize(barriers_.size(), 0);
       if (++barrierArrived_[k] == nranks_) {
-        const double host = rankCpu_[s.owner].cpu.barrierLatency;  // the last to arrive
-        push(now_ + (host > 0 ? host : opt_.barrierLatency), EventKind::BarrierDone, k);
+        const topology::HostCpu& last = rankCpu_[s.owner].cpu;  // the last to arrive
+        push(now_ + barrierSeconds(last, opt_), EventKind::BarrierDone, k);
       }
       return;
     }

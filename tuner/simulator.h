@@ -61,6 +61,12 @@ struct SimOptions {
   static constexpr int kMaxSlices = 16;
 };
 
+// Seconds a Barrier takes after its last rank arrives, on a host with CPU figures `cpu`: its
+// barrierLatency where the model gives one, else the options'.
+inline double barrierSeconds(const topology::HostCpu& cpu, const SimOptions& options) {
+  return cpu.barrierLatency > 0 ? cpu.barrierLatency : options.barrierLatency;
+}
+
 struct SimResult {
   bool ok = true;
   std::string message;  // on failure: mismatched plans, a missing route, or a deadlock

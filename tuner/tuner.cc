@@ -177,9 +177,9 @@ std::vector<Candidate> Tuner::candidates(const CollArgs& a) {
 
 double Tuner::agreementSeconds() const {
   const std::vector<int32_t> hosts = topo_.hostNodes();
-  const topology::HostCpu cpu = hosts.empty() ? topology::HostCpu{} : topo_.nodes[size_t(hosts[0])].cpu;
-  return (cpu.barrierLatency > 0 ? cpu.barrierLatency : config_.sim.barrierLatency) +
-         cpu.stepOverhead;
+  const topology::HostCpu cpu =
+      hosts.empty() ? topology::HostCpu{} : topo_.nodes[size_t(hosts[0])].cpu;
+  return barrierSeconds(cpu, config_.sim) + cpu.stepOverhead;
 }
 
 Status tunerConfigFromParams(TunerConfig* out) {
