@@ -99,6 +99,12 @@ void addRecvReduce(Lane& lane, int peer, Region src, Region dst) {
 }
 void addCopy(Lane& lane, Region src, Region dst) { add(lane, StepKind::Copy, -1, src, dst); }
 void addReduce(Lane& lane, Region src, Region dst) { add(lane, StepKind::Reduce, -1, src, dst); }
-void addBarrier(Lane& lane) { lane.steps.push_back(Step{StepKind::Barrier, -1, {}, {}}); }
+void addBarrier(Lane& lane, Region flags) {
+  lane.steps.push_back(Step{StepKind::Barrier, -1, flags, {}});
+}
+
+uint64_t flagElements(uint32_t elemSize) {
+  return elemSize > 0 && elemSize <= 8 && 8 % elemSize == 0 ? 8 / elemSize : 0;
+}
 
 }  // namespace loom::collectives

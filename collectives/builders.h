@@ -150,7 +150,10 @@ void addRecv(Lane& lane, int peer, Region dst);
 void addRecvReduce(Lane& lane, int peer, Region src, Region dst);
 void addCopy(Lane& lane, Region src, Region dst);
 void addReduce(Lane& lane, Region src, Region dst);
-// A Barrier step (plan.h): on lane 0 of plans whose ranks share one host's arena.
-void addBarrier(Lane& lane);
+// A Barrier step (plan.h): on lane 0 of plans whose ranks share one host's arena; flags, if
+// not empty, is where in Shared the ranks raise their arrival flags (plan.h, StepKind::Barrier).
+void addBarrier(Lane& lane, Region flags = {});
+// Elements of elemSize bytes that hold a Barrier's 8-byte flag; 0 if they cannot.
+uint64_t flagElements(uint32_t elemSize);
 
 }  // namespace loom::collectives

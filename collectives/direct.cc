@@ -40,6 +40,21 @@ uint64_t slotStart(uint64_t slot, uint64_t n, uint64_t half, uint64_t j) {
   return (half * n + j) * slot;
 }
 
+// Elements a chunk keeps at the start of each slot for its rank's barrier flag: the flag's, when
+// the chunk's data (`used` elements of the slot) fits beside it in the slot's first cache line,
+// so that a peer takes flag and data in one transfer (2 ranks, 8 bytes: ~0.13 us less); else 0,
+// and the flags stay in the arena's records.
+uint64_t flagRoom(const CollArgs& a, uint64_t slot, uint64_t used) {
+  const uint64_t flag = flagElements(a.elemSize), es = a.elemSize;
+  if (flag == 0 || slot * es % kLineBytes != 0 || (flag + used) * es > kLineBytes) return 0;
+  return flag;
+}
+
+// The Barrier of a chunk in half h: its flags at the start of the slots if they have room.
+void addSlotBarrier(Lane& lane, uint64_t slot, uint64_t n, uint64_t half, uint64_t room) {
+  addBarrier(lane, room > 0 ? Region{kShared, slotStart(slot, n, half, 0), slot} : Region{});
+}
+
 }  // namespace
 
 std::string refuseOffHost(const char* algorithm, const CollArgs& a) {
@@ -88,11 +103,12 @@ RankPlan buildDirectAllReduce(const CollArgs& a, int rank) {
     return Region{kShared, slotStart(slot, n, half, j) + offset, len};
   };
   if (count <= slot && count * a.elemSize <= kOneShotBytes) {
-    addCopy(lane, input, shared(0, uint64_t(rank), 0, count));
-    addBarrier(lane);
+    const uint64_t room = flagRoom(a, slot, count);
+    addCopy(lane, input, shared(0, uint64_t(rank), room, count));
+    addSlotBarrier(lane, slot, n, 0, room);
     // Every rank combines the slots in the same order, so all get bit-identical results.
-    addCopy(lane, shared(0, 0, 0, count), output);
-    for (uint64_t j = 1; j < n; ++j) addReduce(lane, shared(0, j, 0, count), output);
+    addCopy(lane, shared(0, 0, room, count), output);
+    for (uint64_t j = 1; j < n; ++j) addReduce(lane, shared(0, j, room, count), output);
     return plan;
   }
   // Two phases per chunk: rank r sums slice r of the chunk over all slots into slot 0, then
@@ -119,12 +135,14 @@ RankPlan buildDirectAllReduce(const CollArgs& a, int rank) {
 // (the barrier of chunk k+1 sees every rank done with chunk k's copy-out before chunk k+2
 // reuses its half). The own block goes straight from Input to Output.
 //   give(lane, slotBase, base, len): Copies rank's part [base, base+len) into its slot;
-//   take(lane, j, slotOf(j), base, len): Copies what this rank takes from rank j's slot.
+//   take(lane, j, slotOf(j), base, len): Copies what this rank takes from rank j's slot;
+//   blocksPerSlot: how many len-element pieces a slot holds (alltoall: one for each rank).
 namespace {
 
 template <typename Give, typename Take>
 RankPlan directExchange(const CollArgs& a, int rank, uint64_t blockCount, uint64_t perChunk,
-                        Region ownIn, Region ownOut, Give give, Take take) {
+                        uint64_t blocksPerSlot, Region ownIn, Region ownOut, Give give,
+                        Take take) {
   RankPlan plan;
   plan.algorithm = "direct";
   plan.lanes.resize(1);
@@ -135,10 +153,11 @@ RankPlan directExchange(const CollArgs& a, int rank, uint64_t blockCount, uint64
   const uint64_t slot = slotElements(a);
   for (uint64_t base = 0, k = 0; base < blockCount; base += perChunk, ++k) {
     const uint64_t len = std::min(perChunk, blockCount - base), half = k % 2;
-    give(lane, slotStart(slot, n, half, uint64_t(rank)), base, len);
-    addBarrier(lane);
+    const uint64_t room = flagRoom(a, slot, blocksPerSlot * len);
+    give(lane, slotStart(slot, n, half, uint64_t(rank)) + room, base, len);
+    addSlotBarrier(lane, slot, n, half, room);
     for (uint64_t j = 0; j < n; ++j) {
-      if (j != uint64_t(rank)) take(lane, j, slotStart(slot, n, half, j), base, len);
+      if (j != uint64_t(rank)) take(lane, j, slotStart(slot, n, half, j) + room, base, len);
     }
   }
   return plan;
@@ -150,7 +169,7 @@ RankPlan buildDirectAllGather(const CollArgs& a, int rank) {
   const uint64_t c = a.count;
   const Region own{kOutput, uint64_t(rank) * c, c};
   return directExchange(
-      a, rank, c, a.nranks > 1 ? slotElements(a) : c, {kInput, 0, c}, own,
+      a, rank, c, a.nranks > 1 ? slotElements(a) : c, 1, {kInput, 0, c}, own,
       [&](Lane& lane, uint64_t slotAt, uint64_t base, uint64_t len) {
         addCopy(lane, {kInput, base, len}, {kShared, slotAt, len});
       },
@@ -163,7 +182,7 @@ RankPlan buildDirectAlltoAll(const CollArgs& a, int rank) {
   // A slot holds piece [base, base+len) of each of the N blocks, block j's at j·len.
   const uint64_t c = a.count, n = uint64_t(a.nranks), r = uint64_t(rank);
   return directExchange(
-      a, rank, c, n > 1 ? slotElements(a) / n : c, {kInput, r * c, c}, {kOutput, r * c, c},
+      a, rank, c, n > 1 ? slotElements(a) / n : c, n, {kInput, r * c, c}, {kOutput, r * c, c},
       [&](Lane& lane, uint64_t slotAt, uint64_t base, uint64_t len) {
         for (uint64_t j = 0; j < n; ++j) {
           if (j != r) addCopy(lane, {kInput, j * c + base, len}, {kShared, slotAt + j * len, len});

@@ -122,7 +122,7 @@ struct StepState {
   uint64_t done = 0;    // elements finished
   bool posted = false;  // a transfer handed to its connection, or this rank at a Barrier
   Connection* conn = nullptr;
-  uint32_t ticket = 0;  // Barrier: what the arena returned on arrival
+  uint64_t ticket = 0;  // Barrier: what the arena returned on arrival
 };
 
 }  // namespace
@@ -236,6 +236,12 @@ class Run {
     return static_cast<char*>(call_.buffers[r.buf]) + r.offset * es_;
   }
 
+  // Where Barrier b's ranks raise their flags (plan.h): by default in the arena's records.
+  transports::FlagWindow flags(const Step& b) const {
+    if (b.src.count == 0) return {};
+    return {address(b.src), b.src.count * es_};
+  }
+
   // How many elements of step i may be touched now, given the earlier conflicting steps
   // (but for step `except`, which the caller runs in step with this one).
   uint64_t readyLimit(size_t l, size_t i, size_t except = SIZE_MAX) const {
@@ -267,12 +273,13 @@ class Run {
       if (s.kind == StepKind::Barrier) {
         if (i != first_[l]) break;  // arrive only after every earlier step, start none after
         if (!ss.posted) {
-          ss.ticket = call_.arena->arrive();
+          ss.ticket = call_.arena->arrive(flags(s));
           ss.posted = true;
           *progressed = true;
         }
-        if (!call_.arena->passed(ss.ticket)) {
-          barrierWaiting_ = &ss;
+        if (!call_.arena->passed(ss.ticket, flags(s))) {
+          barrierWaiting_ = &s;
+          barrierTicket_ = ss.ticket;
           break;
         }
         ss.done = 1;
@@ -470,7 +477,7 @@ class Run {
       for (size_t t = 0; t < transports_.size(); ++t)
         transports_[t]->sleep(tokens[t], deadline_.remainingMs(cap));
       if (barrierWaiting_ != nullptr)
-        call_.arena->sleep(barrierWaiting_->ticket, deadline_.remainingMs(cap));
+        call_.arena->sleep(barrierTicket_, deadline_.remainingMs(cap), flags(*barrierWaiting_));
     }
     for (Transport* t : transports_) t->disarmSleep();
     return st;
@@ -536,7 +543,8 @@ class Run {
   std::vector<uint64_t>& tokens_;
   std::vector<transports::ShmArena::PeerView>& peers_;
   std::vector<char>& bounce_;
-  const StepState* barrierWaiting_ = nullptr;  // the Barrier this pass found not yet passed
+  const Step* barrierWaiting_ = nullptr;  // the Barrier this pass found not yet passed
+  uint64_t barrierTicket_ = 0;            // and its ticket
 };
 
 }  // namespace

@@ -60,10 +60,15 @@ enum class StepKind : uint8_t {
   RecvReduce,  // dst = src (local operand) ⊕ received; src may equal dst
   Copy,        // dst = src (local)
   Reduce,      // dst = dst ⊕ src (local)
-  // No regions. Completes once every rank of the plan has reached its matching Barrier (the
-  // k-th of each rank's lane 0); it starts after every earlier step of its lane and no later
-  // one starts before it completes. The ranks must share one host (the barrier lives in the
-  // host's Shared arena); Barrier steps and Shared regions appear on lane 0 only.
+  // Completes once every rank of the plan has reached its matching Barrier (the k-th of each
+  // rank's lane 0); it starts after every earlier step of its lane and no later one starts
+  // before it completes. The ranks must share one host (the barrier lives in the host's Shared
+  // arena); Barrier steps and Shared regions appear on lane 0 only. Its src, if not empty, says
+  // where in Shared the ranks raise their arrival flags (else in the arena's own records):
+  // rank r's is the first 8 bytes of [src.offset + r·src.count, + src.count), 8-byte aligned,
+  // the same src on every rank, and no step of the plan touches those bytes nor another
+  // Barrier's. A rank that writes its data just past its flag, in the same cache line, hands
+  // a peer both in one transfer (builders.h, flagElements).
   Barrier,
 };
 const char* stepKindName(StepKind k);
@@ -71,7 +76,7 @@ const char* stepKindName(StepKind k);
 struct Step {
   StepKind kind;
   int32_t peer = -1;  // for Send, Recv, RecvReduce (-1 for the others)
-  Region src;         // Send, RecvReduce, Copy, Reduce
+  Region src;         // Send, RecvReduce, Copy, Reduce; Barrier: its flags (see above)
   Region dst;         // Recv, RecvReduce, Copy, Reduce
 };
 

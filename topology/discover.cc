@@ -106,6 +106,9 @@ Topology buildCommTopology(const std::string& name, const CommDescription& d) {
     b.node(hostNode).cpu.cores = std::max(0, host.cores);
     LinkFigures same = orDefault(host.sameNuma, LinkKind::SameNuma);
     b.node(hostNode).cpu.stepOverhead = std::max(0.0, same.perMessage);
+    // Nor is a barrier of the host's ranks timed at init: it is each rank's flag taking one
+    // trip between cores (ShmArena), as a small message's first cache line does.
+    b.node(hostNode).cpu.barrierLatency = same.latency;
     // Not measured at init: reading another process's memory through the kernel (a
     // single-copy shm receive, a peer read of plain memory) costs a system call and the
     // pinning of the pages. docs/CALIBRATION.md fits 1.1 us and 1.07 CPU bytes per byte here.

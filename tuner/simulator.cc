@@ -491,8 +491,9 @@ class Simulator {
     };
     Access acc[2];
     int n = 0;
-    if (s.kind != StepKind::Recv) acc[n++] = {s.src, false};
-    if (s.kind != StepKind::Send) acc[n++] = {s.dst, true};
+    // A Barrier's src is where its flags go (plan.h), not data.
+    if (s.kind != StepKind::Recv && s.kind != StepKind::Barrier) acc[n++] = {s.src, false};
+    if (s.kind != StepKind::Send && s.kind != StepKind::Barrier) acc[n++] = {s.dst, true};
     const size_t firstDep = depStep_.size();
     auto need = [&](const Accessor& a, uint64_t myStart, uint64_t ob, uint64_t oe) {
       if (a.step == kNone) return;

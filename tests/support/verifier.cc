@@ -403,7 +403,8 @@ class Verifier {
 
   VerifyResult run() {
     if (checkArgs() && layOutBuffers() && checkSteps() && matchMessages() && matchBarriers() &&
-        checkSharedRaces() && buildDependencies() && execute() && checkResults() &&
+        checkBarrierFlags() && checkSharedRaces() && buildDependencies() && execute() &&
+        checkResults() &&
         measureFanIn()) {
       result_.ok = true;
     }
@@ -692,8 +693,11 @@ class Verifier {
       return fail(strprintf("%s: unknown step kind %d", where(id).c_str(), int(s.kind)));
     }
     const bool laneZero = lanes_[laneOf_[id]].lane == 0;
-    if (s.kind == StepKind::Barrier && (s.src.count > 0 || s.dst.count > 0 || !laneZero)) {
-      return fail(strprintf("%s: a Barrier has no regions and sits on lane 0", where(id).c_str()));
+    if (s.kind == StepKind::Barrier &&
+        ((s.src.count > 0 && s.src.buf != kShared) || s.dst.count > 0 || !laneZero)) {
+      return fail(strprintf("%s: a Barrier has no regions and sits on lane 0 (its src, if any, "
+                            "is where its flags go in Shared)",
+                            where(id).c_str()));
     }
     if (!laneZero && ((readsSrc(s.kind) && s.src.buf == kShared) ||
                       (writesDst(s.kind) && s.dst.buf == kShared))) {
@@ -841,8 +845,35 @@ class Verifier {
     return true;
   }
 
+  // A Barrier's flags in Shared (plan.h): the same place on every rank, 8 aligned bytes per
+  // rank inside the Shared buffer. (That no one touches them while they matter is a race
+  // checkSharedRaces finds.)
+  bool checkBarrierFlags() {
+    if (!args_) return true;
+    const uint64_t es = std::max<uint32_t>(1, arg(0).elemSize);
+    const uint64_t sharedElems = ranks_[0].bufs[kShared].size;
+    for (const std::vector<uint32_t>& ids : barriers_) {
+      const Region w = step(ids[0]).src;
+      for (uint32_t id : ids) {
+        if (!(step(id).src == w))
+          return fail(strprintf("%s puts its flags elsewhere than %s: every rank must name the "
+                                "same place",
+                                where(id).c_str(), where(ids[0]).c_str()));
+      }
+      if (w.count > 0 && (w.offset * es % 8 != 0 || w.count * es < 8 || w.count * es % 8 != 0 ||
+                          w.offset + uint64_t(n_) * w.count > sharedElems))
+        return fail(strprintf("%s: flags every %llu elements from Shared element %llu are not "
+                              "8-byte aligned, or do not fit in Shared's %llu elements",
+                              where(ids[0]).c_str(), (unsigned long long)w.count,
+                              (unsigned long long)w.offset, (unsigned long long)sharedElems));
+    }
+    return true;
+  }
+
   // Between two barriers the ranks of a host run concurrently: no rank may write Shared
-  // elements that another rank reads or writes in the same phase. Likewise peers' buffers
+  // elements that another rank reads or writes in the same phase. A Barrier's flag in Shared
+  // is written as its rank arrives and read until every rank has passed: an access of the
+  // phases before and after that Barrier, by an actor of its own. Likewise peers' buffers
   // (plan.h, peerBuffer): they are read only after the first barrier (every rank is in the
   // call) and before the last (a rank past it may return and reuse its buffers), and between
   // two barriers nobody reads what the owner writes. Plans that read peers have one lane, so
@@ -860,6 +891,15 @@ class Verifier {
       for (uint32_t i = 0; i < steps.size(); ++i) {
         phase += steps[i].kind == StepKind::Barrier;
         const Region& src = steps[i].src;
+        if (steps[i].kind == StepKind::Barrier && src.count > 0) {
+          const uint64_t es = std::max<uint32_t>(1, arg(l.rank).elemSize);
+          const uint64_t at = src.offset + uint64_t(l.rank) * src.count, end = at + (8 + es - 1) / es;
+          const uint32_t flagActor = uint32_t(n_) + barrierOf_[l.first + i];
+          for (uint64_t p : {phase - 1, phase})
+            shared.push_back({uint64_t(hostOf(l.rank)) << 32 | p, at, end, flagActor,
+                              l.first + i, true});
+          continue;
+        }
         if (collectives::isPeerBuffer(src.buf) && src.count > 0 &&
             (phase == 0 || phase >= barriers)) {
           return fail(strprintf("%s: reads %s %s", where(l.first + i).c_str(),

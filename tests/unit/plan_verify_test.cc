@@ -576,10 +576,14 @@ void eraseBarriers(RankPlan& p) {
 }
 
 TEST(VerifierRejects, NothingWhenTheDirectPlanIsRight) {
-  for (uint64_t count : {uint64_t(4), uint64_t(100000)}) {
-    const VerifyResult r = verifyHandwritten(Collective::AllReduce, count, directPlans(3, count));
+  for (uint64_t count : {uint64_t(4), uint64_t(14), uint64_t(15), uint64_t(100000)}) {
+    const auto plans = directPlans(3, count);
+    const VerifyResult r = verifyHandwritten(Collective::AllReduce, count, plans);
     EXPECT_TRUE(verified(r));
     EXPECT_GE(r.counts[0].barriers, 1u);
+    // Up to 14 floats fit beside the flag in a slot's first line: the flags go there.
+    for (const Step& s : plans[0].lanes[0].steps)
+      if (s.kind == StepKind::Barrier) EXPECT_EQ(s.src.count > 0, count <= 14) << count;
   }
 }
 
@@ -620,6 +624,55 @@ TEST(VerifierRejects, BarrierMisplaced) {
   plans = {plan({{barrier()}, {copy(in(0, 4), shared(0, 4)), copy(shared(0, 4), out(0, 4))}})};
   expectRejected(verifyHandwritten(Collective::AllReduce, 4, plans),
                  "Shared regions belong on lane 0");
+}
+
+// Flags in Shared (a Barrier's src): rank r's 8 bytes at src.offset + r·src.count.
+Step flagBarrier(uint64_t offset, uint64_t stride) {
+  return {StepKind::Barrier, -1, shared(offset, stride), {}};
+}
+
+// n ranks: each copies its Input into its line just past its flag, one flagged barrier, then
+// sums the lines; `extra` (may be empty) goes right after the barrier on every rank.
+std::vector<RankPlan> flaggedPlans(int n, Step barrierStep, std::vector<Step> extra = {}) {
+  std::vector<RankPlan> plans;
+  for (int r = 0; r < n; ++r) {
+    std::vector<Step> steps = {copy(in(0, 4), shared(uint64_t(r) * 16 + 2, 4)), barrierStep};
+    steps.insert(steps.end(), extra.begin(), extra.end());
+    steps.push_back(copy(shared(2, 4), out(0, 4)));
+    for (int j = 1; j < n; ++j) steps.push_back(reduce(shared(uint64_t(j) * 16 + 2, 4), out(0, 4)));
+    plans.push_back(plan({steps}, 4));
+  }
+  return plans;
+}
+
+TEST(VerifierRejects, BarrierFlagsMisplacedOrTouched) {
+  // Right: 16-element (64-byte) lines, each rank's flag in its first 2 elements.
+  EXPECT_TRUE(verified(verifyHandwritten(Collective::AllReduce, 4, flaggedPlans(3, flagBarrier(0, 16)))));
+  expectRejected(verifyHandwritten(Collective::AllReduce, 4, flaggedPlans(2, flagBarrier(1, 16))),
+                 "(Barrier): flags every 16 elements from Shared element 1 are not 8-byte aligned");
+  expectRejected(verifyHandwritten(Collective::AllReduce, 4, flaggedPlans(2, flagBarrier(0, 1))),
+                 "are not 8-byte aligned, or do not fit");
+  auto plans = flaggedPlans(2, flagBarrier(0, 16));
+  plans[1].lanes[0].steps[1] = flagBarrier(0, 32);
+  expectRejected(verifyHandwritten(Collective::AllReduce, 4, plans),
+                 "rank 1 lane 0 step 1 (Barrier) puts its flags elsewhere than rank 0 lane 0 step 1 "
+                 "(Barrier)");
+  // The flags lie on the data each rank wrote before arriving.
+  expectRejected(verifyHandwritten(Collective::AllReduce, 4, flaggedPlans(2, flagBarrier(2, 16))),
+                 "touch the same Shared elements between the same two barriers");
+  // Read while the slower rank may still be looking for it.
+  expectRejected(
+      verifyHandwritten(Collective::AllReduce, 4,
+                        flaggedPlans(2, flagBarrier(0, 16), {copy(shared(16, 4), scratch(0, 4))})),
+      "touch the same Shared elements between the same two barriers");
+  // The next barrier's flags overwrite this one's before every rank has seen it...
+  expectRejected(verifyHandwritten(Collective::AllReduce, 4,
+                                   flaggedPlans(2, flagBarrier(0, 16), {flagBarrier(0, 16)})),
+                 "touch the same Shared elements between the same two barriers");
+  // ...which is safe two barriers on: every rank has passed the first by then.
+  EXPECT_TRUE(verified(verifyHandwritten(
+      Collective::AllReduce, 4,
+      flaggedPlans(2, flagBarrier(0, 16), {barrier(), flagBarrier(0, 16)}))));
 }
 
 TEST(VerifierRejects, BarrierAcrossHosts) {

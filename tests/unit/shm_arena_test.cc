@@ -65,15 +65,21 @@ CommContext context(RankContext& rc, uint64_t commHash) {
   return ctx;
 }
 
-bool waitBarrier(ShmArena& arena, uint32_t ticket) {
+bool waitBarrier(ShmArena& arena, uint64_t ticket, FlagWindow flags = {}) {
   const Deadline deadline(20000);
-  while (!arena.passed(ticket)) {
+  while (!arena.passed(ticket, flags)) {
     if (deadline.expired()) return false;
-    arena.sleep(ticket, 10);
+    arena.sleep(ticket, 10, flags);
   }
   return true;
 }
 
+// Each round every rank writes its word of the round's half, passes the barrier and reads all
+// words: a barrier that let anyone through early shows up as a stale word. First with the
+// flags in the arena's records, then in the data (a Barrier step's src, collectives/plan.h):
+// each rank's word just past its flag, in the flag's line. What earlier calls left there (here:
+// every small number a ticket could be) never passes for a flag, and a rank that comes late,
+// after the others went to sleep, wakes them.
 TEST(ShmArena, BarrierOrdersWritesBeforeReadsAndTheNameIsGone) {
   const uint64_t hash = newCommHash();
   const int n = 4, rounds = 300;
@@ -87,17 +93,41 @@ TEST(ShmArena, BarrierOrdersWritesBeforeReadsAndTheNameIsGone) {
         RANK_CHECK(arena->members() == n, "%d members", arena->members());
         rc.allgather("");  // everyone has mapped it: the name must be gone
         RANK_CHECK(leftovers(hash).empty(), "%s is still in /dev/shm", leftovers(hash)[0].c_str());
-        // Each round every rank writes its word of the round's half, passes the barrier and
-        // reads all words: a barrier that let anyone through early shows up as a stale word.
-        for (int round = 0; round < rounds; ++round) {
-          auto* words = static_cast<std::atomic<uint64_t>*>(arena->nextCallBase());
-          words[rc.rank()].store(uint64_t(round) * 16 + uint64_t(rc.rank()),
-                                 std::memory_order_relaxed);
-          RANK_CHECK(waitBarrier(*arena, arena->arrive()), "round %d: barrier timed out", round);
-          for (int r = 0; r < n; ++r) {
-            const uint64_t w = words[r].load(std::memory_order_relaxed);
-            RANK_CHECK(w == uint64_t(round) * 16 + uint64_t(r), "round %d: rank %d wrote %llu",
-                       round, r, (unsigned long long)w);
+        constexpr size_t kLine = 64;
+        for (const bool inData : {false, true}) {
+          if (inData) {
+            // Once every rank is done with the rounds before, each half is filled with the
+            // very ticket its first round's barrier will have (the one after next, then the
+            // next): unsalted, that would pass at once.
+            const uint64_t ticket = arena->arrive();
+            RANK_CHECK(waitBarrier(*arena, ticket), "barrier timed out");
+            for (uint64_t half = 0; half < 2; ++half) {
+              auto* words = static_cast<uint64_t*>(arena->nextCallBase());
+              if (rc.rank() == 0)
+                for (size_t i = 0; i < ShmArena::callBytes(kDataBytes) / 8; ++i)
+                  words[i] = ticket + 2 + half;
+            }
+            RANK_CHECK(waitBarrier(*arena, arena->arrive()), "barrier timed out");
+          }
+          for (int round = 0; round < rounds; ++round) {
+            char* base = static_cast<char*>(arena->nextCallBase());
+            const FlagWindow flags = inData ? FlagWindow{base, kLine} : FlagWindow{};
+            auto word = [&](int r) {
+              return reinterpret_cast<std::atomic<uint64_t>*>(inData ? base + size_t(r) * kLine + 8
+                                                                     : base + size_t(r) * 8);
+            };
+            if (inData && round % 100 == 0 && rc.rank() == n - 1)
+              std::this_thread::sleep_for(std::chrono::milliseconds(30));
+            word(rc.rank())->store(uint64_t(round) * 16 + uint64_t(rc.rank()),
+                                   std::memory_order_relaxed);
+            RANK_CHECK(waitBarrier(*arena, arena->arrive(flags), flags),
+                       "round %d: barrier timed out", round);
+            for (int r = 0; r < n; ++r) {
+              const uint64_t w = word(r)->load(std::memory_order_relaxed);
+              RANK_CHECK(w == uint64_t(round) * 16 + uint64_t(r),
+                         "%s, round %d: rank %d wrote %llu", inData ? "flags in data" : "records",
+                         round, r, (unsigned long long)w);
+            }
           }
         }
         return 0;

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,7 +20,7 @@
 
 namespace loom::transports {
 
-constexpr uint64_t kArenaMagic = 0x316e7261656d6f6cull;  // "lomearn1"
+constexpr uint64_t kArenaMagic = 0x326e7261656d6f6cull;  // "lomearn2"
 constexpr uint64_t kLineBytes = 64;
 
 struct alignas(kPad) ArenaHeader {
@@ -27,10 +28,10 @@ struct alignas(kPad) ArenaHeader {
   uint32_t members;
   uint64_t dataBytes;
   uint64_t dataOffset;
-  alignas(kPad) std::atomic<uint32_t> attached;    // members that mapped the segment
-  alignas(kPad) std::atomic<uint32_t> arrived;     // members at the current barrier
-  alignas(kPad) std::atomic<uint32_t> generation;  // barriers passed; the futex word
-  alignas(kPad) std::atomic<uint32_t> sleepers;    // members that may be in FUTEX_WAIT
+  uint64_t flagSalt;  // random: what a flag in the data holds is its ticket xor this
+  alignas(kPad) std::atomic<uint32_t> attached;  // members that mapped the segment
+  alignas(kPad) std::atomic<uint32_t> wakeups;   // the futex word of sleep(): bumped to wake
+  alignas(kPad) std::atomic<uint32_t> sleepers;  // members that may be in FUTEX_WAIT
 };
 
 // Where a member's buffer of its current call is (ShmArena::publish): written before the
@@ -40,12 +41,14 @@ struct PublishedBuffer {
   SegmentRef segment;
 };
 
-struct ArenaMember {
+// Written only by its member, read by the others; a block of its own, so that one member's
+// arrival moves one block between caches, the Input and Output it published with it.
+struct alignas(kPad) ArenaMember {
   int32_t rank;
   int32_t pid;
   uint64_t pidNamespace;
-  std::atomic<uint32_t> present;  // 1 once rank, pid and pidNamespace are valid
-  std::atomic<uint64_t> arrivals;  // barriers this member has arrived at (error messages)
+  std::atomic<uint32_t> present;   // 1 once rank, pid and pidNamespace are valid
+  std::atomic<uint64_t> arrivals;  // barriers this member has arrived at: its flag
   PublishedBuffer buffers[2];      // Input, Output
   std::atomic<uint32_t> votes[2];  // ShmArena::vote, by round parity
 };
@@ -94,6 +97,8 @@ Status ShmArena::attach(const CommContext& ctx, uint64_t dataBytes, const Deadli
     header_->members = uint32_t(members_);
     header_->dataBytes = dataBytes;
     header_->dataOffset = offset;
+    if (getrandom(&header_->flagSalt, sizeof(header_->flagSalt), 0) != sizeof(uint64_t))
+      header_->flagSalt = nowNs() * 0x9e3779b97f4a7c15ull ^ uint64_t(getpid());
     for (int i = 0; i < members_; ++i)
       new (mapping_->base() + sizeof(ArenaHeader) + i * sizeof(ArenaMember)) ArenaMember();
     header_->magic.store(kArenaMagic, std::memory_order_release);
@@ -156,34 +161,56 @@ ShmArena::~ShmArena() {
 
 void* ShmArena::nextCallBase() { return data_ + (calls_++ % 2) * callBytes_; }
 
-uint32_t ShmArena::arrive() {
-  // Only this rank writes its count (others read it for error messages): a plain store, no
-  // locked read-modify-write on the barrier's path.
+uint64_t ShmArena::arrive(FlagWindow flags) {
+  // Each member raises a flag of its own and waits until every member's flag has reached the
+  // same barrier: no locked read-modify-write on one line that all members fight over. The
+  // flag is in the member's own block, or where the plan put it (FlagWindow): in the line the
+  // member has just written its data to, so that a peer takes both in one transfer.
   std::atomic<uint64_t>& arrivals = member_[localIndex_].arrivals;
-  arrivals.store(arrivals.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  const uint32_t ticket = header_->generation.load(std::memory_order_acquire);
-  // acq_rel: the last to arrive sees every member's writes, and publishes them all with the
-  // generation it bumps. The count is reset before that, so the next barrier starts at 0.
-  if (header_->arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == uint32_t(members_)) {
-    header_->arrived.store(0, std::memory_order_relaxed);
-    header_->generation.store(ticket + 1, std::memory_order_seq_cst);
-    // Pairs with sleep() (Dekker): either the sleeper sees the new generation, or this sees it.
-    if (header_->sleepers.load(std::memory_order_seq_cst) > 0)
-      futex(&header_->generation, FUTEX_WAKE, INT_MAX, nullptr);
+  const uint64_t ticket = arrivals.load(std::memory_order_relaxed) + 1;
+  // seq_cst, with the load after it: pairs with sleep() (Dekker): either the sleeper sees this
+  // arrival, or this sees the sleeper and wakes it.
+  if (flags.base != nullptr) {
+    arrivals.store(ticket, std::memory_order_relaxed);  // for absentRanks
+    flagOf(flags, localIndex_)->store(ticket ^ header_->flagSalt, std::memory_order_seq_cst);
+  } else {
+    arrivals.store(ticket, std::memory_order_seq_cst);
+  }
+  if (header_->sleepers.load(std::memory_order_seq_cst) > 0) {
+    header_->wakeups.fetch_add(1, std::memory_order_release);
+    futex(&header_->wakeups, FUTEX_WAKE, INT_MAX, nullptr);
   }
   return ticket;
 }
 
-bool ShmArena::passed(uint32_t ticket) const {
-  return header_->generation.load(std::memory_order_acquire) != ticket;
+std::atomic<uint64_t>* ShmArena::flagOf(FlagWindow flags, int member) {
+  return reinterpret_cast<std::atomic<uint64_t>*>(flags.base + size_t(member) * flags.stride);
 }
 
-void ShmArena::sleep(uint32_t ticket, int timeoutMs) {
+bool ShmArena::passed(uint64_t ticket, FlagWindow flags) {
+  // Members seen there stay there: start from the first one not yet seen. A flag in the data
+  // must equal its salted ticket exactly, so that what other calls left there never passes; it
+  // keeps that value until every member has seen it (the next write of that line is two calls
+  // on, as nextCallBase explains).
+  if (waitingFor_.ticket != ticket) waitingFor_ = {ticket, 0};
+  for (; waitingFor_.member < members_; ++waitingFor_.member) {
+    const bool there =
+        flags.base != nullptr
+            ? flagOf(flags, waitingFor_.member)->load(std::memory_order_seq_cst) ==
+                  (ticket ^ header_->flagSalt)
+            : member_[waitingFor_.member].arrivals.load(std::memory_order_seq_cst) >= ticket;
+    if (!there) return false;
+  }
+  return true;
+}
+
+void ShmArena::sleep(uint64_t ticket, int timeoutMs, FlagWindow flags) {
   if (timeoutMs <= 0) return;
   header_->sleepers.fetch_add(1, std::memory_order_seq_cst);
-  if (header_->generation.load(std::memory_order_seq_cst) == ticket) {
+  const uint32_t wakeups = header_->wakeups.load(std::memory_order_seq_cst);
+  if (!passed(ticket, flags)) {
     timespec timeout{timeoutMs / 1000, long(timeoutMs % 1000) * 1000000L};
-    futex(&header_->generation, FUTEX_WAIT, ticket, &timeout);
+    futex(&header_->wakeups, FUTEX_WAIT, wakeups, &timeout);
   }
   header_->sleepers.fetch_sub(1, std::memory_order_relaxed);
 }

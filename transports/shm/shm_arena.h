@@ -3,6 +3,7 @@
 // who its members are; the data after it is what plans' Shared regions address.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -18,6 +19,12 @@ namespace loom::transports {
 class Mapping;
 struct ArenaHeader;
 struct ArenaMember;
+
+// Where the members of an arena's barrier raise their flags (ShmArena::arrive).
+struct FlagWindow {
+  char* base = nullptr;  // null: in the arena's records of its members
+  size_t stride = 0;
+};
 
 class ShmArena {
  public:
@@ -41,11 +48,14 @@ class ShmArena {
 
   // The barrier of the host's ranks: arrive() announces this rank and returns a ticket;
   // passed(ticket) turns true once all members have arrived. Everything a rank wrote before
-  // arriving is visible to every rank that saw the barrier pass.
-  uint32_t arrive();
-  bool passed(uint32_t ticket) const;
-  // Sleeps until the barrier of ticket passes or timeoutMs (futex on the arena's word).
-  void sleep(uint32_t ticket, int timeoutMs);
+  // arriving is visible to every rank that saw the barrier pass. Each member's arrival is a
+  // flag: in the arena's record of the member, or, given a FlagWindow (a Barrier step's flags,
+  // collectives/plan.h), the 8 aligned bytes at base + member × stride of the call's data;
+  // every member of one barrier must name the same window.
+  uint64_t arrive(FlagWindow flags = {});
+  bool passed(uint64_t ticket, FlagWindow flags = {});
+  // Sleeps until the barrier of ticket passes, a member arrives, or timeoutMs (a futex).
+  void sleep(uint64_t ticket, int timeoutMs, FlagWindow flags = {});
   int members() const { return members_; }
 
   // Peer reads (plan.h, peerBuffer). publish() announces where this rank's Input and Output
@@ -79,6 +89,7 @@ class ShmArena {
  private:
   ShmArena() = default;
   Status attach(const CommContext& ctx, uint64_t dataBytes, const Deadline& deadline);
+  static std::atomic<uint64_t>* flagOf(FlagWindow flags, int member);
 
   std::string name_;
   bool creator_ = false;
@@ -90,6 +101,10 @@ class ShmArena {
   uint64_t calls_ = 0;
   int members_ = 0;
   int localIndex_ = 0;
+  struct {
+    uint64_t ticket = 0;
+    int member = 0;  // members before it are known to have arrived at the ticket's barrier
+  } waitingFor_;
   std::vector<int> memberRanks_;  // communicator rank of each member, in member order
   uint64_t pidNamespace_ = 0;
   std::vector<int> pidfds_;  // per member, opened once its record is there; -1 if none yet
