@@ -112,9 +112,10 @@ class Comm final : public collectives::ExecHost {
   // the measured winner when the call is one autotune measures.
   Status initAutotune(const Deadline& deadline);
   Status autotuneDecision(const CallDesc& call, tuner::Decision* out);
-  // Runs each candidate once, then in rounds (tuner::autotuneRounds: LOOM_AUTOTUNE_RUNS or more
-  // for small calls) on scratch buffers shaped like the call's (a bounded cost: candidates x
-  // rounds calls of that size, about 5 ms of them where small; one bootstrap allgather).
+  // Runs each candidate once, then in rounds (tuner::autotuneSchedule: LOOM_AUTOTUNE_RUNS or
+  // more for small calls, a batch of calls per turn for the smallest) on scratch buffers shaped
+  // like the call's (a bounded cost: candidates x rounds x batch calls of that size, about 5 ms
+  // of them where small; one bootstrap allgather).
   Status measureBucket(const CallDesc& call, tuner::AutotuneEntry* out);
   // Runs a prepared plan over the given buffers; a failure marks the communicator failed.
   Status execute(const collectives::PreparedPlan& plan, std::span<void* const> buffers,

@@ -107,15 +107,16 @@ Status Comm::measureBucket(const CallDesc& call, tuner::AutotuneEntry* out) {
     decisions.push_back({c, tuner::Source::Autotune, 0, {}, {}});
     LOOM_TRY(runDecided(run, decisions.back()));  // warm-up: connections, the plan, page faults
   }
-  // Rounds of every candidate in turn (tuner::autotuneRounds says why); each candidate's time on
-  // this rank is its median round.
-  const int rounds = tuner::autotuneRounds(candidates, autotuneRuns_);
+  // Rounds of every candidate in turn, a batch of calls each (tuner::autotuneSchedule says
+  // why); each candidate's time per call on this rank is its median round.
+  const tuner::AutotuneSchedule schedule = tuner::autotuneSchedule(candidates, autotuneRuns_);
   std::vector<std::vector<double>> roundTimes(candidates.size());
-  for (int r = 0; r < rounds; ++r)
+  for (int r = 0; r < schedule.rounds; ++r)
     for (size_t i = 0; i < candidates.size(); ++i) {
       const auto start = Clock::now();
-      LOOM_TRY(runDecided(runs[i], decisions[i]));
-      roundTimes[i].push_back(std::chrono::duration<double>(Clock::now() - start).count());
+      for (int b = 0; b < schedule.batch; ++b) LOOM_TRY(runDecided(runs[i], decisions[i]));
+      roundTimes[i].push_back(std::chrono::duration<double>(Clock::now() - start).count() /
+                              schedule.batch);
     }
   std::vector<double> mine;  // seconds per call of each candidate, on this rank
   for (std::vector<double>& t : roundTimes) {

@@ -105,13 +105,17 @@ std::vector<Candidate> autotuneCandidates(Tuner& tuner, const CollArgs& a, int l
   return out;
 }
 
-int autotuneRounds(const std::vector<Candidate>& candidates, int minRounds) {
-  double round = 0;  // predicted seconds of one round
+AutotuneSchedule autotuneSchedule(const std::vector<Candidate>& candidates, int minRounds) {
+  double round = 0;  // predicted seconds of one round of single calls
   for (const Candidate& c : candidates) round += c.time;
-  const int floor = std::max(1, minRounds);
-  if (round <= 0) return floor;
+  AutotuneSchedule s;
+  s.rounds = std::max(1, minRounds);
+  if (round <= 0) return s;
   const double wanted = std::ceil(kAutotuneBudgetSeconds / round);
-  return std::max(floor, int(std::min<double>(wanted, kAutotuneMaxRounds)));
+  s.rounds = std::max(s.rounds, int(std::min<double>(wanted, kAutotuneMaxRounds)));
+  const double batches = std::floor(kAutotuneBudgetSeconds / (round * s.rounds));
+  s.batch = int(std::clamp<double>(batches, 1, kAutotuneMaxBatch));
+  return s;
 }
 
 int agreedWinner(const std::vector<std::vector<double>>& times, std::vector<double>* agreed) {

@@ -56,16 +56,25 @@ bool autotuneApplies(const collectives::CollArgs& a, uint64_t maxBytes);
 // refuse the call (with the communicator's parameters).
 std::vector<Candidate> autotuneCandidates(Tuner& tuner, const collectives::CollArgs& a, int limit);
 
-// How many timed rounds a measurement runs. A round runs every candidate once, in turn, so that
-// a slow spell of the machine (a rank descheduled, another tenant) falls on all of them alike
-// rather than on whichever was being measured; each candidate's time is then its median round.
-// At least minRounds, and for small calls more, up to kAutotuneMaxRounds, so that the rounds
-// take about kAutotuneBudgetSeconds by the candidates' predicted times: a handful of runs of a
-// 20 µs call is one wake-up away from the wrong winner. The predictions are the same on every
-// rank, and so is the count (candidates without one: minRounds).
+// How a measurement runs: timed rounds, each running every candidate in turn, so that a slow
+// spell of the machine (a rank descheduled, another tenant) falls on all of them alike rather
+// than on whichever was being measured; each candidate's time is then its median round. At
+// least minRounds, and for small calls more, up to kAutotuneMaxRounds, so that the rounds take
+// about kAutotuneBudgetSeconds by the candidates' predicted times: a handful of runs of a 20 µs
+// call is one wake-up away from the wrong winner. Where even that many rounds leave budget, a
+// candidate's turn is a batch of calls back to back (up to kAutotuneMaxBatch), timed together:
+// a call that follows another candidate's starts with the ranks as that one left them, apart,
+// and a few-µs call then measures mostly that skew (4 ranks on 2 cores, 8 bytes: single calls
+// had rd 5.4 µs ahead of direct 6.2, which in a loop take 5.2 and 2.7). The predictions are the
+// same on every rank, and so are the counts (candidates without one: minRounds, batches of 1).
 constexpr int kAutotuneMaxRounds = 64;
+constexpr int kAutotuneMaxBatch = 32;
 constexpr double kAutotuneBudgetSeconds = 5e-3;
-int autotuneRounds(const std::vector<Candidate>& candidates, int minRounds);
+struct AutotuneSchedule {
+  int rounds = 1;
+  int batch = 1;  // calls per candidate per round
+};
+AutotuneSchedule autotuneSchedule(const std::vector<Candidate>& candidates, int minRounds);
 
 // The winner of a measurement, the same on every rank: times[r][i] is rank r's time for
 // candidate i; a candidate costs its slowest rank's time and the cheapest wins (the first on a
