@@ -166,12 +166,12 @@ int main(int argc, char** argv) {
   Collective coll{};
   loom::tools::planCollective(a.collective, &coll);
   CollArgs args;
+  // What a communicator on this model gives its calls (the incast lead, the shared arena of
+  // one host's ranks, LOOM_* parameters), but the lanes hint of --lanes.
+  args.settings() = loom::tuner::callSettings({}, topo);
   args.coll = coll;
   args.nranks = nranks;
   args.lanes = a.lanes;
-  // The lead a communicator on this model would give its calls (the rest of callSettings is
-  // left out: no arena, as before).
-  args.fanInLeadBytes = loom::tuner::callSettings({}, topo).fanInLeadBytes;
   args.elemSize = a.sim.elemSize;
   args.hostOf = loom::tools::hostsByFirstAppearance(topo);
 
