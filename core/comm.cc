@@ -353,9 +353,17 @@ Status Comm::chooseBuilder(CallDesc* call, tuner::Decision* out) {
     *out = tuner::Decision{{b, {}, 0}, tuner::Source::Forced, 0, {}, {}};
     return Status::ok();
   }
-  LOOM_TRY(tuner_.decide(*args, out));
-  // Measured decisions beat the model and the built-in table, not the user's rules.
-  if (autotune_ && out->source != tuner::Source::Rule) LOOM_TRY(autotuneDecision(*call, out));
+  LastDecision& last = lastDecision_;
+  if (!last.valid || last.coll != args->coll || last.count != args->count ||
+      last.elemSize != args->elemSize || args->coll == collectives::Collective::AlltoAllv) {
+    last.valid = false;
+    LOOM_TRY(tuner_.decide(*args, &last.decision));
+    // Measured decisions beat the model and the built-in table, not the user's rules.
+    if (autotune_ && last.decision.source != tuner::Source::Rule)
+      LOOM_TRY(autotuneDecision(*call, &last.decision));
+    last = {true, args->coll, args->count, args->elemSize, last.decision};
+  }
+  *out = last.decision;
   if (out->source == tuner::Source::Model && out->whenMapped.builder != nullptr &&
       hostCount_ == 1) {
     LOOM_TRY(agreeBuffersMapped(*call, *out->whenMapped.builder, &args->buffersMapped));

@@ -187,6 +187,16 @@ class Comm final : public collectives::ExecHost {
   int hostCount_ = 1;
   topology::Topology topo_;  // the communicator's topology (discoverTopology)
   tuner::Tuner tuner_;       // picks algorithm and parameters per call (initTuner)
+  // The last call's decision (the tuner's, or autotune's), before the buffer agreement: what
+  // decides depends on the collective and the call's bytes only, and a loop of like calls then
+  // skips the tuner's lookups (~10% of a 2-rank, 8-byte allreduce).
+  struct LastDecision {
+    bool valid = false;
+    collectives::Collective coll{};
+    uint64_t count = 0;
+    uint32_t elemSize = 0;
+    tuner::Decision decision;
+  } lastDecision_;
   // LOOM_AUTOTUNE's measured decisions; null when it is off.
   std::unique_ptr<tuner::AutotuneCache> autotune_;
   std::string autotunePath_;  // its file; "" when there is no cache directory
