@@ -33,8 +33,11 @@ thread_local std::string tLastError;
 std::mutex gCommsMutex;
 std::set<const loomComm*> gComms;
 std::atomic<uint64_t> gCommsGeneration{0};
-thread_local const loomComm* tLastLive = nullptr;
-thread_local uint64_t tLastLiveGeneration = 0;
+// Read on every call: the initial-exec model makes each read one %fs-relative load instead of
+// a call to __tls_get_addr (~4% of a 1-rank 8-byte call); 20 bytes of static TLS.
+#define LOOM_HOT_TLS __attribute__((tls_model("initial-exec")))
+thread_local const loomComm* tLastLive LOOM_HOT_TLS = nullptr;
+thread_local uint64_t tLastLiveGeneration LOOM_HOT_TLS = 0;
 
 bool isLive(const loomComm* c) {
   if (c == tLastLive && tLastLiveGeneration == gCommsGeneration.load(std::memory_order_acquire))
@@ -125,7 +128,7 @@ struct GroupItem {
   P2PCall p2pCall;
   CallDesc coll;
 };
-thread_local int tGroupDepth = 0;
+thread_local int tGroupDepth LOOM_HOT_TLS = 0;
 thread_local std::vector<GroupItem> tGroup;
 
 Status submitCollective(loomComm* comm, CallDesc call) {

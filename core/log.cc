@@ -12,6 +12,9 @@
 #include "core/params.h"
 
 namespace loom::log {
+
+std::atomic<int> gFinestLevel{-1};
+
 namespace {
 
 thread_local int tRank = -1;
@@ -54,7 +57,11 @@ Config makeConfig() {
 }
 
 Config& configSlot() {
-  static Config c = makeConfig();
+  static Config c = [] {
+    Config k = makeConfig();
+    gFinestLevel.store(int(k.level), std::memory_order_relaxed);
+    return k;
+  }();
   return c;
 }
 
@@ -80,9 +87,10 @@ void reload() {
   Config& c = configSlot();
   if (c.out != stderr) fclose(c.out);
   c = makeConfig();
+  gFinestLevel.store(int(c.level), std::memory_order_relaxed);
 }
 
-bool enabled(Level level, const char* subsys) {
+bool enabledSlow(Level level, const char* subsys) {
   const Config& c = config();
   if (level > c.level) return false;
   // Warnings always show; finer levels follow the subsystem filter.

@@ -2,11 +2,20 @@
 // of subsystems such as INIT,SHM,TCP,COLL; ALL by default). Each line carries rank and host.
 #pragma once
 
+#include <atomic>
+
 namespace loom::log {
 
 enum class Level { None = 0, Warn = 1, Info = 2, Trace = 3 };
 
-bool enabled(Level level, const char* subsys);
+// The finest level LOOM_DEBUG lets through, -1 until it has been read: checked inline, so that
+// a line that is off (every TRACE of a call, by default) costs one load rather than a call.
+extern std::atomic<int> gFinestLevel;
+bool enabledSlow(Level level, const char* subsys);
+inline bool enabled(Level level, const char* subsys) {
+  const int finest = gFinestLevel.load(std::memory_order_relaxed);
+  return (finest < 0 || int(level) <= finest) && enabledSlow(level, subsys);
+}
 void write(Level level, const char* subsys, const char* fmt, ...)
     __attribute__((format(printf, 3, 4)));
 // The rank printed on this thread's lines (-1 before a communicator exists).
