@@ -92,7 +92,8 @@ const Entry kEntries[] = {
      "\"Autotune\"); later communicators read them. Set it alike on every rank."},
     {"LOOM_AUTOTUNE_CANDIDATES", Type::Int, "3",
      "Autotune: how many of the cost model's fastest algorithms to measure per size bucket, "
-     "each at its best variant, with up to one fewer other variants of the fastest (without "
+     "each at its best variant (more, up to twice as many less one, where the model puts them "
+     "within 25% of its fastest), with up to one fewer other variants of the fastest (without "
      "a model: every algorithm that accepts the call)."},
     {"LOOM_AUTOTUNE_MAX_BYTES", Type::Bytes, "16M",
      "Autotune measures calls up to this size (nccl-tests bytes; its scratch buffers are the "

@@ -79,11 +79,13 @@ std::vector<Candidate> autotuneCandidates(Tuner& tuner, const CollArgs& a, int l
   std::vector<Candidate> out;
   if (!ranked.empty()) {
     const size_t wanted = size_t(std::max(1, limit));
+    const double band = ranked[0].time * kAutotuneBand;
     std::vector<Candidate> variants;  // of an algorithm already in out, or beyond `wanted`
     for (const Candidate& c : ranked) {
       const bool seen = std::any_of(out.begin(), out.end(),
                                     [&](const Candidate& o) { return o.builder == c.builder; });
-      (out.size() < wanted && !seen ? out : variants).push_back(c);
+      const bool room = out.size() < wanted || (c.time <= band && out.size() < 2 * wanted - 1);
+      (room && !seen ? out : variants).push_back(c);
     }
     for (size_t i = 0; i < variants.size() && out.size() < wanted; ++i) out.push_back(variants[i]);
     std::stable_sort(out.begin(), out.end(),
