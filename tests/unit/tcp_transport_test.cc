@@ -214,6 +214,34 @@ TEST(TcpTransport, TinyChunksOverThreeSockets) {
       within(60)));
 }
 
+// LOOM_TCP_PACING: both ends of a connection pace each of its sockets at its share of the
+// rate (the kernel reports it back), and data still arrives intact; unpaced sockets are not.
+TEST(TcpTransport, PacingSharesTheRateOverTheSockets) {
+  expectPass(runRanks(
+      2,
+      [](RankContext& rc) {
+        for (const uint64_t rate : {uint64_t(0), uint64_t(300) << 20}) {
+          tcp::TcpOptions o = options(3);
+          o.pacingBytesPerSecond = rate;
+          TcpRank r;
+          RANK_OK(startRank(rc, &o, &r));
+          int peer = 1 - rc.rank();
+          std::unique_ptr<Connection> c;
+          RANK_OK(r.transport->connect(peer, 0, Deadline(kTimeoutMs), &c));
+          if (exchange(rc, r, c.get(), peer, kMiB + 5, 0, 0) != 0) return 1;
+          const std::vector<uint64_t> paced = tcp::tcpSocketPacing(*c);
+          RANK_CHECK(paced.size() == 3, "%zu sockets", paced.size());
+          for (uint64_t p : paced)
+            RANK_CHECK(rate == 0 ? p > (uint64_t(1) << 40) : p == rate / 3,
+                       "a socket paced at %llu bytes/s for a rate of %llu", (unsigned long long)p,
+                       (unsigned long long)rate);
+          rc.allgather("");  // both are done with this transport
+        }
+        return 0;
+      },
+      within(60)));
+}
+
 // Each rank sends its vector a and RecvReduces the peer's into dst = b + a_peer. Inputs are
 // small integers, so float sums are exact.
 template <typename T>

@@ -27,6 +27,7 @@ TcpOptions TcpOptions::fromParams() {
   TcpOptions o;
   o.sockets = int(params::getInt("LOOM_TCP_SOCKETS"));
   o.chunkBytes = size_t(std::max<int64_t>(params::getInt("LOOM_TCP_CHUNK_BYTES"), 0));
+  o.pacingBytesPerSecond = uint64_t(std::max<int64_t>(params::getInt("LOOM_TCP_PACING"), 0));
   return o;
 }
 
@@ -245,6 +246,7 @@ class TcpConnection final : public Connection {
   // Adds the sockets with work waiting on the kernel; returns true while the connection still
   // waits for its sockets from the listener.
   bool addPollFds(std::vector<pollfd>* fds);
+  const std::vector<UniqueFd>& sockets() const { return fds_; }
 
  private:
   Status acceptSockets(bool* progressed);
@@ -292,6 +294,7 @@ class TcpTransportImpl final : public Transport {
   Cost cost() const override { return {15e-6, 1.0 / 2e9}; }
 
   const net::Address& bound() const { return bound_; }
+  const TcpOptions& options() const { return options_; }
   std::string peerName(int rank) const {
     if (rank >= 0 && size_t(rank) < ctx_->peers.size() && ctx_->peers[rank].hostname[0] != 0)
       return strprintf("rank %d (host %.64s)", rank, ctx_->peers[rank].hostname);
@@ -496,6 +499,13 @@ TcpConnection::~TcpConnection() { transport_->detach(this); }
 
 void TcpConnection::establish(std::vector<UniqueFd> fds, int sockets, size_t chunkBytes) {
   fds_ = std::move(fds);
+  if (const uint64_t rate = transport_->options().pacingBytesPerSecond; rate > 0) {
+    const unsigned long perSocket = std::max<unsigned long>(1, rate / fds_.size());
+    for (const UniqueFd& fd : fds_)
+      if (setsockopt(fd.get(), SOL_SOCKET, SO_MAX_PACING_RATE, &perSocket, sizeof(perSocket)) != 0)
+        LOOM_WARN("TCP", "LOOM_TCP_PACING: cannot pace a socket to %s: %s",
+                  transport_->peerName(peer_).c_str(), strerror(errno));
+  }
   send_.init(sockets, chunkBytes);
   recv_.init(sockets, chunkBytes);
   for (TransferOp* op : early_) (op->kind == TransferOp::Kind::Send ? send_ : recv_).push(op);
@@ -619,6 +629,19 @@ Status createTcpTransport(const CommContext* ctx, const TcpOptions& options,
   LOOM_TRY(t->listen());
   *out = std::move(t);
   return Status::ok();
+}
+
+std::vector<uint64_t> tcpSocketPacing(const Connection& conn) {
+  std::vector<uint64_t> out;
+  const auto* c = dynamic_cast<const TcpConnection*>(&conn);
+  if (c == nullptr) return out;
+  for (const UniqueFd& fd : c->sockets()) {
+    unsigned long rate = 0;
+    socklen_t len = sizeof(rate);
+    if (getsockopt(fd.get(), SOL_SOCKET, SO_MAX_PACING_RATE, &rate, &len) != 0) rate = 0;
+    out.push_back(rate);
+  }
+  return out;
 }
 
 }  // namespace tcp

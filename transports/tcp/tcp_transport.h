@@ -21,14 +21,22 @@
 
 namespace loom::transports::tcp {
 
-// Settings of one TCP transport; fromParams() reads LOOM_TCP_SOCKETS / LOOM_TCP_CHUNK_BYTES.
-// The connecting (lower) rank's settings govern a connection: they travel in its hello, so two
-// ranks configured differently still agree on every chunk boundary.
+// Settings of one TCP transport; fromParams() reads LOOM_TCP_SOCKETS / LOOM_TCP_CHUNK_BYTES /
+// LOOM_TCP_PACING. The connecting (lower) rank's sockets and chunks govern a connection: they
+// travel in its hello, so two ranks configured differently still agree on every chunk boundary.
 struct TcpOptions {
   int sockets = 2;
   size_t chunkBytes = size_t(128) << 10;  // rounded down to a multiple of kChunkAlign
+  // The most bytes per second a connection sends, shared evenly by its sockets and paced by
+  // the kernel (SO_MAX_PACING_RATE); 0: unpaced. Where a switch's (or here, a shaped link's)
+  // queue is short, bursts at line rate overflow it and TCP stalls on retransmission timeouts.
+  uint64_t pacingBytesPerSecond = 0;
   static TcpOptions fromParams();
 };
+
+// The pacing rate each of conn's sockets sends under, as the kernel reports it
+// (SO_MAX_PACING_RATE; ~0 when unpaced); empty if conn is not a TCP connection.
+std::vector<uint64_t> tcpSocketPacing(const Connection& conn);
 
 inline constexpr size_t kChunkAlign = 64;  // keeps chunk boundaries on element boundaries
 inline constexpr int kMaxSockets = 64;
