@@ -356,12 +356,12 @@ Status Comm::chooseBuilder(CallDesc* call, tuner::Decision* out) {
   LastDecision& last = lastDecision_;
   if (!last.valid || last.coll != args->coll || last.count != args->count ||
       last.elemSize != args->elemSize || args->coll == collectives::Collective::AlltoAllv) {
-    last.valid = false;
-    LOOM_TRY(tuner_.decide(*args, &last.decision));
+    tuner::Decision decided;
+    LOOM_TRY(tuner_.decide(*args, &decided));
     // Measured decisions beat the model and the built-in table, not the user's rules.
-    if (autotune_ && last.decision.source != tuner::Source::Rule)
-      LOOM_TRY(autotuneDecision(*call, &last.decision));
-    last = {true, args->coll, args->count, args->elemSize, last.decision};
+    if (autotune_ && decided.source != tuner::Source::Rule)
+      LOOM_TRY(autotuneDecision(*call, &decided));
+    last = {true, args->coll, args->count, args->elemSize, decided};
   }
   *out = last.decision;
   if (out->source == tuner::Source::Model && out->whenMapped.builder != nullptr &&

@@ -49,13 +49,13 @@ bool autotuneApplies(const collectives::CollArgs& a, uint64_t maxBytes);
 // fastest, 2·limit − 1 at most (where fewer algorithms serve the call, their next variants fill
 // up), then up to limit − 1 other variants of the model's fastest algorithm; each part in the
 // model's order. The band because a model that is 6–12% off in the median cannot rank
-// algorithms 25% apart (4 ranks, 8 MiB allreduce: the communicator's model put `direct` fourth,
-// 23% behind `peer`; measured, it was 4% ahead). Distinct algorithms first because where the model is least sure (small
-// calls, a few µs between candidates) its top few are often one algorithm on 1, 2 and 4 lanes,
-// and measuring those alone cannot find that another algorithm is faster; the top one's other
-// variants too because the variant is what the model is least sure of across hosts (on the
-// 2-host netns testbed it gave hierarchical allgather 4 lanes from 32 KiB, where one lane ran
-// 8 MiB in three quarters of the time). When the model is off: every builder that does not
+// algorithms 25% apart (4 ranks, 8 MiB allreduce: a communicator's model on the 2-core VM put
+// `direct` fourth, 23% behind `peer`; measured, it was 4% ahead). Distinct algorithms first
+// because where the model is least sure (small calls, a few µs between candidates) its top few
+// are often one algorithm on 1, 2 and 4 lanes, and measuring those alone cannot find that
+// another algorithm is faster; the top one's other variants too because the variant is what
+// the model is least sure of across hosts (on the 2-host netns testbed it gave hierarchical
+// allgather 4 lanes from 32 KiB, where one lane ran 8 MiB in three quarters of the time). When the model is off: every builder that does not
 // refuse the call (with the communicator's parameters).
 constexpr double kAutotuneBand = 1.25;
 std::vector<Candidate> autotuneCandidates(Tuner& tuner, const collectives::CollArgs& a, int limit);
