@@ -23,6 +23,7 @@ using topology::FigureSource;
 using topology::kLinkKinds;
 using topology::LinkFigures;
 using topology::LinkKind;
+using topology::MemoryFigures;
 using transports::Connection;
 using transports::TransferOp;
 
@@ -211,10 +212,13 @@ struct ProbeRecord {
   int32_t numaNodes = 1;
   int32_t machineRanks = 0;  // ranks on its machine (several hosts' when they share it)
   uint64_t privateCacheBytes = 0;  // of its host's cores
+  uint64_t cacheInstanceBytes = 0, cacheBytes = 0;  // its host's last-level cache(s)
   LinkFigures cached[kLinkKinds];  // from its host's cache, zero when absent
+  MemoryFigures cachedMemory;      // likewise
 };
 struct MeasureRecord {
   LinkFigures measured[kLinkKinds];  // by the pairs it initiated, zero otherwise
+  MemoryFigures memory;              // where it measured its machine's memory
 };
 struct FileRecord {  // LOOM_TOPO_FILE: whether the rank could use it, and what it loaded
   int32_t code = loomSuccess;
@@ -251,6 +255,9 @@ bool probeThisHost(const std::string& signature, topology::HostCache* cache) {
     if (Status st = topology::probeHost(&info, false); st.isOk()) {
       entry.cores = info.cores;
       entry.privateCacheBytes = topology::privateCacheOf(info);
+      const topology::CacheLevel last = topology::lastLevelCacheOf(info);
+      entry.cacheInstanceBytes = last.size;
+      entry.cacheBytes = last.size * uint64_t(std::max(1, last.count));
       entry.numaCpus = info.numaCpus;
     } else {
       LOOM_WARN("INIT", "topology: %s; assuming one NUMA node", st.message().c_str());
@@ -262,6 +269,8 @@ bool probeThisHost(const std::string& signature, topology::HostCache* cache) {
   }
   cache->cores = it->second.cores;
   cache->privateCacheBytes = it->second.privateCacheBytes;
+  cache->cacheInstanceBytes = it->second.cacheInstanceBytes;
+  cache->cacheBytes = it->second.cacheBytes;
   cache->numaCpus = it->second.numaCpus;
   return true;
 }
@@ -389,6 +398,9 @@ Status Comm::detectTopology(const Deadline& deadline) {
   mine.cores = cache.cores;
   mine.machineRanks = machineRanks_;
   mine.privateCacheBytes = cache.privateCacheBytes;
+  mine.cacheInstanceBytes = cache.cacheInstanceBytes;
+  mine.cacheBytes = cache.cacheBytes;
+  mine.cachedMemory = cache.memory;
   mine.numaNodes = std::max(1, int(cache.numaCpus.size()));
   for (int k = 0; k < kLinkKinds; ++k)
     if (std::string key = cacheKey(LinkKind(k), myHost); !key.empty() && cache.links.count(key))
@@ -424,8 +436,30 @@ Status Comm::detectTopology(const Deadline& deadline) {
                                                                                        : "default");
     measured.measured[int(p.kind)] = figures;
   }
+  // A host's memory figures are measured by its first rank when its cache has none (or always,
+  // mode 2), once per machine: hosts that share one (network namespaces) take the figures of
+  // its first such host, since two measuring at once would halve each other's cores. Last,
+  // so that every other rank of the machine sleeps in the allgather meanwhile.
+  std::vector<int> memoryMeasurer(size_t(hostCount_), -1);
+  for (int h = 0; h < hostCount_; ++h) {
+    const int first = firstRank[size_t(h)];
+    if (mode == 0 || (mode == 1 && records[size_t(first)].cachedMemory.known())) continue;
+    memoryMeasurer[size_t(h)] = first;
+    for (int g = 0; g < h; ++g)
+      if (memoryMeasurer[size_t(g)] >= 0 &&
+          peer(memoryMeasurer[size_t(g)]).machineId == peer(first).machineId) {
+        memoryMeasurer[size_t(h)] = memoryMeasurer[size_t(g)];
+        break;
+      }
+  }
+  const bool measuresMemory = std::find(memoryMeasurer.begin(), memoryMeasurer.end(), me) !=
+                              memoryMeasurer.end();
+  if (measuresMemory) measured.memory = topology::measureMemory(cache.cacheInstanceBytes, budget);
   std::vector<MeasureRecord> results(static_cast<size_t>(n));
-  if (!pairs.empty()) LOOM_TRY(allgatherRecords(boot_, measured, n, deadline, &results));
+  const bool anyMemory = std::any_of(memoryMeasurer.begin(), memoryMeasurer.end(),
+                                     [](int r) { return r >= 0; });
+  if (!pairs.empty() || anyMemory)
+    LOOM_TRY(allgatherRecords(boot_, measured, n, deadline, &results));
 
   // Measured, else cached, else default, per host and kind.
   auto resolve = [&](LinkKind k, int host, FigureSource* source) {
@@ -440,6 +474,7 @@ Status Comm::detectTopology(const Deadline& deadline) {
   };
   topology::CommDescription d;
   FigureSource sources[kLinkKinds] = {};  // of this rank's host's figures
+  FigureSource memorySource = FigureSource::Default;
   for (int h = 0; h < hostCount_; ++h) {
     const ProbeRecord& first = records[size_t(firstRank[size_t(h)])];
     topology::HostDescription host;
@@ -451,7 +486,15 @@ Status Comm::detectTopology(const Deadline& deadline) {
                      ? std::max(1, first.cores * hostRanks / first.machineRanks)
                      : first.cores;
     host.privateCacheBytes = first.privateCacheBytes;
+    host.cacheBytes = first.cacheBytes;
     host.numaNodes = first.numaNodes;
+    const int measurer = memoryMeasurer[size_t(h)];
+    const bool memoryMeasured = measurer >= 0 && results[size_t(measurer)].memory.known();
+    host.memory = memoryMeasured ? results[size_t(measurer)].memory : first.cachedMemory;
+    if (h == myHost)
+      memorySource = memoryMeasured            ? FigureSource::Measured
+                     : host.memory.known()     ? FigureSource::Cached
+                                               : FigureSource::Default;
     FigureSource same, cross;
     host.sameNuma = resolve(LinkKind::SameNuma, h, &same);
     host.crossNuma = resolve(LinkKind::CrossNuma, h, &cross);
@@ -476,8 +519,20 @@ Status Comm::detectTopology(const Deadline& deadline) {
                 shown[k].perMessage * 1e6, topology::figureSourceName(sources[k]));
   }
 
+  if (const MemoryFigures& m = host.memory; m.known())
+    LOOM_INFO("INIT",
+              "topology: one core copies %s in its cache, %s beyond it; a read through the "
+              "kernel costs %.3g copies and %.3g us (%s)",
+              rateText(m.cacheBandwidth).c_str(), rateText(m.memBandwidth).c_str(),
+              m.kernelReadCopies, m.kernelReadOverhead * 1e6,
+              topology::figureSourceName(memorySource));
+
   // The first rank of each host files what is new for its host.
   bool fresh = probed;
+  if (memorySource == FigureSource::Measured) {
+    cache.memory = host.memory;
+    fresh = true;
+  }
   for (int k = 0; k < kLinkKinds; ++k) {
     if (sources[k] != FigureSource::Measured || (k == 2 && myHost > 1)) continue;
     cache.links[cacheKey(LinkKind(k), myHost)] = shown[k];

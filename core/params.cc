@@ -109,11 +109,13 @@ const Entry kEntries[] = {
      "Reduction kernel instruction set: auto, avx512, avx2 or generic."},
     // Topology (docs/TOPOLOGY.md).
     {"LOOM_TOPO_MEASURE", Type::Int, "1",
-     "Link measurement at init: 0 never (cached figures, else defaults), 1 when this host's "
-     "cache has no figures for a link kind the communicator uses, 2 always."},
+     "Link and memory measurement at init: 0 never (cached figures, else defaults), 1 when "
+     "this host's cache has no figures for a link kind the communicator uses or for its "
+     "memory, 2 always."},
     {"LOOM_TOPO_MEASURE_MS", Type::Int, "4",
      "Milliseconds one pair of ranks spends measuring one link kind (latency and bandwidth), "
-     "besides connecting; at least a few samples are always taken."},
+     "besides connecting, and a host's first rank its memory; at least a few samples are "
+     "always taken."},
     {"LOOM_TOPO_FILE", Type::String, "",
      "Load the communicator's topology from this JSON model instead of detecting it (its "
      "ranks must match the communicator)."},

@@ -151,11 +151,14 @@ int showLocal(int ranks) {
            d.pcieBandwidth > 0 ? (", pcie " + rate(d.pcieBandwidth)).c_str() : "",
            d.linkBandwidth > 0 ? (", port " + rate(d.linkBandwidth)).c_str() : "");
   auto start = std::chrono::steady_clock::now();
-  LinkMeasurement m = measureLocalLinks(kMeasureBudgetSeconds);
+  LinkMeasurement m = measureLocalLinks(lastLevelCacheOf(info).size, kMeasureBudgetSeconds);
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
                   .count();
-  printf("measured (%.0f ms): memcpy %s, 64 B copy %.3g us, tcp loopback one-way %.3g us\n", ms,
-         rate(m.memcpyBandwidth).c_str(), m.memcpyLatency * 1e6, m.tcpLatency * 1e6);
+  printf("measured (%.0f ms): memcpy %s in cache, %s beyond; kernel read %.3g copies + %.3g us;"
+         " 64 B copy %.3g us, tcp loopback one-way %.3g us\n",
+         ms, rate(m.memory.cacheBandwidth).c_str(), rate(m.memory.memBandwidth).c_str(),
+         m.memory.kernelReadCopies, m.memory.kernelReadOverhead * 1e6, m.memcpyLatency * 1e6,
+         m.tcpLatency * 1e6);
   Topology t = probedTopology(info, ranks);
   std::vector<int32_t> nodes;
   std::vector<std::string> labels;

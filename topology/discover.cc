@@ -109,11 +109,23 @@ Topology buildCommTopology(const std::string& name, const CommDescription& d) {
     // Nor is a barrier of the host's ranks timed at init: it is each rank's flag taking one
     // trip between cores (ShmArena), as a small message's first cache line does.
     b.node(hostNode).cpu.barrierLatency = same.latency;
-    // Not measured at init: reading another process's memory through the kernel (a
-    // single-copy shm receive, a peer read of plain memory) costs a system call and the
-    // pinning of the pages. docs/CALIBRATION.md fits 1.1 us and 1.07 CPU bytes per byte here.
+    // Reading another process's memory through the kernel (a single-copy shm receive, a peer
+    // read of plain memory) costs a system call and the pinning of the pages; where the host's
+    // memory figures were not measured, what an earlier calibration (docs/CALIBRATION.md) fitted
+    // on an Intel VM, whose kernel reads cost little more than a memcpy.
     b.node(hostNode).cpu.singleCopyOverhead = kKernelReadOverhead;
     b.node(hostNode).cpu.peerReadCopies = kKernelReadCopies;
+    // Measured at init, once per host: one core's copy rates, in its last-level cache and
+    // beyond it, and what a read through the kernel costs on this kernel and CPU.
+    if (const MemoryFigures& m = host.memory; m.known() && host.cacheBytes > 0) {
+      b.node(hostNode).cpu.cacheBytes = host.cacheBytes;
+      b.node(hostNode).cpu.cacheBandwidth = m.cacheBandwidth;
+      b.node(hostNode).cpu.memBandwidth = m.memBandwidth;
+      if (m.kernelReadCopies > 0) {
+        b.node(hostNode).cpu.peerReadCopies = m.kernelReadCopies;
+        b.node(hostNode).cpu.singleCopyOverhead = m.kernelReadOverhead;
+      }
+    }
     b.node(hostNode).cpu.netMessageOverhead = kNetMessageOverhead;
     b.node(hostNode).cpu.streamingCopies = kStreamingCopies;
     // Nor is reading what another core just wrote; its reach is the probed private cache.
@@ -256,12 +268,20 @@ Status loadHostCache(const std::string& dir, const std::string& signature, HostC
     if (cache.signature != signature)
       return errorf(loomInvalidUsage, "%s belongs to another host (%s)", path.c_str(),
                     cache.signature.c_str());
-    // An entry from before loom recorded private caches holds only part of what the probe
-    // gives: its probe fields are left empty, so that init probes once and files all of it.
-    if (doc.contains("privateCacheBytes")) {
+    // An entry from before loom recorded the last-level cache holds only part of what the
+    // probe gives: its probe fields are left empty, so that init probes once and files all of it.
+    if (doc.contains("cacheBytes")) {
       cache.cores = doc.at("cores").get<int>();
       cache.privateCacheBytes = doc.at("privateCacheBytes").get<uint64_t>();
+      cache.cacheInstanceBytes = doc.at("cacheInstanceBytes").get<uint64_t>();
+      cache.cacheBytes = doc.at("cacheBytes").get<uint64_t>();
       cache.numaCpus = doc.at("numaCpus").get<std::vector<std::vector<int>>>();
+    }
+    if (doc.contains("memory")) {
+      const json& m = doc.at("memory");
+      cache.memory = {m.at("cacheBandwidth").get<double>(), m.at("memBandwidth").get<double>(),
+                      m.at("kernelReadCopies").get<double>(),
+                      m.at("kernelReadOverhead").get<double>()};
     }
     for (const auto& [key, figures] : doc.at("links").items())
       cache.links[key] = {figures.at("latency").get<double>(),
@@ -307,8 +327,15 @@ Status saveHostCache(const std::string& dir, const HostCache& cache) {
   json doc = {{"signature", cache.signature},
               {"cores", cache.cores},
               {"privateCacheBytes", cache.privateCacheBytes},
+              {"cacheInstanceBytes", cache.cacheInstanceBytes},
+              {"cacheBytes", cache.cacheBytes},
               {"numaCpus", cache.numaCpus},
               {"links", links}};
+  if (cache.memory.known())
+    doc["memory"] = {{"cacheBandwidth", cache.memory.cacheBandwidth},
+                     {"memBandwidth", cache.memory.memBandwidth},
+                     {"kernelReadCopies", cache.memory.kernelReadCopies},
+                     {"kernelReadOverhead", cache.memory.kernelReadOverhead}};
   return writeFileAtomically(hostCachePath(dir, cache.signature), doc.dump(1) + "\n");
 }
 

@@ -26,6 +26,19 @@ struct LinkFigures {
   bool known() const { return latency > 0 && bandwidth > 0; }
 };
 
+// One core's copy rates on a host (topology::measureMemory), which the cost model's HostCpu
+// takes as cacheBandwidth, memBandwidth, peerReadCopies and singleCopyOverhead. Zero means
+// "not known".
+struct MemoryFigures {
+  double cacheBandwidth = 0;  // bytes/s of memcpy between buffers in the last-level cache
+  double memBandwidth = 0;    // bytes/s of memcpy between buffers beyond it
+  // A byte read through the kernel (process_vm_readv, ordinary pages), in cached memcpy bytes:
+  // the page pinning makes it several here (~4 on the 2-core dev VM).
+  double kernelReadCopies = 0;
+  double kernelReadOverhead = 0;  // s each such read costs besides its bytes
+  bool known() const { return cacheBandwidth > 0 && memBandwidth > 0; }
+};
+
 // The link kinds discovery measures, in the order a rank measures them.
 enum class LinkKind : uint8_t { SameNuma, CrossNuma, Network };
 constexpr int kLinkKinds = 3;
@@ -45,6 +58,8 @@ struct HostDescription {
   int cores = 0;     // 0: unknown
   int numaNodes = 1;
   uint64_t privateCacheBytes = 0;  // each core's own cache (privateCacheOf); 0: unknown
+  uint64_t cacheBytes = 0;         // the last-level caches of all its cores; 0: unknown
+  MemoryFigures memory;            // unknown: the model gives the host no copy rates
   LinkFigures sameNuma, crossNuma;  // rank to rank within the host (sameNuma.perMessage is
                                     // the model's HostCpu::stepOverhead)
 };
@@ -90,7 +105,10 @@ struct HostCache {
   std::string signature;
   int cores = 0;
   uint64_t privateCacheBytes = 0;            // privateCacheOf the probe (0: it found none)
+  uint64_t cacheInstanceBytes = 0;           // lastLevelCacheOf the probe: one instance
+  uint64_t cacheBytes = 0;                   // and all of them (0: it found none)
   std::vector<std::vector<int>> numaCpus;    // OS CPU numbers per NUMA node
+  MemoryFigures memory;                      // measured once, by the host's first rank
   std::map<std::string, LinkFigures> links;  // by linkCacheKey
 };
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "topology/builders.h"
+#include "topology/discover.h"
 #include "topology/topology.h"
 
 namespace loom::topology {
@@ -42,6 +43,10 @@ struct HostInfo {
 // core, usually L2); 0 when hwloc says of none.
 uint64_t privateCacheOf(const HostInfo& info);
 
+// The outermost cache level (usually L3): bytes per instance and the instances on the host;
+// a level of size 0 when hwloc says of none.
+CacheLevel lastLevelCacheOf(const HostInfo& info);
+
 // Reads hwloc. Fails only when hwloc itself cannot load a topology. Without `withDevices` the
 // PCI scan (the slow part) is skipped and `devices` stays empty.
 Status probeHost(HostInfo* out, bool withDevices = true);
@@ -61,14 +66,25 @@ Topology localTopology(const HostInfo& info, const LocalLinkFigures& figures = {
 // Adds a rank bound to NUMA node `numa` (its own Cpu endpoint on that hub).
 int32_t addLocalRank(Topology* t, int numa, const LinkSpec& memory);
 
-// A short measurement of the local links, bounded by `budgetSeconds` (60% for memcpy, 40% for
-// TCP; each stops when its share runs out, after at least one sample, so one 64 MiB copy may
-// overrun). Pure: no global state, no logging.
+// One core's copy rates (MemoryFigures), measured with the host otherwise quiet: memcpy of
+// buffers a quarter of one last-level cache instance (`cacheBytes`; 0: unknown, 4 MiB taken)
+// between them, clamped to 256 KiB – 4 MiB; memcpy between two buffers of that instance's size
+// (8 – 64 MiB each, on huge pages where the kernel gives them, so that their page faults cost
+// little); process_vm_readv of this process's own memory on ordinary pages, as user buffers
+// are, as the shm transport's single-copy receive and peer reads do. Each figure is the best of
+// a few passes; the whole takes ~10 ms plus the faults of the buffers, more only when
+// `budgetSeconds` allows more passes. kernelReadCopies stays 0 where the kernel refuses
+// process_vm_readv (a seccomp profile, say).
+MemoryFigures measureMemory(uint64_t cacheBytes, double budgetSeconds);
+
+// A short measurement of the local links for loom-topo, bounded by `budgetSeconds` (60% for
+// memory, 40% for TCP; each stops when its share runs out, after at least one sample). Pure: no
+// global state, no logging.
 struct LinkMeasurement {
-  double memcpyBandwidth = 0;  // bytes/s, one thread, buffers beyond the last-level cache
-  double memcpyLatency = 0;    // s for a 64-byte copy (cache-hot; the floor of a shm message)
-  double tcpLatency = 0;       // s, one-way (1-byte ping-pong over 127.0.0.1); 0: failed
+  MemoryFigures memory;
+  double memcpyLatency = 0;  // s for a 64-byte copy (cache-hot; the floor of a shm message)
+  double tcpLatency = 0;     // s, one-way (1-byte ping-pong over 127.0.0.1); 0: failed
 };
-LinkMeasurement measureLocalLinks(double budgetSeconds);
+LinkMeasurement measureLocalLinks(uint64_t cacheBytes, double budgetSeconds);
 
 }  // namespace loom::topology

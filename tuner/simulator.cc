@@ -732,16 +732,17 @@ class Simulator {
   }
 
   // CPU bytes per byte of the connection's next slice (Route::cpuWeight, the slot path's
-  // copies and handshakes). A single-copy message costs at most one for a Recv (the peer's one
-  // read of the sender's memory) and two for a RecvReduce (that read into the destination, then
-  // the combine over it), whatever the slots' figure. One of data its sender wrote during the
-  // call costs the reader more (HostCpu::dirtyReadCopies).
+  // copies and handshakes). A single-copy message is instead the receiver's one read of the
+  // sender's memory through the kernel, which costs what a peer read does (peerReadCopies,
+  // default 1), plus one for a RecvReduce's combine over it, whatever the slots' figure. One of
+  // data its sender wrote during the call costs the reader more (HostCpu::dirtyReadCopies).
   double headWeight(const Connection& c) const {
-    const double weight = routes_[c.route].cpuWeight;
     const SimStep& send = steps_[c.sends[c.headMsg]];
     const bool recv = steps_[c.recvs[c.headMsg]].kind == StepKind::Recv;
-    return (send.singleCopy ? std::min(weight, recv ? 1.0 : 2.0) : weight) +
-           send.dirty * rankCpu_[size_t(c.dst)].cpu.dirtyReadCopies;
+    const topology::HostCpu& reader = rankCpu_[size_t(c.dst)].cpu;
+    const double kernelRead = reader.peerReadCopies > 0 ? reader.peerReadCopies : 1;
+    return (send.singleCopy ? kernelRead + (recv ? 0 : 1) : routes_[c.route].cpuWeight) +
+           send.dirty * reader.dirtyReadCopies;
   }
 
   // Starts the connection's next slice when its send and its receive both may touch it.

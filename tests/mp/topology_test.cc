@@ -105,6 +105,18 @@ TEST(CommTopology, SameOnEveryRankMeasuredThenCached) {
         const double step = first.nodes[size_t(first.hostNodes()[0])].cpu.stepOverhead;
         RANK_CHECK(step >= 0 && step < 2 * f.latency + 1e-6, "stepOverhead %g s (latency %g s)",
                    step, f.latency);
+        // One core's copy rates, measured once for the host, where hwloc names its last-level
+        // cache (the model has no use for them without its size).
+        const topology::HostCpu& cpu = first.nodes[size_t(first.hostNodes()[0])].cpu;
+        topology::HostInfo info;
+        if (topology::probeHost(&info, false).isOk() &&
+            topology::lastLevelCacheOf(info).size > 0) {
+          RANK_CHECK(cpu.cacheBytes >= topology::lastLevelCacheOf(info).size, "cacheBytes %llu",
+                     (unsigned long long)cpu.cacheBytes);
+          RANK_CHECK(cpu.memBandwidth > 5e8 && cpu.cacheBandwidth > 5e8,
+                     "copy rates %g and %g B/s", cpu.memBandwidth, cpu.cacheBandwidth);
+          RANK_CHECK(cpu.peerReadCopies > 0, "peerReadCopies %g", cpu.peerReadCopies);
+        }
         std::string file = topology::hostCachePath(
             dir, topology::hostSignature(comm->peer(0).hostname, comm->peer(0).hostId));
         comm->leave();

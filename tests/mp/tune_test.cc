@@ -50,9 +50,11 @@ TEST(Tune, LoomTunePicksTheAlgorithmAndTheModelTheRest) {
   ASSERT_EQ(describeFailures(results), "");
   for (int r = 0; r < kRanks; ++r) {
     const std::string& out = results[size_t(r)].output;
-    EXPECT_TRUE(logged(out, "allreduce #0 count 1001", "tree lanes=2", "rule 1")) << out;
-    EXPECT_TRUE(logged(out, "allreduce #1 count 524288", "", "model")) << out;
-    EXPECT_TRUE(logged(out, "allgather #2 count 7", "rd", "rule 2")) << out;
+    // (Call numbers are not fixed: where the model's choice for mapped buffers differs, the
+    // communicator first asks the ranks about their buffers, which takes a number too.)
+    EXPECT_TRUE(logged(out, "count 1001 float", "tree lanes=2", "rule 1")) << out;
+    EXPECT_TRUE(logged(out, "count 524288 float", "", "model")) << out;
+    EXPECT_TRUE(logged(out, "count 7 int32", "rd", "rule 2")) << out;
   }
   // Rank 0 logs the communicator's decision table once, at INFO.
   EXPECT_NE(results[0].output.find("decision table (cost model, LOOM_TUNE rules first)"),

@@ -61,7 +61,10 @@ TEST(CommTopology, TwoHostsTwoRanksEach) {
   EXPECT_EQ(t.nodes[size_t(hosts[0])].name, "box");
   EXPECT_EQ(t.nodes[size_t(hosts[1])].name, "box-1");
   EXPECT_EQ(t.nodes[size_t(hosts[1])].cpu.cores, 8);
-  // Reads through the kernel are not measured at init: the calibrated defaults.
+  // Without measured memory figures: no copy rates (the simulator's default), and reads
+  // through the kernel at the calibrated defaults.
+  EXPECT_EQ(t.nodes[size_t(hosts[1])].cpu.memBandwidth, 0);
+  EXPECT_EQ(t.nodes[size_t(hosts[1])].cpu.cacheBytes, 0u);
   EXPECT_EQ(t.nodes[size_t(hosts[1])].cpu.singleCopyOverhead, 1e-6);
   EXPECT_EQ(t.nodes[size_t(hosts[1])].cpu.peerReadCopies, 1.1);
   // Nor is the kernel's work per TCP message, nor what a streamed copy saves.
@@ -74,6 +77,23 @@ TEST(CommTopology, TwoHostsTwoRanksEach) {
   t = buildCommTopology("two", d);
   EXPECT_EQ(t.nodes[size_t(hosts[1])].cpu.privateCacheBytes, 1u << 20);
   EXPECT_GT(t.nodes[size_t(hosts[1])].cpu.dirtyReadCopies, 0);
+  // Measured memory figures become the host's copy rates and kernel-read costs; a kernel
+  // that refused the reads (copies 0) leaves those at the defaults.
+  d.hosts[1].cacheBytes = 32 << 20;
+  d.hosts[1].memory = {50e9, 20e9, 4.1, 0.8e-6};
+  t = buildCommTopology("two", d);
+  const topology::HostCpu& cpu = t.nodes[size_t(hosts[1])].cpu;
+  EXPECT_EQ(cpu.cacheBytes, 32u << 20);
+  EXPECT_EQ(cpu.cacheBandwidth, 50e9);
+  EXPECT_EQ(cpu.memBandwidth, 20e9);
+  EXPECT_EQ(cpu.peerReadCopies, 4.1);
+  EXPECT_EQ(cpu.singleCopyOverhead, 0.8e-6);
+  EXPECT_EQ(t.nodes[size_t(hosts[0])].cpu.memBandwidth, 0);  // the other host has none
+  d.hosts[1].memory.kernelReadCopies = 0;
+  t = buildCommTopology("two", d);
+  EXPECT_EQ(t.nodes[size_t(hosts[1])].cpu.memBandwidth, 20e9);
+  EXPECT_EQ(t.nodes[size_t(hosts[1])].cpu.peerReadCopies, 1.1);
+  d.hosts[1].memory = {};
   // Within a host: the measured same-NUMA figures; across: the measured network figures.
   PathFigures local = between(t, 0, 1), remote = between(t, 1, 2);
   EXPECT_NEAR(local.latency, kSame.latency, 1e-12);
@@ -240,7 +260,10 @@ TEST_F(HostCacheTest, RoundTripInACreatedDirectory) {
   c.signature = sig;
   c.cores = 6;
   c.privateCacheBytes = 1 << 20;
+  c.cacheInstanceBytes = 16 << 20;
+  c.cacheBytes = 32 << 20;
   c.numaCpus = {{0, 1, 2}, {3, 4, 5}};
+  c.memory = {51.5e9, 19.25e9, 4.125, 8.5e-7};
   c.links["same-NUMA/shm"] = {1.25e-6, 7.5e9};
   c.links["network/tcp/00000000deadbeef"] = {3.3e-5, 1.1e9};
   Status s = saveHostCache(dir_, c);  // creates dir_ and its parent
@@ -251,7 +274,13 @@ TEST_F(HostCacheTest, RoundTripInACreatedDirectory) {
   EXPECT_EQ(back.signature, sig);
   EXPECT_EQ(back.cores, 6);
   EXPECT_EQ(back.privateCacheBytes, 1u << 20);
+  EXPECT_EQ(back.cacheInstanceBytes, 16u << 20);
+  EXPECT_EQ(back.cacheBytes, 32u << 20);
   EXPECT_EQ(back.numaCpus, c.numaCpus);
+  EXPECT_EQ(back.memory.cacheBandwidth, 51.5e9);
+  EXPECT_EQ(back.memory.memBandwidth, 19.25e9);
+  EXPECT_EQ(back.memory.kernelReadCopies, 4.125);
+  EXPECT_EQ(back.memory.kernelReadOverhead, 8.5e-7);
   ASSERT_EQ(back.links.size(), 2u);
   EXPECT_EQ(back.links["same-NUMA/shm"].latency, 1.25e-6);  // exact: doubles round-trip
   EXPECT_EQ(back.links["network/tcp/00000000deadbeef"].bandwidth, 1.1e9);
@@ -267,18 +296,22 @@ TEST_F(HostCacheTest, RoundTripInACreatedDirectory) {
             loomInvalidUsage);
 }
 
-// An entry filed before loom recorded private caches keeps its measured links but not its
-// probe fields, so that init probes the host once more and files what it found, 0 included.
-TEST_F(HostCacheTest, EntriesWithoutThePrivateCacheAreProbedAgain) {
+// An entry filed before loom recorded the last-level cache keeps its measured links but not
+// its probe fields, so that init probes the host once more and files what it found, 0
+// included; it has no memory figures, so init measures them.
+TEST_F(HostCacheTest, EntriesWithoutTheLastLevelCacheAreProbedAgain) {
   std::string sig = hostSignature("testhost", 8);
   std::filesystem::create_directories(dir_);
   std::ofstream(hostCachePath(dir_, sig))
       << R"({"signature": ")" << sig << R"(", "cores": 6, "numaCpus": [[0, 1, 2, 3, 4, 5]],)"
+      << R"( "privateCacheBytes": 1048576,)"
       << R"( "links": {"same-NUMA/shm": {"latency": 1e-6, "bandwidth": 8e9}}})";
   HostCache old;
   ASSERT_TRUE(loadHostCache(dir_, sig, &old).isOk());
   EXPECT_EQ(old.cores, 0);
   EXPECT_TRUE(old.numaCpus.empty());
+  EXPECT_EQ(old.privateCacheBytes, 0u);
+  EXPECT_FALSE(old.memory.known());
   ASSERT_EQ(old.links.size(), 1u);
   EXPECT_EQ(old.links["same-NUMA/shm"].bandwidth, 8e9);
   old.cores = 6;

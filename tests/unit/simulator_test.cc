@@ -511,11 +511,11 @@ TEST(Simulator, ReadingWhatAnotherCoreJustWroteCostsDirtyReadCopies) {
   }
 }
 
-TEST(Simulator, ASingleCopyMessageCostsAtMostItsReadAndItsCombine) {
+TEST(Simulator, ASingleCopyMessageCostsAKernelReadAndItsCombine) {
   // Two ranks sharing one slow core, so the host's CPU limits the message: through the slots it
-  // costs messageCopies CPU bytes per byte; by one copy at most 1 as a Recv and 2 as a
-  // RecvReduce (the read into the destination, then the combine), less where the slots cost
-  // less.
+  // costs messageCopies CPU bytes per byte; by one copy, whatever the slots cost, it is a read
+  // through the kernel, priced as a peer read (peerReadCopies, 1 when not given), plus 1 for a
+  // RecvReduce's combine over what it read.
   const uint64_t count = 1 << 16;
   const double bytes = double(count * kElem), core = 1e9;
   for (bool reduce : {false, true}) {
@@ -526,16 +526,20 @@ TEST(Simulator, ASingleCopyMessageCostsAtMostItsReadAndItsCombine) {
                                  Region{kOutput, 0, count});
     else
       collectives::addRecv(plans[1].lanes[0], 0, Region{kOutput, 0, count});
-    for (double copies : {1.5, 3.0}) {
-      topology::Topology t = cpuHost(2, 1, core);
-      t.nodes[size_t(t.hostNodes()[0])].cpu.messageCopies = copies;
-      for (uint64_t threshold : {uint64_t(1), uint64_t(0)}) {  // single copy, slots
-        SimOptions o = whole();
-        o.singleCopyBytes = threshold;
-        SimResult r = simulate(plans, t, o);
-        ASSERT_TRUE(r.ok) << r.message;
-        const double weight = threshold == 0 ? copies : std::min(copies, reduce ? 2.0 : 1.0);
-        expectTime(2 * kLatency + weight * bytes / core, r.time);
+    for (double copies : {0.5, 3.0}) {
+      for (double kernelRead : {0.0, 4.0}) {
+        topology::Topology t = cpuHost(2, 1, core);
+        t.nodes[size_t(t.hostNodes()[0])].cpu.messageCopies = copies;
+        t.nodes[size_t(t.hostNodes()[0])].cpu.peerReadCopies = kernelRead;
+        for (uint64_t threshold : {uint64_t(1), uint64_t(0)}) {  // single copy, slots
+          SimOptions o = whole();
+          o.singleCopyBytes = threshold;
+          SimResult r = simulate(plans, t, o);
+          ASSERT_TRUE(r.ok) << r.message;
+          const double weight =
+              threshold == 0 ? copies : (kernelRead > 0 ? kernelRead : 1) + (reduce ? 1 : 0);
+          expectTime(2 * kLatency + weight * bytes / core, r.time);
+        }
       }
     }
   }
