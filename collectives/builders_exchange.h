@@ -49,7 +49,8 @@ std::string refuseHierarchicalAlltoAll(const CollArgs& a);
 // the first k positions start at once, every later non-empty one is given (longest-processing
 // -time first: the slot with the least data so far) to a slot and may start only when the
 // slot's earlier messages have arrived but for the last `lead` elements (a.fanInLeadBytes, in
-// elements; its default is what a round trip keeps in flight, topology::roundTripBytes): the
+// elements; its default is the receiver's share of its link's queue, or what a round trip keeps
+// in flight where that is more, tuner::defaultFanInLead): the
 // next sender's first bytes then reach R as the last ones of the current sender do, and R's
 // link never idles for the round trip between. Each slot is thus a chain of messages, so at
 // most k messages of more than `lead` elements are in flight into R (besides them only the

@@ -80,9 +80,10 @@ const Entry kEntries[] = {
     {"LOOM_ALLTOALL_LEAD", Type::Int, "-1",
      "Incast-aware alltoall: bytes before the end of a sender's message at which its receiver "
      "lets the next sender start, so that the link does not idle for the round trip between; "
-     "-1: what the communicator's model says one round trip holds (bandwidth x round-trip "
-     "time), 0: only once the message has arrived. Alltoallv has none (a sender cannot know "
-     "where its message falls)."},
+     "-1: the receiving rank's share of a 1 MiB link queue (1 MiB / (2 x the most ranks a host "
+     "has)), or what the communicator's model says one round trip holds where that is more; "
+     "for a network whose links queue Q bytes, set Q / (2 x ranks per host); 0: only once the "
+     "message has arrived. Alltoallv has none (a sender cannot know where its message falls)."},
     {"LOOM_TUNE", Type::String, "",
      "Tuning rules that override the cost model (docs/TUNING.md), ';' or newline separated, "
      "e.g. \"allreduce size=0-64K -> rd; alltoall -> incast k=2\"; @FILE reads them from FILE."},

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdio>
+#include <map>
 
 #include "core/params.h"
 #include "topology/analysis.h"
@@ -213,10 +214,17 @@ SimOptions communicatorSimOptions() {
   return config.sim;
 }
 
+uint64_t defaultFanInLead(const topology::Topology& topo) {
+  std::map<int32_t, uint64_t> ranksOf;
+  uint64_t perHost = 1;
+  for (const topology::Rank& r : topo.ranks) perHost = std::max(perHost, ++ranksOf[r.host]);
+  return std::max(topology::roundTripBytes(topo), kLinkQueueBytes / (2 * perHost));
+}
+
 CallSettings callSettings(const AlgoParams& fixed, const topology::Topology& topo) {
   CallSettings a;
   const int64_t lead = params::getInt("LOOM_ALLTOALL_LEAD");
-  a.fanInLeadBytes = lead >= 0 ? uint64_t(lead) : topology::roundTripBytes(topo);
+  a.fanInLeadBytes = lead >= 0 ? uint64_t(lead) : defaultFanInLead(topo);
   a.lanes = std::max(1, fixed.lanes);
   a.torusX = fixed.torusX;
   a.torusY = fixed.torusY;

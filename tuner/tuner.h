@@ -72,8 +72,23 @@ SimOptions communicatorSimOptions();
 // The call settings every builder sees on a communicator whose cost model is `topo`, before a
 // decision applies its parameters: the fixed ones (else 1 lane, derived torus dims, fan-in 1),
 // the bytes of the direct arena a call may use (LOOM_SHM_DIRECT_BYTES) and the incast lead
-// (LOOM_ALLTOALL_LEAD, by default topology::roundTripBytes of `topo`).
+// (LOOM_ALLTOALL_LEAD, by default defaultFanInLead of `topo`).
 collectives::CallSettings callSettings(const AlgoParams& fixed, const topology::Topology& topo);
+
+// What a host's network link is taken to queue before it drops, the models having no figure of
+// their own for it: a Linux interface's default queue of 1000 packets holds 1.5 MB at MTU 1500,
+// and datacenter switches give a port 0.5-2 MB. A shallower network is described by setting
+// LOOM_ALLTOALL_LEAD (docs/TUNING.md).
+constexpr uint64_t kLinkQueueBytes = 1 << 20;
+// The incast lead by default: how many bytes before the end of a sender's message its
+// receiver lets the next sender start. At least what one round trip holds
+// (topology::roundTripBytes), so that the link does not idle between turns; and as much as
+// the receiver's share of its link's queue, kLinkQueueBytes / (2 x the most ranks a host has:
+// each receiver may have two leads in flight, the end of one message and the start of the
+// next), since holding back what the queue can take only adds a token's round trip per turn
+// — ~100 us of wake-ups with 8 ranks on 2 cores (4 hosts x 2 ranks at 1 Gbit/s, 1 MB queue:
+// 8 KiB calls 2.3-2.6x slower than the plain exchange with a 3.4 KB lead, level with 256 KB).
+uint64_t defaultFanInLead(const topology::Topology& topo);
 
 class Tuner {
  public:

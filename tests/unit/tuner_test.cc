@@ -329,9 +329,19 @@ TEST(Tuner, DecisionTableSummaryMergesEqualDecisions) {
   EXPECT_EQ(lines[1], "broadcast: 8-16K tree (built-in 10); 32K-1M chain (built-in 11)");
 }
 
-// The incast lead every call gets: LOOM_ALLTOALL_LEAD's bytes, or by default what the model's
-// narrowest route holds over a round trip; below -1 it is refused, naming the parameter.
-TEST(Tuner, TheIncastLeadIsTheSettingOrTheModelsRoundTrip) {
+// The incast lead every call gets: LOOM_ALLTOALL_LEAD's bytes, or by default the receiving
+// rank's share of its link's queue (two leads per rank of the fullest host), or what the
+// model's narrowest route holds over a round trip where that is more; below -1 it is refused,
+// naming the parameter.
+TEST(Tuner, TheIncastLeadIsTheSettingOrTheQueueShareOrTheRoundTrip) {
+  EXPECT_EQ(defaultFanInLead(uniformTopology({4, 2, 20e9, 0.5e-6, 1.25e9, 10e-6})),
+            kLinkQueueBytes / 4);
+  EXPECT_EQ(defaultFanInLead(uniformTopology({2, 8, 20e9, 0.5e-6, 1.25e9, 10e-6})),
+            kLinkQueueBytes / 16);
+  // A long fat route holds more than the queue share: 12.5 GB/s over a 2 x 1 ms round trip.
+  const topology::Topology far = uniformTopology({2, 2, 20e9, 0.5e-6, 12.5e9, 1e-3});
+  EXPECT_GT(topology::roundTripBytes(far), kLinkQueueBytes);
+  EXPECT_EQ(defaultFanInLead(far), topology::roundTripBytes(far));
   const topology::Topology t = uniformTopology({2, 2, 20e9, 0.5e-6, 1.25e9, 10e-6});
   auto leadWith = [&](const char* value, Status* st) {
     if (value) {
@@ -345,9 +355,9 @@ TEST(Tuner, TheIncastLeadIsTheSettingOrTheModelsRoundTrip) {
     return callSettings(config.fixed, t).fanInLeadBytes;
   };
   Status st;
-  EXPECT_EQ(leadWith(nullptr, &st), topology::roundTripBytes(t));
+  EXPECT_EQ(leadWith(nullptr, &st), defaultFanInLead(t));
   EXPECT_TRUE(st.isOk());
-  EXPECT_GT(topology::roundTripBytes(t), 0u);
+  EXPECT_EQ(defaultFanInLead(t), kLinkQueueBytes / 4);
   EXPECT_EQ(leadWith("0", &st), 0u);
   EXPECT_EQ(leadWith("65536", &st), 65536u);
   leadWith("-2", &st);
