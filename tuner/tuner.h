@@ -87,7 +87,7 @@ constexpr uint64_t kLinkQueueBytes = 1 << 20;
 // each receiver may have two leads in flight, the end of one message and the start of the
 // next), since holding back what the queue can take only adds a token's round trip per turn
 // — ~100 us of wake-ups with 8 ranks on 2 cores (4 hosts x 2 ranks at 1 Gbit/s, 1 MB queue:
-// 8 KiB calls 2.3-2.6x slower than the plain exchange with a 3.4 KB lead, level with 256 KB).
+// 8 KiB calls 2.3-4.4x slower than the plain exchange with a 3.4 KB lead, level with 256 KB).
 uint64_t defaultFanInLead(const topology::Topology& topo);
 
 class Tuner {
