@@ -81,16 +81,20 @@ Status runBurst(Connection* c, TransferOp::Kind kind, size_t count, const Deadli
   return runOps(c, all, deadline);
 }
 
-// Holds the calling thread on the lowest CPU it may run on until release(), then gives it back
-// its CPUs. Both ends of a pair pinned so share one core (with default masks, CPU 0).
+// Holds the calling thread on one CPU it may run on until release(), then gives it back its
+// CPUs: the which-th of them (mod their count), -1 for none. Both ends of a pair pinned alike
+// share one core; pairs of hosts that share a machine (network namespaces) measure at the same
+// time, so each host's pair takes its own CPU (which = its host), or they would all crowd CPU 0
+// and one host's per-message figure would read 10 us instead of 0.05.
 class OneCore {
  public:
-  explicit OneCore(bool on) {
-    if (!on || sched_getaffinity(0, sizeof(saved_), &saved_) != 0) return;
+  explicit OneCore(int which) {
+    if (which < 0 || sched_getaffinity(0, sizeof(saved_), &saved_) != 0) return;
     cpu_set_t one;
     CPU_ZERO(&one);
-    for (int c = 0; c < CPU_SETSIZE; ++c) {
-      if (!CPU_ISSET(c, &saved_)) continue;
+    const int allowed = CPU_COUNT(&saved_);
+    for (int c = 0, seen = 0; c < CPU_SETSIZE && allowed > 0; ++c) {
+      if (!CPU_ISSET(c, &saved_) || seen++ != which % allowed) continue;
       CPU_SET(c, &one);
       break;
     }
@@ -108,8 +112,8 @@ class OneCore {
 };
 
 // The responder echoes pings and acknowledges bulk transfers until the initiator says stop.
-// sharedCore: it answers the pings from the initiator's core (see initiate).
-Status respond(Connection* c, std::vector<char>* bulk, bool sharedCore, const Deadline& deadline) {
+// sharedCore: the CPU (OneCore) it answers the pings from, the initiator's (see initiate).
+Status respond(Connection* c, std::vector<char>* bulk, int sharedCore, const Deadline& deadline) {
   OneCore pin(sharedCore);
   for (;;) {
     uint64_t command = kStop;
@@ -132,11 +136,11 @@ Status respond(Connection* c, std::vector<char>* bulk, bool sharedCore, const De
 }
 
 // Latency: half the median round trip of 8-byte pings. Bandwidth: 1 MiB over the fastest
-// bulk round, less one round trip (the command and the acknowledgement). sharedCore: the
-// pings run with both ends on one core, so every answer waits for the other end to be
+// bulk round, less one round trip (the command and the acknowledgement). sharedCore (a CPU for
+// OneCore, -1 for none): the pings run with both ends on one core, so every answer waits for the other end to be
 // scheduled — as it does in a collective when the host has more ranks than cores, which a
 // pair pinging on two otherwise idle cores would never show.
-Status initiate(Connection* c, std::vector<char>* bulk, double budget, bool sharedCore,
+Status initiate(Connection* c, std::vector<char>* bulk, double budget, int sharedCore,
                 const Deadline& deadline, LinkFigures* out) {
   auto start = Clock::now();
   OneCore pin(sharedCore);
@@ -194,7 +198,7 @@ Status initiate(Connection* c, std::vector<char>* bulk, double budget, bool shar
 }
 
 // One pair's measurement over a connection of its own, closed before returning.
-Status measurePair(transports::Transport* t, int peer, bool initiator, bool sharedCore,
+Status measurePair(transports::Transport* t, int peer, bool initiator, int sharedCore,
                    double budget, int64_t timeoutMs, LinkFigures* out) {
   int64_t ms = timeoutMs < 0 ? kMeasureTimeoutMs : std::min(timeoutMs, kMeasureTimeoutMs);
   Deadline deadline(ms);
@@ -425,7 +429,7 @@ Status Comm::detectTopology(const Deadline& deadline) {
     if (p.initiator != me && p.responder != me) continue;
     int peerRank = p.initiator == me ? p.responder : p.initiator;
     LinkFigures figures;
-    const bool oneCore = sharedCore && p.kind != LinkKind::Network;
+    const int oneCore = sharedCore && p.kind != LinkKind::Network ? p.host : -1;
     Status st = measurePair(transportFor(peerRank), peerRank, p.initiator == me, oneCore, budget,
                             timeoutMs(), &figures);
     if (!st.isOk())
@@ -438,8 +442,9 @@ Status Comm::detectTopology(const Deadline& deadline) {
   }
   // A host's memory figures are measured by its first rank when its cache has none (or always,
   // mode 2), once per machine: hosts that share one (network namespaces) take the figures of
-  // its first such host, since two measuring at once would halve each other's cores. Last,
-  // so that every other rank of the machine sleeps in the allgather meanwhile.
+  // its first such host, since two measuring at once would halve each other's cores. After
+  // every pair has finished (the links' allgather), so that every other rank of the machine
+  // sleeps in the memory's allgather meanwhile.
   std::vector<int> memoryMeasurer(size_t(hostCount_), -1);
   for (int h = 0; h < hostCount_; ++h) {
     const int first = firstRank[size_t(h)];
@@ -452,14 +457,13 @@ Status Comm::detectTopology(const Deadline& deadline) {
         break;
       }
   }
-  const bool measuresMemory = std::find(memoryMeasurer.begin(), memoryMeasurer.end(), me) !=
-                              memoryMeasurer.end();
-  if (measuresMemory) measured.memory = topology::measureMemory(cache.cacheInstanceBytes, budget);
   std::vector<MeasureRecord> results(static_cast<size_t>(n));
-  const bool anyMemory = std::any_of(memoryMeasurer.begin(), memoryMeasurer.end(),
-                                     [](int r) { return r >= 0; });
-  if (!pairs.empty() || anyMemory)
+  if (!pairs.empty()) LOOM_TRY(allgatherRecords(boot_, measured, n, deadline, &results));
+  if (std::any_of(memoryMeasurer.begin(), memoryMeasurer.end(), [](int r) { return r >= 0; })) {
+    if (std::find(memoryMeasurer.begin(), memoryMeasurer.end(), me) != memoryMeasurer.end())
+      measured.memory = topology::measureMemory(cache.cacheInstanceBytes, budget);
     LOOM_TRY(allgatherRecords(boot_, measured, n, deadline, &results));
+  }
 
   // Measured, else cached, else default, per host and kind.
   auto resolve = [&](LinkKind k, int host, FigureSource* source) {
