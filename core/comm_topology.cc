@@ -137,9 +137,9 @@ Status respond(Connection* c, std::vector<char>* bulk, int sharedCore, const Dea
 
 // Latency: half the median round trip of 8-byte pings. Bandwidth: 1 MiB over the fastest
 // bulk round, less one round trip (the command and the acknowledgement). sharedCore (a CPU for
-// OneCore, -1 for none): the pings run with both ends on one core, so every answer waits for the other end to be
-// scheduled — as it does in a collective when the host has more ranks than cores, which a
-// pair pinging on two otherwise idle cores would never show.
+// OneCore, -1 for none): the pings run with both ends on one core, so every answer waits for
+// the other end to be scheduled — as it does in a collective when the host has more ranks than
+// cores, which a pair pinging on two otherwise idle cores would never show.
 Status initiate(Connection* c, std::vector<char>* bulk, double budget, int sharedCore,
                 const Deadline& deadline, LinkFigures* out) {
   auto start = Clock::now();
@@ -216,7 +216,7 @@ struct ProbeRecord {
   int32_t numaNodes = 1;
   int32_t machineRanks = 0;  // ranks on its machine (several hosts' when they share it)
   uint64_t privateCacheBytes = 0;  // of its host's cores
-  uint64_t cacheInstanceBytes = 0, cacheBytes = 0;  // its host's last-level cache(s)
+  uint64_t cacheBytes = 0;         // its host's last-level caches, all of them
   LinkFigures cached[kLinkKinds];  // from its host's cache, zero when absent
   MemoryFigures cachedMemory;      // likewise
 };
@@ -402,7 +402,6 @@ Status Comm::detectTopology(const Deadline& deadline) {
   mine.cores = cache.cores;
   mine.machineRanks = machineRanks_;
   mine.privateCacheBytes = cache.privateCacheBytes;
-  mine.cacheInstanceBytes = cache.cacheInstanceBytes;
   mine.cacheBytes = cache.cacheBytes;
   mine.cachedMemory = cache.memory;
   mine.numaNodes = std::max(1, int(cache.numaCpus.size()));
@@ -446,16 +445,11 @@ Status Comm::detectTopology(const Deadline& deadline) {
   // every pair has finished (the links' allgather), so that every other rank of the machine
   // sleeps in the memory's allgather meanwhile.
   std::vector<int> memoryMeasurer(size_t(hostCount_), -1);
+  std::map<uint64_t, int> machineMeasurer;  // machine id -> the first rank measuring there
   for (int h = 0; h < hostCount_; ++h) {
     const int first = firstRank[size_t(h)];
     if (mode == 0 || (mode == 1 && records[size_t(first)].cachedMemory.known())) continue;
-    memoryMeasurer[size_t(h)] = first;
-    for (int g = 0; g < h; ++g)
-      if (memoryMeasurer[size_t(g)] >= 0 &&
-          peer(memoryMeasurer[size_t(g)]).machineId == peer(first).machineId) {
-        memoryMeasurer[size_t(h)] = memoryMeasurer[size_t(g)];
-        break;
-      }
+    memoryMeasurer[size_t(h)] = machineMeasurer.emplace(peer(first).machineId, first).first->second;
   }
   std::vector<MeasureRecord> results(static_cast<size_t>(n));
   if (!pairs.empty()) LOOM_TRY(allgatherRecords(boot_, measured, n, deadline, &results));

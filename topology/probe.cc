@@ -8,7 +8,6 @@
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +15,9 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+
+#include "transports/shm/shm_util.h"
+#include "transports/shm/user_memory.h"
 
 namespace loom::topology {
 
@@ -165,27 +167,17 @@ double secondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// An anonymous mapping, unmapped on destruction; MADV_HUGEPAGE asks for huge pages (one fault
-// per 2 MiB), else it keeps ordinary pages as most user buffers have. Touched at once, so the
-// measured passes take no faults.
-class Mapping {
- public:
-  Mapping(size_t bytes, bool huge) : bytes_(bytes) {
-    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return;
-    data_ = static_cast<char*>(p);
-    if (huge) madvise(data_, bytes, MADV_HUGEPAGE);
-    memset(data_, 1, bytes);
-  }
-  ~Mapping() {
-    if (data_ != nullptr) munmap(data_, bytes_);
-  }
-  char* data() const { return data_; }
-
- private:
-  size_t bytes_;
-  char* data_ = nullptr;
-};
+// An anonymous mapping (null if refused); `huge` asks for huge pages (one fault per 2 MiB),
+// else it keeps ordinary pages as most user buffers have. Touched at once, so the measured
+// passes take no faults.
+std::unique_ptr<transports::Mapping> touchedMapping(size_t bytes, bool huge) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  auto m = std::make_unique<transports::Mapping>(p, bytes);
+  if (huge) madvise(p, bytes, MADV_HUGEPAGE);
+  memset(p, 1, bytes);
+  return m;
+}
 
 // The best of at least `minimum` and at most `maximum` timed runs of f (fewer past `budget`).
 template <typename F>
@@ -201,10 +193,11 @@ double bestSeconds(int minimum, int maximum, double budget, F f) {
   return best;
 }
 
-// Reads `bytes` of this process's memory at src into dst through the kernel; false if refused.
+// Reads `bytes` of this process's memory at src into dst through the kernel, as the shm
+// transport reads a peer's; false if refused.
 bool kernelRead(char* dst, const char* src, size_t bytes) {
-  iovec local{dst, bytes}, remote{const_cast<char*>(src), bytes};
-  return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == ssize_t(bytes);
+  return transports::readProcessMemory(getpid(), -1, reinterpret_cast<uint64_t>(src), dst, bytes)
+      .isOk();
 }
 
 }  // namespace
@@ -218,16 +211,16 @@ MemoryFigures measureMemory(uint64_t cacheBytes, double budgetSeconds) {
   MemoryFigures m;
   const double share = budgetSeconds / 3;
   {
-    Mapping big(2 * beyond, true);
-    if (big.data() == nullptr) return m;
-    char* dst = big.data() + beyond;
+    const auto big = touchedMapping(2 * beyond, true);
+    if (big == nullptr) return m;
+    char* dst = big->base() + beyond;
     m.memBandwidth = double(beyond) / bestSeconds(2, 4, share, [&] {
-      memcpy(dst, big.data(), beyond);
+      memcpy(dst, big->base(), beyond);
     });
   }
-  Mapping small(2 * cached, false);
-  if (small.data() == nullptr) return {};
-  char *src = small.data(), *dst = small.data() + cached;
+  const auto small = touchedMapping(2 * cached, false);
+  if (small == nullptr) return {};
+  char *src = small->base(), *dst = small->base() + cached;
   const double copy = bestSeconds(3, 16, share, [&] { memcpy(dst, src, cached); });
   m.cacheBandwidth = double(cached) / copy;
   bool refused = false;

@@ -67,8 +67,8 @@ Topology localTopology(const HostInfo& info, const LocalLinkFigures& figures = {
 int32_t addLocalRank(Topology* t, int numa, const LinkSpec& memory);
 
 // One core's copy rates (MemoryFigures), measured with the host otherwise quiet: memcpy of
-// buffers a quarter of one last-level cache instance (`cacheBytes`; 0: unknown, 4 MiB taken)
-// between them, clamped to 256 KiB – 4 MiB; memcpy between two buffers of that instance's size
+// buffers a quarter of one last-level cache instance (`cacheBytes`; 0: unknown, taken as
+// 16 MiB) between them, clamped to 256 KiB – 4 MiB; memcpy between two buffers of that instance's size
 // (8 – 64 MiB each, on huge pages where the kernel gives them, so that their page faults cost
 // little); process_vm_readv of this process's own memory on ordinary pages, as user buffers
 // are, as the shm transport's single-copy receive and peer reads do. Each figure is the best of
