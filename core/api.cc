@@ -185,6 +185,15 @@ const char* loomGetErrorString(loomResult_t result) {
   }
 }
 
+loomResult_t loomCommGetLastAlgorithm(loomComm_t comm, const char** algorithm) {
+  Status st = checkComm(comm, "loomCommGetLastAlgorithm");
+  if (st.isOk() && algorithm == nullptr)
+    st = errorf(loomInvalidArgument, "loomCommGetLastAlgorithm: algorithm is NULL");
+  if (!st.isOk()) return finish(nullptr, st);
+  *algorithm = comm->impl->lastAlgorithm();
+  return loomSuccess;
+}
+
 const char* loomGetLastError(loomComm_t comm) {
   if (comm != nullptr && isLive(comm)) return comm->impl->lastError();
   return tLastError.c_str();

@@ -320,6 +320,11 @@ const char* Comm::lastError() {
   return lastErrorShown_.c_str();
 }
 
+const char* Comm::lastAlgorithm() {
+  lastAlgorithmShown_ = lastChoice_.builder == nullptr ? "" : tuner::describe(lastChoice_);
+  return lastAlgorithmShown_.c_str();
+}
+
 void Comm::leave() { boot_.leave(); }
 
 void Comm::abortPeers(const std::string& reason) { boot_.sendAbort(reason); }
@@ -409,6 +414,7 @@ Status Comm::runCollective(CallDesc& call) {
 Status Comm::runDecided(const CallDesc& call, const tuner::Decision& decision) {
   const collectives::CollArgs& a = call.args;
   const collectives::Builder* builder = decision.choice.builder;
+  lastChoice_ = decision.choice;
   size_t es = dtypeSize(call.dtype);
   std::array<void*, 4> buffers = {const_cast<void*>(call.input), call.output, nullptr, nullptr};
   // Filled on every call (cheap, no allocation), read only when the plan is not cached yet.

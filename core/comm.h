@@ -72,6 +72,8 @@ class Comm final : public collectives::ExecHost {
   loomResult_t asyncError();
   void setLastError(const std::string& msg);
   const char* lastError();
+  // The algorithm and parameters of the last collective (tuner::describe), "" before the first.
+  const char* lastAlgorithm();
 
   // Tells the peers this rank is gone on purpose (destroy) or not (abort).
   void leave();
@@ -211,6 +213,9 @@ class Comm final : public collectives::ExecHost {
   std::atomic<int> asyncError_{loomSuccess};
   std::mutex errorMutex_;
   std::string lastError_;
+  // What the last collective ran: kept as the decision's parts, described only when asked.
+  tuner::Candidate lastChoice_;
+  std::string lastAlgorithmShown_;
   std::string lastErrorShown_;
 };
 

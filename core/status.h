@@ -1,6 +1,7 @@
 // Status: the result of an internal operation, carrying a loomResult_t code and a message.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -14,12 +15,21 @@ std::string strprintf(const char* fmt, ...) __attribute__((format(printf, 1, 2))
 class [[nodiscard]] Status {
  public:
   Status() = default;  // success
-  Status(loomResult_t code, std::string message) : code_(code), message_(std::move(message)) {}
+  Status(loomResult_t code, std::string message)
+      : code_(code), message_(std::make_unique<std::string>(std::move(message))) {}
+  Status(const Status& o)
+      : code_(o.code_), message_(o.message_ ? std::make_unique<std::string>(*o.message_) : nullptr) {}
+  Status(Status&&) noexcept = default;
+  Status& operator=(const Status& o) {
+    if (this != &o) *this = Status(o);
+    return *this;
+  }
+  Status& operator=(Status&&) noexcept = default;
 
   static Status ok() { return Status(); }
   bool isOk() const { return code_ == loomSuccess; }
   loomResult_t code() const { return code_; }
-  const std::string& message() const { return message_; }
+  const std::string& message() const { return message_ ? *message_ : noMessage(); }
 
   // For best-effort calls whose failure is detected by other means (e.g. a goodbye message).
   void ignore() const {}
@@ -27,12 +37,19 @@ class [[nodiscard]] Status {
   // Prepends context ("allreduce #3: ") so the final message reads outermost-first.
   Status withContext(const std::string& context) const {
     if (isOk()) return *this;
-    return Status(code_, context + ": " + message_);
+    return Status(code_, context + ": " + message());
   }
 
  private:
+  static const std::string& noMessage() {
+    static const std::string empty;
+    return empty;
+  }
+
   loomResult_t code_ = loomSuccess;
-  std::string message_;
+  // Null on success: every call returns a Status, and a success that carries nothing costs the
+  // hot paths nothing to make and destroy (a std::string member was ~15% of an 8-byte call).
+  std::unique_ptr<std::string> message_;
 };
 
 template <typename... Args>

@@ -168,6 +168,11 @@ class LoomBackend : public Backend {
     return failures[0].empty();
   }
 
+  std::string lastAlgorithm() const override {
+    const char* name = nullptr;
+    return loomCommGetLastAlgorithm(comm_, &name) == loomSuccess ? name : "";
+  }
+
   bool run(const CollCall& call) override {
     const size_t n = call.count;
     const loomDataType_t t = call.dtype;

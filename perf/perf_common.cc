@@ -1104,7 +1104,9 @@ std::string formatJson(const RunMetadata& meta, const Options& o,
         "\"root\": %d, \"algorithm\": ",
         r.bytes, r.count, dtypeName(r.dtype),
         collectiveHasOp(meta.collective) ? opName(r.op) : "none", r.root);
-    j += jsonString(r.algorithm) + ", \"out_of_place\": " + jsonMeasurement(r.outOfPlace) +
+    j += jsonString(r.algorithm);
+    if (!r.ran.empty()) j += ", \"ran\": " + jsonString(r.ran);
+    j += ", \"out_of_place\": " + jsonMeasurement(r.outOfPlace) +
          ", \"in_place\": " + jsonMeasurement(r.inPlace);
     if (r.simulated && r.simulated->time.timeUs > 0) {
       const Measurement& m = r.simulated->time;
@@ -1471,6 +1473,7 @@ int runSweep(Backend& backend, const Options& o, const std::string& program,
           o.warmup, bytes, o.bytesPerSize ? std::max<size_t>(o.bytesPerSize / kWarmupShare, 1) : 0);
       const int iters = itersForSize(o.iters, bytes, o.bytesPerSize);
       SizeResult mine{};
+      std::string ran;  // what the library ran the out-of-place batch with, where it says
       for (int placement = 0; placement < 2 && !mine.failed; ++placement) {
         const bool inPlace = placement == 1;
         char* shared = recvBuf.get();
@@ -1492,6 +1495,7 @@ int runSweep(Backend& backend, const Options& o, const std::string& program,
         const auto end = std::chrono::steady_clock::now();
         mine.timeUs[placement] =
             std::chrono::duration<double, std::micro>(end - start).count() / iters;
+        if (placement == 0) ran = backend.lastAlgorithm();
         mine.wrong[placement] = -1;
         if (ok && o.check) {
           // Poison the output first so that a call which writes nothing cannot pass on
@@ -1533,6 +1537,7 @@ int runSweep(Backend& backend, const Options& o, const std::string& program,
       row.op = op;
       row.root = collectiveHasRoot(c) ? o.root : -1;
       row.algorithm = backend.algorithm(c);
+      row.ran = ran;
       row.outOfPlace =
           makeMeasurement(c, bytes, n, aggregateTimes(o.average, times[0]), total.wrong[0]);
       row.inPlace =

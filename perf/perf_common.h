@@ -183,6 +183,7 @@ struct ResultRow {
   loomRedOp_t op = loomSum;
   int root = -1;
   std::string algorithm;  // the forced algorithm, or "auto" when the library picks
+  std::string ran;        // what the library says it ran (Backend::lastAlgorithm), or ""
   Measurement outOfPlace, inPlace;
   std::optional<Prediction> simulated;  // with --sim (JSON only)
 };
@@ -262,6 +263,9 @@ class Backend {
     (void)c;
     return "auto";
   }
+  /** For --json: the algorithm (and parameters) the library ran its last call with, where it
+   *  says (loom); "" where it does not. */
+  virtual std::string lastAlgorithm() const { return ""; }
   /** --sim, on rank 0, once before the sweep: sets up the backend's model of the run, whose
    *  rank r sits on host hostOfRank[r] (0..hosts-1), and returns a line that names the model
    *  or says why there is none. */

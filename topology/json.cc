@@ -62,7 +62,8 @@ Status readHostCpu(const json& node, NodeKind kind, const std::string& where, Ho
                                       "cacheBytes",    "cacheBandwidth",    "messageCopies",
                                       "netMessageOverhead", "peerReadCopies",
                                       "singleCopyOverhead", "privateCacheBytes",
-                                      "dirtyReadCopies", "streamingCopies", "barrierLatency"};
+                                      "dirtyReadCopies", "streamingCopies", "barrierLatency",
+                                      "sharedCoreLatency"};
   bool any = false;
   for (const char* key : kKeys) any = any || !member(node, key).is_null();
   if (!any) return Status::ok();
@@ -111,7 +112,8 @@ Status readHostCpu(const json& node, NodeKind kind, const std::string& where, Ho
   for (auto [key, value] : {std::pair{"stepOverhead", &out->stepOverhead},
                             std::pair{"netMessageOverhead", &out->netMessageOverhead},
                             std::pair{"singleCopyOverhead", &out->singleCopyOverhead},
-                            std::pair{"barrierLatency", &out->barrierLatency}})
+                            std::pair{"barrierLatency", &out->barrierLatency},
+                            std::pair{"sharedCoreLatency", &out->sharedCoreLatency}})
     if (!member(node, key).is_null())
       LOOM_TRY(readQuantity(node[key], parseLatency, where + "." + key, value));
   return Status::ok();
@@ -243,6 +245,8 @@ std::string toJson(const Topology& t) {
     if (n.cpu.dirtyReadCopies > 0) item["dirtyReadCopies"] = n.cpu.dirtyReadCopies;
     if (n.cpu.streamingCopies > 0) item["streamingCopies"] = n.cpu.streamingCopies;
     if (n.cpu.barrierLatency > 0) item["barrierLatency"] = formatLatency(n.cpu.barrierLatency);
+    if (n.cpu.sharedCoreLatency > 0)
+      item["sharedCoreLatency"] = formatLatency(n.cpu.sharedCoreLatency);
     append(item, i == 0);
   }
   s += "\n  ],\n  \"links\": [";

@@ -69,6 +69,12 @@ struct HostCpu {
   // cache-line hand-offs between cores, and waking the ranks that slept (where ranks outnumber
   // cores, a wake-up waits for a core). 0: SimOptions::barrierLatency.
   double barrierLatency = 0;
+  // s a message between two of the host's ranks that share a core takes beyond its links'
+  // latency, where the host's ranks outnumber its cores: the receiver runs only once the sender
+  // has given the core up (a context switch), where a rank on another core sees the message as
+  // soon as it polls. The ranks are placed as LOOM_BIND places them: the host's ranks in rank
+  // order, the i-th on core i mod cores. 0: not modelled.
+  double sharedCoreLatency = 0;
 
   bool operator==(const HostCpu&) const = default;
 };

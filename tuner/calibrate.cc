@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "collectives/builders.h"
 #include "tuner/tuner.h"
@@ -67,7 +69,8 @@ constexpr CpuFigure kCpuFigures[] = {
     {Knob::What::PeerReadCopies, "peerReadCopies", &topology::HostCpu::peerReadCopies},
     {Knob::What::SingleCopyOverhead, "singleCopyOverhead", &topology::HostCpu::singleCopyOverhead},
     {Knob::What::DirtyReadCopies, "dirtyReadCopies", &topology::HostCpu::dirtyReadCopies},
-    {Knob::What::BarrierLatency, "barrierLatency", &topology::HostCpu::barrierLatency}};
+    {Knob::What::BarrierLatency, "barrierLatency", &topology::HostCpu::barrierLatency},
+    {Knob::What::SharedCoreLatency, "sharedCoreLatency", &topology::HostCpu::sharedCoreLatency}};
 
 const CpuFigure& cpuFigure(Knob::What what) {
   for (const CpuFigure& f : kCpuFigures)
@@ -321,9 +324,10 @@ Status calibrate(const std::vector<MeasuredPoint>& points, const topology::Topol
   // ranks span hosts, that of reading peers' buffers only where a peer algorithm was measured,
   // that of reads through the kernel (as messages) only where hosts say their core count,
   // that of reading what another core just wrote only where hosts say how large a core's
-  // private cache is, and a barrier's latency only where a measured plan has a Barrier.
+  // private cache is, a barrier's latency only where a measured plan has a Barrier, and that of
+  // a message between ranks that share a core only where a host has more ranks than cores.
   bool cached = false, cores = false, hosts = false, peer = false, privateCache = false;
-  bool barriers = false;
+  bool barriers = false, sharedCores = false;
   for (const MeasuredPoint& p : points) peer = peer || p.algorithm == "peer";
   for (const Prepared& p : prepared)
     for (const RankPlan& plan : p.plans)
@@ -336,6 +340,14 @@ Status calibrate(const std::vector<MeasuredPoint>& points, const topology::Topol
     privateCache = privateCache || n.cpu.privateCacheBytes > 0;
   }
   for (int r = 1; r < nranks; ++r) hosts = hosts || base.ranks[size_t(r)].host != base.ranks[0].host;
+  const std::vector<int32_t> hostNode = base.hostNodes();
+  std::vector<int> hostRanks(hostNode.size(), 0);
+  for (int r = 0; r < nranks; ++r) {
+    const int32_t host = base.ranks[size_t(r)].host;
+    if (host < 0 || size_t(host) >= hostNode.size()) continue;
+    const int cores = base.nodes[size_t(hostNode[size_t(host)])].cpu.cores;
+    sharedCores = sharedCores || (cores > 0 && ++hostRanks[size_t(host)] > cores);
+  }
   const double memBandwidth =
       hostFigure(base, &topology::HostCpu::memBandwidth, options.sim.memBandwidth);
   const double memStart = memBandwidth > 0 ? memBandwidth : 10e9;
@@ -357,7 +369,8 @@ Status calibrate(const std::vector<MeasuredPoint>& points, const topology::Topol
       {Knob::What::SingleCopyOverhead, 1e-6, cores, 1e-9},      // a nanosecond per kernel read
       {Knob::What::DirtyReadCopies, 1, cores && privateCache, 1e-3},  // a thousandth of a copy
       {Knob::What::BarrierLatency, options.sim.barrierLatency, barriers,
-       options.sim.barrierLatency}};  // what the simulator charged before
+       options.sim.barrierLatency},  // what the simulator charged before
+      {Knob::What::SharedCoreLatency, 1e-6, sharedCores, 1e-9}};  // a nanosecond
   std::vector<double> neutral(knobs.size(), 0);  // per knob; the link knobs have none
   for (const CpuKnob& k : cpuKnobs) {
     if (!k.shows) continue;
@@ -465,24 +478,53 @@ std::vector<Regret> regrets(const std::vector<PointResult>& points) {
     }
     out.push_back({std::get<0>(key), std::get<1>(key), std::get<2>(key), variantName(best->point),
                    variantName(chosen->point), chosen->point.time / best->point.time - 1,
-                   best->point.time, chosen->point.time});
+                   best->point.time, chosen->point.time, "", 0, 0});
   }
   return out;
 }
 
+namespace {
+
+// The variantName of what a run says it ran ("ring lanes=4 " → "ring lanes=4", "direct
+// lanes=1" → "direct"); "" where it names a parameter besides lanes, which no forced run of
+// the sweeps sets.
+std::string ranVariant(const std::string& ran) {
+  std::istringstream words(ran);
+  MeasuredPoint p;
+  words >> p.algorithm;
+  for (std::string w; words >> w;) {
+    char* end = nullptr;
+    const long lanes = w.rfind("lanes=", 0) == 0 ? std::strtol(w.c_str() + 6, &end, 10) : 0;
+    if (lanes < 1 || lanes > 1 << 20 || *end != '\0') return "";
+    p.lanes = int(lanes);
+  }
+  return variantName(p);
+}
+
+}  // namespace
+
 std::vector<Regret> measuredRegrets(const std::vector<MeasuredPoint>& forced,
                                     const std::vector<MeasuredPoint>& chosen) {
   std::map<std::tuple<Collective, int, uint64_t>, const MeasuredPoint*> best;
+  std::map<std::tuple<Collective, int, uint64_t, std::string>, const MeasuredPoint*> byVariant;
   for (const MeasuredPoint& p : forced) {
     const MeasuredPoint*& b = best[{p.coll, p.nranks, p.bytes}];
     if (b == nullptr || p.time < b->time) b = &p;
+    byVariant[{p.coll, p.nranks, p.bytes, variantName(p)}] = &p;
   }
   std::vector<Regret> out;
   for (const MeasuredPoint& c : chosen) {
     const auto it = best.find({c.coll, c.nranks, c.bytes});
     if (it == best.end()) continue;
-    out.push_back({c.coll, c.nranks, c.bytes, variantName(*it->second), variantName(c),
-                   c.time / it->second->time - 1, it->second->time, c.time});
+    Regret r{c.coll, c.nranks, c.bytes, variantName(*it->second), variantName(c),
+             c.time / it->second->time - 1, it->second->time, c.time, c.ran, 0, 0};
+    const std::string variant = ranVariant(c.ran);
+    if (const auto same = byVariant.find({c.coll, c.nranks, c.bytes, variant});
+        !variant.empty() && same != byVariant.end()) {
+      r.ranTime = same->second->time;
+      r.ranRegret = r.ranTime / r.bestTime - 1;
+    }
+    out.push_back(r);
   }
   return out;
 }

@@ -26,6 +26,9 @@ struct MeasuredPoint {
   int nranks = 0;      // the first nranks ranks of the topology ran it
   uint64_t bytes = 0;  // the size column of the measurement (for reports)
   double time = 0;     // seconds per call
+  // A run in which loom chose: what it says it ran (loomCommGetLastAlgorithm, tuner::describe's
+  // spelling: "direct lanes=1"), "" where the run did not record it.
+  std::string ran;
 };
 
 // The communicator settings that shape a call's plan besides its size (lanes, torus dims,
@@ -55,7 +58,8 @@ struct Knob {
     PeerReadCopies,
     SingleCopyOverhead,
     DirtyReadCopies,
-    BarrierLatency
+    BarrierLatency,
+    SharedCoreLatency
   };
   What what = What::LinkLatency;
   std::string linkKind;  // LinkLatency / LinkBandwidth
@@ -112,13 +116,21 @@ struct Regret {
   std::string chosen;  // the lowest predicted one (variantName)
   double regret = 0;   // measured(chosen) / measured(best) − 1
   double bestTime = 0, chosenTime = 0;  // measured seconds per call
+  // measuredRegrets: what the chosen run ran (MeasuredPoint::ran), and where a forced run of the
+  // same variant was measured, its time and what choosing it costs by that measurement
+  // (ranTime / bestTime − 1); ranTime 0 where none was.
+  std::string ran;
+  double ranTime = 0, ranRegret = 0;
 };
 std::vector<Regret> regrets(const std::vector<PointResult>& points);
 // Per collective, rank count and size of each `chosen` point (a run in which loom picked the
 // algorithm itself: by its model, or measured with LOOM_AUTOTUNE): how much slower it measured
 // than the fastest of the `forced` points of that call (negative: faster than all of them);
-// `chosen` in the result is the chosen point's variantName. Calls no forced point measured are
-// left out.
+// `chosen` in the result is the chosen point's variantName. Where the run recorded what it ran
+// and a forced run of that variant (its algorithm and lanes, no other parameter) was measured,
+// also what the choice costs by the forced runs alone (Regret::ranRegret): runs of one variant
+// in separate processes differ by the machine's drift, which that comparison leaves out.
+// Calls no forced point measured are left out.
 std::vector<Regret> measuredRegrets(const std::vector<MeasuredPoint>& forced,
                                     const std::vector<MeasuredPoint>& chosen);
 

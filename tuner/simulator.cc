@@ -79,6 +79,7 @@ constexpr uint8_t kAdmitted = 0, kNeedsAdmission = 1, kAdmissionQueued = 2;
 struct Connection {
   int32_t src = 0, dst = 0, lane = 0;
   uint32_t route = 0;
+  double extraLatency = 0;  // beyond its route's: HostCpu::sharedCoreLatency, or 0
   std::vector<uint32_t> sends, recvs;  // step indices, in lane order
   uint32_t headMsg = 0, deliverMsg = 0;
   uint8_t headSlice = 0, deliverSlice = 0;
@@ -217,6 +218,7 @@ class Simulator {
   struct RankCpu {
     int32_t host = -1;
     double bandwidth = 0;     // bytes/s of one core for this call; 0: local work is free
+    double memoryBandwidth = 0;  // the same for data that is not in the cache
     topology::HostCpu cpu;    // its host's figures (per-step and per-byte costs); none: 0
     double streamedCopies = 1;  // what a streamed byte costs for this call, per plain byte
     uint32_t route = 0;       // its CPU route (one core, then the host's cores), when bandwidth > 0
@@ -262,6 +264,23 @@ class Simulator {
         hostCpuLink_[h] = int32_t(capacity_.size());
         capacity_.push_back(0);
       }
+    }
+    // Where a host's ranks outnumber its cores and sharing one costs (sharedCoreLatency), the
+    // core each rank runs on as LOOM_BIND places them: the host's i-th rank on core i mod cores.
+    coreOf_.assign(size_t(nranks_), -1);
+    std::vector<int> hostRanks(hostCpu_.size(), 0);
+    for (int r = 0; r < nranks_; ++r) {
+      const int32_t host = topo_.ranks[size_t(r)].host;
+      if (host < 0 || size_t(host) >= hostCpu_.size()) continue;
+      const topology::HostCpu& cpu = hostCpu_[size_t(host)];
+      if (cpu.sharedCoreLatency > 0 && cpu.cores > 0)
+        coreOf_[size_t(r)] = hostRanks[size_t(host)] % cpu.cores;
+      ++hostRanks[size_t(host)];
+    }
+    for (int r = 0; r < nranks_; ++r) {
+      const int32_t host = topo_.ranks[size_t(r)].host;
+      if (coreOf_[size_t(r)] >= 0 && hostRanks[size_t(host)] <= hostCpu_[size_t(host)].cores)
+        coreOf_[size_t(r)] = -1;  // a core each
     }
     rankCpu_.resize(size_t(nranks_));
     for (int r = 0; r < nranks_; ++r) {
@@ -331,6 +350,7 @@ class Simulator {
       const size_t h = size_t(rc.host);
       const double workingSet = h < hostWorkingSet_.size() ? hostWorkingSet_[h] : 0;
       rc.bandwidth = memBandwidth(h, workingSet);
+      rc.memoryBandwidth = copyRates(h, workingSet).mem;
       rc.streamedCopies = streamedCopies(h, workingSet);
       if (rc.bandwidth > 0) capacity_[size_t(routes_[rc.route].links[0])] = rc.bandwidth;
     }
@@ -458,9 +478,18 @@ class Simulator {
       c.dst = dst;
       c.lane = lane;
       c.route = routeBetween(topo_.ranks[size_t(src)].endpoint, topo_.ranks[size_t(dst)].endpoint);
+      c.extraLatency = sharedCoreLatency(src, dst);
       conns_.push_back(std::move(c));
     }
     return conns_[it->second];
+  }
+
+  // HostCpu::sharedCoreLatency for a message from rank a to rank b where the two share a core
+  // (coreOf_), else 0.
+  double sharedCoreLatency(int a, int b) const {
+    const int32_t core = coreOf_[size_t(a)];
+    if (core < 0 || core != coreOf_[size_t(b)]) return 0;
+    return hostCpu_[size_t(topo_.ranks[size_t(a)].host)].sharedCoreLatency;
   }
 
   uint32_t routeBetween(int32_t from, int32_t to) {
@@ -732,16 +761,24 @@ class Simulator {
   }
 
   // CPU bytes per byte of the connection's next slice (Route::cpuWeight, the slot path's
-  // copies and handshakes). A single-copy message is instead the receiver's one read of the
-  // sender's memory through the kernel, which costs what a peer read does (peerReadCopies,
-  // default 1), plus one for a RecvReduce's combine over it, whatever the slots' figure. One of
-  // data its sender wrote during the call costs the reader more (HostCpu::dirtyReadCopies).
+  // copies and handshakes). A message of at least kNonTemporalBytes goes through the slots by
+  // way of memory (non-temporal stores), so its copies run at memory speed, however much of
+  // the call's working set the cache holds. A single-copy message is instead the receiver's
+  // one read of the sender's memory through the kernel, which costs what a peer read does
+  // (peerReadCopies, default 1), plus one for a RecvReduce's combine over it, whatever the
+  // slots' figure. One of data its sender wrote during the call costs the reader more
+  // (HostCpu::dirtyReadCopies).
   double headWeight(const Connection& c) const {
     const SimStep& send = steps_[c.sends[c.headMsg]];
     const bool recv = steps_[c.recvs[c.headMsg]].kind == StepKind::Recv;
-    const topology::HostCpu& reader = rankCpu_[size_t(c.dst)].cpu;
+    const RankCpu& rc = rankCpu_[size_t(c.dst)];
+    const topology::HostCpu& reader = rc.cpu;
     const double kernelRead = reader.peerReadCopies > 0 ? reader.peerReadCopies : 1;
-    return (send.singleCopy ? kernelRead + (recv ? 0 : 1) : routes_[c.route].cpuWeight) +
+    double slots = routes_[c.route].cpuWeight;
+    if (routes_[c.route].cpuCopy && rc.memoryBandwidth > 0 && rc.bandwidth > rc.memoryBandwidth &&
+        send.count * opt_.elemSize >= transports::kNonTemporalBytes)
+      slots *= rc.bandwidth / rc.memoryBandwidth;
+    return (send.singleCopy ? kernelRead + (recv ? 0 : 1) : slots) +
            send.dirty * reader.dirtyReadCopies;
   }
 
@@ -822,7 +859,7 @@ class Simulator {
         if (!fl.local) {
           Connection& c = conns_[fl.owner];
           c.busy = false;
-          push(now_ + route.latency, EventKind::Deliver, fl.owner);
+          push(now_ + route.latency + c.extraLatency, EventKind::Deliver, fl.owner);
           if (++c.headSlice == steps_[c.sends[c.headMsg]].slices) {
             c.headSlice = 0;
             ++c.headMsg;
@@ -984,6 +1021,7 @@ class Simulator {
   std::vector<RankCpu> rankCpu_;
   std::vector<topology::HostCpu> hostCpu_;  // per host
   std::vector<int32_t> hostCpuLink_;        // per host: its CPU resource, -1 when not modelled
+  std::vector<int32_t> coreOf_;             // per rank: its core (sharedCoreLatency), else -1
   std::vector<double> hostWorkingSet_;      // per host: bytes its ranks' plans touch
   // Per link, the topology's links first, then the CPU resources (addCpuResources).
   std::vector<double> capacity_;

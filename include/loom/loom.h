@@ -110,6 +110,9 @@ loomResult_t loomCommCount(const loomComm_t comm, int* count);
 loomResult_t loomCommUserRank(const loomComm_t comm, int* rank);
 /** The first error met asynchronously (e.g. a peer's abort), or loomSuccess. */
 loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t* asyncError);
+/** The algorithm and parameters comm ran its last collective with, in LOOM_TUNE's spelling
+ *  ("direct lanes=1", "ring"); "" before the first. Valid until the next call on comm. */
+loomResult_t loomCommGetLastAlgorithm(loomComm_t comm, const char** algorithm);
 
 /** Host memory that the ranks of one host can read in each other's processes with plain
  *  loads (pages of a memfd, mapped shared; zero-filled): buffers from here let the "peer"

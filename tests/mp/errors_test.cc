@@ -34,6 +34,33 @@ TEST(InitErrors, BadArguments) {
   EXPECT_EQ(version, LOOM_VERSION_CODE);
 }
 
+TEST(CommQueries, LastAlgorithmNamesWhatTheLastCollectiveRan) {
+  loomUniqueId id;
+  ASSERT_EQ(loomGetUniqueId(&id), loomSuccess);
+  loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+  config.algorithms = "allreduce=ring,allgather=rd";
+  loomComm_t comm = nullptr;
+  ASSERT_EQ(loomCommInitRankConfig(&comm, 1, id, 0, &config), loomSuccess) << lastError();
+  const char* algorithm = nullptr;
+  ASSERT_EQ(loomCommGetLastAlgorithm(comm, &algorithm), loomSuccess);
+  EXPECT_STREQ(algorithm, "");  // no collective yet
+  float x[2] = {3, 4}, y[2] = {0, 0};
+  ASSERT_EQ(loomAllReduce(x, y, 2, loomFloat32, loomSum, comm, nullptr), loomSuccess);
+  ASSERT_EQ(loomCommGetLastAlgorithm(comm, &algorithm), loomSuccess);
+  EXPECT_STREQ(algorithm, "ring");
+  ASSERT_EQ(loomAllGather(x, y, 2, loomFloat32, comm, nullptr), loomSuccess);
+  ASSERT_EQ(loomCommGetLastAlgorithm(comm, &algorithm), loomSuccess);
+  EXPECT_STREQ(algorithm, "rd");
+  // Not forced: what the tuner chose, with its parameters.
+  ASSERT_EQ(loomAlltoAll(x, y, 2, loomFloat32, comm, nullptr), loomSuccess);
+  ASSERT_EQ(loomCommGetLastAlgorithm(comm, &algorithm), loomSuccess);
+  EXPECT_GT(strlen(algorithm), 0u);
+  EXPECT_EQ(loomCommGetLastAlgorithm(comm, nullptr), loomInvalidArgument);
+  EXPECT_NE(lastError().find("algorithm is NULL"), std::string::npos) << lastError();
+  EXPECT_EQ(loomCommGetLastAlgorithm(nullptr, &algorithm), loomInvalidArgument);
+  EXPECT_EQ(loomCommDestroy(comm), loomSuccess);
+}
+
 TEST(InitErrors, GarbageUniqueId) {
   loomUniqueId id;
   memset(&id, 0x17, sizeof(id));

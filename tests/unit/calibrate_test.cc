@@ -26,7 +26,7 @@ topology::Topology base() {
 
 struct Truth {
   double latencyFactor, bandwidthFactor, memBandwidth, stepOverhead, cacheBandwidth;
-  double peerReadCopies, singleCopyOverhead, barrierLatency;
+  double peerReadCopies, singleCopyOverhead, barrierLatency, sharedCoreLatency;
 };
 
 std::vector<Knob> knobsOf(const Truth& t) {
@@ -37,7 +37,8 @@ std::vector<Knob> knobsOf(const Truth& t) {
           {Knob::What::CacheBandwidth, "", t.cacheBandwidth},
           {Knob::What::PeerReadCopies, "", t.peerReadCopies},
           {Knob::What::SingleCopyOverhead, "", t.singleCopyOverhead},
-          {Knob::What::BarrierLatency, "", t.barrierLatency}};
+          {Knob::What::BarrierLatency, "", t.barrierLatency},
+          {Knob::What::SharedCoreLatency, "", t.sharedCoreLatency}};
 }
 
 // The runs' settings: an arena, as the communicator has by default, which the peer and direct
@@ -89,12 +90,12 @@ TEST(Calibrate, RecoversTheFiguresThatMadeTheMeasurements) {
   // Chosen so that every figure shows: the shm links (not the cores) limit messages, local
   // copies show the memory bandwidth (and the cache's, below 1 MiB of working set), small
   // sizes the latency and the per-step overhead.
-  const Truth truth{3.0, 0.25, 12e9, 4e-6, 30e9, 1.6, 2e-6, 3e-6};
+  const Truth truth{3.0, 0.25, 12e9, 4e-6, 30e9, 1.6, 2e-6, 3e-6, 2e-6};
   const topology::Topology model = applyKnobs(base(), knobsOf(truth));
   const std::vector<MeasuredPoint> points = measure(model, 0.01);
   Calibration c;
   CalibrationOptions o = withArena();
-  o.maxEvaluations = 8000;  // nine knobs
+  o.maxEvaluations = 8000;  // ten knobs
   Status s = calibrate(points, base(), o, &c);
   ASSERT_TRUE(s.isOk()) << s.message();
   const std::vector<Knob> want = knobsOf(truth);
@@ -105,7 +106,10 @@ TEST(Calibrate, RecoversTheFiguresThatMadeTheMeasurements) {
   for (size_t i = 0; i < want.size(); ++i) {
     const Knob& fitted = c.knobs[i < 5 ? i : i + 1];
     EXPECT_EQ(knobName(fitted), knobName(want[i]));
-    EXPECT_NEAR(fitted.value / want[i].value, 1.0, 0.05) << knobName(want[i]);
+    // The cache's bandwidth shows only in the local copies and reductions of calls under
+    // 1 MiB (an shm message of 4 KiB or more goes through memory): within 8%.
+    const double within = want[i].what == Knob::What::CacheBandwidth ? 0.08 : 0.05;
+    EXPECT_NEAR(fitted.value / want[i].value, 1.0, within) << knobName(want[i]);
   }
   EXPECT_LT(c.medianAbsError, 0.02);
   EXPECT_LT(c.maxRatio, 1.05);
@@ -215,6 +219,32 @@ TEST(Calibrate, LoomsOwnChoiceIsSetBesideTheFastestForcedAlgorithmOfItsCall) {
   EXPECT_EQ(r[1].chosen, "autotune");
   EXPECT_EQ(r[1].best, "ring");
   EXPECT_DOUBLE_EQ(r[1].regret, -0.25);  // faster than every forced run (lanes, say)
+  EXPECT_EQ(r[0].ranTime, 0);            // the runs did not say what they ran
+
+  // Runs that say what they ran are also priced by the forced run of that variant: the same
+  // algorithm on the same lanes; one with another parameter (k=2) has no forced twin.
+  auto ran = [&](const char* what, uint64_t bytes) {
+    MeasuredPoint p = point("auto", 5e-6, bytes);
+    p.ran = what;
+    return p;
+  };
+  MeasuredPoint fourLanes = point("ring", 3e-6, 4096);
+  fourLanes.lanes = 4;
+  std::vector<MeasuredPoint> withLanes = forced;
+  withLanes.push_back(fourLanes);  // the fastest at 4 KiB now
+  const std::vector<Regret> byChoice = measuredRegrets(
+      withLanes, {ran("rd lanes=1", 1024), ran("ring lanes=4", 4096), ran("ring", 4096),
+                  ran("incast k=2", 1024)});
+  ASSERT_EQ(byChoice.size(), 4u);
+  EXPECT_EQ(byChoice[0].ran, "rd lanes=1");
+  EXPECT_DOUBLE_EQ(byChoice[0].regret, 1.5);  // as measured: 5 us against rd's 2
+  EXPECT_DOUBLE_EQ(byChoice[0].ranTime, 2e-6);
+  EXPECT_DOUBLE_EQ(byChoice[0].ranRegret, 0);  // it ran the fastest
+  EXPECT_EQ(byChoice[1].best, "ring lanes=4");
+  EXPECT_DOUBLE_EQ(byChoice[1].ranRegret, 0);
+  EXPECT_DOUBLE_EQ(byChoice[2].ranTime, 8e-6);  // one lane: the other forced ring
+  EXPECT_DOUBLE_EQ(byChoice[2].ranRegret, 8.0 / 3 - 1);
+  EXPECT_EQ(byChoice[3].ranTime, 0);
 }
 
 TEST(Calibrate, ARunsLanesShapeItsPlansAndMakeItAnotherChoice) {
@@ -278,7 +308,7 @@ TEST(TopologyJson, HostCpuFieldsRoundTripAndAreChecked) {
   topology::Topology t = base();
   t.nodes[size_t(t.hostNodes()[0])].cpu = {2,      6.5e9,  3.25e-6, 32u << 20, 13e9, 2.5,
                                            4.5e-6, 1.25,   7.5e-7,  2u << 20,  0.75, 0.5,
-                                           2.5e-6};
+                                           2.5e-6, 1.5e-6};
   const std::string json = topology::toJson(t);
   EXPECT_NE(json.find(R"("cores":2)"), std::string::npos) << json;
   topology::Topology back;
@@ -306,6 +336,8 @@ TEST(TopologyJson, HostCpuFieldsRoundTripAndAreChecked) {
           "nodes[0].singleCopyOverhead");
   refused(R"({"kind": "host", "name": "h", "barrierLatency": "-2us"})",
           "nodes[0].barrierLatency");
+  refused(R"({"kind": "host", "name": "h", "sharedCoreLatency": "soon"})",
+          "nodes[0].sharedCoreLatency");
   refused(R"({"kind": "host", "name": "h", "peerReadCopies": 0})",
           "nodes[0].peerReadCopies: expected a positive number");
   refused(R"({"kind": "host", "name": "h", "dirtyReadCopies": -1})",

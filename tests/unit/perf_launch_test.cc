@@ -90,6 +90,8 @@ TEST(PerfLaunch, ForksOneToFourRanksAndWritesJson) {
     EXPECT_EQ(j->find("hosts")->number, 1);
     EXPECT_EQ(j->find("env")->find("LOOM_TIMEOUT_MS")->text, "60000");
     EXPECT_EQ(j->find("rows")->items[0].find("algorithm")->text, "ring");
+    // What loom says it ran (loomCommGetLastAlgorithm): the forced ring.
+    EXPECT_EQ(j->find("rows")->items[0].find("ran")->text, "ring");
     EXPECT_EQ(j->find("wrong_total")->number, 0);
     std::remove(json.c_str());
   }

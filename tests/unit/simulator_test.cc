@@ -14,6 +14,7 @@
 #include "collectives/builders_reduce.h"
 #include "collectives/executor.h"
 #include "topology/builders.h"
+#include "transports/shm/shm_transport.h"
 #include "tuner/uniform_topology.h"
 
 namespace loom::tuner {
@@ -321,6 +322,50 @@ TEST(Simulator, TheWorkingSetThatFitsTheCacheCopiesAtCacheSpeed) {
   SimResult none = simulate(plans, cpuHost(1, 1, mem), whole());              // no cache model
   ASSERT_TRUE(none.ok) << none.message;
   expectTime(bytes / mem, none.time);
+}
+
+TEST(Simulator, SlotMessagesOfNonTemporalSizeCopyAtMemorySpeed) {
+  // A ring of shm messages on a host whose cache holds the whole working set: below
+  // kNonTemporalBytes a message's two copies run at cache speed; from there on at memory speed,
+  // as the transport's non-temporal stores send them through memory.
+  const int n = 2;
+  const double mem = 1e9, cache = 4e9, alpha = 2 * kLatency;
+  auto timeOf = [&](uint64_t count) {
+    topology::Topology t = cpuHost(n, 1, mem);
+    topology::HostCpu& cpu = t.nodes[size_t(t.hostNodes()[0])].cpu;
+    cpu.cacheBytes = 1 << 30;
+    cpu.cacheBandwidth = cache;
+    SimResult r = simulate(ringOfMessages(n, count), t, whole());
+    EXPECT_TRUE(r.ok) << r.message;
+    return r.time;
+  };
+  const uint64_t below = transports::kNonTemporalBytes / kElem - 1;
+  const uint64_t at = transports::kNonTemporalBytes / kElem;
+  expectTime(alpha + double(below * kElem) / (cache / n / 2), timeOf(below));
+  expectTime(alpha + double(at * kElem) / (mem / n / 2), timeOf(at));
+}
+
+TEST(Simulator, MessagesBetweenRanksOfOneCoreCostSharedCoreLatency) {
+  // 4 ranks on 2 cores, placed as LOOM_BIND places them (rank i on core i mod 2): a message from
+  // rank 0 to rank 2 shares a core and takes sharedCoreLatency longer; one to rank 1 does not.
+  const double shared = 5e-6;
+  topology::Topology t = cpuHost(4, 2, 0);
+  t.nodes[size_t(t.hostNodes()[0])].cpu.sharedCoreLatency = shared;
+  auto oneMessage = [&](int to, const topology::Topology& topo) {
+    auto plans = emptyPlans(4);
+    message(plans, 0, to, 1);
+    SimResult r = simulate(plans, topo, whole());
+    EXPECT_TRUE(r.ok) << r.message;
+    return r.time;
+  };
+  const double plain = oneMessage(1, cpuHost(4, 2, 0));
+  expectTime(plain, oneMessage(1, t));
+  expectTime(plain + shared, oneMessage(2, t));
+  expectTime(plain, oneMessage(3, t));
+  // A core per rank: nothing is shared.
+  topology::Topology roomy = cpuHost(4, 4, 0);
+  roomy.nodes[size_t(roomy.hostNodes()[0])].cpu.sharedCoreLatency = shared;
+  expectTime(plain, oneMessage(2, roomy));
 }
 
 TEST(Simulator, TransfersAndBarriersCostTheirRanksBookkeeping) {

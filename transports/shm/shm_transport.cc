@@ -53,9 +53,6 @@ constexpr size_t kBounceBytes = 256 << 10;
 // Bytes one progress() call receives at most, so that a call stays short even when one
 // descriptor covers a whole large message.
 constexpr size_t kRecvBudgetBytes = 4 << 20;
-// Chunks of at least this size are copied into slots with non-temporal stores (copyToSlot).
-constexpr size_t kNonTemporalBytes = 4096;
-
 // Copies a chunk into a slot and makes it globally visible before the caller publishes head.
 // Larger chunks bypass the cache: with ordinary stores each line of the slot is first pulled
 // out of the receiver's cache (its last read left it there) and then pulled back by the

@@ -23,6 +23,11 @@ constexpr size_t kCmaPieceBytes = 1 << 20;
 // the receiver takes one cache line from the sender's core instead of two in a row.
 constexpr size_t kHeaderPayloadBytes = 40;
 
+// Chunks of at least this size are copied into slots with non-temporal stores (copyToSlot in
+// shm_transport.cc): they go through memory, whatever fits the caches. The simulator prices
+// their bytes at memory speed.
+constexpr size_t kNonTemporalBytes = 4096;
+
 // Sizes of the rings and the single-copy threshold. createShmTransport(ctx, out) takes them
 // from the LOOM_SHM_* parameters; tests and benchmarks pass their own.
 struct ShmOptions {
