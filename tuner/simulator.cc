@@ -267,20 +267,19 @@ class Simulator {
     }
     // Where a host's ranks outnumber its cores and sharing one costs (sharedCoreLatency), the
     // core each rank runs on as LOOM_BIND places them: the host's i-th rank on core i mod cores.
-    coreOf_.assign(size_t(nranks_), -1);
-    std::vector<int> hostRanks(hostCpu_.size(), 0);
+    std::vector<int> hostRanks(hostCpu_.size(), 0), localIndex(size_t(nranks_), -1);
     for (int r = 0; r < nranks_; ++r) {
       const int32_t host = topo_.ranks[size_t(r)].host;
-      if (host < 0 || size_t(host) >= hostCpu_.size()) continue;
-      const topology::HostCpu& cpu = hostCpu_[size_t(host)];
-      if (cpu.sharedCoreLatency > 0 && cpu.cores > 0)
-        coreOf_[size_t(r)] = hostRanks[size_t(host)] % cpu.cores;
-      ++hostRanks[size_t(host)];
+      if (host >= 0 && size_t(host) < hostCpu_.size())
+        localIndex[size_t(r)] = hostRanks[size_t(host)]++;
     }
+    coreOf_.assign(size_t(nranks_), -1);
     for (int r = 0; r < nranks_; ++r) {
+      if (localIndex[size_t(r)] < 0) continue;
       const int32_t host = topo_.ranks[size_t(r)].host;
-      if (coreOf_[size_t(r)] >= 0 && hostRanks[size_t(host)] <= hostCpu_[size_t(host)].cores)
-        coreOf_[size_t(r)] = -1;  // a core each
+      const topology::HostCpu& cpu = hostCpu_[size_t(host)];
+      if (cpu.sharedCoreLatency > 0 && cpu.cores > 0 && hostRanks[size_t(host)] > cpu.cores)
+        coreOf_[size_t(r)] = localIndex[size_t(r)] % cpu.cores;
     }
     rankCpu_.resize(size_t(nranks_));
     for (int r = 0; r < nranks_; ++r) {
