@@ -477,12 +477,12 @@ Status Comm::detectTopology(const Deadline& deadline) {
     const ProbeRecord& first = records[size_t(firstRank[size_t(h)])];
     topology::HostDescription host;
     host.name = peer(firstRank[size_t(h)]).hostname;
-    // Hosts that share a machine (network namespaces of one box) share its cores: each gets
-    // its ranks' share of them, or the model would count the cores once per host.
+    // Hosts that share a machine (network namespaces of one box) share its cores and its
+    // caches: the model names the machine, or it would count them once per host.
     const int hostRanks = int(std::count(hostOf_.begin(), hostOf_.end(), h));
-    host.cores = first.machineRanks > hostRanks
-                     ? std::max(1, first.cores * hostRanks / first.machineRanks)
-                     : first.cores;
+    host.cores = first.cores;
+    if (first.machineRanks > hostRanks)
+      host.machine = strprintf("%016llx", (unsigned long long)peer(firstRank[size_t(h)]).machineId);
     host.privateCacheBytes = first.privateCacheBytes;
     host.cacheBytes = first.cacheBytes;
     host.numaNodes = first.numaNodes;

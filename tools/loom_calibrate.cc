@@ -41,6 +41,9 @@ const char kUsage[] =
     "                      \"autotune\" with LOOM_AUTOTUNE=1) are not fitted: their times\n"
     "                      are set beside the best forced algorithm measured\n"
     "  --cores N           cores the ranks of each host share (default: the model's)\n"
+    "  --machine NAME      every host runs on one machine, NAME (network namespaces of one\n"
+    "                      box): --cores and --cache are then the machine's, which all the\n"
+    "                      hosts' ranks share\n"
     "  --cache BYTES       last-level cache the ranks of each host share (K, M, G suffixes;\n"
     "                      default: the model's); its bandwidth is fitted\n"
     "  --private-cache BYTES  each core's own cache (L2; default: the model's); what\n"
@@ -53,7 +56,7 @@ const char kUsage[] =
     "  --markdown FILE     write the report as Markdown too (it always goes to stdout)\n";
 
 struct Args {
-  std::string topoFile, name, outFile, markdownFile;
+  std::string topoFile, name, outFile, markdownFile, machine;
   loom::tuner::UniformCluster uniform;
   bool useUniform = false;
   int cores = 0;
@@ -80,6 +83,7 @@ bool parseArgs(int argc, char** argv, Args* a) {
     kTopo = 1,
     kUniform,
     kCores,
+    kMachine,
     kCache,
     kPrivateCache,
     kSlices,
@@ -93,6 +97,7 @@ bool parseArgs(int argc, char** argv, Args* a) {
   static const option kOptions[] = {{"topo", required_argument, nullptr, kTopo},
                                     {"uniform", required_argument, nullptr, kUniform},
                                     {"cores", required_argument, nullptr, kCores},
+                                    {"machine", required_argument, nullptr, kMachine},
                                     {"cache", required_argument, nullptr, kCache},
                                     {"private-cache", required_argument, nullptr, kPrivateCache},
                                     {"slices", required_argument, nullptr, kSlices},
@@ -117,6 +122,10 @@ bool parseArgs(int argc, char** argv, Args* a) {
       case kCores:
         if (!parseCount(optarg, 1, &a->cores))
           return fail("--cores wants a count >= 1, not '" + v + "'");
+        break;
+      case kMachine:
+        if (v.empty()) return fail("--machine wants the machine's name");
+        a->machine = v;
         break;
       case kCache:
       case kPrivateCache: {
@@ -313,8 +322,14 @@ std::string report(const Args& a, const loom::tuner::Calibration& c, size_t runs
   for (const auto& k : c.knobs)
     s += "| " + loom::tuner::knobName(k) + " | " + knobValue(k) + " |\n";
   const std::vector<int32_t> hosts = c.topo.hostNodes();
-  if (!hosts.empty())
-    s += strprintf("| cores per host (given) | %d |\n", c.topo.nodes[size_t(hosts[0])].cpu.cores);
+  if (!hosts.empty()) {
+    const topology::HostCpu& cpu = c.topo.nodes[size_t(hosts[0])].cpu;
+    if (cpu.machine.empty())
+      s += strprintf("| cores per host (given) | %d |\n", cpu.cores);
+    else
+      s += strprintf("| cores of machine '%s', which the hosts share (given) | %d |\n",
+                     cpu.machine.c_str(), cpu.cores);
+  }
   s += "\n" + linkFigures(c.topo);
   s += "\n## Validation\n\n| collective | algorithm | size | measured (us) | predicted (us) | "
        "error |\n| --- | --- | ---: | ---: | ---: | ---: |\n";
@@ -416,6 +431,7 @@ int main(int argc, char** argv) {
   for (topology::Node& n : base.nodes) {
     if (n.kind != topology::NodeKind::Host) continue;
     if (a.cores > 0) n.cpu.cores = a.cores;
+    if (!a.machine.empty()) n.cpu.machine = a.machine;
     if (a.cacheBytes > 0) n.cpu.cacheBytes = a.cacheBytes;
     if (a.privateCacheBytes > 0) n.cpu.privateCacheBytes = a.privateCacheBytes;
   }

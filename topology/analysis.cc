@@ -158,7 +158,8 @@ std::string topologySignature(const Topology& t) {
   std::string s;
   for (const Node& n : t.nodes)
     s += strprintf("n%d,%d,%d,%ld,%ld;", int(n.kind), n.host, n.cpu.cores,
-                   bucket(n.cpu.memBandwidth), bucket(n.cpu.stepOverhead));
+                   bucket(n.cpu.memBandwidth), bucket(n.cpu.stepOverhead)) +
+         n.cpu.machine;
   for (const Link& l : t.links)
     s += strprintf("l%d,%d,%s,%ld,%ld;", l.from, l.to, l.kind.c_str(), bucket(l.bandwidth),
                    bucket(l.latency));

@@ -104,6 +104,7 @@ Topology buildCommTopology(const std::string& name, const CommDescription& d) {
     const HostDescription& host = d.hosts[h];
     int32_t hostNode = b.addHost(names[h]);
     b.node(hostNode).cpu.cores = std::max(0, host.cores);
+    b.node(hostNode).cpu.machine = host.machine;
     LinkFigures same = orDefault(host.sameNuma, LinkKind::SameNuma);
     b.node(hostNode).cpu.stepOverhead = std::max(0.0, same.perMessage);
     // Nor is a barrier of the host's ranks timed at init: it is each rank's flag taking one

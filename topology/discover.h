@@ -55,7 +55,8 @@ LinkFigures defaultFigures(LinkKind k);
 // The shape and figures of one host of the communicator.
 struct HostDescription {
   std::string name;  // node name; unique among the hosts
-  int cores = 0;     // 0: unknown
+  int cores = 0;     // 0: unknown; where hosts share a machine, the machine's
+  std::string machine;  // hosts that share a machine name the same (HostCpu::machine); "": own
   int numaNodes = 1;
   uint64_t privateCacheBytes = 0;  // each core's own cache (privateCacheOf); 0: unknown
   uint64_t cacheBytes = 0;         // the last-level caches of all its cores; 0: unknown

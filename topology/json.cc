@@ -63,7 +63,7 @@ Status readHostCpu(const json& node, NodeKind kind, const std::string& where, Ho
                                       "netMessageOverhead", "peerReadCopies",
                                       "singleCopyOverhead", "privateCacheBytes",
                                       "dirtyReadCopies", "streamingCopies", "barrierLatency",
-                                      "sharedCoreLatency"};
+                                      "sharedCoreLatency", "machine"};
   bool any = false;
   for (const char* key : kKeys) any = any || !member(node, key).is_null();
   if (!any) return Status::ok();
@@ -116,6 +116,12 @@ Status readHostCpu(const json& node, NodeKind kind, const std::string& where, Ho
                             std::pair{"sharedCoreLatency", &out->sharedCoreLatency}})
     if (!member(node, key).is_null())
       LOOM_TRY(readQuantity(node[key], parseLatency, where + "." + key, value));
+  if (const json& machine = member(node, "machine"); !machine.is_null()) {
+    if (!machine.is_string() || machine.get<std::string>().empty())
+      return Status(loomInvalidArgument,
+                    where + ".machine: expected the machine's name, got " + machine.dump());
+    out->machine = machine.get<std::string>();
+  }
   return Status::ok();
 }
 
@@ -247,6 +253,7 @@ std::string toJson(const Topology& t) {
     if (n.cpu.barrierLatency > 0) item["barrierLatency"] = formatLatency(n.cpu.barrierLatency);
     if (n.cpu.sharedCoreLatency > 0)
       item["sharedCoreLatency"] = formatLatency(n.cpu.sharedCoreLatency);
+    if (!n.cpu.machine.empty()) item["machine"] = n.cpu.machine;
     append(item, i == 0);
   }
   s += "\n  ],\n  \"links\": [";

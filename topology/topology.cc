@@ -185,6 +185,7 @@ Status Topology::validate() const {
   int32_t n = int32_t(nodes.size());
   int hosts = hostCount();
   std::unordered_map<std::string_view, int32_t> byName;
+  std::unordered_map<std::string_view, int32_t> machineHost;  // machine -> its first host node
   int hostIndex = 0;
   for (int32_t i = 0; i < n; ++i) {
     const Node& node = nodes[size_t(i)];
@@ -198,6 +199,14 @@ Status Topology::validate() const {
         return bad(strprintf("host node '%s' is host %d (its order among the hosts) but says "
                              "host %d", node.name.c_str(), hostIndex, node.host));
       ++hostIndex;
+      if (!node.cpu.machine.empty()) {
+        const Node& first = nodes[size_t(machineHost.emplace(node.cpu.machine, i).first->second)];
+        if (first.cpu.cores != node.cpu.cores)
+          return bad(strprintf("hosts '%s' and '%s' share machine '%s' but give it %d and %d "
+                               "cores",
+                               first.name.c_str(), node.name.c_str(), node.cpu.machine.c_str(),
+                               first.cpu.cores, node.cpu.cores));
+      }
     } else if (node.host < -1 || node.host >= hosts) {
       return bad(strprintf("node '%s' names host %d; there are %d hosts", node.name.c_str(),
                            node.host, hosts));

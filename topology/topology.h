@@ -75,6 +75,13 @@ struct HostCpu {
   // soon as it polls. The ranks are placed as LOOM_BIND places them: the host's ranks in rank
   // order, the i-th on core i mod cores. 0: not modelled.
   double sharedCoreLatency = 0;
+  // The machine whose cores the host's ranks run on, where hosts share one (network namespaces
+  // of one box, each a host with its own network stack): hosts that name the same machine
+  // share its `cores` (each says the machine's count) and its memory, LOOM_BIND places all
+  // their ranks together (in rank order, the i-th on core i mod cores), and a message between
+  // two ranks on one core costs sharedCoreLatency whichever hosts they are on. Empty: the host
+  // is a machine of its own.
+  std::string machine = {};  // (the initializer keeps HostCpu{cores, ...} quiet)
 
   bool operator==(const HostCpu&) const = default;
 };

@@ -325,7 +325,8 @@ Status calibrate(const std::vector<MeasuredPoint>& points, const topology::Topol
   // that of reads through the kernel (as messages) only where hosts say their core count,
   // that of reading what another core just wrote only where hosts say how large a core's
   // private cache is, a barrier's latency only where a measured plan has a Barrier, and that of
-  // a message between ranks that share a core only where a host has more ranks than cores.
+  // a message between ranks that share a core only where a machine (a host, or the hosts that
+  // name one HostCpu::machine) has more ranks than cores.
   bool cached = false, cores = false, hosts = false, peer = false, privateCache = false;
   bool barriers = false, sharedCores = false;
   for (const MeasuredPoint& p : points) peer = peer || p.algorithm == "peer";
@@ -341,12 +342,13 @@ Status calibrate(const std::vector<MeasuredPoint>& points, const topology::Topol
   }
   for (int r = 1; r < nranks; ++r) hosts = hosts || base.ranks[size_t(r)].host != base.ranks[0].host;
   const std::vector<int32_t> hostNode = base.hostNodes();
-  std::vector<int> hostRanks(hostNode.size(), 0);
+  std::map<std::pair<std::string, int32_t>, int> machineRanks;  // by {machine, or host}
   for (int r = 0; r < nranks; ++r) {
     const int32_t host = base.ranks[size_t(r)].host;
     if (host < 0 || size_t(host) >= hostNode.size()) continue;
-    const int cores = base.nodes[size_t(hostNode[size_t(host)])].cpu.cores;
-    sharedCores = sharedCores || (cores > 0 && ++hostRanks[size_t(host)] > cores);
+    const topology::HostCpu& cpu = base.nodes[size_t(hostNode[size_t(host)])].cpu;
+    const auto machine = std::pair(cpu.machine, cpu.machine.empty() ? host : -1);
+    sharedCores = sharedCores || (cpu.cores > 0 && ++machineRanks[machine] > cpu.cores);
   }
   const double memBandwidth =
       hostFigure(base, &topology::HostCpu::memBandwidth, options.sim.memBandwidth);

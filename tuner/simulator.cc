@@ -165,7 +165,7 @@ class Simulator {
           if (r->count > 0) extent[r->buf] = std::max(extent[r->buf], r->offset + r->count);
     const int32_t host = rankCpu_[size_t(rank)].host;
     for (const auto& [buf, elems] : extent)
-      if (host >= 0) hostWorkingSet_[size_t(host)] += double(elems) * opt_.elemSize;
+      if (host >= 0) hostWorkingSet_[machineOf_[size_t(host)]] += double(elems) * opt_.elemSize;
     rankLaneBegin_.push_back(uint32_t(laneBegin_.size()));
     return Status::ok();
   }
@@ -256,29 +256,40 @@ class Simulator {
   void addCpuResources() {
     for (const topology::Link& l : topo_.links) capacity_.push_back(l.bandwidth);
     const std::vector<int32_t> hostNode = topo_.hostNodes();
-    for (int32_t n : hostNode) hostCpu_.push_back(topo_.nodes[size_t(n)].cpu);
+    // Hosts that share a machine (HostCpu::machine) share its cores and its memory: one CPU
+    // resource and one working set for all of them, kept at the machine's first host.
+    std::unordered_map<std::string, size_t> machineHost;
+    for (int32_t n : hostNode) {
+      const topology::HostCpu& cpu = topo_.nodes[size_t(n)].cpu;
+      const size_t h = hostCpu_.size();
+      machineOf_.push_back(cpu.machine.empty() ? h : machineHost.emplace(cpu.machine, h).first->second);
+      hostCpu_.push_back(cpu);
+    }
     hostCpuLink_.assign(hostNode.size(), -1);
     hostWorkingSet_.assign(hostNode.size(), 0);
     for (size_t h = 0; h < hostNode.size(); ++h) {
-      if (hostCpu_[h].cores > 0 && memBandwidth(h, 0) > 0) {
+      if (machineOf_[h] != h) {
+        hostCpuLink_[h] = hostCpuLink_[machineOf_[h]];
+      } else if (hostCpu_[h].cores > 0 && memBandwidth(h, 0) > 0) {
         hostCpuLink_[h] = int32_t(capacity_.size());
         capacity_.push_back(0);
       }
     }
-    // Where a host's ranks outnumber its cores and sharing one costs (sharedCoreLatency), the
-    // core each rank runs on as LOOM_BIND places them: the host's i-th rank on core i mod cores.
-    std::vector<int> hostRanks(hostCpu_.size(), 0), localIndex(size_t(nranks_), -1);
+    // Where a machine's ranks outnumber its cores and sharing one costs (sharedCoreLatency),
+    // the core each rank runs on as LOOM_BIND places them: the machine's i-th rank (its hosts'
+    // ranks together, in rank order) on core i mod cores.
+    std::vector<int> machineRanks(hostCpu_.size(), 0), localIndex(size_t(nranks_), -1);
     for (int r = 0; r < nranks_; ++r) {
       const int32_t host = topo_.ranks[size_t(r)].host;
       if (host >= 0 && size_t(host) < hostCpu_.size())
-        localIndex[size_t(r)] = hostRanks[size_t(host)]++;
+        localIndex[size_t(r)] = machineRanks[machineOf_[size_t(host)]]++;
     }
     coreOf_.assign(size_t(nranks_), -1);
     for (int r = 0; r < nranks_; ++r) {
       if (localIndex[size_t(r)] < 0) continue;
-      const int32_t host = topo_.ranks[size_t(r)].host;
-      const topology::HostCpu& cpu = hostCpu_[size_t(host)];
-      if (cpu.sharedCoreLatency > 0 && cpu.cores > 0 && hostRanks[size_t(host)] > cpu.cores)
+      const size_t host = size_t(topo_.ranks[size_t(r)].host);
+      const topology::HostCpu& cpu = hostCpu_[host];
+      if (cpu.sharedCoreLatency > 0 && cpu.cores > 0 && machineRanks[machineOf_[host]] > cpu.cores)
         coreOf_[size_t(r)] = localIndex[size_t(r)] % cpu.cores;
     }
     rankCpu_.resize(size_t(nranks_));
@@ -342,12 +353,12 @@ class Simulator {
   // The CPU resources' capacities for this call (addCpuResources made them).
   void sizeCpuResources() {
     for (size_t h = 0; h < hostCpuLink_.size(); ++h)
-      if (hostCpuLink_[h] >= 0)
+      if (hostCpuLink_[h] >= 0 && machineOf_[h] == h)
         capacity_[size_t(hostCpuLink_[h])] =
             hostCpu_[h].cores * memBandwidth(h, hostWorkingSet_[h]);
     for (RankCpu& rc : rankCpu_) {
       const size_t h = size_t(rc.host);
-      const double workingSet = h < hostWorkingSet_.size() ? hostWorkingSet_[h] : 0;
+      const double workingSet = h < hostWorkingSet_.size() ? hostWorkingSet_[machineOf_[h]] : 0;
       rc.bandwidth = memBandwidth(h, workingSet);
       rc.memoryBandwidth = copyRates(h, workingSet).mem;
       rc.streamedCopies = streamedCopies(h, workingSet);
@@ -487,7 +498,10 @@ class Simulator {
   // (coreOf_), else 0.
   double sharedCoreLatency(int a, int b) const {
     const int32_t core = coreOf_[size_t(a)];
-    if (core < 0 || core != coreOf_[size_t(b)]) return 0;
+    if (core < 0 || core != coreOf_[size_t(b)] ||
+        machineOf_[size_t(topo_.ranks[size_t(a)].host)] !=
+            machineOf_[size_t(topo_.ranks[size_t(b)].host)])
+      return 0;
     return hostCpu_[size_t(topo_.ranks[size_t(a)].host)].sharedCoreLatency;
   }
 
@@ -1021,7 +1035,8 @@ class Simulator {
   std::vector<topology::HostCpu> hostCpu_;  // per host
   std::vector<int32_t> hostCpuLink_;        // per host: its CPU resource, -1 when not modelled
   std::vector<int32_t> coreOf_;             // per rank: its core (sharedCoreLatency), else -1
-  std::vector<double> hostWorkingSet_;      // per host: bytes its ranks' plans touch
+  std::vector<size_t> machineOf_;           // per host: the first host of its machine
+  std::vector<double> hostWorkingSet_;      // per machine (its first host): bytes its ranks' plans touch
   // Per link, the topology's links first, then the CPU resources (addCpuResources).
   std::vector<double> capacity_;
   std::vector<std::vector<uint32_t>> linkFlows_;

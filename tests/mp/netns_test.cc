@@ -99,8 +99,9 @@ TEST_F(TwoHosts, RanksInOtherNamespacesCountAsSharingTheCores) {
   }
 }
 
-// Two namespaces of one machine, one rank each: the communicator's model gives each "host" its
-// share of the machine's cores (half each), not all of them twice over.
+// Two namespaces of one machine, one rank each: the communicator's model says that both
+// "hosts" run on one machine (HostCpu::machine) and gives each the machine's cores, which the
+// simulator then counts once for both, not twice over.
 TEST_F(TwoHosts, HostsOfOneMachineShareItsCoresInTheModel) {
   TempDir dir("netns-cores");
   std::filesystem::create_directories(dir.path());
@@ -115,9 +116,14 @@ TEST_F(TwoHosts, HostsOfOneMachineShareItsCoresInTheModel) {
   ASSERT_TRUE(topology::loadTopology(file, &model).isOk());
   cpu_set_t mine;
   ASSERT_EQ(sched_getaffinity(0, sizeof(mine), &mine), 0);
-  const int share = std::max(1, CPU_COUNT(&mine) / 2);
   ASSERT_EQ(model.hostCount(), 2);
-  for (int32_t node : model.hostNodes()) EXPECT_EQ(model.nodes[size_t(node)].cpu.cores, share);
+  const std::vector<int32_t> hosts = model.hostNodes();
+  const topology::HostCpu &a = model.nodes[size_t(hosts[0])].cpu,
+                          &b = model.nodes[size_t(hosts[1])].cpu;
+  EXPECT_EQ(a.cores, CPU_COUNT(&mine));
+  EXPECT_EQ(b.cores, a.cores);
+  EXPECT_FALSE(a.machine.empty());
+  EXPECT_EQ(b.machine, a.machine);
 }
 
 }  // namespace

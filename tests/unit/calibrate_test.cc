@@ -308,7 +308,7 @@ TEST(TopologyJson, HostCpuFieldsRoundTripAndAreChecked) {
   topology::Topology t = base();
   t.nodes[size_t(t.hostNodes()[0])].cpu = {2,      6.5e9,  3.25e-6, 32u << 20, 13e9, 2.5,
                                            4.5e-6, 1.25,   7.5e-7,  2u << 20,  0.75, 0.5,
-                                           2.5e-6, 1.5e-6};
+                                           2.5e-6, 1.5e-6, "box"};
   const std::string json = topology::toJson(t);
   EXPECT_NE(json.find(R"("cores":2)"), std::string::npos) << json;
   topology::Topology back;
@@ -338,6 +338,8 @@ TEST(TopologyJson, HostCpuFieldsRoundTripAndAreChecked) {
           "nodes[0].barrierLatency");
   refused(R"({"kind": "host", "name": "h", "sharedCoreLatency": "soon"})",
           "nodes[0].sharedCoreLatency");
+  refused(R"({"kind": "host", "name": "h", "machine": ""})", "nodes[0].machine: expected");
+  refused(R"({"kind": "host", "name": "h", "machine": 3})", "nodes[0].machine: expected");
   refused(R"({"kind": "host", "name": "h", "peerReadCopies": 0})",
           "nodes[0].peerReadCopies: expected a positive number");
   refused(R"({"kind": "host", "name": "h", "dirtyReadCopies": -1})",
@@ -347,6 +349,17 @@ TEST(TopologyJson, HostCpuFieldsRoundTripAndAreChecked) {
   refused(R"({"kind": "switch", "name": "s", "cores": 4})", "belong on host nodes");
   refused(R"({"kind": "switch", "name": "s", "netMessageOverhead": "1us"})",
           "belong on host nodes");
+  // Hosts of one machine must agree on its cores.
+  topology::Topology box;
+  ASSERT_TRUE(topology::parseTopology(
+                  R"({"nodes": [{"kind": "host", "name": "a", "cores": 2, "machine": "box"},
+                                {"kind": "host", "name": "b", "cores": 4, "machine": "box"}]})",
+                  &box)
+                  .isOk());
+  EXPECT_NE(box.validate().message().find(
+                "hosts 'a' and 'b' share machine 'box' but give it 2 and 4 cores"),
+            std::string::npos)
+      << box.validate().message();
   topology::Topology units;
   s = topology::parseTopology(
       R"({"nodes": [{"kind": "host", "name": "h", "memBandwidth": "6GB", "stepOverhead": "2us",

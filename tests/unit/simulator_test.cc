@@ -345,19 +345,21 @@ TEST(Simulator, SlotMessagesOfNonTemporalSizeCopyAtMemorySpeed) {
   expectTime(alpha + double(at * kElem) / (mem / n / 2), timeOf(at));
 }
 
+// The time of one 1-element message from rank 0 to rank `to` on 4 ranks of topo.
+double oneMessage(int to, const topology::Topology& topo) {
+  auto plans = emptyPlans(4);
+  message(plans, 0, to, 1);
+  SimResult r = simulate(plans, topo, whole());
+  EXPECT_TRUE(r.ok) << r.message;
+  return r.time;
+}
+
 TEST(Simulator, MessagesBetweenRanksOfOneCoreCostSharedCoreLatency) {
   // 4 ranks on 2 cores, placed as LOOM_BIND places them (rank i on core i mod 2): a message from
   // rank 0 to rank 2 shares a core and takes sharedCoreLatency longer; one to rank 1 does not.
   const double shared = 5e-6;
   topology::Topology t = cpuHost(4, 2, 0);
   t.nodes[size_t(t.hostNodes()[0])].cpu.sharedCoreLatency = shared;
-  auto oneMessage = [&](int to, const topology::Topology& topo) {
-    auto plans = emptyPlans(4);
-    message(plans, 0, to, 1);
-    SimResult r = simulate(plans, topo, whole());
-    EXPECT_TRUE(r.ok) << r.message;
-    return r.time;
-  };
   const double plain = oneMessage(1, cpuHost(4, 2, 0));
   expectTime(plain, oneMessage(1, t));
   expectTime(plain + shared, oneMessage(2, t));
@@ -366,6 +368,38 @@ TEST(Simulator, MessagesBetweenRanksOfOneCoreCostSharedCoreLatency) {
   topology::Topology roomy = cpuHost(4, 4, 0);
   roomy.nodes[size_t(roomy.hostNodes()[0])].cpu.sharedCoreLatency = shared;
   expectTime(plain, oneMessage(2, roomy));
+}
+
+TEST(Simulator, HostsOfOneMachineShareItsCores) {
+  // 2 hosts × 2 ranks in network namespaces of one 2-core machine: LOOM_BIND places the
+  // machine's 4 ranks together, rank i on core i mod 2, so rank 0 (host 0) and rank 2 (host 1)
+  // share core 0: a message between them costs sharedCoreLatency more, one to rank 1 or 3 not.
+  const double shared = 5e-6, core = 1e9;
+  auto boxOf = [&](const std::string& machine) {
+    topology::Topology t = cluster(2, 2);
+    for (int32_t h : t.hostNodes()) {
+      topology::HostCpu& cpu = t.nodes[size_t(h)].cpu;
+      cpu = {2, core};
+      cpu.sharedCoreLatency = shared;
+      cpu.machine = machine;
+    }
+    return t;
+  };
+  const topology::Topology box = boxOf("box"), apart = boxOf("");
+  const double plain = oneMessage(2, apart);  // each host has a core per rank: nothing shared
+  expectTime(plain + shared, oneMessage(2, box));
+  expectTime(plain, oneMessage(3, box));
+  expectTime(oneMessage(1, apart), oneMessage(1, box));
+  // The machine's 2 cores serve all 4 ranks' local work: 4 copies take twice as long as on
+  // two hosts of 2 cores each.
+  const uint64_t count = 1 << 16;
+  auto plans = emptyPlans(4);
+  for (auto& p : plans)
+    collectives::addCopy(p.lanes[0], Region{kInput, 0, count}, Region{kOutput, 0, count});
+  SimResult together = simulate(plans, box, whole()), alone = simulate(plans, apart, whole());
+  ASSERT_TRUE(together.ok && alone.ok) << together.message << alone.message;
+  expectTime(double(count * kElem) / core, alone.time);
+  expectTime(2 * alone.time, together.time);
 }
 
 TEST(Simulator, TransfersAndBarriersCostTheirRanksBookkeeping) {
