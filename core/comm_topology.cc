@@ -35,7 +35,8 @@ constexpr size_t kMinPings = 5, kMaxPings = 64, kMinBulks = 2, kMaxBulks = 8;
 // A measurement that takes longer than this is abandoned (defaults, a WARN): the pair's ranks
 // are both in init, so only a broken or badly overloaded host gets here.
 constexpr int64_t kMeasureTimeoutMs = 3000;
-enum Command : uint64_t { kStop = 0, kPing = 1, kBulk = 2, kBurst = 3 };
+// kPingApart: a ping the responder answers from the CPU after the initiator's (initiate).
+enum Command : uint64_t { kStop = 0, kPing = 1, kBulk = 2, kBurst = 3, kPingApart = 4 };
 constexpr size_t kBurstMessages = 8;  // a burst: this many 8-byte messages each way
 
 double secondsSince(Clock::time_point t) {
@@ -82,37 +83,44 @@ Status runBurst(Connection* c, TransferOp::Kind kind, size_t count, const Deadli
 }
 
 // Holds the calling thread on one CPU it may run on until release(), then gives it back its
-// CPUs: the which-th of them (mod their count), -1 for none. Both ends of a pair pinned alike
-// share one core; pairs of hosts that share a machine (network namespaces) measure at the same
-// time, so each host's pair takes its own CPU (which = its host), or they would all crowd CPU 0
-// and one host's per-message figure would read 10 us instead of 0.05.
+// CPUs: the which-th of them (mod their count), -1 for none; moveTo(which) holds it on another.
+// Both ends of a pair pinned alike share one core; pairs of hosts that share a machine
+// (network namespaces) measure at the same time, so each host's pair takes its own CPU
+// (which = its host), or they would all crowd CPU 0 and one host's per-message figure would
+// read 10 us instead of 0.05.
 class OneCore {
  public:
   explicit OneCore(int which) {
-    if (which < 0 || sched_getaffinity(0, sizeof(saved_), &saved_) != 0) return;
+    savedOk_ = which >= 0 && sched_getaffinity(0, sizeof(saved_), &saved_) == 0;
+    moveTo(which);
+  }
+  ~OneCore() { release(); }
+  void moveTo(int which) {
+    if (!savedOk_ || which < 0 || which == which_) return;
+    const int allowed = CPU_COUNT(&saved_);
     cpu_set_t one;
     CPU_ZERO(&one);
-    const int allowed = CPU_COUNT(&saved_);
     for (int c = 0, seen = 0; c < CPU_SETSIZE && allowed > 0; ++c) {
       if (!CPU_ISSET(c, &saved_) || seen++ != which % allowed) continue;
       CPU_SET(c, &one);
       break;
     }
-    pinned_ = sched_setaffinity(0, sizeof(one), &one) == 0;
+    if (sched_setaffinity(0, sizeof(one), &one) == 0) which_ = which;
   }
-  ~OneCore() { release(); }
   void release() {
-    if (pinned_) sched_setaffinity(0, sizeof(saved_), &saved_);
-    pinned_ = false;
+    if (which_ >= 0) sched_setaffinity(0, sizeof(saved_), &saved_);
+    which_ = -1;
   }
 
  private:
   cpu_set_t saved_;
-  bool pinned_ = false;
+  bool savedOk_ = false;  // saved_ holds the thread's CPUs
+  int which_ = -1;         // the CPU it holds the thread on, -1: none
 };
 
 // The responder echoes pings and acknowledges bulk transfers until the initiator says stop.
-// sharedCore: the CPU (OneCore) it answers the pings from, the initiator's (see initiate).
+// sharedCore: the CPU (OneCore) it answers the pings from, the initiator's (see initiate), and
+// kPingApart from the next one.
 Status respond(Connection* c, std::vector<char>* bulk, int sharedCore, const Deadline& deadline) {
   OneCore pin(sharedCore);
   for (;;) {
@@ -120,6 +128,8 @@ Status respond(Connection* c, std::vector<char>* bulk, int sharedCore, const Dea
     TransferOp in = transferOp(TransferOp::Kind::Recv, &command, sizeof(command));
     LOOM_TRY(runOps(c, {&in}, deadline));
     if (command == kStop) return Status::ok();
+    if (sharedCore >= 0 && command != kBulk)
+      pin.moveTo(command == kPingApart ? sharedCore + 1 : sharedCore);
     if (command == kBulk) {
       pin.release();
       TransferOp data = transferOp(TransferOp::Kind::Recv, bulk->data(), bulk->size());
@@ -138,9 +148,12 @@ Status respond(Connection* c, std::vector<char>* bulk, int sharedCore, const Dea
 // Latency: half the median round trip of 8-byte pings. Bandwidth: 1 MiB over the fastest
 // bulk round, less one round trip (the command and the acknowledgement). sharedCore (a CPU for
 // OneCore, -1 for none): the pings run with both ends on one core, so every answer waits for
-// the other end to be scheduled — as it does in a collective when the host has more ranks than
-// cores, which a pair pinging on two otherwise idle cores would never show.
-Status initiate(Connection* c, std::vector<char>* bulk, double budget, int sharedCore,
+// the other end to be scheduled — as it does in a collective between two ranks of one core
+// when the host has more ranks than cores, which a pair pinging on two otherwise idle cores
+// would never show. With `apart` as well, pings with the ends on two cores give the latency,
+// and what one core adds is LinkFigures::sharedCore: LOOM_BIND puts the host's consecutive
+// ranks on different cores, so most of a collective's messages see the two-core figure.
+Status initiate(Connection* c, std::vector<char>* bulk, double budget, int sharedCore, bool apart,
                 const Deadline& deadline, LinkFigures* out) {
   auto start = Clock::now();
   OneCore pin(sharedCore);
@@ -168,7 +181,10 @@ Status initiate(Connection* c, std::vector<char>* bulk, double budget, int share
     *median = times[times.size() / 2];
     return Status::ok();
   };
-  double rtt = 0, burst = 0;
+  double rtt = 0, rttApart = 0, burst = 0;
+  apart = apart && sharedCore >= 0;
+  if (apart)
+    LOOM_TRY(medianRound([&](double* seconds) { return round(kPingApart, seconds); }, &rttApart));
   LOOM_TRY(medianRound([&](double* seconds) { return round(kPing, seconds); }, &rtt));
   // Per message: a burst round trip (kBurstMessages each way, the first one the command)
   // against a ping's; its 2·(kBurstMessages − 1) further messages are what it adds.
@@ -192,20 +208,24 @@ Status initiate(Connection* c, std::vector<char>* bulk, double budget, int share
   command = kStop;
   TransferOp stop = transferOp(TransferOp::Kind::Send, &command, sizeof(command));
   LOOM_TRY(runOps(c, {&stop}, deadline));
-  out->latency = rtt / 2;
-  out->bandwidth = double(kBulkBytes) / std::max(fastest - rtt, fastest / 2);
+  // Apart pings slower than one core's were disturbed (the other core busy): then the
+  // one-core figure stands for both, as without them.
+  apart = apart && rttApart < rtt;
+  out->latency = (apart ? rttApart : rtt) / 2;
+  out->sharedCore = apart ? (rtt - rttApart) / 2 : 0;
+  out->bandwidth = double(kBulkBytes) / std::max(fastest - 2 * out->latency, fastest / 2);
   return Status::ok();
 }
 
 // One pair's measurement over a connection of its own, closed before returning.
-Status measurePair(transports::Transport* t, int peer, bool initiator, int sharedCore,
+Status measurePair(transports::Transport* t, int peer, bool initiator, int sharedCore, bool apart,
                    double budget, int64_t timeoutMs, LinkFigures* out) {
   int64_t ms = timeoutMs < 0 ? kMeasureTimeoutMs : std::min(timeoutMs, kMeasureTimeoutMs);
   Deadline deadline(ms);
   std::vector<char> bulk(kBulkBytes, 1);  // touched now, so page faults are not measured
   std::unique_ptr<Connection> conn;       // declared after its buffers: destroyed first
   LOOM_TRY(t->connect(peer, kMeasureLane, deadline, &conn));
-  return initiator ? initiate(conn.get(), &bulk, budget, sharedCore, deadline, out)
+  return initiator ? initiate(conn.get(), &bulk, budget, sharedCore, apart, deadline, out)
                    : respond(conn.get(), &bulk, sharedCore, deadline);
 }
 
@@ -429,8 +449,12 @@ Status Comm::detectTopology(const Deadline& deadline) {
     int peerRank = p.initiator == me ? p.responder : p.initiator;
     LinkFigures figures;
     const int oneCore = sharedCore && p.kind != LinkKind::Network ? p.host : -1;
-    Status st = measurePair(transportFor(peerRank), peerRank, p.initiator == me, oneCore, budget,
-                            timeoutMs(), &figures);
+    // Pings on two cores as well where the host is alone on its machine: pairs of hosts that
+    // share one measure at the same time, and on two cores they would take each other's.
+    const bool apart = records[size_t(p.initiator)].machineRanks ==
+                       int(std::count(hostOf_.begin(), hostOf_.end(), p.host));
+    Status st = measurePair(transportFor(peerRank), peerRank, p.initiator == me, oneCore, apart,
+                            budget, timeoutMs(), &figures);
     if (!st.isOk())
       LOOM_WARN("INIT",
                 "topology: measuring the %s link with rank %d failed (%s); using %s figures",
@@ -511,10 +535,13 @@ Status Comm::detectTopology(const Deadline& deadline) {
   for (int k = 0; k < kLinkKinds; ++k) {
     bool used = k == 0 || (k == 1 && host.numaNodes > 1) || (k == 2 && hostCount_ > 1);
     if (used)
-      LOOM_INFO("INIT", "topology: %s link (%s) %.3g us, %s, %.3g us per further message (%s)",
+      LOOM_INFO("INIT",
+                "topology: %s link (%s) %.3g us (%.3g us more between ranks of one core), %s, "
+                "%.3g us per further message (%s)",
                 topology::linkKindName(LinkKind(k)), k == 2 ? "tcp" : transport.c_str(),
-                shown[k].latency * 1e6, rateText(shown[k].bandwidth).c_str(),
-                shown[k].perMessage * 1e6, topology::figureSourceName(sources[k]));
+                shown[k].latency * 1e6, shown[k].sharedCore * 1e6,
+                rateText(shown[k].bandwidth).c_str(), shown[k].perMessage * 1e6,
+                topology::figureSourceName(sources[k]));
   }
 
   if (const MemoryFigures& m = host.memory; m.known())

@@ -108,8 +108,11 @@ Topology buildCommTopology(const std::string& name, const CommDescription& d) {
     LinkFigures same = orDefault(host.sameNuma, LinkKind::SameNuma);
     b.node(hostNode).cpu.stepOverhead = std::max(0.0, same.perMessage);
     // Nor is a barrier of the host's ranks timed at init: it is each rank's flag taking one
-    // trip between cores (ShmArena), as a small message's first cache line does.
-    b.node(hostNode).cpu.barrierLatency = same.latency;
+    // trip between cores (ShmArena), as a small message's first cache line does; where the
+    // ranks share cores, the last flag can be for the other rank of the sender's core: the
+    // one-core trip.
+    b.node(hostNode).cpu.barrierLatency = same.latency + same.sharedCore;
+    b.node(hostNode).cpu.sharedCoreLatency = same.sharedCore;
     // Reading another process's memory through the kernel (a single-copy shm receive, a peer
     // read of plain memory) costs a system call and the pinning of the pages; where the host's
     // memory figures were not measured, what an earlier calibration (docs/CALIBRATION.md) fitted
@@ -287,7 +290,7 @@ Status loadHostCache(const std::string& dir, const std::string& signature, HostC
     for (const auto& [key, figures] : doc.at("links").items())
       cache.links[key] = {figures.at("latency").get<double>(),
                           figures.at("bandwidth").get<double>(),
-                          figures.value("perMessage", 0.0)};
+                          figures.value("perMessage", 0.0), figures.value("sharedCore", 0.0)};
   } catch (const json::exception& e) {
     return errorf(loomSystemError, "the topology cache %s is malformed (%s); delete it",
                   path.c_str(), e.what());
@@ -323,8 +326,10 @@ Status writeFileAtomically(const std::string& path, const std::string& text) {
 
 Status saveHostCache(const std::string& dir, const HostCache& cache) {
   json links = json::object();
-  for (const auto& [key, f] : cache.links)
+  for (const auto& [key, f] : cache.links) {
     links[key] = {{"latency", f.latency}, {"bandwidth", f.bandwidth}, {"perMessage", f.perMessage}};
+    if (f.sharedCore > 0) links[key]["sharedCore"] = f.sharedCore;
+  }
   json doc = {{"signature", cache.signature},
               {"cores", cache.cores},
               {"privateCacheBytes", cache.privateCacheBytes},

@@ -23,6 +23,11 @@ struct LinkFigures {
   // message on this link (posting, polling, bookkeeping), which lanes and extra plan steps
   // cost even when their latencies overlap. 0: not measured.
   double perMessage = 0;
+  // s a message takes beyond `latency` where its two ends share one core (HostCpu::
+  // sharedCoreLatency): measured where a host's ranks outnumber its cores, with the pair on
+  // one core and then on two. 0: not measured (then `latency` is the one-core figure where
+  // the ranks share cores).
+  double sharedCore = 0;
   bool known() const { return latency > 0 && bandwidth > 0; }
 };
 

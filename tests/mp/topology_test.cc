@@ -209,6 +209,19 @@ TEST(CommTopology, MoreRanksThanCoresMeasureOnOneCoreAndCacheApart) {
       RANK_OK(createComm(ctx, &comm));
       topology::PathFigures f = between(comm->topology(), 0, 1);
       RANK_CHECK(f.latency > 0 && f.latency < 10e-3, "latency %g s", f.latency);
+      // Where the pair measured on one core and on two, the model prices a message between
+      // ranks of one core with what the filed figures say one core adds (rank 0 filed them).
+      const topology::Topology& model = comm->topology();
+      const double modelled = model.nodes[size_t(model.hostNodes()[0])].cpu.sharedCoreLatency;
+      if (ctx.rank() == 0) {
+        std::string hostname;
+        const uint64_t hostId = topology::hostIdentity(&hostname);
+        topology::HostCache filed;
+        RANK_OK(topology::loadHostCache(dir, topology::hostSignature(hostname, hostId), &filed));
+        const double measured = n == over ? filed.links[shared].sharedCore : 0;
+        RANK_CHECK(modelled == measured && measured >= 0, "modelled %g s, filed %g s", modelled,
+                   measured);
+      }
       return leaveTogether(ctx, &comm);
     }, ForkOptions::timeout(120));
     ASSERT_EQ(describeFailures(results), "") << n << " ranks";

@@ -126,6 +126,19 @@ TEST(CommTopology, OneHostFourRanksOnTwoNumaNodes) {
   EXPECT_DOUBLE_EQ(cross.bandwidth, kCross.bandwidth);
   EXPECT_EQ(cross.kind, "upi");
   EXPECT_EQ(cross.hops, 3);
+  // No one-core figure: messages of ranks that share a core cost what others do.
+  const topology::HostCpu& cpu = t.nodes[size_t(t.hostNodes()[0])].cpu;
+  EXPECT_EQ(cpu.sharedCoreLatency, 0);
+  EXPECT_DOUBLE_EQ(cpu.barrierLatency, kSame.latency);
+  // Where it was measured, it is the host's sharedCoreLatency, and a barrier's last flag may
+  // be for the sender's own core.
+  d.hosts[0].sameNuma.sharedCore = 1.5e-6;
+  t = buildCommTopology("shared", d);
+  const topology::HostCpu& shared = t.nodes[size_t(t.hostNodes()[0])].cpu;
+  EXPECT_DOUBLE_EQ(shared.sharedCoreLatency, 1.5e-6);
+  EXPECT_DOUBLE_EQ(shared.barrierLatency, kSame.latency + 1.5e-6);
+  EXPECT_NEAR(between(t, 0, 2).latency, kSame.latency, 1e-12);
+  d.hosts[0].sameNuma.sharedCore = 0;
   // Unknown figures fall back to the defaults rather than a zero-bandwidth link.
   d.hosts[0].sameNuma = {};
   d.hosts[0].crossNuma = {};
@@ -265,6 +278,7 @@ TEST_F(HostCacheTest, RoundTripInACreatedDirectory) {
   c.numaCpus = {{0, 1, 2}, {3, 4, 5}};
   c.memory = {51.5e9, 19.25e9, 4.125, 8.5e-7};
   c.links["same-NUMA/shm"] = {1.25e-6, 7.5e9};
+  c.links["same-NUMA/shm/shared-core"] = {0.5e-6, 7.5e9, 6.25e-8, 1.75e-6};
   c.links["network/tcp/00000000deadbeef"] = {3.3e-5, 1.1e9};
   Status s = saveHostCache(dir_, c);  // creates dir_ and its parent
   ASSERT_TRUE(s.isOk()) << s.message();
@@ -281,8 +295,11 @@ TEST_F(HostCacheTest, RoundTripInACreatedDirectory) {
   EXPECT_EQ(back.memory.memBandwidth, 19.25e9);
   EXPECT_EQ(back.memory.kernelReadCopies, 4.125);
   EXPECT_EQ(back.memory.kernelReadOverhead, 8.5e-7);
-  ASSERT_EQ(back.links.size(), 2u);
+  ASSERT_EQ(back.links.size(), 3u);
   EXPECT_EQ(back.links["same-NUMA/shm"].latency, 1.25e-6);  // exact: doubles round-trip
+  EXPECT_EQ(back.links["same-NUMA/shm"].sharedCore, 0);
+  EXPECT_EQ(back.links["same-NUMA/shm/shared-core"].perMessage, 6.25e-8);
+  EXPECT_EQ(back.links["same-NUMA/shm/shared-core"].sharedCore, 1.75e-6);
   EXPECT_EQ(back.links["network/tcp/00000000deadbeef"].bandwidth, 1.1e9);
   // Only the final file is left: the temporary one was renamed.
   int files = 0;
