@@ -449,10 +449,13 @@ Status Comm::detectTopology(const Deadline& deadline) {
     int peerRank = p.initiator == me ? p.responder : p.initiator;
     LinkFigures figures;
     const int oneCore = sharedCore && p.kind != LinkKind::Network ? p.host : -1;
-    // Pings on two cores as well where the host is alone on its machine: pairs of hosts that
-    // share one measure at the same time, and on two cores they would take each other's.
-    const bool apart = records[size_t(p.initiator)].machineRanks ==
-                       int(std::count(hostOf_.begin(), hostOf_.end(), p.host));
+    // Pings on two cores as well where the host has two and is alone on its machine: pairs of
+    // hosts that share one measure at the same time, and on two cores they would take each
+    // other's.
+    const ProbeRecord& initiator = records[size_t(p.initiator)];
+    const bool apart = initiator.cores > 1 &&
+                       initiator.machineRanks ==
+                           int(std::count(hostOf_.begin(), hostOf_.end(), p.host));
     Status st = measurePair(transportFor(peerRank), peerRank, p.initiator == me, oneCore, apart,
                             budget, timeoutMs(), &figures);
     if (!st.isOk())
