@@ -113,6 +113,7 @@ Status Comm::measureBucket(const CallDesc& call, tuner::AutotuneEntry* out) {
   std::vector<std::vector<double>> roundTimes(candidates.size());
   for (int r = 0; r < schedule.rounds; ++r)
     for (size_t i = 0; i < candidates.size(); ++i) {
+      if (schedule.leadCall) LOOM_TRY(runDecided(runs[i], decisions[i]));
       const auto start = Clock::now();
       for (int b = 0; b < schedule.batch; ++b) LOOM_TRY(runDecided(runs[i], decisions[i]));
       roundTimes[i].push_back(std::chrono::duration<double>(Clock::now() - start).count() /

@@ -117,6 +117,10 @@ AutotuneSchedule autotuneSchedule(const std::vector<Candidate>& candidates, int 
   s.rounds = std::max(s.rounds, int(std::min<double>(wanted, kAutotuneMaxRounds)));
   const double batches = std::floor(kAutotuneBudgetSeconds / (round * s.rounds));
   s.batch = int(std::clamp<double>(batches, 1, kAutotuneMaxBatch));
+  if (s.batch < kAutotuneMinBatch &&
+      round * s.rounds * kAutotuneMinBatch <= kAutotuneMinBatchBudget * kAutotuneBudgetSeconds)
+    s.batch = kAutotuneMinBatch;
+  s.leadCall = s.batch > 1;
   return s;
 }
 

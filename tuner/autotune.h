@@ -69,14 +69,23 @@ std::vector<Candidate> autotuneCandidates(Tuner& tuner, const collectives::CollA
 // candidate's turn is a batch of calls back to back (up to kAutotuneMaxBatch), timed together:
 // a call that follows another candidate's starts with the ranks as that one left them, apart,
 // and a few-µs call then measures mostly that skew (4 ranks on 2 cores, 8 bytes: single calls
-// had rd 5.4 µs ahead of direct 6.2, which in a loop take 5.2 and 2.7). The predictions are the
-// same on every rank, and so are the counts (candidates without one: minRounds, batches of 1).
+// had rd 5.4 µs ahead of direct 6.2, which in a loop take 5.2 and 2.7). A batch is at least
+// kAutotuneMinBatch calls where that keeps the rounds within kAutotuneMinBatchBudget budgets,
+// after one untimed call of the candidate (leadCall): the ranks of a loop of one algorithm fall
+// into a rhythm that its first call after another's does not have — on 2 network-namespace
+// hosts × 2 ranks sharing 2 cores, single calls timed `hierarchical` allgather at 36–45 µs
+// beside `rd` at 38–45, where loops take 22 and 39; batches of 4 after a lead call gave 21–37
+// against 31–56, the loops' order. The predictions are the same on every rank, and so are the
+// counts (candidates without one: minRounds, batches of 1).
 constexpr int kAutotuneMaxRounds = 64;
 constexpr int kAutotuneMaxBatch = 32;
+constexpr int kAutotuneMinBatch = 4;
 constexpr double kAutotuneBudgetSeconds = 5e-3;
+constexpr double kAutotuneMinBatchBudget = 4;
 struct AutotuneSchedule {
   int rounds = 1;
-  int batch = 1;  // calls per candidate per round
+  int batch = 1;          // timed calls per candidate per round
+  bool leadCall = false;  // one untimed call of the candidate before its batch
 };
 AutotuneSchedule autotuneSchedule(const std::vector<Candidate>& candidates, int minRounds);
 
