@@ -392,7 +392,11 @@ Status Comm::detectTopology(const Deadline& deadline) {
   const double budget = double(std::max<int64_t>(0, params::getInt("LOOM_TOPO_MEASURE_MS"))) / 1e3;
   const std::string transport = transportMode_ == "tcp" ? "tcp" : "shm";  // within a host
   std::vector<int32_t> firstRank(size_t(hostCount_), -1);
-  for (int r = n - 1; r >= 0; --r) firstRank[size_t(hostOf_[size_t(r)])] = r;
+  std::vector<int> hostRanks(size_t(hostCount_), 0);
+  for (int r = n - 1; r >= 0; --r) {
+    firstRank[size_t(hostOf_[size_t(r)])] = r;
+    ++hostRanks[size_t(hostOf_[size_t(r)])];
+  }
   // Whether this machine's ranks (other network namespaces' included) outnumber this host's
   // cores: then the within-host latency is measured with the pair on one core and cached
   // apart from the figures of communicators that have a core per rank (set once the host's
@@ -453,9 +457,7 @@ Status Comm::detectTopology(const Deadline& deadline) {
     // hosts that share one measure at the same time, and on two cores they would take each
     // other's.
     const ProbeRecord& initiator = records[size_t(p.initiator)];
-    const bool apart = initiator.cores > 1 &&
-                       initiator.machineRanks ==
-                           int(std::count(hostOf_.begin(), hostOf_.end(), p.host));
+    const bool apart = initiator.cores > 1 && initiator.machineRanks == hostRanks[size_t(p.host)];
     Status st = measurePair(transportFor(peerRank), peerRank, p.initiator == me, oneCore, apart,
                             budget, timeoutMs(), &figures);
     if (!st.isOk())
@@ -506,9 +508,8 @@ Status Comm::detectTopology(const Deadline& deadline) {
     host.name = peer(firstRank[size_t(h)]).hostname;
     // Hosts that share a machine (network namespaces of one box) share its cores and its
     // caches: the model names the machine, or it would count them once per host.
-    const int hostRanks = int(std::count(hostOf_.begin(), hostOf_.end(), h));
     host.cores = first.cores;
-    if (first.machineRanks > hostRanks)
+    if (first.machineRanks > hostRanks[size_t(h)])
       host.machine = strprintf("%016llx", (unsigned long long)peer(firstRank[size_t(h)]).machineId);
     host.privateCacheBytes = first.privateCacheBytes;
     host.cacheBytes = first.cacheBytes;

@@ -36,6 +36,17 @@ std::vector<int32_t> Topology::hostNodes() const {
   return out;
 }
 
+std::vector<int32_t> Topology::hostMachines() const {
+  std::vector<int32_t> out;
+  std::unordered_map<std::string_view, int32_t> firstHost;  // machine -> its first host
+  for (int32_t n : hostNodes()) {
+    const std::string& machine = nodes[size_t(n)].cpu.machine;
+    const int32_t h = int32_t(out.size());
+    out.push_back(machine.empty() ? h : firstHost.emplace(machine, h).first->second);
+  }
+  return out;
+}
+
 int32_t Topology::findNode(std::string_view nodeName) const {
   for (size_t i = 0; i < nodes.size(); ++i)
     if (nodes[i].name == nodeName) return int32_t(i);
@@ -185,7 +196,6 @@ Status Topology::validate() const {
   int32_t n = int32_t(nodes.size());
   int hosts = hostCount();
   std::unordered_map<std::string_view, int32_t> byName;
-  std::unordered_map<std::string_view, int32_t> machineHost;  // machine -> its first host node
   int hostIndex = 0;
   for (int32_t i = 0; i < n; ++i) {
     const Node& node = nodes[size_t(i)];
@@ -199,18 +209,19 @@ Status Topology::validate() const {
         return bad(strprintf("host node '%s' is host %d (its order among the hosts) but says "
                              "host %d", node.name.c_str(), hostIndex, node.host));
       ++hostIndex;
-      if (!node.cpu.machine.empty()) {
-        const Node& first = nodes[size_t(machineHost.emplace(node.cpu.machine, i).first->second)];
-        if (first.cpu.cores != node.cpu.cores)
-          return bad(strprintf("hosts '%s' and '%s' share machine '%s' but give it %d and %d "
-                               "cores",
-                               first.name.c_str(), node.name.c_str(), node.cpu.machine.c_str(),
-                               first.cpu.cores, node.cpu.cores));
-      }
     } else if (node.host < -1 || node.host >= hosts) {
       return bad(strprintf("node '%s' names host %d; there are %d hosts", node.name.c_str(),
                            node.host, hosts));
     }
+  }
+  const std::vector<int32_t> hostNode = hostNodes(), machine = hostMachines();
+  for (size_t h = 0; h < hostNode.size(); ++h) {
+    const Node& host = nodes[size_t(hostNode[h])];
+    const Node& first = nodes[size_t(hostNode[size_t(machine[h])])];
+    if (first.cpu.cores != host.cpu.cores)
+      return bad(strprintf("hosts '%s' and '%s' share machine '%s' but give it %d and %d cores",
+                           first.name.c_str(), host.name.c_str(), host.cpu.machine.c_str(),
+                           first.cpu.cores, host.cpu.cores));
   }
   for (size_t i = 0; i < links.size(); ++i) {
     const Link& l = links[i];

@@ -159,6 +159,9 @@ struct Topology {
   Status validate() const;
   // Host index → node index of that Host node.
   std::vector<int32_t> hostNodes() const;
+  // Host index → the host index of the first host on its machine (HostCpu::machine): itself
+  // where it names none, so hosts with equal entries share one machine's cores.
+  std::vector<int32_t> hostMachines() const;
   int32_t findNode(std::string_view name) const;  // -1 when absent (linear scan)
 
   bool operator==(const Topology&) const = default;

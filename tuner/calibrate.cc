@@ -342,13 +342,14 @@ Status calibrate(const std::vector<MeasuredPoint>& points, const topology::Topol
   }
   for (int r = 1; r < nranks; ++r) hosts = hosts || base.ranks[size_t(r)].host != base.ranks[0].host;
   const std::vector<int32_t> hostNode = base.hostNodes();
-  std::map<std::pair<std::string, int32_t>, int> machineRanks;  // by {machine, or host}
+  const std::vector<int32_t> machineOf = base.hostMachines();
+  std::vector<int> machineRanks(hostNode.size(), 0);  // at each machine's first host
   for (int r = 0; r < nranks; ++r) {
     const int32_t host = base.ranks[size_t(r)].host;
     if (host < 0 || size_t(host) >= hostNode.size()) continue;
-    const topology::HostCpu& cpu = base.nodes[size_t(hostNode[size_t(host)])].cpu;
-    const auto machine = std::pair(cpu.machine, cpu.machine.empty() ? host : -1);
-    sharedCores = sharedCores || (cpu.cores > 0 && ++machineRanks[machine] > cpu.cores);
+    const int cores = base.nodes[size_t(hostNode[size_t(host)])].cpu.cores;
+    sharedCores =
+        sharedCores || (cores > 0 && ++machineRanks[size_t(machineOf[size_t(host)])] > cores);
   }
   const double memBandwidth =
       hostFigure(base, &topology::HostCpu::memBandwidth, options.sim.memBandwidth);

@@ -256,15 +256,10 @@ class Simulator {
   void addCpuResources() {
     for (const topology::Link& l : topo_.links) capacity_.push_back(l.bandwidth);
     const std::vector<int32_t> hostNode = topo_.hostNodes();
+    for (int32_t n : hostNode) hostCpu_.push_back(topo_.nodes[size_t(n)].cpu);
     // Hosts that share a machine (HostCpu::machine) share its cores and its memory: one CPU
     // resource and one working set for all of them, kept at the machine's first host.
-    std::unordered_map<std::string, size_t> machineHost;
-    for (int32_t n : hostNode) {
-      const topology::HostCpu& cpu = topo_.nodes[size_t(n)].cpu;
-      const size_t h = hostCpu_.size();
-      machineOf_.push_back(cpu.machine.empty() ? h : machineHost.emplace(cpu.machine, h).first->second);
-      hostCpu_.push_back(cpu);
-    }
+    for (int32_t m : topo_.hostMachines()) machineOf_.push_back(size_t(m));
     hostCpuLink_.assign(hostNode.size(), -1);
     hostWorkingSet_.assign(hostNode.size(), 0);
     for (size_t h = 0; h < hostNode.size(); ++h) {
