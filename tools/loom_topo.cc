@@ -143,7 +143,10 @@ int showLocal(int ranks) {
     printf("  numa%d: %d cores, %s\n", i, info.coresPerNuma[size_t(i)],
            bytes(double(info.numaMemory[size_t(i)])).c_str());
   for (const CacheLevel& c : info.caches)
-    printf("  %-4s %s x %d\n", c.name.c_str(), bytes(double(c.size)).c_str(), c.count);
+    printf("  %-4s %s x %d%s\n", c.name.c_str(), bytes(double(c.size)).c_str(), c.count,
+           c.claimedSize > 0
+               ? (" (measured; hwloc said " + bytes(double(c.claimedSize)) + " each)").c_str()
+               : "");
   if (info.devices.empty()) printf("  no PCI NICs or GPUs reported by hwloc\n");
   for (const PciDevice& d : info.devices)
     printf("  %-4s %-10s pci %s numa %d%s%s\n", nodeKindName(d.kind), d.name.c_str(),

@@ -273,8 +273,10 @@ Status loadHostCache(const std::string& dir, const std::string& signature, HostC
       return errorf(loomInvalidUsage, "%s belongs to another host (%s)", path.c_str(),
                     cache.signature.c_str());
     // An entry from before loom recorded the last-level cache holds only part of what the
-    // probe gives: its probe fields are left empty, so that init probes once and files all of it.
-    if (doc.contains("cacheBytes")) {
+    // probe gives, and one from before it checked hwloc's cache sizes (checkCacheClaim) may hold
+    // a hypervisor's fiction: their probe fields are left empty, so that init probes once and
+    // files all of it.
+    if (doc.contains("cacheBytes") && doc.value("cacheChecked", false)) {
       cache.cores = doc.at("cores").get<int>();
       cache.privateCacheBytes = doc.at("privateCacheBytes").get<uint64_t>();
       cache.cacheInstanceBytes = doc.at("cacheInstanceBytes").get<uint64_t>();
@@ -335,6 +337,7 @@ Status saveHostCache(const std::string& dir, const HostCache& cache) {
               {"privateCacheBytes", cache.privateCacheBytes},
               {"cacheInstanceBytes", cache.cacheInstanceBytes},
               {"cacheBytes", cache.cacheBytes},
+              {"cacheChecked", true},
               {"numaCpus", cache.numaCpus},
               {"links", links}};
   if (cache.memory.known())

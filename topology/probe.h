@@ -18,6 +18,7 @@ struct CacheLevel {
   int level = 0;
   uint64_t size = 0;  // bytes per instance (0 when hwloc does not say)
   int count = 0;      // instances on the host
+  uint64_t claimedSize = 0;  // hwloc's size where a measurement replaced it (checkCacheClaim)
 };
 
 struct PciDevice {
@@ -47,7 +48,34 @@ uint64_t privateCacheOf(const HostInfo& info);
 // a level of size 0 when hwloc says of none.
 CacheLevel lastLevelCacheOf(const HostInfo& info);
 
-// Reads hwloc. Fails only when hwloc itself cannot load a topology. Without `withDevices` the
+// Working sets whose copy rate the cache check compares (checkCacheClaim): a last-level
+// instance larger than kCacheClaimChecked is checked, with memcpy working sets doubling from
+// kCacheCheckFirst to kCacheCheckLast, each against the rate of the first.
+constexpr uint64_t kCacheClaimChecked = 64ull << 20;
+constexpr uint64_t kCacheCheckFirst = 4ull << 20;
+constexpr uint64_t kCacheCheckLast = 128ull << 20;
+
+// One core's memcpy rate (bytes/s) with a working set (source plus destination) of `bytes`.
+struct CopyRate {
+  uint64_t bytes = 0;
+  double rate = 0;
+};
+
+// The largest working set of `rates` (ascending) from the fastest on that is still copied at
+// least half as fast as the fastest: where the rate falls to half, the data came from memory.
+// Returns the last entry's size where none falls that far; 0 for no rates.
+uint64_t cachedReach(const std::vector<CopyRate>& rates);
+
+// hwloc reads cache sizes from CPUID, which a hypervisor may fake: one VM reported each of its
+// two cores as having a 508 MiB L3 (the package's total) when one core's copies fell to memory
+// speed between 32 and 64 MiB. A last-level instance over kCacheClaimChecked is therefore
+// measured (~30 ms of copies): where copies fall to memory speed within the claim, the level
+// becomes one instance, shared by all cores, of the largest working set still copied at cache
+// speed, and claimedSize keeps what hwloc said.
+void checkCacheClaim(HostInfo* info);
+
+// Reads hwloc, then checks an implausible last-level cache (checkCacheClaim). Fails only when
+// hwloc itself cannot load a topology. Without `withDevices` the
 // PCI scan (the slow part) is skipped and `devices` stays empty.
 Status probeHost(HostInfo* out, bool withDevices = true);
 

@@ -341,6 +341,29 @@ TEST_F(HostCacheTest, EntriesWithoutTheLastLevelCacheAreProbedAgain) {
   EXPECT_EQ(back.privateCacheBytes, 0u);
 }
 
+// An entry filed before loom checked hwloc's cache sizes (no "cacheChecked") may carry a
+// hypervisor's fictitious last-level cache: its probe fields are dropped, its figures kept.
+TEST_F(HostCacheTest, EntriesWithUncheckedCachesAreProbedAgain) {
+  std::string sig = hostSignature("testhost", 9);
+  std::filesystem::create_directories(dir_);
+  const std::string entry =
+      R"({"signature": ")" + sig + R"(", "cores": 2, "numaCpus": [[0, 1]],)" +
+      R"( "privateCacheBytes": 532676608, "cacheInstanceBytes": 532676608,)" +
+      R"( "cacheBytes": 1065353216, "links": {"same-NUMA/shm": {"latency": 1e-6,)" +
+      R"( "bandwidth": 8e9}})";
+  std::ofstream(hostCachePath(dir_, sig)) << entry << "}";
+  HostCache old;
+  ASSERT_TRUE(loadHostCache(dir_, sig, &old).isOk());
+  EXPECT_EQ(old.cores, 0);
+  EXPECT_EQ(old.cacheBytes, 0u);
+  EXPECT_EQ(old.links["same-NUMA/shm"].bandwidth, 8e9);
+  std::ofstream(hostCachePath(dir_, sig)) << entry << R"(, "cacheChecked": true})";
+  HostCache checked;
+  ASSERT_TRUE(loadHostCache(dir_, sig, &checked).isOk());
+  EXPECT_EQ(checked.cores, 2);
+  EXPECT_EQ(checked.cacheBytes, 1065353216u);
+}
+
 TEST_F(HostCacheTest, MalformedFilesAndUnwritableDirectoriesAreReported) {
   std::string sig = hostSignature("testhost", 7);
   std::filesystem::create_directories(dir_);

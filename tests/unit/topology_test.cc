@@ -106,6 +106,41 @@ TEST(TopologyProbe, PrivateCacheIsTheOutermostCacheEveryCoreHas) {
   EXPECT_EQ(privateCacheOf(info), 0u);
 }
 
+TEST(TopologyProbe, CachedReachIsTheLastWorkingSetAtHalfThePeakRate) {
+  const uint64_t MiB = 1 << 20;
+  // A 32 MiB cache: 38 GB/s up to its size, memory's 14 GB/s beyond (the dev VM's figures).
+  EXPECT_EQ(cachedReach({{4 * MiB, 38e9}, {8 * MiB, 37e9}, {16 * MiB, 36e9}, {32 * MiB, 25e9},
+                         {64 * MiB, 14e9}, {128 * MiB, 14e9}}),
+            32 * MiB);
+  // No fall: the largest set measured (the claim stands).
+  EXPECT_EQ(cachedReach({{4 * MiB, 20e9}, {8 * MiB, 19e9}, {16 * MiB, 18e9}}), 16 * MiB);
+  // Falls at once: nothing beyond the first.
+  EXPECT_EQ(cachedReach({{4 * MiB, 20e9}, {8 * MiB, 9e9}, {16 * MiB, 12e9}}), 4 * MiB);
+  // A slow first set (a cold core) is not the reference: the fastest is.
+  EXPECT_EQ(cachedReach({{4 * MiB, 19e9}, {8 * MiB, 44e9}, {16 * MiB, 34e9}, {32 * MiB, 15e9},
+                         {64 * MiB, 13e9}}),
+            16 * MiB);
+  EXPECT_EQ(cachedReach({}), 0u);
+}
+
+TEST(TopologyProbe, CacheClaimWithinReachStands) {
+  HostInfo info;
+  info.cores = 2;
+  info.caches = {{"L1d", 1, 48 << 10, 2}, {"L2", 2, 1 << 20, 2}, {"L3", 3, 32 << 20, 1}};
+  checkCacheClaim(&info);  // 32 MiB is not checked: every cache we know is that small
+  EXPECT_EQ(info.caches.back().size, uint64_t(32) << 20);
+  EXPECT_EQ(info.caches.back().claimedSize, 0u);
+  // A claim far beyond this machine's memory bandwidth regime: replaced, and kept beside.
+  info.caches.back() = {"L3", 3, uint64_t(64) << 30, 2};
+  checkCacheClaim(&info);
+  const CacheLevel& l3 = info.caches.back();
+  EXPECT_EQ(l3.claimedSize, uint64_t(64) << 30);
+  EXPECT_LE(l3.size, kCacheCheckLast);
+  EXPECT_GE(l3.size, kCacheCheckFirst);
+  EXPECT_EQ(l3.count, 1);
+  EXPECT_EQ(privateCacheOf(info), uint64_t(1) << 20);  // L3 no longer a core's own
+}
+
 TEST(TopologyProbe, MeasurementStaysInItsBudget) {
   auto start = std::chrono::steady_clock::now();
   LinkMeasurement m = measureLocalLinks(32 << 20, 0.1);
