@@ -106,13 +106,16 @@ TEST(CommTopology, SameOnEveryRankMeasuredThenCached) {
         RANK_CHECK(step >= 0 && step < 2 * f.latency + 1e-6, "stepOverhead %g s (latency %g s)",
                    step, f.latency);
         // One core's copy rates, measured once for the host, where hwloc names its last-level
-        // cache (the model has no use for them without its size).
+        // cache (the model has no use for them without its size). A size the probe measured
+        // (checkCacheClaim) differs between measurements: at least the least it reports.
         const topology::HostCpu& cpu = first.nodes[size_t(first.hostNodes()[0])].cpu;
         topology::HostInfo info;
         if (topology::probeHost(&info, false).isOk() &&
             topology::lastLevelCacheOf(info).size > 0) {
-          RANK_CHECK(cpu.cacheBytes >= topology::lastLevelCacheOf(info).size, "cacheBytes %llu",
-                     (unsigned long long)cpu.cacheBytes);
+          const topology::CacheLevel last = topology::lastLevelCacheOf(info);
+          const uint64_t least = last.claimedSize > 0 ? topology::kCacheCheckFirst : last.size;
+          RANK_CHECK(cpu.cacheBytes >= least, "cacheBytes %llu, least %llu",
+                     (unsigned long long)cpu.cacheBytes, (unsigned long long)least);
           RANK_CHECK(cpu.memBandwidth > 5e8 && cpu.cacheBandwidth > 5e8,
                      "copy rates %g and %g B/s", cpu.memBandwidth, cpu.cacheBandwidth);
           RANK_CHECK(cpu.peerReadCopies > 0, "peerReadCopies %g", cpu.peerReadCopies);
@@ -210,7 +213,8 @@ TEST(CommTopology, MoreRanksThanCoresMeasureOnOneCoreAndCacheApart) {
       topology::PathFigures f = between(comm->topology(), 0, 1);
       RANK_CHECK(f.latency > 0 && f.latency < 10e-3, "latency %g s", f.latency);
       // Where the pair measured on one core and on two, the model prices a message between
-      // ranks of one core with what the filed figures say one core adds (rank 0 filed them).
+      // ranks of one core with what the filed figures say one core adds (rank 0 filed them),
+      // less the share of it that every message pays with more ranks than cores (cores / n).
       const topology::Topology& model = comm->topology();
       const double modelled = model.nodes[size_t(model.hostNodes()[0])].cpu.sharedCoreLatency;
       if (ctx.rank() == 0) {
@@ -218,9 +222,10 @@ TEST(CommTopology, MoreRanksThanCoresMeasureOnOneCoreAndCacheApart) {
         const uint64_t hostId = topology::hostIdentity(&hostname);
         topology::HostCache filed;
         RANK_OK(topology::loadHostCache(dir, topology::hostSignature(hostname, hostId), &filed));
-        const double measured = n == over ? filed.links[shared].sharedCore : 0;
-        RANK_CHECK(modelled == measured && measured >= 0, "modelled %g s, filed %g s", modelled,
-                   measured);
+        const double measured =
+            n == over ? filed.links[shared].sharedCore * info.cores / double(n) : 0;
+        RANK_CHECK(std::abs(modelled - measured) <= 1e-9 * measured && measured >= 0,
+                   "modelled %g s, filed share %g s", modelled, measured);
       }
       return leaveTogether(ctx, &comm);
     }, ForkOptions::timeout(120));

@@ -138,6 +138,17 @@ TEST(CommTopology, OneHostFourRanksOnTwoNumaNodes) {
   EXPECT_DOUBLE_EQ(shared.sharedCoreLatency, 1.5e-6);
   EXPECT_DOUBLE_EQ(shared.barrierLatency, kSame.latency + 1.5e-6);
   EXPECT_NEAR(between(t, 0, 2).latency, kSame.latency, 1e-12);
+  // With more ranks than cores (4 on 2: each runs half the time), a message to another core
+  // waits half a switch on average; one to the sender's own core still costs the one-core
+  // trip, and so does a barrier.
+  d.hosts[0].cores = 2;
+  t = buildCommTopology("oversubscribed", d);
+  const topology::HostCpu& over = t.nodes[size_t(t.hostNodes()[0])].cpu;
+  EXPECT_NEAR(between(t, 0, 2).latency, kSame.latency + 0.75e-6, 1e-12);
+  EXPECT_NEAR(over.sharedCoreLatency, 0.75e-6, 1e-12);
+  EXPECT_NEAR(between(t, 0, 2).latency + over.sharedCoreLatency, kSame.latency + 1.5e-6, 1e-12);
+  EXPECT_DOUBLE_EQ(over.barrierLatency, kSame.latency + 1.5e-6);
+  d.hosts[0].cores = 8;
   d.hosts[0].sameNuma.sharedCore = 0;
   // Unknown figures fall back to the defaults rather than a zero-bandwidth link.
   d.hosts[0].sameNuma = {};
