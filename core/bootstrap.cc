@@ -4,7 +4,11 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <set>
 #include <thread>
 
 #include "core/log.h"
@@ -49,6 +53,19 @@ bool secretsEqual(const unsigned char* a, const unsigned char* b) {
   unsigned char diff = 0;  // constant time, so timing does not leak the secret
   for (int i = 0; i < 16; ++i) diff |= a[i] ^ b[i];
   return diff == 0;
+}
+
+// The roots this process serves, by their id's secret, until every rank has left them: a
+// rank of this process waits for that when it leaves (Bootstrap::leave). Never destroyed, as
+// the detached root threads may outlive main.
+struct RootsHere {
+  std::mutex mutex;
+  std::condition_variable ended;
+  std::set<std::string> serving;
+};
+RootsHere& rootsHere() {
+  static auto* roots = new RootsHere;
+  return *roots;
 }
 
 // The root's state; owned by its thread.
@@ -236,8 +253,16 @@ Status startBootstrapRoot(const net::Address& listenAt, const unsigned char secr
   memset(id, 0, sizeof(*id));
   memcpy(id->internal, &data, sizeof(data));
   LOOM_INFO("BOOT", "bootstrap root listening at %s", bound.toString().c_str());
-  std::thread([fd, s = std::string(reinterpret_cast<const char*>(secret), 16)] {
-    Root(fd, reinterpret_cast<const unsigned char*>(s.data())).run();
+  const std::string key(reinterpret_cast<const char*>(secret), 16);
+  {
+    std::lock_guard<std::mutex> lock(rootsHere().mutex);
+    rootsHere().serving.insert(key);
+  }
+  std::thread([fd, key] {
+    Root(fd, reinterpret_cast<const unsigned char*>(key.data())).run();
+    std::lock_guard<std::mutex> lock(rootsHere().mutex);
+    rootsHere().serving.erase(key);
+    rootsHere().ended.notify_all();
   }).detach();
   return Status::ok();
 }
@@ -265,6 +290,7 @@ Status Bootstrap::connect(const loomUniqueId& id, int rank, int nranks,
   net::Address root;
   LOOM_TRY(decodeUniqueId(id, &data, &root));
   rank_ = rank;
+  secret_.assign(reinterpret_cast<const char*>(data.secret), 16);
   Status st = net::connectTo(root, deadline, &fd_);
   if (!st.isOk()) return st.withContext("bootstrap: cannot reach the root at " + root.toString());
   Hello h = {kUniqueIdMagic, {}, rank, nranks};
@@ -364,6 +390,20 @@ void Bootstrap::leave() {
   sendMessage(fd_, kLeave, std::string(), Deadline(1000)).ignore();
   close(fd_);
   fd_ = -1;
+  // Where the root runs in this process, the process must not exit (taking the root along)
+  // while other ranks still work: each would see the root lost and fail. One rank can finish
+  // an alltoall while the others still exchange (8 ranks over TCP did so in a test). So it waits
+  // until every rank has left or died, or LOOM_TIMEOUT_MS.
+  RootsHere& roots = rootsHere();
+  std::unique_lock<std::mutex> lock(roots.mutex);
+  const auto gone = [&] { return roots.serving.count(secret_) == 0; };
+  const int64_t timeoutMs = params::getInt("LOOM_TIMEOUT_MS");
+  if (timeoutMs < 0)
+    roots.ended.wait(lock, gone);
+  else if (!roots.ended.wait_for(lock, std::chrono::milliseconds(timeoutMs), gone))
+    LOOM_WARN("BOOT", "rank %d: left while some ranks of the communicator still had not after "
+                      "LOOM_TIMEOUT_MS; the bootstrap root in this process ends with it",
+              rank_);
 }
 
 }  // namespace loom

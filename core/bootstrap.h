@@ -53,13 +53,15 @@ class Bootstrap {
   Status pollAbort();
   // Tells every other rank (through the root) that this rank failed.
   void sendAbort(const std::string& reason);
-  // A clean goodbye, so the root does not report this rank as lost.
+  // A clean goodbye, so the root does not report this rank as lost. In the process that runs
+  // the root, it returns once every rank has left (or died), or after LOOM_TIMEOUT_MS.
   void leave();
 
  private:
   Status readMessage(uint32_t* type, std::string* payload, const Deadline& deadline);
   int fd_ = -1;
   int rank_ = 0;
+  std::string secret_;       // the id's, which names its root among those of this process
   std::string abortReason_;  // first abort seen, kept so every later call reports it
 };
 

@@ -103,8 +103,12 @@ loomResult_t loomCommInitFromEnv(loomComm_t* comm, const loomConfig_t* config);
 #define LOOM_SPLIT_NOCOLOR (-1)
 loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t* newcomm,
                            const loomConfig_t* config);
+/** Frees comm. On the rank whose process made the unique id (and serves its rendezvous), it
+ *  returns once every other rank has destroyed or aborted comm, or died, or after
+ *  LOOM_TIMEOUT_MS: that process exiting earlier would fail the ranks still at work. */
 loomResult_t loomCommDestroy(loomComm_t comm);
-/** Stops every operation of comm, tells the peers, and frees it. */
+/** Stops every operation of comm, tells the peers, and frees it (waiting as loomCommDestroy
+ *  does). */
 loomResult_t loomCommAbort(loomComm_t comm);
 loomResult_t loomCommCount(const loomComm_t comm, int* count);
 loomResult_t loomCommUserRank(const loomComm_t comm, int* rank);
