@@ -94,23 +94,29 @@ std::vector<std::string> uniqueHostNames(const std::vector<HostDescription>& hos
   return names;
 }
 
-// Host h's rank-to-rank figures as the model takes them. The pair measured at init had its
-// cores to itself; in a call every rank of the host is busy, and where they outnumber the
+// Each host's rank-to-rank figures as a rank's link takes them. The pair measured at init had
+// its cores to itself; in a call every rank of the host is busy, and where they outnumber the
 // cores (k ranks per core, sharedCore measured), a rank on another core is running only 1/k of
 // the time: a message to it waits, on average, (1 - 1/k) of the switch that a one-core trip
 // measures. That share moves from sharedCore to the latency, so a message to a rank of the
-// sender's own core still costs the measured one-core trip. (The calibration of this stop's
-// VM, 4 ranks on 2 cores, fitted 3.9 us per message where the two-core ping measured 1.5 and
-// the one-core one 6.5.)
-LinkFigures sameNumaLink(const CommDescription& d, size_t h) {
-  LinkFigures same = orDefault(d.hosts[h].sameNuma, LinkKind::SameNuma);
-  const int cores = d.hosts[h].cores;
-  const auto ranks = std::count(d.rankHost.begin(), d.rankHost.end(), int32_t(h));
-  if (same.sharedCore <= 0 || cores <= 0 || ranks <= cores) return same;
-  const double waiting = 1.0 - double(cores) / double(ranks);
-  same.latency += waiting * same.sharedCore;
-  same.sharedCore -= waiting * same.sharedCore;
-  return same;
+// sender's own core still costs the measured one-core trip. (The calibration of the
+// 2026-12-02 VM, 4 ranks on 2 cores, fitted 3.9 us per message where the two-core ping measured
+// 1.5 and the one-core one 6.5.)
+std::vector<LinkFigures> busySameNuma(const CommDescription& d) {
+  std::vector<int64_t> ranks(d.hosts.size(), 0);
+  for (int32_t h : d.rankHost) ++ranks[size_t(h)];
+  std::vector<LinkFigures> out;
+  for (size_t h = 0; h < d.hosts.size(); ++h) {
+    LinkFigures same = orDefault(d.hosts[h].sameNuma, LinkKind::SameNuma);
+    const int cores = d.hosts[h].cores;
+    if (same.sharedCore > 0 && cores > 0 && ranks[h] > cores) {
+      const double waiting = 1.0 - double(cores) / double(ranks[h]);
+      same.latency += waiting * same.sharedCore;
+      same.sharedCore -= waiting * same.sharedCore;
+    }
+    out.push_back(same);
+  }
+  return out;
 }
 
 }  // namespace
@@ -119,19 +125,20 @@ Topology buildCommTopology(const std::string& name, const CommDescription& d) {
   TopologyBuilder b(name);
   std::vector<std::string> names = uniqueHostNames(d.hosts);
   std::vector<std::vector<int32_t>> hubs(d.hosts.size());
+  const std::vector<LinkFigures> busy = busySameNuma(d);
   for (size_t h = 0; h < d.hosts.size(); ++h) {
     const HostDescription& host = d.hosts[h];
     int32_t hostNode = b.addHost(names[h]);
     b.node(hostNode).cpu.cores = std::max(0, host.cores);
     b.node(hostNode).cpu.machine = host.machine;
-    LinkFigures same = sameNumaLink(d, h);
+    LinkFigures same = orDefault(host.sameNuma, LinkKind::SameNuma);
     b.node(hostNode).cpu.stepOverhead = std::max(0.0, same.perMessage);
     // Nor is a barrier of the host's ranks timed at init: it is each rank's flag taking one
     // trip between cores (ShmArena), as a small message's first cache line does; where the
     // ranks share cores, the last flag can be for the other rank of the sender's core: the
     // one-core trip.
     b.node(hostNode).cpu.barrierLatency = same.latency + same.sharedCore;
-    b.node(hostNode).cpu.sharedCoreLatency = same.sharedCore;
+    b.node(hostNode).cpu.sharedCoreLatency = busy[h].sharedCore;
     // Reading another process's memory through the kernel (a single-copy shm receive, a peer
     // read of plain memory) costs a system call and the pinning of the pages; where the host's
     // memory figures were not measured, what an earlier calibration (docs/CALIBRATION.md) fitted
@@ -157,8 +164,9 @@ Topology buildCommTopology(const std::string& name, const CommDescription& d) {
       b.node(hostNode).cpu.dirtyReadCopies = kDirtyReadCopies;
     }
     LinkFigures cross = orDefault(host.crossNuma, LinkKind::CrossNuma);
-    // Rank → hub → hub → rank must cost the measured cross-NUMA figures: the hub-to-hub link
-    // carries what crossing adds to a same-NUMA copy.
+    // Rank → hub → hub → rank must cost the measured cross-NUMA figures (and a busy receiver's
+    // wait, on the rank links): the hub-to-hub link carries what crossing adds to a same-NUMA
+    // copy as measured.
     LinkSpec socketLink{cross.bandwidth, std::max(0.0, cross.latency - same.latency), "upi"};
     for (int n = 0; n < std::max(1, host.numaNodes); ++n) {
       hubs[h].push_back(
@@ -171,8 +179,7 @@ Topology buildCommTopology(const std::string& name, const CommDescription& d) {
     size_t h = size_t(d.rankHost[r]);
     int numa = r < d.rankNuma.size() ? d.rankNuma[r] : 0;
     int32_t hub = hubs[h][size_t(std::clamp(numa, 0, int(hubs[h].size()) - 1))];
-    LinkFigures same = sameNumaLink(d, h);
-    b.addCpuRank(int32_t(h), hub, {same.bandwidth, same.latency, "shm"});
+    b.addCpuRank(int32_t(h), hub, {busy[h].bandwidth, busy[h].latency, "shm"});
   }
   if (d.hosts.size() > 1) {
     // Rank → hub → NIC → switch → NIC → hub → rank: the two NIC-switch hops carry what the

@@ -147,6 +147,7 @@ TEST(CommTopology, OneHostFourRanksOnTwoNumaNodes) {
   EXPECT_NEAR(between(t, 0, 2).latency, kSame.latency + 0.75e-6, 1e-12);
   EXPECT_NEAR(over.sharedCoreLatency, 0.75e-6, 1e-12);
   EXPECT_NEAR(between(t, 0, 2).latency + over.sharedCoreLatency, kSame.latency + 1.5e-6, 1e-12);
+  EXPECT_NEAR(between(t, 0, 1).latency, kCross.latency + 0.75e-6, 1e-12);  // across NUMA too
   EXPECT_DOUBLE_EQ(over.barrierLatency, kSame.latency + 1.5e-6);
   d.hosts[0].cores = 8;
   d.hosts[0].sameNuma.sharedCore = 0;
