@@ -8,7 +8,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
-#include <set>
+#include <map>
 #include <thread>
 
 #include "core/log.h"
@@ -57,11 +57,13 @@ bool secretsEqual(const unsigned char* a, const unsigned char* b) {
 
 // The roots this process serves, by their id's secret, until every rank has left them: a
 // rank of this process waits for that when it leaves (Bootstrap::leave). Never destroyed, as
-// the detached root threads may outlive main.
+// the detached root threads may outlive main. Each root is kept with the pid of the process
+// whose thread serves it: a child forked after loomGetUniqueId inherits this record but not
+// the thread, and must not wait for a root that only its parent serves.
 struct RootsHere {
   std::mutex mutex;
   std::condition_variable ended;
-  std::set<std::string> serving;
+  std::map<std::string, pid_t> serving;
 };
 RootsHere& rootsHere() {
   static auto* roots = new RootsHere;
@@ -256,7 +258,7 @@ Status startBootstrapRoot(const net::Address& listenAt, const unsigned char secr
   const std::string key(reinterpret_cast<const char*>(secret), 16);
   {
     std::lock_guard<std::mutex> lock(rootsHere().mutex);
-    rootsHere().serving.insert(key);
+    rootsHere().serving.emplace(key, getpid());
   }
   std::thread([fd, key] {
     Root(fd, reinterpret_cast<const unsigned char*>(key.data())).run();
@@ -396,7 +398,11 @@ void Bootstrap::leave() {
   // until every rank has left or died, or LOOM_TIMEOUT_MS.
   RootsHere& roots = rootsHere();
   std::unique_lock<std::mutex> lock(roots.mutex);
-  const auto gone = [&] { return roots.serving.count(secret_) == 0; };
+  const pid_t self = getpid();
+  const auto gone = [&] {
+    auto it = roots.serving.find(secret_);
+    return it == roots.serving.end() || it->second != self;
+  };
   const int64_t timeoutMs = params::getInt("LOOM_TIMEOUT_MS");
   if (timeoutMs < 0)
     roots.ended.wait(lock, gone);

@@ -64,6 +64,26 @@ INSTANTIATE_TEST_SUITE_P(Ip, Family, ::testing::Values(AF_INET, AF_INET6),
                            return std::string(i.param == AF_INET6 ? "v6" : "v4");
                          });
 
+// The common launcher pattern: one process makes the id, then forks the ranks. The root's
+// thread stays in the parent; the children inherit its record but not the thread, and must not
+// wait for it when they leave (they did, for LOOM_TIMEOUT_MS, before every exit).
+TEST(RootInParent, ForkedRanksLeaveWithoutWaitingForIt) {
+  loomUniqueId id;
+  ASSERT_EQ(loomGetUniqueId(&id), loomSuccess);
+  auto results = runRanks(2, [&id](RankContext& ctx) {
+    setenv("LOOM_TIMEOUT_MS", "120000", 1);  // far past the run's own 30 s bound
+    params::reloadFromEnvironment();
+    loomComm_t comm = nullptr;
+    RANK_LOOM(loomCommInitRank(&comm, 2, id, ctx.rank()));
+    int64_t v = ctx.rank() + 1, sum = 0;
+    RANK_LOOM(loomAllReduce(&v, &sum, 1, loomInt64, loomSum, comm, nullptr));
+    RANK_CHECK(sum == 3, "sum %lld", (long long)sum);
+    RANK_LOOM(loomCommDestroy(comm));
+    return 0;
+  }, ForkOptions::timeout(30));
+  EXPECT_EQ(describeFailures(results), "");
+}
+
 TEST(EnvInit, TorchrunStyleVariables) {
   auto results = runRanks(3, [](RankContext& ctx) {
     // A port unlikely to be taken: derived from the pid of the test's parent.
