@@ -52,7 +52,8 @@ int accesses(const Step& s, Access out[2]) {
   return 0;
 }
 
-// Elements a step handles; a Barrier is one unit, done when it has passed.
+// Elements a step handles; a Barrier is one unit, done when it has passed. Kept per step in
+// LaneSteps::counts, which is what the executor reads.
 uint64_t stepCount(const Step& s) {
   if (s.kind == StepKind::Barrier) return 1;
   return s.kind == StepKind::Send ? s.src.count : s.dst.count;
@@ -78,6 +79,7 @@ PreparedPlan preparePlan(const RankPlan& plan, std::span<const BufferAlias> alia
       s.src = canon(s.src);
       s.dst = canon(s.dst);
       ls.steps.push_back(s);
+      ls.counts.push_back(stepCount(s));
       out.usesShared = out.usesShared || s.kind == StepKind::Barrier;
       for (const Region& r : {s.src, s.dst}) {
         if (r.count == 0 || r.buf != kShared) continue;
@@ -152,6 +154,9 @@ class Run {
         call_(call),
         timeoutMs_(timeoutMs),
         es_(dtypeSize(call.dtype)),
+        buffers_(call.buffers.data()),
+        chunkElements_(std::max<uint64_t>(1, kLocalChunkBytes / es_)),
+        reduceKernel_(reduceKernel(call.dtype, call.op)),
         state_(ws.state),
         first_(ws.first),
         conns_(ws.conns),
@@ -162,8 +167,17 @@ class Run {
         bounce_(ws.bounce) {
     size_t lanes = call.plan->lanes.size();
     state_.resize(lanes);
-    for (size_t l = 0; l < lanes; ++l)
-      state_[l].assign(call.plan->lanes[l].steps.size(), StepState());
+    for (size_t l = 0; l < lanes; ++l) {
+      // Only what is read before it is set: a transfer's op is filled when it is posted, a
+      // Barrier's ticket when the rank arrives (copying a whole fresh state into every step
+      // was ~8% of a 2-rank 8-byte allreduce).
+      state_[l].resize(call.plan->lanes[l].steps.size());
+      for (StepState& ss : state_[l]) {
+        ss.done = 0;
+        ss.posted = false;
+        ss.conn = nullptr;
+      }
+    }
     first_.assign(lanes, 0);
     conns_.clear();
     connLane_.clear();
@@ -233,7 +247,7 @@ class Run {
   const PreparedPlan::LaneSteps& lane(size_t l) const { return call_.plan->lanes[l]; }
 
   char* address(const Region& r) const {
-    return static_cast<char*>(call_.buffers[r.buf]) + r.offset * es_;
+    return static_cast<char*>(buffers_[r.buf]) + r.offset * es_;
   }
 
   // Where Barrier b's ranks raise their flags (plan.h): by default in the arena's records.
@@ -246,7 +260,7 @@ class Run {
   // (but for step `except`, which the caller runs in step with this one).
   uint64_t readyLimit(size_t l, size_t i, size_t except = SIZE_MAX) const {
     const auto& ls = lane(l);
-    uint64_t limit = stepCount(ls.steps[i]);
+    uint64_t limit = ls.counts[i];
     for (const auto& c : ls.conflicts[i]) {
       if (c.step == except) continue;
       uint64_t theirDone = state_[l][c.step].done;
@@ -258,20 +272,27 @@ class Run {
   }
 
   Status advanceLane(size_t l, bool* progressed) {
-    const auto& ls = lane(l);
-    auto& st = state_[l];
+    const Step* steps = lane(l).steps.data();
+    const uint64_t* counts = lane(l).counts.data();
+    StepState* st = state_[l].data();
+    const size_t n = state_[l].size();
+    // The lane's first unfinished step, kept in a local while the pass runs (stored back at
+    // every exit): through the reference the compiler reloaded it after each store to a step's
+    // state, several times per step of every small call.
+    size_t first = first_[l];
+    Status result;
     // Per (peer, direction) FIFO: a transfer is posted only after every earlier transfer of
     // the lane to the same peer in the same direction.
-    for (size_t i = first_[l]; i < st.size(); ++i) {
-      const Step& s = ls.steps[i];
+    for (size_t i = first; i < n; ++i) {
+      const Step& s = steps[i];
       StepState& ss = st[i];
-      uint64_t count = stepCount(s);
+      const uint64_t count = counts[i];
       if (ss.done == count) {
-        if (i == first_[l]) ++first_[l];
+        if (i == first) ++first;
         continue;
       }
       if (s.kind == StepKind::Barrier) {
-        if (i != first_[l]) break;  // arrive only after every earlier step, start none after
+        if (i != first) break;  // arrive only after every earlier step, start none after
         if (!ss.posted) {
           ss.ticket = call_.arena->arrive(flags(s));
           ss.posted = true;
@@ -283,14 +304,15 @@ class Run {
           break;
         }
         ss.done = 1;
-        ++first_[l];
+        ++first;
         *progressed = true;
         continue;
       }
-      uint64_t limit = readyLimit(l, i);
+      const uint64_t limit = readyLimit(l, i);
       if (isTransfer(s.kind)) {
         if (!ss.posted) {
-          LOOM_TRY(post(l, i));
+          result = post(l, i);
+          if (!result.isOk()) break;
           *progressed = true;
         }
         size_t limitBytes = limit * es_;
@@ -298,11 +320,16 @@ class Run {
         continue;
       }
       if (limit <= ss.done) continue;
-      if (Status st = runLocal(l, i, limit); !st.isOk()) return st.withContext(stepContext(l, i));
+      result = runLocal(l, i, limit);
+      if (!result.isOk()) {
+        result = result.withContext(stepContext(l, i));
+        break;
+      }
       *progressed = true;
-      if (ss.done == count && i == first_[l]) ++first_[l];
+      if (ss.done == count && i == first) ++first;
     }
-    return Status::ok();
+    first_[l] = first;
+    return result;
   }
 
   Status post(size_t l, size_t i) {
@@ -312,9 +339,10 @@ class Run {
     Status st = host_.connection(s.peer, int(l), &ss.conn, &transport);
     if (!st.isOk()) return st.withContext(stepContext(l, i));
     TransferOp& op = ss.op;
+    op = TransferOp();  // the state of an earlier call's step may be left in it
     op.dtype = call_.dtype;
     op.op = call_.op;
-    op.bytes = stepCount(s) * es_;
+    op.bytes = lane(l).counts[i] * es_;
     switch (s.kind) {
       case StepKind::Send:
         op.kind = TransferOp::Kind::Send;
@@ -346,11 +374,11 @@ class Run {
   Status runLocal(size_t l, size_t i, uint64_t limit) {
     const Step& s = lane(l).steps[i];
     StepState* ss = &state_[l][i];
-    const uint64_t chunk = std::max<uint64_t>(1, kLocalChunkBytes / es_);
-    const uint64_t end = std::min(limit, ss->done + chunk);
+    const uint64_t end = std::min(limit, ss->done + chunkElements_);
     char* dst = address(s.dst) + ss->done * es_;
-    if (s.kind == StepKind::Copy && !isPeerBuffer(s.src.buf) && address(s.dst) == address(s.src)) {
-      ss->done = stepCount(s);  // an in-place copy is nothing to do
+    if (s.kind == StepKind::Copy && !isPeerBuffer(s.src.buf) &&
+        address(s.src) + ss->done * es_ == dst) {
+      ss->done = lane(l).counts[i];  // an in-place copy is nothing to do
       return Status::ok();
     }
     if (lane(l).fuseNext[i] && state_[l][i + 1].done == ss->done) {
@@ -360,7 +388,7 @@ class Run {
         const char *a = nullptr, *b = nullptr;
         LOOM_TRY(readable(s.src, ss->done, both - ss->done, 0, &a));
         LOOM_TRY(readable(next.src, ss->done, both - ss->done, 1, &b));
-        reduce(dst, a, b, both - ss->done, call_.dtype, call_.op);
+        reduceKernel_(dst, a, b, both - ss->done);
         ss->done = state_[l][i + 1].done = both;
         return Status::ok();
       }
@@ -370,13 +398,13 @@ class Run {
     // An unmapped peer's data for a Copy goes straight into the destination.
     LOOM_TRY(readable(s.src, ss->done, n, s.kind == StepKind::Copy ? -1 : 0, &src, dst));
     if (s.kind == StepKind::Copy) {
-      const bool streaming = lane(l).finalCopy[i] && stepCount(s) * es_ >= kStreamingCopyBytes;
+      const bool streaming = lane(l).finalCopy[i] && lane(l).counts[i] * es_ >= kStreamingCopyBytes;
       if (src != dst && streaming)
         copyBypassingCache(dst, src, n * es_);
       else if (src != dst)
         memcpy(dst, src, n * es_);
     } else {
-      reduce(dst, dst, src, n, call_.dtype, call_.op);
+      reduceKernel_(dst, dst, src, n);
     }
     ss->done = end;
     return Status::ok();
@@ -391,6 +419,13 @@ class Run {
       *out = address(r) + from * es_;
       return Status::ok();
     }
+    return readablePeer(r, from, n, half, out, into);
+  }
+
+  // readable() for a peer's buffer: out of line, so that the own-memory case above, which
+  // every small call takes, inlines into runLocal.
+  [[gnu::noinline]] Status readablePeer(const Region& r, uint64_t from, uint64_t n, int half,
+                                        const char** out, char* into) {
     const transports::ShmArena::PeerView* view = nullptr;
     LOOM_TRY(peerView(r.buf, &view));
     const uint64_t at = (r.offset + from) * es_;
@@ -442,7 +477,10 @@ class Run {
     for (size_t l = 0; l < state_.size(); ++l)
       for (size_t i = first_[l]; i < state_[l].size(); ++i) {
         StepState& ss = state_[l][i];
-        if (ss.posted) ss.done = ss.op.done / es_;
+        // Transfers only: a posted Barrier has no op of its own (its op may hold what an
+        // earlier call's transfer at this index left, and a done read from there would pass
+        // the Barrier before every rank had arrived).
+        if (ss.posted && isTransfer(lane(l).steps[i].kind)) ss.done = ss.op.done / es_;
       }
     return Status::ok();
   }
@@ -501,11 +539,11 @@ class Run {
       return strprintf("%s, lane %zu step %zu (%s from rank %d's %s, %llu of %llu elements done)",
                        header().c_str(), l, i, stepKindName(s.kind), peerBufferRank(s.src.buf),
                        peerBufferKind(s.src.buf) == kInput ? "Input" : "Output",
-                       (unsigned long long)ss.done, (unsigned long long)stepCount(s));
+                       (unsigned long long)ss.done, (unsigned long long)lane(l).counts[i]);
     bool toPeer = s.kind == StepKind::Send;
     return strprintf("%s, lane %zu step %zu (%s %s rank %d, %llu of %llu elements done)",
                      header().c_str(), l, i, stepKindName(s.kind), toPeer ? "to" : "from", s.peer,
-                     (unsigned long long)ss.done, (unsigned long long)stepCount(s));
+                     (unsigned long long)ss.done, (unsigned long long)lane(l).counts[i]);
   }
 
   // Names the first unfinished step that uses connection c.
@@ -513,7 +551,7 @@ class Run {
     size_t l = connLane_[c];
     for (size_t i = first_[l]; i < state_[l].size(); ++i) {
       const StepState& ss = state_[l][i];
-      if (ss.conn == conns_[c] && ss.done < stepCount(lane(l).steps[i])) return stepContext(l, i);
+      if (ss.conn == conns_[c] && ss.done < lane(l).counts[i]) return stepContext(l, i);
     }
     return header();
   }
@@ -535,6 +573,9 @@ class Run {
   const int64_t timeoutMs_;
   Deadline deadline_ = Deadline::never();  // set at the first idle moment
   size_t es_;
+  void* const* buffers_;  // call_.buffers', held here: address() runs several times per step
+  uint64_t chunkElements_;  // a local step's piece: kLocalChunkBytes in elements
+  ReduceKernel reduceKernel_;  // the call's dtype and op (the API checked them)
   std::vector<std::vector<StepState>>& state_;
   std::vector<size_t>& first_;
   std::vector<Connection*>& conns_;

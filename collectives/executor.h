@@ -43,6 +43,7 @@ struct PreparedPlan {
   };
   struct LaneSteps {
     std::vector<Step> steps;                       // regions rewritten to canonical buffers
+    std::vector<uint64_t> counts;  // per step: the elements it handles (a Barrier: 1 unit)
     std::vector<std::vector<Conflict>> conflicts;  // per step
     std::vector<uint8_t> fuseNext;  // per step: fusedWithNext(it, the next step) (plan.h)
     std::vector<uint8_t> finalCopy;  // per step: finalCopies (plan.h)

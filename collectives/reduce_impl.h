@@ -42,13 +42,14 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "collectives/reduce_kernels.h"
 #include "loom/loom.h"
 
 namespace loom::collectives {
 namespace reduce_internal {
 
 // dst[i] = a[i] op b[i]; one per dtype × op (avg points at sum).
-using ReduceFn = void (*)(void* dst, const void* a, const void* b, size_t count);
+using ReduceFn = ReduceKernel;
 // buf[i] /= n; one per dtype.
 using DivideFn = void (*)(void* buf, size_t count, int n);
 

@@ -95,8 +95,13 @@ void reduce(void* dst, const void* a, const void* b, size_t count, loomDataType_
             loomRedOp_t op) {
   // Callers validate dtype and op at the API boundary; a bad value here is a no-op rather than
   // an out-of-bounds read of the table.
-  if (count == 0 || !validDtype(dtype) || !validOp(op)) return;
-  reduce_internal::activeTable().reduce[dtype][op](dst, a, b, count);
+  if (count == 0) return;
+  if (ReduceKernel kernel = reduceKernel(dtype, op)) kernel(dst, a, b, count);
+}
+
+ReduceKernel reduceKernel(loomDataType_t dtype, loomRedOp_t op) {
+  if (!validDtype(dtype) || !validOp(op)) return nullptr;
+  return reduce_internal::activeTable().reduce[dtype][op];
 }
 
 void divideInPlace(void* buf, size_t count, loomDataType_t dtype, int n) {

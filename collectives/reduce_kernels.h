@@ -14,6 +14,12 @@ namespace loom::collectives {
 void reduce(void* dst, const void* a, const void* b, size_t count, loomDataType_t dtype,
             loomRedOp_t op);
 
+// The kernel reduce() runs for dtype and op: kernel(dst, a, b, count), same contract, count
+// > 0. For a caller that reduces many pieces with one dtype and op (the executor's calls), so
+// that it looks the kernel up once. Null for an invalid dtype or op.
+using ReduceKernel = void (*)(void* dst, const void* a, const void* b, size_t count);
+ReduceKernel reduceKernel(loomDataType_t dtype, loomRedOp_t op);
+
 // buf[i] = buf[i] / n, the final step of loomAvg (integer types divide, truncating).
 void divideInPlace(void* buf, size_t count, loomDataType_t dtype, int n);
 

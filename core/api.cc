@@ -39,14 +39,19 @@ std::atomic<uint64_t> gCommsGeneration{0};
 thread_local const loomComm* tLastLive LOOM_HOT_TLS = nullptr;
 thread_local uint64_t tLastLiveGeneration LOOM_HOT_TLS = 0;
 
-bool isLive(const loomComm* c) {
-  if (c == tLastLive && tLastLiveGeneration == gCommsGeneration.load(std::memory_order_acquire))
-    return true;
+// isLive's look-up under the lock; out of line, so that the test before it inlines.
+[[gnu::noinline]] bool isLiveLocked(const loomComm* c) {
   std::lock_guard<std::mutex> g(gCommsMutex);
   if (gComms.count(c) == 0) return false;
   tLastLive = c;
   tLastLiveGeneration = gCommsGeneration.load(std::memory_order_relaxed);
   return true;
+}
+
+bool isLive(const loomComm* c) {
+  if (c == tLastLive && tLastLiveGeneration == gCommsGeneration.load(std::memory_order_acquire))
+    return true;
+  return isLiveLocked(c);
 }
 
 void forget(const loomComm* c) {
@@ -63,7 +68,7 @@ loomResult_t finish(loomComm_t comm, const Status& st) {
   return st.code();
 }
 
-Status checkComm(const loomComm* comm, const char* fn) {
+inline Status checkComm(const loomComm* comm, const char* fn) {
   if (comm == nullptr) return errorf(loomInvalidArgument, "%s: comm is NULL", fn);
   if (!isLive(comm))
     return errorf(loomInvalidUsage,
@@ -72,7 +77,7 @@ Status checkComm(const loomComm* comm, const char* fn) {
   return Status::ok();
 }
 
-Status checkStream(void* stream, const char* fn) {
+inline Status checkStream(void* stream, const char* fn) {
   if (stream != nullptr)
     return errorf(loomInvalidUsage,
                   "%s: stream-ordered (device) calls are not supported yet; pass stream = NULL "
@@ -81,14 +86,14 @@ Status checkStream(void* stream, const char* fn) {
   return Status::ok();
 }
 
-Status checkType(int dtype, const char* fn) {
+inline Status checkType(int dtype, const char* fn) {
   if (!validDtype(dtype))
     return errorf(loomInvalidArgument, "%s: unknown datatype %d (valid: 0..%d)", fn, dtype,
                   loomNumTypes - 1);
   return Status::ok();
 }
 
-Status checkOp(int op, const char* fn) {
+inline Status checkOp(int op, const char* fn) {
   if (!validOp(op))
     return errorf(loomInvalidArgument, "%s: unknown reduction op %d (valid: 0..%d)", fn, op,
                   loomNumOps - 1);
@@ -96,7 +101,7 @@ Status checkOp(int op, const char* fn) {
 }
 
 // elements × multiplier × element size must fit in size_t (and in a signed 64-bit offset).
-Status checkBytes(size_t count, size_t multiplier, loomDataType_t dtype, const char* fn,
+inline Status checkBytes(size_t count, size_t multiplier, loomDataType_t dtype, const char* fn,
                   const char* what, size_t* bytes) {
   size_t es = dtypeSize(dtype);
   unsigned __int128 b = (unsigned __int128)count * multiplier * es;
@@ -107,14 +112,14 @@ Status checkBytes(size_t count, size_t multiplier, loomDataType_t dtype, const c
   return Status::ok();
 }
 
-Status checkBuffer(const void* p, size_t bytes, const char* fn, const char* name) {
+inline Status checkBuffer(const void* p, size_t bytes, const char* fn, const char* name) {
   if (p == nullptr && bytes > 0)
     return errorf(loomInvalidArgument, "%s: %s is NULL but %zu bytes are to be moved", fn, name,
                   bytes);
   return Status::ok();
 }
 
-Status checkRank(int r, int nranks, const char* fn, const char* what) {
+inline Status checkRank(int r, int nranks, const char* fn, const char* what) {
   if (r < 0 || r >= nranks)
     return errorf(loomInvalidArgument, "%s: %s %d is out of range (communicator has %d ranks)",
                   fn, what, r, nranks);
@@ -139,8 +144,9 @@ Status submitCollective(loomComm* comm, CallDesc call) {
   return comm->impl->runCollective(call);
 }
 
-// The shared front half of every collective: comm, stream, dtype checks.
-Status prologue(loomComm* comm, loomDataType_t dtype, void* stream, const char* fn) {
+// The shared front half of every collective: comm, stream, dtype checks. Inline: it is the
+// start of every call, and its checks are a few compares.
+inline Status prologue(loomComm* comm, loomDataType_t dtype, void* stream, const char* fn) {
   LOOM_TRY(checkComm(comm, fn));
   LOOM_TRY(checkStream(stream, fn));
   LOOM_TRY(checkType(dtype, fn));

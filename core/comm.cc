@@ -285,13 +285,6 @@ Status Comm::connection(int peer, int lane, transports::Connection** out,
 
 Status Comm::pollAsyncErrors() { return boot_.pollAbort(); }
 
-Status Comm::usable() const {
-  if (failed_.isOk()) return Status::ok();
-  return errorf(failed_.code(),
-                "the communicator failed earlier and can only be destroyed or aborted: %s",
-                failed_.message().c_str());
-}
-
 void Comm::fail(const Status& st) {
   if (!failed_.isOk()) return;
   failed_ = st;
@@ -348,14 +341,15 @@ void Comm::initTuner(tuner::TunerConfig config) {
   for (const std::string& line : tuner::summarize(rows)) LOOM_INFO("TUNE", "  %s", line.c_str());
 }
 
-Status Comm::chooseBuilder(CallDesc* call, tuner::Decision* out) {
+Status Comm::chooseBuilder(CallDesc* call, const tuner::Decision** out) {
   collectives::CollArgs* args = &call->args;
   if (const collectives::Builder* b = forcedBuilders_[size_t(args->coll)]) {
     std::string why = b->refuse ? b->refuse(*args) : std::string();
     if (!why.empty())
       return errorf(loomInvalidArgument, "%s=%s (forced by LOOM_ALGO) cannot serve this call: %s",
                     collectives::collectiveName(args->coll), b->name, why.c_str());
-    *out = tuner::Decision{{b, {}, 0}, tuner::Source::Forced, 0, {}, {}};
+    adjustedDecision_ = tuner::Decision{{b, {}, 0}, tuner::Source::Forced, 0, {}, {}};
+    *out = &adjustedDecision_;
     return Status::ok();
   }
   LastDecision& last = lastDecision_;
@@ -368,13 +362,17 @@ Status Comm::chooseBuilder(CallDesc* call, tuner::Decision* out) {
       LOOM_TRY(autotuneDecision(*call, &decided));
     last = {true, args->coll, args->count, args->elemSize, decided};
   }
-  *out = last.decision;
-  if (out->source == tuner::Source::Model && out->whenMapped.builder != nullptr &&
+  *out = &last.decision;
+  if (last.decision.source == tuner::Source::Model && last.decision.whenMapped.builder != nullptr &&
       hostCount_ == 1) {
-    LOOM_TRY(agreeBuffersMapped(*call, *out->whenMapped.builder, &args->buffersMapped));
-    if (args->buffersMapped) out->choice = out->whenMapped;
+    LOOM_TRY(agreeBuffersMapped(*call, *last.decision.whenMapped.builder, &args->buffersMapped));
+    if (args->buffersMapped) {
+      adjustedDecision_ = last.decision;
+      adjustedDecision_.choice = last.decision.whenMapped;
+      *out = &adjustedDecision_;
+    }
   }
-  tuner::applyParams(out->choice.params, args);
+  tuner::applyParams((*out)->choice.params, args);
   return Status::ok();
 }
 
@@ -406,9 +404,9 @@ Status Comm::runCollective(CallDesc& call) {
   if (hostCount_ > 1) a.hostOf = hostOf_;  // empty means one host: no copy per call
   a.elemSize = uint32_t(dtypeSize(call.dtype));
   a.buffersMapped = false;  // until the ranks agree otherwise (chooseBuilder)
-  tuner::Decision decision;
+  const tuner::Decision* decision = nullptr;
   LOOM_TRY(chooseBuilder(&call, &decision));
-  return runDecided(call, decision);
+  return runDecided(call, *decision);
 }
 
 Status Comm::runDecided(const CallDesc& call, const tuner::Decision& decision) {
@@ -419,8 +417,21 @@ Status Comm::runDecided(const CallDesc& call, const tuner::Decision& decision) {
   std::array<void*, 4> buffers = {const_cast<void*>(call.input), call.output, nullptr, nullptr};
   // Filled on every call (cheap, no allocation), read only when the plan is not cached yet.
   std::array<collectives::BufferAlias, 3> aliases = {{{0, 0}, {1, 0}, {2, 0}}};
-  PlanKey key{a.coll,   builder, a.count,    a.root, a.lanes, a.torusX,
-              a.torusY, a.fanIn, a.elemSize, 0,      0,       {}};
+  // A member, filled field by field: a key made fresh (and its vector freed) on every call
+  // cost a small call ~3% of its time.
+  PlanKey& key = callKey_;
+  key.coll = a.coll;
+  key.builder = builder;
+  key.count = a.count;
+  key.root = a.root;
+  key.lanes = a.lanes;
+  key.torusX = a.torusX;
+  key.torusY = a.torusY;
+  key.fanIn = a.fanIn;
+  key.elemSize = a.elemSize;
+  key.aliasMode = 0;
+  key.aliasOffset = 0;
+  key.counts.clear();
   if (rangesOverlap(call.input, call.inputBytes, call.output, call.outputBytes)) {
     auto in = reinterpret_cast<uintptr_t>(call.input);
     auto outp = reinterpret_cast<uintptr_t>(call.output);
@@ -535,8 +546,10 @@ Status Comm::runP2P(const std::vector<P2PCall>& calls) {
   // bytes); the key and buffer list are members so that a repeated group allocates nothing.
   std::vector<void*>& buffers = p2pBuffers_;
   buffers.assign(collectives::kFirstUserBuffer, nullptr);
-  PlanKey& key = p2pKey_;
-  key.counts.clear();
+  PlanKey& key = callKey_;
+  key.counts.clear();  // its storage is reused
+  key = PlanKey{collectives::Collective::SendRecv, nullptr, 0, 0, 0, 0, 0, 0, 1, 0, 0,
+                std::move(key.counts)};
   for (const P2PCall& c : calls) {
     if (c.op.peer == rank()) {
       (c.op.kind == collectives::P2POp::Kind::Send ? selfSends : selfRecvs).push_back(&c);

@@ -67,7 +67,12 @@ class Comm final : public collectives::ExecHost {
   Status runP2P(const std::vector<P2PCall>& calls);
 
   // Error state: after a failure the communicator refuses further work with the first error.
-  Status usable() const;
+  Status usable() const {
+    if (failed_.isOk()) return Status::ok();
+    return errorf(failed_.code(),
+                  "the communicator failed earlier and can only be destroyed or aborted: %s",
+                  failed_.message().c_str());
+  }
   void fail(const Status& st);  // records, and tells the peers through the bootstrap
   loomResult_t asyncError();
   void setLastError(const std::string& msg);
@@ -100,7 +105,8 @@ class Comm final : public collectives::ExecHost {
   // The algorithm for a call: LOOM_ALGO's, else the tuner's (or autotune's). Applies the
   // decision's parameters (lanes, torus dims, fan-in) to call->args, so that the plan and its
   // cache key see them.
-  Status chooseBuilder(CallDesc* call, tuner::Decision* out);
+  // *out: lastDecision_'s, or adjustedDecision_ where this call's differs from it.
+  Status chooseBuilder(CallDesc* call, const tuner::Decision** out);
   // Whether every rank's Input and Output of this call are from loomMemAlloc, as the ranks of
   // the host agree: each votes, and a barrier of theirs (a plan of one Barrier step, run like
   // any call) carries the votes to all. Asked only where the answer changes the model's choice
@@ -182,8 +188,9 @@ class Comm final : public collectives::ExecHost {
   std::unordered_map<PlanKey, collectives::PreparedPlan, PlanKeyHash> planCache_;
   PlanKey lastPlanKey_{};  // the last call's, and its entry of planCache_ (null: none)
   const collectives::PreparedPlan* lastPlan_ = nullptr;
-  // A send/receive group's key (coll SendRecv, its operations in counts) and buffers.
-  PlanKey p2pKey_{collectives::Collective::SendRecv, nullptr, 0, 0, 0, 0, 0, 0, 1, 0, 0, {}};
+  // The key of the call being run (runDecided; a send/receive group's: coll SendRecv, its
+  // operations in counts), and a group's buffers.
+  PlanKey callKey_{};
   std::vector<void*> p2pBuffers_;
   collectives::ExecWorkspace workspace_;
   int hostCount_ = 1;
@@ -199,6 +206,9 @@ class Comm final : public collectives::ExecHost {
     uint32_t elemSize = 0;
     tuner::Decision decision;
   } lastDecision_;
+  // A call's decision where it is not lastDecision_'s as is: forced by LOOM_ALGO, or the
+  // choice for buffers every rank has from loomMemAlloc (chooseBuilder).
+  tuner::Decision adjustedDecision_;
   // LOOM_AUTOTUNE's measured decisions; null when it is off.
   std::unique_ptr<tuner::AutotuneCache> autotune_;
   std::string autotunePath_;  // its file; "" when there is no cache directory

@@ -52,8 +52,10 @@ class [[nodiscard]] Status {
   std::unique_ptr<std::string> message_;
 };
 
+// Cold and never inlined: a check on a hot path then inlines into its caller as the test
+// alone, and what makes the message lies out of the way.
 template <typename... Args>
-Status errorf(loomResult_t code, const char* fmt, Args... args) {
+[[gnu::cold, gnu::noinline]] Status errorf(loomResult_t code, const char* fmt, Args... args) {
   return Status(code, strprintf(fmt, args...));
 }
 

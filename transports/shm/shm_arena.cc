@@ -183,10 +183,6 @@ uint64_t ShmArena::arrive(FlagWindow flags) {
   return ticket;
 }
 
-std::atomic<uint64_t>* ShmArena::flagOf(FlagWindow flags, int member) {
-  return reinterpret_cast<std::atomic<uint64_t>*>(flags.base + size_t(member) * flags.stride);
-}
-
 bool ShmArena::passed(uint64_t ticket, FlagWindow flags) {
   // Members seen there stay there: start from the first one not yet seen. A flag in the data
   // must equal its salted ticket exactly, so that what other calls left there never passes; it

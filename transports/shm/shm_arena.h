@@ -89,7 +89,9 @@ class ShmArena {
  private:
   ShmArena() = default;
   Status attach(const CommContext& ctx, uint64_t dataBytes, const Deadline& deadline);
-  static std::atomic<uint64_t>* flagOf(FlagWindow flags, int member);
+  static std::atomic<uint64_t>* flagOf(FlagWindow flags, int member) {
+    return reinterpret_cast<std::atomic<uint64_t>*>(flags.base + size_t(member) * flags.stride);
+  }
 
   std::string name_;
   bool creator_ = false;
