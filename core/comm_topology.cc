@@ -517,6 +517,8 @@ Status Comm::detectTopology(const Deadline& deadline) {
     const int measurer = memoryMeasurer[size_t(h)];
     const bool memoryMeasured = measurer >= 0 && results[size_t(measurer)].memory.known();
     host.memory = memoryMeasured ? results[size_t(measurer)].memory : first.cachedMemory;
+    // What the memory measurement's copies showed, where hwloc's claim was implausible.
+    if (host.memory.cacheBytes > 0) host.cacheBytes = host.memory.cacheBytes;
     if (h == myHost)
       memorySource = memoryMeasured            ? FigureSource::Measured
                      : host.memory.known()     ? FigureSource::Cached

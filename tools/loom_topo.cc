@@ -137,6 +137,12 @@ Topology probedTopology(const HostInfo& info, int ranks) {
 int showLocal(int ranks) {
   HostInfo info;
   if (auto s = probeHost(&info); !s.isOk()) return fail(s);
+  // First, so that the caches below are what the copies showed where hwloc's claim was not.
+  auto start = std::chrono::steady_clock::now();
+  LinkMeasurement m = measureLocalLinks(lastLevelCacheOf(info).size, kMeasureBudgetSeconds);
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                  .count();
+  applyCacheReach(&info, m.memory.cacheBytes);
   printf("host %s: %d package(s), %d NUMA node(s), %d cores, %d PUs\n", info.hostname.c_str(),
          info.packages, info.numaNodes, info.cores, info.pus);
   for (int i = 0; i < info.numaNodes; ++i)
@@ -153,10 +159,6 @@ int showLocal(int ranks) {
            d.busId.empty() ? "?" : d.busId.c_str(), d.numa,
            d.pcieBandwidth > 0 ? (", pcie " + rate(d.pcieBandwidth)).c_str() : "",
            d.linkBandwidth > 0 ? (", port " + rate(d.linkBandwidth)).c_str() : "");
-  auto start = std::chrono::steady_clock::now();
-  LinkMeasurement m = measureLocalLinks(lastLevelCacheOf(info).size, kMeasureBudgetSeconds);
-  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-                  .count();
   printf("measured (%.0f ms): memcpy %s in cache, %s beyond; kernel read %.3g copies + %.3g us;"
          " 64 B copy %.3g us, tcp loopback one-way %.3g us\n",
          ms, rate(m.memory.cacheBandwidth).c_str(), rate(m.memory.memBandwidth).c_str(),
@@ -240,6 +242,7 @@ int main(int argc, char** argv) {
   if (mode == "--dump") {
     HostInfo info;
     if (auto s = probeHost(&info); !s.isOk()) return fail(s);
+    checkCacheClaim(&info);
     if (auto s = saveTopology(probedTopology(info, ranks), arg); !s.isOk()) return fail(s);
     printf("wrote %s\n", arg.c_str());
     return 0;

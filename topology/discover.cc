@@ -311,9 +311,12 @@ Status loadHostCache(const std::string& dir, const std::string& signature, HostC
     }
     if (doc.contains("memory")) {
       const json& m = doc.at("memory");
-      cache.memory = {m.at("cacheBandwidth").get<double>(), m.at("memBandwidth").get<double>(),
-                      m.at("kernelReadCopies").get<double>(),
-                      m.at("kernelReadOverhead").get<double>()};
+      // Figures from before the memory measurement checked hwloc's cache claim (cacheChecked)
+      // were measured with a size the claim may have made up: measured again.
+      if (m.value("cacheChecked", false))
+        cache.memory = {m.at("cacheBandwidth").get<double>(), m.at("memBandwidth").get<double>(),
+                        m.at("kernelReadCopies").get<double>(),
+                        m.at("kernelReadOverhead").get<double>(), m.value("cacheBytes", uint64_t(0))};
     }
     for (const auto& [key, figures] : doc.at("links").items())
       cache.links[key] = {figures.at("latency").get<double>(),
@@ -370,7 +373,9 @@ Status saveHostCache(const std::string& dir, const HostCache& cache) {
     doc["memory"] = {{"cacheBandwidth", cache.memory.cacheBandwidth},
                      {"memBandwidth", cache.memory.memBandwidth},
                      {"kernelReadCopies", cache.memory.kernelReadCopies},
-                     {"kernelReadOverhead", cache.memory.kernelReadOverhead}};
+                     {"kernelReadOverhead", cache.memory.kernelReadOverhead},
+                     {"cacheBytes", cache.memory.cacheBytes},
+                     {"cacheChecked", true}};
   return writeFileAtomically(hostCachePath(dir, cache.signature), doc.dump(1) + "\n");
 }
 

@@ -41,6 +41,9 @@ struct MemoryFigures {
   // the page pinning makes it several here (~4 on the 2-core dev VM).
   double kernelReadCopies = 0;
   double kernelReadOverhead = 0;  // s each such read costs besides its bytes
+  // The last-level cache the copies show (one instance, shared by every core), where they fall
+  // to memory speed well within what hwloc claims (measuredCacheReach); 0: the claim stands.
+  uint64_t cacheBytes = 0;
   bool known() const { return cacheBandwidth > 0 && memBandwidth > 0; }
 };
 

@@ -84,7 +84,8 @@ void addDevices(hwloc_topology_t topo, HostInfo* out) {
 uint64_t privateCacheOf(const HostInfo& info) {
   uint64_t bytes = 0;
   for (const CacheLevel& c : info.caches)  // innermost first: the last that qualifies wins
-    if (info.cores > 0 && c.count >= info.cores && c.size > 0) bytes = c.size;
+    if (info.cores > 0 && c.count >= info.cores && c.size > 0 && c.size <= kCacheClaimChecked)
+      bytes = c.size;
   return bytes;
 }
 
@@ -126,7 +127,6 @@ Status probeHost(HostInfo* out, bool withDevices) {
     }
   }
   addCaches(topo, &info);
-  checkCacheClaim(&info);
   if (withDevices) addDevices(topo, &info);
   *out = std::move(info);
   return Status::ok();
@@ -212,12 +212,10 @@ uint64_t cachedReach(const std::vector<CopyRate>& rates) {
   return reach;
 }
 
-void checkCacheClaim(HostInfo* info) {
-  if (info->caches.empty()) return;
-  CacheLevel& last = info->caches.back();
-  if (last.size <= kCacheClaimChecked) return;
+uint64_t measuredCacheReach(uint64_t claimedInstance) {
+  if (claimedInstance <= kCacheClaimChecked) return 0;
   const auto buffers = touchedMapping(kCacheCheckLast, true);
-  if (buffers == nullptr) return;
+  if (buffers == nullptr) return 0;
   std::vector<CopyRate> rates;
   for (uint64_t set = kCacheCheckFirst; set <= kCacheCheckLast; set *= 2) {
     const size_t half = set / 2;
@@ -227,19 +225,30 @@ void checkCacheClaim(HostInfo* info) {
     rates.push_back({set, double(half) / s});
   }
   const uint64_t reach = cachedReach(rates);
-  if (reach >= last.size || reach == rates.back().bytes) return;
+  return reach >= claimedInstance || reach == rates.back().bytes ? 0 : reach;
+}
+
+void applyCacheReach(HostInfo* info, uint64_t reach) {
+  if (info->caches.empty() || reach == 0) return;
+  CacheLevel& last = info->caches.back();
   last.claimedSize = last.size;
   last.size = reach;
   last.count = 1;
 }
 
+void checkCacheClaim(HostInfo* info) {
+  if (!info->caches.empty()) applyCacheReach(info, measuredCacheReach(info->caches.back().size));
+}
+
 MemoryFigures measureMemory(uint64_t cacheBytes, double budgetSeconds) {
   constexpr size_t kSmallRead = 4096;
   constexpr int kSmallReads = 64;
-  const uint64_t instance = cacheBytes > 0 ? cacheBytes : 16 << 20;
+  const uint64_t reach = measuredCacheReach(cacheBytes);
+  const uint64_t instance = reach > 0 ? reach : cacheBytes > 0 ? cacheBytes : 16 << 20;
   const size_t cached = std::clamp<uint64_t>(instance / 4, 256 << 10, 4 << 20);
   const size_t beyond = std::clamp<uint64_t>(instance, 8 << 20, 64 << 20);
   MemoryFigures m;
+  m.cacheBytes = reach;
   const double share = budgetSeconds / 3;
   {
     const auto big = touchedMapping(2 * beyond, true);

@@ -41,7 +41,8 @@ struct HostInfo {
 };
 
 // The largest cache every core has one of its own (the outermost level with an instance per
-// core, usually L2); 0 when hwloc says of none.
+// core, usually L2); 0 when hwloc says of none. A level over kCacheClaimChecked is none: no core
+// has that much of its own, and such a claim is a hypervisor's (checkCacheClaim).
 uint64_t privateCacheOf(const HostInfo& info);
 
 // The outermost cache level (usually L3): bytes per instance and the instances on the host;
@@ -68,15 +69,22 @@ uint64_t cachedReach(const std::vector<CopyRate>& rates);
 
 // hwloc reads cache sizes from CPUID, which a hypervisor may fake: one VM reported each of its
 // two cores as having a 508 MiB L3 (the package's total) when one core's copies fell to memory
-// speed between 32 and 64 MiB. A last-level instance over kCacheClaimChecked is therefore
-// measured (~30 ms of copies): where copies fall to memory speed within the claim, the level
-// becomes one instance, shared by all cores, of the largest working set still copied at cache
-// speed, and claimedSize keeps what hwloc said.
+// speed between 32 and 64 MiB. A claimed last-level instance over kCacheClaimChecked is
+// therefore measured (~30 ms of copies and 128 MiB, so with the host otherwise quiet): the
+// largest working set still copied at cache speed where the copies fall to memory speed within
+// the claim; 0 where they do not (the claim stands) or it is not checked.
+uint64_t measuredCacheReach(uint64_t claimedInstance);
+
+// Where `reach` (measuredCacheReach) is not 0, the last-level cache becomes one instance of
+// that size, shared by all cores, and claimedSize keeps what hwloc said.
+void applyCacheReach(HostInfo* info, uint64_t reach);
+
+// Both: checks info's last-level cache and applies what the copies show.
 void checkCacheClaim(HostInfo* info);
 
-// Reads hwloc, then checks an implausible last-level cache (checkCacheClaim). Fails only when
-// hwloc itself cannot load a topology. Without `withDevices` the
-// PCI scan (the slow part) is skipped and `devices` stays empty.
+// Reads hwloc: the caches as it says (the check is measureMemory's, or checkCacheClaim's).
+// Fails only when hwloc itself cannot load a topology. Without `withDevices` the PCI scan (the
+// slow part) is skipped and `devices` stays empty.
 Status probeHost(HostInfo* out, bool withDevices = true);
 
 // Figures for the local links; defaults are conservative guesses, overwritten by measurement.
@@ -94,9 +102,10 @@ Topology localTopology(const HostInfo& info, const LocalLinkFigures& figures = {
 // Adds a rank bound to NUMA node `numa` (its own Cpu endpoint on that hub).
 int32_t addLocalRank(Topology* t, int numa, const LinkSpec& memory);
 
-// One core's copy rates (MemoryFigures), measured with the host otherwise quiet: memcpy of
-// buffers a quarter of one last-level cache instance (`cacheBytes`; 0: unknown, taken as
-// 16 MiB) between them, clamped to 256 KiB – 4 MiB; memcpy between two buffers of that instance's size
+// One core's copy rates (MemoryFigures), measured with the host otherwise quiet: first the
+// last-level cache instance hwloc claims (`cacheBytes`; 0: unknown, taken as 16 MiB) where it
+// is implausible (measuredCacheReach: the figures' cacheBytes, and the instance used below);
+// then memcpy of buffers a quarter of that instance between them, clamped to 256 KiB – 4 MiB; memcpy between two buffers of that instance's size
 // (8 – 64 MiB each, on huge pages where the kernel gives them, so that their page faults cost
 // little); process_vm_readv of this process's own memory on ordinary pages, as user buffers
 // are, as the shm transport's single-copy receive and peer reads do. Each figure is the best of

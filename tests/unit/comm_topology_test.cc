@@ -288,7 +288,7 @@ TEST_F(HostCacheTest, RoundTripInACreatedDirectory) {
   c.cacheInstanceBytes = 16 << 20;
   c.cacheBytes = 32 << 20;
   c.numaCpus = {{0, 1, 2}, {3, 4, 5}};
-  c.memory = {51.5e9, 19.25e9, 4.125, 8.5e-7};
+  c.memory = {51.5e9, 19.25e9, 4.125, 8.5e-7, 24 << 20};
   c.links["same-NUMA/shm"] = {1.25e-6, 7.5e9};
   c.links["same-NUMA/shm/shared-core"] = {0.5e-6, 7.5e9, 6.25e-8, 1.75e-6};
   c.links["network/tcp/00000000deadbeef"] = {3.3e-5, 1.1e9};
@@ -307,6 +307,7 @@ TEST_F(HostCacheTest, RoundTripInACreatedDirectory) {
   EXPECT_EQ(back.memory.memBandwidth, 19.25e9);
   EXPECT_EQ(back.memory.kernelReadCopies, 4.125);
   EXPECT_EQ(back.memory.kernelReadOverhead, 8.5e-7);
+  EXPECT_EQ(back.memory.cacheBytes, 24u << 20);
   ASSERT_EQ(back.links.size(), 3u);
   EXPECT_EQ(back.links["same-NUMA/shm"].latency, 1.25e-6);  // exact: doubles round-trip
   EXPECT_EQ(back.links["same-NUMA/shm"].sharedCore, 0);
@@ -374,6 +375,26 @@ TEST_F(HostCacheTest, EntriesWithUncheckedCachesAreProbedAgain) {
   ASSERT_TRUE(loadHostCache(dir_, sig, &checked).isOk());
   EXPECT_EQ(checked.cores, 2);
   EXPECT_EQ(checked.cacheBytes, 1065353216u);
+}
+
+// Memory figures filed before the memory measurement checked hwloc's cache claim (their own
+// "cacheChecked") were measured with working sets the claim sized: they are measured again.
+TEST_F(HostCacheTest, MemoryFiguresWithoutTheCacheCheckAreMeasuredAgain) {
+  std::string sig = hostSignature("testhost", 10);
+  std::filesystem::create_directories(dir_);
+  const std::string head = R"({"signature": ")" + sig + R"(", "links": {},)" +
+                           R"( "memory": {"cacheBandwidth": 3e10, "memBandwidth": 1e10,)" +
+                           R"( "kernelReadCopies": 2, "kernelReadOverhead": 1e-6)";
+  std::ofstream(hostCachePath(dir_, sig)) << head << "}}";
+  HostCache old;
+  ASSERT_TRUE(loadHostCache(dir_, sig, &old).isOk());
+  EXPECT_FALSE(old.memory.known());
+  std::ofstream(hostCachePath(dir_, sig))
+      << head << R"(, "cacheBytes": 33554432, "cacheChecked": true}})";
+  HostCache checked;
+  ASSERT_TRUE(loadHostCache(dir_, sig, &checked).isOk());
+  EXPECT_TRUE(checked.memory.known());
+  EXPECT_EQ(checked.memory.cacheBytes, 32u << 20);
 }
 
 TEST_F(HostCacheTest, MalformedFilesAndUnwritableDirectoriesAreReported) {

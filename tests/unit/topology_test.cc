@@ -76,6 +76,9 @@ TEST(TopologyProbe, ThisMachine) {
   for (const CacheLevel& c : info.caches) {
     EXPECT_GT(c.size, 0u) << c.name;
     EXPECT_GE(c.count, 1) << c.name;
+    // The probe reads hwloc only: every rank of a host runs it at once, so the cache check,
+    // 128 MiB of copies, is the memory measurement's (one rank, the host quiet).
+    EXPECT_EQ(c.claimedSize, 0u) << c.name;
   }
   // Where hwloc names per-core caches, the private cache is one of them (any x86 has L1d).
   const uint64_t privateCache = privateCacheOf(info);
@@ -102,6 +105,10 @@ TEST(TopologyProbe, PrivateCacheIsTheOutermostCacheEveryCoreHas) {
   EXPECT_EQ(privateCacheOf(info), uint64_t(2) << 20);
   info.caches[1].count = 2;  // L2 shared by pairs of cores: only L1d is a core's own
   EXPECT_EQ(privateCacheOf(info), uint64_t(48) << 10);
+  // A VM's CPUID may give every core the package's L3 (one said 508 MiB each): not private.
+  info.caches[1].count = 4;
+  info.caches[2] = {"L3", 3, uint64_t(508) << 20, 4};
+  EXPECT_EQ(privateCacheOf(info), uint64_t(2) << 20);
   info.caches.clear();
   EXPECT_EQ(privateCacheOf(info), 0u);
 }
@@ -130,15 +137,31 @@ TEST(TopologyProbe, CacheClaimWithinReachStands) {
   checkCacheClaim(&info);  // 32 MiB is not checked: every cache we know is that small
   EXPECT_EQ(info.caches.back().size, uint64_t(32) << 20);
   EXPECT_EQ(info.caches.back().claimedSize, 0u);
-  // A claim far beyond this machine's memory bandwidth regime: replaced, and kept beside.
-  info.caches.back() = {"L3", 3, uint64_t(64) << 30, 2};
-  checkCacheClaim(&info);
+  EXPECT_EQ(measuredCacheReach(32 << 20), 0u);
+  // A claim far beyond this machine's memory bandwidth regime. Its copies fall to memory speed
+  // within 128 MiB on every machine loom has run on, but a run of the suite beside this one can
+  // flatten the fall: up to three tries.
+  const uint64_t claim = uint64_t(64) << 30;
+  uint64_t reach = 0;
+  for (int i = 0; i < 3 && reach == 0; ++i) reach = measuredCacheReach(claim);
+  if (reach == 0) GTEST_SKIP() << "copies did not fall to half speed within 128 MiB in 3 tries";
+  EXPECT_LE(reach, kCacheCheckLast);
+  EXPECT_GE(reach, kCacheCheckFirst);
+  // Replaced, and kept beside.
+  info.caches.back() = {"L3", 3, claim, 2};
+  applyCacheReach(&info, reach);
   const CacheLevel& l3 = info.caches.back();
-  EXPECT_EQ(l3.claimedSize, uint64_t(64) << 30);
-  EXPECT_LE(l3.size, kCacheCheckLast);
-  EXPECT_GE(l3.size, kCacheCheckFirst);
+  EXPECT_EQ(l3.claimedSize, claim);
+  EXPECT_EQ(l3.size, reach);
   EXPECT_EQ(l3.count, 1);
   EXPECT_EQ(privateCacheOf(info), uint64_t(1) << 20);  // L3 no longer a core's own
+  // The memory measurement checks the claim it is given alike, and says what the copies showed
+  // (the communicator's model takes that as the host's cache).
+  MemoryFigures m;
+  for (int i = 0; i < 3 && m.cacheBytes == 0; ++i) m = measureMemory(claim, 0.004);
+  EXPECT_LE(m.cacheBytes, kCacheCheckLast);
+  EXPECT_GE(m.cacheBytes, kCacheCheckFirst);
+  EXPECT_TRUE(m.known());
 }
 
 TEST(TopologyProbe, MeasurementStaysInItsBudget) {
@@ -160,6 +183,7 @@ TEST(TopologyProbe, MemoryFiguresAreSane) {
   auto start = std::chrono::steady_clock::now();
   MemoryFigures m = measureMemory(0, 0.004);
   double took = secondsSince(start);
+  EXPECT_EQ(m.cacheBytes, 0u);  // an unknown cache is no claim to check
   printf("measured in %.0f ms: %.2f GB/s in cache, %.2f beyond; kernel read %.2f copies + %.2f us\n",
          took * 1e3, m.cacheBandwidth / 1e9, m.memBandwidth / 1e9, m.kernelReadCopies,
          m.kernelReadOverhead * 1e6);
