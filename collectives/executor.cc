@@ -189,6 +189,9 @@ class Run {
     if (call_.plan->usesShared && call_.arena == nullptr)
       return errorf(loomInternalError, "%s: the plan uses the shared arena, but there is none",
                     header().c_str());
+    if (reduceKernel_ == nullptr)  // the API refuses such calls; this keeps the executor safe
+      return errorf(loomInternalError, "%s: no reduction for datatype %d and op %d",
+                    header().c_str(), int(call_.dtype), int(call_.op));
     if (call_.plan->readByPeers)
       call_.arena->publish(call_.buffers[kInput], call_.inputBytes, call_.buffers[kOutput],
                            call_.outputBytes);
@@ -575,7 +578,7 @@ class Run {
   size_t es_;
   void* const* buffers_;  // call_.buffers', held here: address() runs several times per step
   uint64_t chunkElements_;  // a local step's piece: kLocalChunkBytes in elements
-  ReduceKernel reduceKernel_;  // the call's dtype and op (the API checked them)
+  ReduceKernel reduceKernel_;  // the call's dtype and op (null for invalid ones: run refuses)
   std::vector<std::vector<StepState>>& state_;
   std::vector<size_t>& first_;
   std::vector<Connection*>& conns_;
