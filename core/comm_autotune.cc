@@ -105,7 +105,10 @@ Status Comm::measureBucket(const CallDesc& call, tuner::AutotuneEntry* out) {
     CallDesc& run = runs.emplace_back(trial);
     tuner::applyParams(c.params, &run.args);
     decisions.push_back({c, tuner::Source::Autotune, 0, {}, {}});
-    LOOM_TRY(runDecided(run, decisions.back()));  // warm-up: connections, the plan, page faults
+    // Warm-up: connections, the plan, page faults. Two calls: consecutive calls of a plan use
+    // the two halves of the shared arena and of the slots in turn, and the second call of a
+    // few MiB still took ~7x a settled one (docs/TUNING.md).
+    for (int w = 0; w < 2; ++w) LOOM_TRY(runDecided(run, decisions.back()));
   }
   // Rounds of every candidate in turn, a batch of calls each (tuner::autotuneSchedule says
   // why); each candidate's time per call on this rank is its median round.

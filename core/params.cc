@@ -105,7 +105,7 @@ const Entry kEntries[] = {
      "call's size); larger ones keep the cost model's choice."},
     {"LOOM_AUTOTUNE_RUNS", Type::Int, "3",
      "Autotune: timed runs of each candidate (at least; small calls get more, up to 64, to fill "
-     "about 5 ms), after one warm-up run; the candidates take turns, each timed by its median."},
+     "about 5 ms), after two warm-up runs; the candidates take turns, each timed by its median."},
     {"LOOM_REDUCE_ISA", Type::String, "auto",
      "Reduction kernel instruction set: auto, avx512, avx2 or generic."},
     // Topology (docs/TOPOLOGY.md).
