@@ -417,21 +417,12 @@ Status Comm::runDecided(const CallDesc& call, const tuner::Decision& decision) {
   std::array<void*, 4> buffers = {const_cast<void*>(call.input), call.output, nullptr, nullptr};
   // Filled on every call (cheap, no allocation), read only when the plan is not cached yet.
   std::array<collectives::BufferAlias, 3> aliases = {{{0, 0}, {1, 0}, {2, 0}}};
-  // A member, filled field by field: a key made fresh (and its vector freed) on every call
-  // cost a small call ~3% of its time.
+  // A member whose counts keep their storage (as runP2P's): a key made fresh, its vector freed
+  // with it, on every call cost a small call ~3% of its time.
   PlanKey& key = callKey_;
-  key.coll = a.coll;
-  key.builder = builder;
-  key.count = a.count;
-  key.root = a.root;
-  key.lanes = a.lanes;
-  key.torusX = a.torusX;
-  key.torusY = a.torusY;
-  key.fanIn = a.fanIn;
-  key.elemSize = a.elemSize;
-  key.aliasMode = 0;
-  key.aliasOffset = 0;
   key.counts.clear();
+  key = PlanKey{a.coll,   builder, a.count,    a.root, a.lanes, a.torusX,
+                a.torusY, a.fanIn, a.elemSize, 0,      0,       std::move(key.counts)};
   if (rangesOverlap(call.input, call.inputBytes, call.output, call.outputBytes)) {
     auto in = reinterpret_cast<uintptr_t>(call.input);
     auto outp = reinterpret_cast<uintptr_t>(call.output);

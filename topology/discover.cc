@@ -300,8 +300,9 @@ Status loadHostCache(const std::string& dir, const std::string& signature, HostC
                     cache.signature.c_str());
     // An entry from before loom recorded the last-level cache holds only part of what the
     // probe gives, and one from before it checked hwloc's cache sizes (checkCacheClaim) may hold
-    // a hypervisor's fiction: their probe fields are left empty, so that init probes once and
-    // files all of it.
+    // a hypervisor's fiction as the private cache: their probe fields are left empty, so that
+    // init probes once and files all of it. (The probe fields hold hwloc's last-level claim as
+    // is; what the copies showed is the memory figures' cacheBytes, below.)
     if (doc.contains("cacheBytes") && doc.value("cacheChecked", false)) {
       cache.cores = doc.at("cores").get<int>();
       cache.privateCacheBytes = doc.at("privateCacheBytes").get<uint64_t>();
