@@ -218,6 +218,9 @@ class Comm final : public collectives::ExecHost {
   std::vector<char> inputCopy_;  // an in-place alltoall's input, see runDecided
   collectives::PreparedPlan agreementPlan_;  // agreeBuffersMapped's barrier, built at first use
   uint64_t agreements_ = 0;                  // its rounds so far (ShmArena::vote)
+  static constexpr int kMaxNotAllAnswers = 6;  // skips at most 2^6 - 1 asks in a row
+  int notAllAnswers_ = 0;  // "not every rank's buffers mapped" answers in a row
+  int asksToSkip_ = 0;     // asks still to be skipped after them (agreeBuffersMapped)
   uint64_t sequence_ = 0;
   Status failed_;
   std::atomic<int> asyncError_{loomSuccess};

@@ -114,9 +114,21 @@ Status Comm::measureBucket(const CallDesc& call, tuner::AutotuneEntry* out) {
   // why); each candidate's time per call on this rank is its median round.
   const tuner::AutotuneSchedule schedule = tuner::autotuneSchedule(candidates, autotuneRuns_);
   std::vector<std::vector<double>> roundTimes(candidates.size());
+  std::vector<std::string> unused;
   for (int r = 0; r < schedule.rounds; ++r)
     for (size_t i = 0; i < candidates.size(); ++i) {
-      if (schedule.leadCall) LOOM_TRY(runDecided(runs[i], decisions[i]));
+      LOOM_TRY(runDecided(runs[i], decisions[i]));  // the lead call, untimed
+      // A single timed call starts with the ranks together (a bootstrap allgather as the
+      // barrier: these calls take ms): the lead call leaves them apart, and a call that started
+      // on an early rank would count its wait for the late ones — a `direct` plan's ranks end
+      // their copy-out one after another on shared cores, and 4 ranks on 2 cores timed its
+      // 8 MiB allreduce at 3179 us, where loops, and single calls after a barrier, take 1800.
+      if (schedule.batch == 1) {
+        if (Status st = boot_.allgather({}, &unused, Deadline(timeoutMs())); !st.isOk()) {
+          fail(st);
+          return st;
+        }
+      }
       const auto start = Clock::now();
       for (int b = 0; b < schedule.batch; ++b) LOOM_TRY(runDecided(runs[i], decisions[i]));
       roundTimes[i].push_back(std::chrono::duration<double>(Clock::now() - start).count() /

@@ -36,13 +36,6 @@ std::map<std::string, double> busBwByRow(const JsonValue& run) {
   return out;
 }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return -1;
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
-}
-
 std::string cell(const char* format, double v, const char* missing) {
   char buf[64];
   if (v < 0) {
@@ -71,7 +64,7 @@ std::string formatComparison(const std::vector<LibraryRuns>& libs, const Options
       for (const auto& [key, bw] : busBwByRow(run)) values[key].push_back(bw);
     }
     std::map<std::string, double> m;
-    for (auto& [key, list] : values) m[key] = median(list);
+    for (auto& [key, list] : values) m[key] = medianOf(list);
     medians.push_back(std::move(m));
   }
   if (!libs.empty()) {

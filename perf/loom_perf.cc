@@ -13,7 +13,11 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "collectives/builders.h"
 #include "core/params.h"
@@ -265,9 +269,108 @@ class LoomBackend : public Backend {
   tuner::Tuner tuner_;
 };
 
+int initFailed(const char* call, loomResult_t r, int rank) {
+  std::fprintf(stderr, "loom-perf: rank %d: %s failed: %s: %s\n", rank, call, loomGetErrorString(r),
+               loomGetLastError(nullptr));
+  return 3;
+}
+
+// What a --race entry asks of its communicator: the algorithms setting ("" lets loom choose)
+// and the variables it runs under.
+struct RaceEntry {
+  std::string algorithms;
+  std::vector<std::pair<std::string, std::string>> env;
+};
+
+// "auto": loom's model chooses; "autotune": LOOM_AUTOTUNE=1; "NAME:LANES": NAME forced on
+// LANES lanes (LOOM_LANES); "NAME": forced.
+bool parseRaceEntry(Collective c, const std::string& label, RaceEntry* out, std::string* error) {
+  *out = {};
+  if (label == "auto") return true;
+  if (label == "autotune") {
+    out->env = {{"LOOM_AUTOTUNE", "1"}};
+    return true;
+  }
+  const size_t colon = label.find(':');
+  out->algorithms = std::string(algoKey(c)) + "=" + label.substr(0, colon);
+  if (colon == std::string::npos) return true;
+  char* end = nullptr;
+  const long lanes = std::strtol(label.c_str() + colon + 1, &end, 10);
+  if (colon == 0 || *end != '\0' || end == label.c_str() + colon + 1 || lanes < 1 || lanes > 64) {
+    *error = "--race entry '" + label + "': expected NAME, NAME:LANES (1-64), auto or autotune";
+    return false;
+  }
+  out->env = {{"LOOM_LANES", std::to_string(lanes)}};
+  return true;
+}
+
+// Sets (or, with value null, removes) a variable and has loom read its parameters again.
+void setParameter(const std::string& name, const char* value) {
+  if (value) {
+    setenv(name.c_str(), value, 1);
+  } else {
+    unsetenv(name.c_str());
+  }
+  params::reloadFromEnvironment();
+}
+
+// --race: one communicator per entry, split from comm under the entry's algorithms and
+// variables (set only while it is made: loom reads them at init), then the race.
+int runRace(loomComm_t comm, const Options& options) {
+  int rank = 0;
+  loomCommUserRank(comm, &rank);
+  std::vector<RaceEntry> entries(options.race.size());
+  for (size_t i = 0; i < entries.size(); ++i) {
+    std::string error;
+    if (!parseRaceEntry(options.collective, options.race[i], &entries[i], &error)) {
+      if (rank == 0) std::fprintf(stderr, "loom-perf: %s\n", error.c_str());
+      return 2;
+    }
+  }
+  std::vector<loomComm_t> comms;
+  int rc = 0;
+  for (const RaceEntry& entry : entries) {
+    std::vector<std::pair<std::string, std::optional<std::string>>> saved;  // nullopt: unset
+    for (const auto& [name, value] : entry.env) {
+      const char* old = std::getenv(name.c_str());
+      saved.emplace_back(name, old ? std::optional<std::string>(old) : std::nullopt);
+      setParameter(name, value.c_str());
+    }
+    loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+    config.algorithms = entry.algorithms.c_str();
+    loomComm_t sub = nullptr;
+    const loomResult_t r = loomCommSplit(comm, 0, rank, &sub, &config);
+    for (const auto& [name, old] : saved) setParameter(name, old ? old->c_str() : nullptr);
+    if (r != loomSuccess) {
+      rc = initFailed("loomCommSplit", r, rank);
+      break;
+    }
+    comms.push_back(sub);
+  }
+  if (rc == 0) {
+    std::vector<std::unique_ptr<LoomBackend>> backends;
+    std::vector<Contestant> contestants;
+    for (size_t i = 0; i < comms.size(); ++i) {
+      backends.push_back(std::make_unique<LoomBackend>(comms[i]));
+      // "auto" rather than "": an empty setting would fall back to LOOM_ALGO.
+      backends.back()->setAlgorithms(entries[i].algorithms.empty() ? "auto" : entries[i].algorithms);
+      contestants.push_back({backends.back().get(), options.race[i], entries[i].env});
+    }
+    rc = perf::runRace(contestants, options, "loom-perf", LOOM_GIT_COMMIT);
+  }
+  // After a failure a peer may be gone: abort rather than wait for it in destroy.
+  for (loomComm_t sub : comms) {
+    const loomResult_t r = rc >= 3 ? loomCommAbort(sub) : loomCommDestroy(sub);
+    if (r != loomSuccess && rc == 0) rc = 3;
+  }
+  return rc;
+}
+
 int runRank(loomComm_t comm, const Options& options, const std::string& algorithms) {
   int rc;
-  {
+  if (!options.race.empty()) {
+    rc = runRace(comm, options);
+  } else {
     LoomBackend backend(comm);
     backend.setAlgorithms(algorithms);
     rc = runSweep(backend, options, "loom-perf", LOOM_GIT_COMMIT);
@@ -276,12 +379,6 @@ int runRank(loomComm_t comm, const Options& options, const std::string& algorith
   const loomResult_t r = rc >= 3 ? loomCommAbort(comm) : loomCommDestroy(comm);
   if (r != loomSuccess && rc == 0) rc = 3;
   return rc;
-}
-
-int initFailed(const char* call, loomResult_t r, int rank) {
-  std::fprintf(stderr, "loom-perf: rank %d: %s failed: %s: %s\n", rank, call, loomGetErrorString(r),
-               loomGetLastError(nullptr));
-  return 3;
 }
 
 }  // namespace

@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -18,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 
 namespace loom::perf {
@@ -266,6 +269,18 @@ constexpr int kOptSim = 1005;
 constexpr int kOptInjectError = 1006;
 constexpr int kOptTopo = 1007;
 constexpr int kOptMem = 1008;
+constexpr int kOptRace = 1009;
+
+// "a,b,c" as its items; empty items stay (the caller rejects them).
+std::vector<std::string> splitList(std::string_view list) {
+  std::vector<std::string> items;
+  for (size_t from = 0;;) {
+    const size_t comma = list.find(',', from);
+    items.emplace_back(list.substr(from, comma - from));
+    if (comma == std::string_view::npos) return items;
+    from = comma + 1;
+  }
+}
 
 std::string longName(int ch) {
   switch (ch) {
@@ -277,6 +292,8 @@ std::string longName(int ch) {
       return "-mem";
     case kOptCompare:
       return "-compare";
+    case kOptRace:
+      return "-race";
     default:
       return std::string(1, static_cast<char>(ch));
   }
@@ -314,7 +331,12 @@ std::string usage(const char* program) {
        "      --json FILE            write every row and the run's metadata as JSON\n"
        "      --csv FILE             ... and as CSV\n"
        "      --compare mpi,gloo     loom-perf: run the same sweep with the peers, side by side\n"
-       "  -R, --repeats K            with --compare: K runs of each library, medians\n"
+       "  -R, --repeats K            with --compare: K runs of each library, medians;\n"
+       "                             with --race: K rounds\n"
+       "      --race A,B,...         loom-perf: these algorithms in one run, interleaved\n"
+       "                             size by size (NAME, NAME:LANES, auto, autotune), and\n"
+       "                             the regret of loom's own choice against the fastest\n"
+       "                             forced one; --json FILE: one file per algorithm\n"
        "      --sim                  the model's predicted time and busbw beside the measured\n"
        "      --topo FILE            --sim's topology model (default LOOM_TOPO_FILE, else a\n"
        "                             uniform model of the run's hosts)\n"
@@ -366,6 +388,7 @@ bool parseOptions(int argc, char** argv, Options* options, std::string* error) {
       {"csv", required_argument, nullptr, kOptCsv},
       {"compare", required_argument, nullptr, kOptCompare},
       {"repeats", required_argument, nullptr, 'R'},
+      {"race", required_argument, nullptr, kOptRace},
       {"sim", no_argument, nullptr, kOptSim},
       {"topo", required_argument, nullptr, kOptTopo},
       {"inject_error", no_argument, nullptr, kOptInjectError},
@@ -442,17 +465,18 @@ bool parseOptions(int argc, char** argv, Options* options, std::string* error) {
       case kOptInjectError:
         o.injectError = true;
         break;
-      case kOptCompare: {
-        o.compare.clear();
-        std::string_view list(arg);
-        while (ok && !list.empty()) {
-          const size_t comma = list.find(',');
-          const std::string_view name = list.substr(0, comma);
-          ok = name == "mpi" || name == "gloo";
-          if (ok) o.compare.emplace_back(name);
-          list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+      case kOptCompare:
+        o.compare = splitList(arg);
+        for (const std::string& name : o.compare) ok = ok && (name == "mpi" || name == "gloo");
+        break;
+      case kOptRace: {
+        o.race = splitList(arg);
+        for (size_t i = 0; i < o.race.size(); ++i) {
+          ok = ok && !o.race[i].empty() &&
+               std::find(o.race.begin(), o.race.begin() + long(i), o.race[i]) ==
+                   o.race.begin() + long(i);
         }
-        ok = ok && !o.compare.empty();
+        ok = ok && o.race.size() >= 2;
         break;
       }
       case 'o': {
@@ -498,6 +522,10 @@ bool parseOptions(int argc, char** argv, Options* options, std::string* error) {
     *error = std::string("unexpected argument '") + args[optind] + "'";
     return false;
   }
+  if (!o.race.empty() && (!o.compare.empty() || !o.algorithm.empty())) {
+    *error = "--race names the algorithms itself: not with -A or --compare";
+    return false;
+  }
   if (o.minBytes > o.maxBytes) {
     *error = "minbytes is larger than maxbytes";
     return false;
@@ -532,6 +560,13 @@ std::vector<std::string> sweepArgs(const Options& o) {
   add("--bind", o.bindCores ? "core" : "none");
   add("--mem", o.sharedBuffers ? "shared" : "plain");
   return a;
+}
+
+double medianOf(std::vector<double> v) {
+  if (v.empty()) return -1;
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
 }
 
 double aggregateTimes(Aggregate a, const std::vector<double>& t) {
@@ -1363,8 +1398,134 @@ bool writeFile(const std::string& path, const std::string& text, const std::stri
 
 }  // namespace
 
+namespace {
+
+// One contestant's turn at one size: for each placement the warm-up and the timed batch, then
+// the check; what the library ran out of place goes to *ran.
+SizeResult takeTurn(Backend& backend, const Options& o, const CollSizes& s, loomDataType_t dtype,
+                    loomRedOp_t op, int warmup, int iters, char* sendBuf, char* recvBuf,
+                    std::string* ran) {
+  const Collective c = o.collective;
+  const int n = backend.nranks();
+  const int rank = backend.rank();
+  const size_t elem = dtypeBytes(dtype);
+  const size_t bytes = s.bytes(elem);
+  SizeResult mine{};
+  for (int placement = 0; placement < 2 && !mine.failed; ++placement) {
+    const bool inPlace = placement == 1;
+    CollCall call{c, dtype, op, o.root, sendBuf, recvBuf, s.paramCount, inPlace};
+    if (inPlace) {
+      call.send = recvBuf + s.sendInPlaceOffset * static_cast<size_t>(rank) * elem;
+      call.recv = recvBuf + s.recvInPlaceOffset * static_cast<size_t>(rank) * elem;
+    }
+    if (!backend.prepare(call)) {
+      mine.failed = 1;
+      break;
+    }
+    bool ok = true;
+    for (int i = 0; i < warmup && ok; ++i) ok = backend.run(call);
+    ok = ok && backend.barrier();
+    // The timed batch: one clock read on each side, nothing else in the loop.
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters && ok; ++i) ok = backend.run(call);
+    const auto end = std::chrono::steady_clock::now();
+    mine.timeUs[placement] = std::chrono::duration<double, std::micro>(end - start).count() / iters;
+    if (placement == 0) *ran = backend.lastAlgorithm();
+    mine.wrong[placement] = -1;
+    if (ok && o.check) {
+      // Poison the output first so that a call which writes nothing cannot pass on
+      // what an earlier one left there (0xff: NaN, or a negative or unused integer).
+      std::memset(recvBuf, 0xff, inPlace ? bytes : s.recvCount * elem);
+      fillInput(c, dtype, op, n, rank, o.root, s, const_cast<void*>(call.send));
+      ok = backend.run(call);
+      char* out = inPlace ? recvBuf + backend.inPlaceOutputOffset(c, s) * elem
+                          : static_cast<char*>(call.recv);
+      const bool hasOutput = s.recvCount > 0 && (c != Collective::kReduce || rank == o.root);
+      if (o.injectError && rank == 0 && hasOutput) out[0] = static_cast<char>(out[0] ^ 0x55);
+      mine.wrong[placement] = static_cast<int64_t>(countWrong(c, dtype, op, n, rank, o.root, s, out));
+    }
+    if (!ok) mine.failed = 1;
+  }
+  return mine;
+}
+
+// A contestant's --json / --csv file: FILE with "-LABEL" before its extension (a plain sweep,
+// without a label, writes FILE itself).
+std::string contestantPath(const std::string& path, const std::string& label) {
+  if (path.empty() || label.empty()) return path;
+  std::string tag;
+  for (char ch : label) tag += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '-';
+  const size_t slash = path.rfind('/');
+  const size_t dot = path.rfind('.');
+  const bool hasExtension = dot != std::string::npos && (slash == std::string::npos || dot > slash);
+  const size_t at = hasExtension ? dot : path.size();
+  return path.substr(0, at) + "-" + tag + path.substr(at);
+}
+
+// The process's LOOM_* variables with the contestant's own on top, sorted by name.
+std::vector<std::pair<std::string, std::string>> contestantEnvironment(const Contestant& who) {
+  std::map<std::string, std::string> env;
+  for (const auto& [key, value] : loomEnvironment()) env[key] = value;
+  for (const auto& [key, value] : who.env) env[key] = value;
+  return {env.begin(), env.end()};
+}
+
+// --race's closing report: for each contestant that chose its own algorithm, every row's
+// median time against the fastest forced contestant's of the same row, and how many rows are
+// within 10%. rows[i] are contestant i's rows, all in the same order.
+std::string formatRegrets(const std::vector<Contestant>& contestants, Collective c,
+                          const std::vector<std::vector<ResultRow>>& rows, int rounds) {
+  std::vector<size_t> forced, choosing;
+  for (size_t i = 0; i < contestants.size(); ++i)
+    (contestants[i].backend->algorithm(c) == "auto" ? choosing : forced).push_back(i);
+  if (forced.empty() || choosing.empty()) return {};
+  constexpr double kWithin = 1.10;
+  std::string out;
+  for (size_t who : choosing) {
+    const std::string& label = contestants[who].label;
+    out += printfString(
+        "#\n# Regret of %s: its out-of-place time against the fastest forced algorithm of the same "
+        "size (medians of %d rounds)\n# %10s  %8s  %-14s  %9s  %9s  %7s  %s\n",
+        label.c_str(), rounds, "size (B)", "type", "fastest forced", "time (us)",
+        (label + " (us)").c_str(), "regret", "it ran");
+    int within = 0, counted = 0;
+    double worst = 0;
+    size_t worstBytes = 0;
+    for (size_t r = 0; r < rows[who].size(); ++r) {
+      const ResultRow& mine = rows[who][r];
+      if (mine.bytes == 0) continue;  // no data: every algorithm does nothing alike
+      size_t best = forced[0];
+      for (size_t f : forced)
+        if (rows[f][r].outOfPlace.timeUs < rows[best][r].outOfPlace.timeUs) best = f;
+      const double ratio = mine.outOfPlace.timeUs / rows[best][r].outOfPlace.timeUs;
+      ++counted;
+      within += ratio <= kWithin;
+      if (ratio > worst) worst = ratio, worstBytes = mine.bytes;
+      out += printfString("  %10zu  %8s  %-14s  %9.2f  %9.2f  %+6.1f%%  %s\n", mine.bytes,
+                          dtypeName(mine.dtype), contestants[best].label.c_str(),
+                          rows[best][r].outOfPlace.timeUs, mine.outOfPlace.timeUs,
+                          (ratio - 1) * 100, mine.ran.c_str());
+    }
+    out += printfString("# %s: within 10%% of the fastest forced at %d of %d sizes", label.c_str(),
+                        within, counted);
+    out += counted ? printfString("; worst %+.1f%% at %zu B\n", (worst - 1) * 100, worstBytes) : "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
 int runSweep(Backend& backend, const Options& o, const std::string& program,
              const std::string& gitCommit) {
+  return runRace({Contestant{&backend, "", {}}}, o, program, gitCommit);
+}
+
+int runRace(const std::vector<Contestant>& contestants, const Options& o,
+            const std::string& program, const std::string& gitCommit) {
+  Backend& backend = *contestants[0].backend;  // the one that exchanges results and buffers
+  const size_t racers = contestants.size();
+  const bool race = racers > 1;
+  const int rounds = race ? o.repeats : 1;
   const int rank = backend.rank();
   const int n = backend.nranks();
   const Collective c = o.collective;
@@ -1404,7 +1565,7 @@ int runSweep(Backend& backend, const Options& o, const std::string& program,
   if (stat("/proc/self/ns/net", &ns) == 0) me.netns = ns.st_ino;
   std::vector<RankId> ids(static_cast<size_t>(n));
   if (!backend.allGather(&me, ids.data(), sizeof(RankId))) return 3;
-  RunMetadata meta;
+  std::vector<RunMetadata> meta(racers);
   if (leader) {
     std::vector<std::string> lines;
     std::vector<std::pair<std::string, uint64_t>> hosts;
@@ -1413,17 +1574,30 @@ int runSweep(Backend& backend, const Options& o, const std::string& program,
       const std::pair<std::string, uint64_t> host(ids[r].host, ids[r].netns);
       if (std::find(hosts.begin(), hosts.end(), host) == hosts.end()) hosts.push_back(host);
     }
-    meta = RunMetadata{program,           backend.library(), backend.version(), gitCommit,
-                       backend.describe(), c,                n,                 int(hosts.size()),
-                       loomEnvironment()};
-    std::string header = formatHeader(program, o, n, meta.backend, lines);
+    for (size_t i = 0; i < racers; ++i) {
+      const Backend& b = *contestants[i].backend;
+      meta[i] = RunMetadata{program,      b.library(), b.version(), gitCommit,
+                            b.describe(), c,           n,           int(hosts.size()),
+                            contestantEnvironment(contestants[i])};
+    }
+    std::string header = formatHeader(program, o, n, meta[0].backend, lines);
+    if (race) {
+      std::string names;
+      for (const Contestant& who : contestants) names += " " + who.label;
+      header.insert(0, printfString("# --race:%s; %d rounds of them all per size, each row the "
+                                    "median (its last column names it)\n",
+                                    names.c_str(), rounds));
+    }
     if (o.sim) {
       std::vector<int> hostOfRank;
       for (int r = 0; r < n; ++r) {
         const std::pair<std::string, uint64_t> host(ids[r].host, ids[r].netns);
         hostOfRank.push_back(int(std::find(hosts.begin(), hosts.end(), host) - hosts.begin()));
       }
-      header.insert(0, "# --sim: " + backend.setUpPrediction(o, hostOfRank) + "\n");
+      std::string line;
+      for (const Contestant& who : contestants)
+        line = who.backend->setUpPrediction(o, hostOfRank);
+      header.insert(0, "# --sim: " + line + "\n");
     }
     if (o.allDtypes || o.allOps) {
       for (const std::string& s : skipped) header.insert(0, "# skipped " + s + "\n");
@@ -1457,9 +1631,9 @@ int runSweep(Backend& backend, const Options& o, const std::string& program,
   Progress progress(leader, std::move(costs));
   size_t progressIndex = 0;
 
-  std::vector<ResultRow> results;
-  int64_t wrongTotal = 0;
-  double busBwSum = 0;
+  std::vector<std::vector<ResultRow>> results(racers);
+  std::vector<int64_t> wrongOf(racers, 0);  // wrong elements of each contestant's checks
+  std::vector<double> busBwSum(racers, 0.0);
   int rows = 0;
   for (const auto& [dtype, op] : combos) {
     const size_t elem = dtypeBytes(dtype);
@@ -1472,108 +1646,100 @@ int runSweep(Backend& backend, const Options& o, const std::string& program,
       const int warmup = itersForSize(
           o.warmup, bytes, o.bytesPerSize ? std::max<size_t>(o.bytesPerSize / kWarmupShare, 1) : 0);
       const int iters = itersForSize(o.iters, bytes, o.bytesPerSize);
-      SizeResult mine{};
-      std::string ran;  // what the library ran the out-of-place batch with, where it says
-      for (int placement = 0; placement < 2 && !mine.failed; ++placement) {
-        const bool inPlace = placement == 1;
-        char* shared = recvBuf.get();
-        CollCall call{c, dtype, op, o.root, sendBuf.get(), shared, s.paramCount, inPlace};
-        if (inPlace) {
-          call.send = shared + s.sendInPlaceOffset * static_cast<size_t>(rank) * elem;
-          call.recv = shared + s.recvInPlaceOffset * static_cast<size_t>(rank) * elem;
+      // Per contestant and placement: the row's time of each round; wrong results over all.
+      std::vector<std::vector<double>> times[2];
+      times[0].resize(racers);
+      times[1].resize(racers);
+      std::vector<std::array<int64_t, 2>> wrong(racers, {0, 0});
+      std::vector<std::string> ran(racers);  // what each ran out of place, where it says
+      for (int round = 0; round < rounds; ++round) {
+        for (size_t turn = 0; turn < racers; ++turn) {
+          const size_t who = (turn + size_t(round)) % racers;
+          const SizeResult mine = takeTurn(*contestants[who].backend, o, s, dtype, op, warmup,
+                                           iters, sendBuf.get(), recvBuf.get(), &ran[who]);
+          // Every rank must reach this exchange, even after an error, or the others would hang.
+          std::vector<SizeResult> all(static_cast<size_t>(n));
+          if (!backend.allGather(&mine, all.data(), sizeof(SizeResult))) return 3;
+          bool failed = false;
+          for (int p = 0; p < 2; ++p) {
+            std::vector<double> ranks;
+            for (const SizeResult& r : all) {
+              ranks.push_back(r.timeUs[p]);
+              wrong[who][p] += r.wrong[p];
+              failed |= r.failed != 0;
+            }
+            times[p][who].push_back(aggregateTimes(o.average, ranks));
+          }
+          if (failed) {
+            if (leader) {
+              std::fprintf(stderr, "%s: a rank failed at size %zu%s%s\n", program.c_str(), size,
+                           race ? " running " : "", contestants[who].label.c_str());
+            }
+            return 3;
+          }
         }
-        if (!backend.prepare(call)) {
-          mine.failed = 1;
-          break;
-        }
-        bool ok = true;
-        for (int i = 0; i < warmup && ok; ++i) ok = backend.run(call);
-        ok = ok && backend.barrier();
-        // The timed batch: one clock read on each side, nothing else in the loop.
-        const auto start = std::chrono::steady_clock::now();
-        for (int i = 0; i < iters && ok; ++i) ok = backend.run(call);
-        const auto end = std::chrono::steady_clock::now();
-        mine.timeUs[placement] =
-            std::chrono::duration<double, std::micro>(end - start).count() / iters;
-        if (placement == 0) ran = backend.lastAlgorithm();
-        mine.wrong[placement] = -1;
-        if (ok && o.check) {
-          // Poison the output first so that a call which writes nothing cannot pass on
-          // what an earlier one left there (0xff: NaN, or a negative or unused integer).
-          std::memset(shared, 0xff, inPlace ? bytes : s.recvCount * elem);
-          fillInput(c, dtype, op, n, rank, o.root, s, const_cast<void*>(call.send));
-          ok = backend.run(call);
-          char* out = inPlace ? shared + backend.inPlaceOutputOffset(c, s) * elem
-                              : static_cast<char*>(call.recv);
-          const bool hasOutput = s.recvCount > 0 && (c != Collective::kReduce || rank == o.root);
-          if (o.injectError && rank == 0 && hasOutput) out[0] = static_cast<char>(out[0] ^ 0x55);
-          mine.wrong[placement] =
-              static_cast<int64_t>(countWrong(c, dtype, op, n, rank, o.root, s, out));
-        }
-        if (!ok) mine.failed = 1;
       }
-      // Every rank must reach this exchange, even after an error, or the others would hang.
-      std::vector<SizeResult> all(static_cast<size_t>(n));
-      if (!backend.allGather(&mine, all.data(), sizeof(SizeResult))) return 3;
-      SizeResult total{};
-      bool failed = false;
-      std::vector<double> times[2];
-      for (const SizeResult& r : all) {
-        for (int p = 0; p < 2; ++p) {
-          times[p].push_back(r.timeUs[p]);
-          total.wrong[p] += r.wrong[p];
+      for (size_t who = 0; who < racers; ++who) {
+        if (!o.check) wrong[who] = {-1, -1};
+        ResultRow row;
+        row.bytes = bytes;
+        row.count = s.paramCount;
+        row.dtype = dtype;
+        row.op = op;
+        row.root = collectiveHasRoot(c) ? o.root : -1;
+        row.algorithm = contestants[who].backend->algorithm(c);
+        row.ran = ran[who];
+        row.outOfPlace = makeMeasurement(c, bytes, n, medianOf(times[0][who]), wrong[who][0]);
+        row.inPlace = makeMeasurement(c, bytes, n, medianOf(times[1][who]), wrong[who][1]);
+        if (o.check) wrongOf[who] += wrong[who][0] + wrong[who][1];
+        busBwSum[who] += row.outOfPlace.busBw + row.inPlace.busBw;
+        if (leader && o.sim) {
+          Prediction p;
+          const CollCall call{c,    dtype, op, o.root, sendBuf.get(), recvBuf.get(), s.paramCount,
+                              false};
+          if (contestants[who].backend->predict(call, &p))
+            p.time = makeMeasurement(c, bytes, n, p.time.timeUs, -1);
+          row.simulated = p;
         }
-        failed |= r.failed != 0;
+        if (leader) {
+          std::string line = formatRow(c, s, dtype, op, o.root, row.outOfPlace, row.inPlace,
+                                       row.simulated ? &*row.simulated : nullptr);
+          if (race) {
+            line.pop_back();  // the newline
+            line += "  " + contestants[who].label +
+                    (row.ran.empty() || row.algorithm != "auto" ? "" : " (ran " + row.ran + ")") +
+                    "\n";
+          }
+          std::fputs(line.c_str(), stdout);
+          std::fflush(stdout);
+          results[who].push_back(std::move(row));
+        }
       }
-      if (failed) {
-        if (leader) std::fprintf(stderr, "%s: a rank failed at size %zu\n", program.c_str(), size);
-        return 3;
-      }
-      if (!o.check) total.wrong[0] = total.wrong[1] = -1;
-      ResultRow row;
-      row.bytes = bytes;
-      row.count = s.paramCount;
-      row.dtype = dtype;
-      row.op = op;
-      row.root = collectiveHasRoot(c) ? o.root : -1;
-      row.algorithm = backend.algorithm(c);
-      row.ran = ran;
-      row.outOfPlace =
-          makeMeasurement(c, bytes, n, aggregateTimes(o.average, times[0]), total.wrong[0]);
-      row.inPlace =
-          makeMeasurement(c, bytes, n, aggregateTimes(o.average, times[1]), total.wrong[1]);
-      if (o.check) wrongTotal += total.wrong[0] + total.wrong[1];
-      busBwSum += row.outOfPlace.busBw + row.inPlace.busBw;
       rows += 2;
-      if (leader && o.sim) {
-        Prediction p;
-        const CollCall call{c,    dtype, op, o.root, sendBuf.get(), recvBuf.get(), s.paramCount,
-                            false};
-        if (backend.predict(call, &p)) p.time = makeMeasurement(c, bytes, n, p.time.timeUs, -1);
-        row.simulated = p;
-      }
-      if (leader) {
-        progress.done(progressIndex, bytes);
-        std::fputs(formatRow(c, s, dtype, op, o.root, row.outOfPlace, row.inPlace,
-                             row.simulated ? &*row.simulated : nullptr)
-                       .c_str(),
-                   stdout);
-        std::fflush(stdout);
-        results.push_back(std::move(row));
-      }
+      if (leader) progress.done(progressIndex, bytes);
       ++progressIndex;
     }
   }
+  int64_t wrongTotal = 0;
+  for (int64_t w : wrongOf) wrongTotal += w;
   int rc = wrongTotal ? 1 : 0;
   if (leader) {
-    const double avg = rows ? busBwSum / rows : 0.0;
-    std::fputs(formatFooter(wrongTotal, avg, o.check).c_str(), stdout);
+    double avgSum = 0;
+    for (double sum : busBwSum) avgSum += rows ? sum / rows : 0.0;
+    std::fputs(formatFooter(wrongTotal, avgSum / double(racers), o.check).c_str(), stdout);
+    if (race) std::fputs(formatRegrets(contestants, c, results, rounds).c_str(), stdout);
     std::fflush(stdout);
-    if (!o.jsonPath.empty() &&
-        !writeFile(o.jsonPath, formatJson(meta, o, results, wrongTotal, avg), program)) {
-      rc = 3;
+    for (size_t who = 0; who < racers; ++who) {
+      const std::string& label = contestants[who].label;
+      const double avg = rows ? busBwSum[who] / rows : 0.0;
+      const std::string json = contestantPath(o.jsonPath, label);
+      const std::string csv = contestantPath(o.csvPath, label);
+      if (!json.empty() &&
+          !writeFile(json, formatJson(meta[who], o, results[who], wrongOf[who], avg), program)) {
+        rc = 3;
+      }
+      if (!csv.empty() && !writeFile(csv, formatCsv(meta[who], results[who]), program)) rc = 3;
     }
-    if (!o.csvPath.empty() && !writeFile(o.csvPath, formatCsv(meta, results), program)) rc = 3;
   }
   return rc;
 }

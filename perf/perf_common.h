@@ -77,6 +77,8 @@ int itersForSize(int iters, size_t bytes, size_t budgetBytes);
 
 /** nccl-tests' -a: which rank's time a row shows, or the average, minimum or maximum. */
 enum class Aggregate { kRank0 = 0, kAvg = 1, kMin = 2, kMax = 3 };
+/** The median of v (the mean of the middle two when even); -1 when empty. */
+double medianOf(std::vector<double> v);
 /** Combines the ranks' times (one per rank, in rank order) as -a asks. */
 double aggregateTimes(Aggregate a, const std::vector<double>& timesUs);
 
@@ -111,7 +113,11 @@ struct Options {
   std::string jsonPath;                 // --json FILE: every row, with run metadata
   std::string csvPath;                  // --csv FILE
   std::vector<std::string> compare;     // --compare mpi,gloo (loom-perf only)
-  int repeats = 1;                      // -R: runs per library under --compare (medians)
+  int repeats = 1;                      // -R: runs per library under --compare, rounds under
+                                        // --race (medians)
+  // --race A,B,...: algorithms to run interleaved in one run (the backend says what an entry
+  // means: loom-perf takes NAME, NAME:LANES, auto and autotune).
+  std::vector<std::string> race;
   bool sim = false;                     // --sim: the tuner's predictions beside the numbers
   // --topo FILE: --sim's topology model (default LOOM_TOPO_FILE, else a uniform model of the
   // run's hosts and ranks).
@@ -295,6 +301,25 @@ class Backend {
  *  process exit code (non-zero on errors or wrong results). */
 int runSweep(Backend& backend, const Options& options, const std::string& program,
              const std::string& gitCommit = "unknown");
+
+/** One entry of --race: a backend set up to run one algorithm (or to choose its own). */
+struct Contestant {
+  Backend* backend = nullptr;
+  std::string label;  // the --race entry as given ("ring", "pairwise:2", "auto")
+  // Variables this entry set for its communicator (LOOM_LANES=2, LOOM_AUTOTUNE=1): its --json
+  // file records them in "env", as a separate run under them would.
+  std::vector<std::pair<std::string, std::string>> env;
+};
+
+/** --race: the sweep of runSweep with several contestants in one run. Every size runs
+ *  options.repeats rounds; each round gives every contestant one turn (warm-up and timed
+ *  batch, out of place and in place), starting one further along each round, so that a noisy
+ *  spell and the caches' state fall on all alike. A row per contestant and size shows the
+ *  median over rounds; the report ends with the regret of each contestant that chose its own
+ *  algorithm (Backend::algorithm "auto") against the fastest forced one of the same size.
+ *  --json FILE writes one file per contestant, FILE with "-LABEL" before its extension. */
+int runRace(const std::vector<Contestant>& contestants, const Options& options,
+            const std::string& program, const std::string& gitCommit = "unknown");
 
 // ---- Forked ranks (-N) ------------------------------------------------------------------
 

@@ -120,7 +120,6 @@ AutotuneSchedule autotuneSchedule(const std::vector<Candidate>& candidates, int 
   if (s.batch < kAutotuneMinBatch &&
       round * s.rounds * kAutotuneMinBatch <= kAutotuneMinBatchBudget * kAutotuneBudgetSeconds)
     s.batch = kAutotuneMinBatch;
-  s.leadCall = s.batch > 1;
   return s;
 }
 

@@ -70,13 +70,16 @@ std::vector<Candidate> autotuneCandidates(Tuner& tuner, const collectives::CollA
 // a call that follows another candidate's starts with the ranks as that one left them, apart,
 // and a few-µs call then measures mostly that skew (4 ranks on 2 cores, 8 bytes: single calls
 // had rd 5.4 µs ahead of direct 6.2, which in a loop take 5.2 and 2.7). A batch is at least
-// kAutotuneMinBatch calls where that keeps the rounds within kAutotuneMinBatchBudget budgets,
-// after one untimed call of the candidate (leadCall): the ranks of a loop of one algorithm fall
-// into a rhythm that its first call after another's does not have — on 2 network-namespace
-// hosts × 2 ranks sharing 2 cores, single calls timed `hierarchical` allgather at 36–45 µs
-// beside `rd` at 38–45, where loops take 22 and 39; batches of 4 after a lead call gave 21–37
-// against 31–56, the loops' order. The predictions are the same on every rank, and so are the
-// counts (candidates without one: minRounds, batches of 1).
+// kAutotuneMinBatch calls where that keeps the rounds within kAutotuneMinBatchBudget budgets.
+// Every batch, even of one call, follows one untimed call of the candidate (the lead call): the
+// ranks of a loop of one algorithm fall into a rhythm that its first call after another's does
+// not have — on 2 network-namespace hosts × 2 ranks sharing 2 cores, single calls timed
+// `hierarchical` allgather at 36–45 µs beside `rd` at 38–45, where loops take 22 and 39;
+// batches of 4 after a lead call gave 21–37 against 31–56, the loops' order — and a large call
+// right after another candidate's finds its buffers and arena evicted by it (4 ranks on the
+// 2-core VM, 8 MiB allgather: single calls timed `direct` at 1556 µs beside `pairwise` at 1227,
+// where loops in the same run took 739 and 1141). The predictions are the same on every rank,
+// and so are the counts (candidates without one: minRounds, batches of 1).
 constexpr int kAutotuneMaxRounds = 64;
 constexpr int kAutotuneMaxBatch = 32;
 constexpr int kAutotuneMinBatch = 4;
@@ -84,8 +87,7 @@ constexpr double kAutotuneBudgetSeconds = 5e-3;
 constexpr double kAutotuneMinBatchBudget = 4;
 struct AutotuneSchedule {
   int rounds = 1;
-  int batch = 1;          // timed calls per candidate per round
-  bool leadCall = false;  // one untimed call of the candidate before its batch
+  int batch = 1;  // timed calls per candidate per round, after one untimed lead call
 };
 AutotuneSchedule autotuneSchedule(const std::vector<Candidate>& candidates, int minRounds);
 

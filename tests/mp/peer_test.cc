@@ -254,6 +254,12 @@ TEST(PeerMemory, TheModelReadsPeersWhenEveryRanksBuffersAreMapped) {
     ASSERT_STREQ(d.whenMapped.builder->name, "peer");
     ASSERT_STRNE(d.choice.builder->name, "peer");
   }
+  // Call 4 runs in place, on a heap copy of its input: not mapped. Then plain buffers for a
+  // while, and loomMemAlloc ones again: asks skipped after "not all" answers (below).
+  constexpr size_t kInPlace = 4, kBackAt = 8;
+  std::vector<Memory> kinds = {Memory::Loom,  Memory::Plain, Memory::Mixed, Memory::Loom,
+                               Memory::Loom,  Memory::Plain, Memory::Plain, Memory::Plain};
+  kinds.resize(kBackAt + 8, Memory::Loom);
   auto results = runRanks(kRanks, [&](RankContext& ctx) {
     setenv("LOOM_TOPO_FILE", file.c_str(), 1);
     logInRank("TRACE", "COLL");
@@ -261,12 +267,10 @@ TEST(PeerMemory, TheModelReadsPeersWhenEveryRanksBuffersAreMapped) {
     RANK_LOOM(initComm(ctx, &comm));
     const int rank = ctx.rank();
     int failures = 0;
-    // The last call runs in place, on a heap copy of its input: not mapped.
-    const Memory kinds[] = {Memory::Loom, Memory::Plain, Memory::Mixed, Memory::Loom, Memory::Loom};
-    for (size_t call = 0; call < std::size(kinds); ++call) {
+    for (size_t call = 0; call < kinds.size(); ++call) {
       const Memory m = kinds[call];
       Case c(comm, rank, kRanks, m == Memory::Loom || (m == Memory::Mixed && rank != 2),
-             call == std::size(kinds) - 1);
+             call == kInPlace);
       c.alltoAll(loomFloat32, kCount);
       if (!c.failures().empty()) {
         fprintf(stderr, "rank %d, %s memory:\n%s", rank, memoryName(m), c.failures().c_str());
@@ -280,16 +284,34 @@ TEST(PeerMemory, TheModelReadsPeersWhenEveryRanksBuffersAreMapped) {
   for (int r = 0; r < kRanks; ++r) {
     const std::string& out = results[size_t(r)].output;
     const std::vector<std::string> calls = linesWith(out, "COLL alltoall #");  // in order
-    ASSERT_EQ(calls.size(), 5u) << out;
-    for (size_t i : {0, 3}) {
-      EXPECT_NE(calls[i].find(": peer"), std::string::npos) << calls[i];
-      EXPECT_NE(calls[i].find("every rank's buffers from loomMemAlloc"), std::string::npos)
+    ASSERT_EQ(calls.size(), kinds.size()) << out;
+    const auto ranPeer = [&](size_t i) {
+      const bool peer = calls[i].find(": peer") != std::string::npos;
+      EXPECT_EQ(peer, calls[i].find("every rank's buffers from loomMemAlloc") != std::string::npos)
           << calls[i];
+      return peer;
+    };
+    for (size_t i : {0, 3}) EXPECT_TRUE(ranPeer(i)) << calls[i];
+    for (size_t i = 0; i < kBackAt; ++i) {
+      if (kinds[i] != Memory::Loom || i == kInPlace) {
+        EXPECT_FALSE(ranPeer(i)) << calls[i];
+      }
     }
-    for (size_t i : {1, 2, 4}) {
-      EXPECT_EQ(calls[i].find(": peer"), std::string::npos) << calls[i];
-      EXPECT_EQ(calls[i].find("loomMemAlloc"), std::string::npos) << calls[i];
+    // Back on loomMemAlloc buffers: peer from some call on (once the skipped asks are used
+    // up), and at every call after that.
+    size_t first = kBackAt;
+    while (first < kinds.size() && !ranPeer(first)) ++first;
+    EXPECT_LT(first, kinds.size()) << out;
+    for (size_t i = first; i < kinds.size(); ++i) EXPECT_TRUE(ranPeer(i)) << calls[i];
+    // "Not all" answers skip asks: from call 4's answer to the call that ran peer again, every
+    // call could have asked, and fewer did.
+    size_t asks = 0, seen = 0;
+    for (const std::string& line : linesWith(out, "COLL ")) {
+      if (line.find("COLL alltoall #") != std::string::npos && seen++ == first) break;
+      if (seen > kInPlace + 1 && line.find("COLL buffer agreement #") != std::string::npos) ++asks;
     }
+    EXPECT_GE(asks, 1u) << out;
+    EXPECT_LT(asks, first - kInPlace) << out;
   }
 }
 

@@ -193,29 +193,25 @@ TEST(Autotune, SmallCallsGetRoundsEnoughToFillTheBudget) {
   };
   auto rounds = [](const AutotuneSchedule& s) { return s.rounds; };
   auto batch = [](const AutotuneSchedule& s) { return s.batch; };
-  auto lead = [](const AutotuneSchedule& s) { return s.leadCall; };
   // 3 candidates of ~20 µs: 60 µs a round, so 5 ms wants 84 rounds, capped; the 3.84 ms of
   // those leave no room for a second call per turn, but batches of kAutotuneMinBatch stay
   // within 4 budgets (15.4 ms), so each turn is a lead call and 4 timed ones.
   EXPECT_EQ(rounds(autotuneSchedule(predicted({20e-6, 20e-6, 20e-6}), 3)), kAutotuneMaxRounds);
   EXPECT_EQ(batch(autotuneSchedule(predicted({20e-6, 20e-6, 20e-6}), 3)), kAutotuneMinBatch);
-  EXPECT_TRUE(lead(autotuneSchedule(predicted({20e-6, 20e-6, 20e-6}), 3)));
   // 3 µs calls: 64 rounds of 9 µs take 0.576 ms, so each turn is floor(5 / 0.576) = 8 calls.
   EXPECT_EQ(rounds(autotuneSchedule(predicted({3e-6, 3e-6, 3e-6}), 3)), kAutotuneMaxRounds);
   EXPECT_EQ(batch(autotuneSchedule(predicted({3e-6, 3e-6, 3e-6}), 3)), 8);
   // ...and a batch has its cap.
   EXPECT_EQ(batch(autotuneSchedule(predicted({1e-8}), 3)), kAutotuneMaxBatch);
   // 0.6 ms a round: ceil(5 ms / 0.6 ms) = 9 rounds, 5.4 ms; batches of 4 would take 21.6 ms,
-  // past 4 budgets: single calls, no lead call.
+  // past 4 budgets: single calls (after the lead call).
   EXPECT_EQ(rounds(autotuneSchedule(predicted({100e-6, 200e-6, 300e-6}), 3)), 9);
   EXPECT_EQ(batch(autotuneSchedule(predicted({100e-6, 200e-6, 300e-6}), 3)), 1);
-  EXPECT_FALSE(lead(autotuneSchedule(predicted({100e-6, 200e-6, 300e-6}), 3)));
   // Large calls keep the floor, and so do candidates without a prediction (the model off).
   EXPECT_EQ(rounds(autotuneSchedule(predicted({0.01, 0.02}), 3)), 3);
   EXPECT_EQ(batch(autotuneSchedule(predicted({0.01, 0.02}), 3)), 1);
   EXPECT_EQ(rounds(autotuneSchedule(predicted({0, 0}), 5)), 5);
   EXPECT_EQ(batch(autotuneSchedule(predicted({0, 0}), 5)), 1);
-  EXPECT_FALSE(lead(autotuneSchedule(predicted({0, 0}), 5)));
   EXPECT_EQ(rounds(autotuneSchedule({}, 0)), 1);
   // LOOM_AUTOTUNE_RUNS above the cap is what the user asked for.
   EXPECT_EQ(rounds(autotuneSchedule(predicted({1e-6}), 100)), 100);

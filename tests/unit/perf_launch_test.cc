@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -155,6 +156,68 @@ TEST(PerfLaunch, SimPrintsPredictionsBesideMeasurements) {
   std::remove(json.c_str());
 }
 
+// --race: every entry on a communicator of its own in one run, a labelled row per entry and
+// size, one --json file per entry (with its variables in "env"), and a regret report whose
+// figures are those of the rows.
+TEST(PerfLaunch, RaceRunsEveryEntryInOneRunAndReportsTheRegret) {
+  const std::string json = tempPath("race.json");
+  const std::string cache = tempPath("race-cache");
+  const Result r = runCommand(
+      "LOOM_TIMEOUT_MS=60000 LOOM_CACHE_DIR=" + cache + " " + LOOM_PERF_BINARY +
+      " all_reduce -b 8 -e 32K -f 64 -n 3 -w 1 -N 3 -R 3 --race ring,rhd:2,auto,autotune --json " +
+      json);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("# --race: ring rhd:2 auto autotune; 3 rounds"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("# Out of bounds values : 0 OK"), std::string::npos) << r.out;
+  std::map<std::string, JsonValue> runs;
+  for (const char* label : {"ring", "rhd-2", "auto", "autotune"}) {
+    const std::string file = json.substr(0, json.size() - 5) + "-" + label + ".json";
+    std::string error;
+    const std::optional<JsonValue> j = parseJson(readFile(file), &error);
+    ASSERT_TRUE(j) << file << ": " << error;
+    expectSchema(*j, 3, 3);  // 8, 512, 32768
+    EXPECT_EQ(j->find("wrong_total")->number, 0);
+    runs[label] = *j;
+    std::remove(file.c_str());
+  }
+  const auto row = [&](const char* label, size_t i) { return runs[label].find("rows")->items.at(i); };
+  EXPECT_EQ(row("ring", 0).find("ran")->text, "ring");
+  EXPECT_EQ(row("rhd-2", 0).find("algorithm")->text, "rhd");
+  EXPECT_EQ(row("rhd-2", 2).find("ran")->text, "rhd lanes=2");
+  EXPECT_EQ(runs["rhd-2"].find("env")->find("LOOM_LANES")->text, "2");
+  EXPECT_EQ(row("auto", 0).find("algorithm")->text, "auto");
+  EXPECT_EQ(runs["autotune"].find("env")->find("LOOM_AUTOTUNE")->text, "1");
+  EXPECT_EQ(runs["auto"].find("env")->find("LOOM_AUTOTUNE"), nullptr);
+  // The report's count, recomputed from the files: a size is within 10% when auto's median
+  // is at most 1.1 times the lower of the forced ones'.
+  const auto time = [&](const char* label, size_t i) {
+    return row(label, i).find("out_of_place")->find("time_us")->number;
+  };
+  int within = 0;
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_GT(time("auto", i), 0);
+    within += time("auto", i) <= 1.1 * std::min(time("ring", i), time("rhd-2", i));
+  }
+  EXPECT_NE(r.out.find("# Regret of auto:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("# auto: within 10% of the fastest forced at " + std::to_string(within) +
+                       " of 3 sizes"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("# autotune: within 10% of the fastest forced at "), std::string::npos);
+  // Rows name their entry; auto's say what it ran.
+  EXPECT_NE(r.out.find("  rhd:2\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  auto (ran "), std::string::npos) << r.out;
+  // An entry loom-perf cannot read.
+  const Result bad = runCommand(std::string(LOOM_PERF_BINARY) +
+                                " all_reduce -b 8 -e 8 -N 2 --race ring,ring:0 2>&1");
+  EXPECT_EQ(bad.status, 2) << bad.out;
+  EXPECT_NE(bad.out.find("--race entry 'ring:0': expected NAME, NAME:LANES (1-64), auto or "
+                         "autotune"),
+            std::string::npos)
+      << bad.out;
+  EXPECT_EQ(system(("rm -rf " + cache).c_str()), 0);
+}
+
 TEST(PerfLaunch, TwoHostsThroughNetnsCluster) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to create network namespaces";
   if (system("ip -V > /dev/null 2>&1 && tc -V > /dev/null 2>&1") != 0) {
@@ -248,6 +311,25 @@ TEST(PerfOptions, SweepArgsRoundTrip) {
   EXPECT_TRUE(back.compare.empty());
   const char* bad[] = {"x", "all_reduce", "--compare", "nccl"};
   EXPECT_FALSE(parseOptions(4, const_cast<char**>(bad), &o, &error));
+}
+
+TEST(PerfOptions, RaceTakesTwoOrMoreDistinctEntries) {
+  const auto parse = [](std::vector<const char*> args, Options* o, std::string* error) {
+    args.insert(args.begin(), {"x", "alltoall"});
+    return parseOptions(int(args.size()), const_cast<char**>(args.data()), o, error);
+  };
+  Options o;
+  std::string error;
+  ASSERT_TRUE(parse({"--race", "pairwise:2,xor,auto", "-R", "3"}, &o, &error)) << error;
+  EXPECT_EQ(o.race, (std::vector<std::string>{"pairwise:2", "xor", "auto"}));
+  EXPECT_EQ(o.repeats, 3);
+  for (const char* list : {"ring", "ring,ring", "ring,,auto", ""}) {
+    EXPECT_FALSE(parse({"--race", list}, &o, &error)) << list;
+    EXPECT_EQ(error, std::string("bad value '") + list + "' for --race");
+  }
+  EXPECT_FALSE(parse({"--race", "ring,auto", "-A", "ring"}, &o, &error));
+  EXPECT_EQ(error, "--race names the algorithms itself: not with -A or --compare");
+  EXPECT_FALSE(parse({"--race", "ring,auto", "--compare", "mpi"}, &o, &error));
 }
 
 TEST(PerfCompare, TableShowsMediansRatiosAndMissingPeers) {
