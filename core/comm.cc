@@ -418,11 +418,7 @@ Status Comm::agreeBuffersMapped(const CallDesc& call, const collectives::Builder
 
 Status Comm::runCollective(CallDesc& call) {
   LOOM_TRY(usable());
-  collectives::CollArgs& a = call.args;
-  a.settings() = settings_;
-  if (hostCount_ > 1) a.hostOf = hostOf_;  // empty means one host: no copy per call
-  a.elemSize = uint32_t(dtypeSize(call.dtype));
-  a.buffersMapped = false;  // until the ranks agree otherwise (chooseBuilder)
+  completeArgs(&call);
   const tuner::Decision* decision = nullptr;
   LOOM_TRY(chooseBuilder(&call, &decision));
   return runDecided(call, *decision);

@@ -15,6 +15,7 @@
 #include "collectives/builders.h"
 #include "collectives/executor.h"
 #include "core/bootstrap.h"
+#include "core/dtype.h"
 #include "core/status.h"
 #include "topology/topology.h"
 #include "transports/transport.h"
@@ -123,8 +124,20 @@ class Comm final : public collectives::ExecHost {
   // Runs each candidate once, then in rounds (tuner::autotuneSchedule: LOOM_AUTOTUNE_RUNS or
   // more for small calls, a batch of calls per turn for the smallest) on scratch buffers shaped
   // like the call's (a bounded cost: candidates x rounds x batch calls of that size, about 5 ms
-  // of them where small; one bootstrap allgather).
+  // of them where small, each turn after an untimed lead call, a single timed call also after
+  // syncRanks; one bootstrap allgather).
   Status measureBucket(const CallDesc& call, tuner::AutotuneEntry* out);
+  // Brings the ranks together before a timed call of measureBucket: a one-byte allreduce as the
+  // model runs it (not through autotune, which is what is measuring).
+  Status syncRanks();
+  // What every call's args take from the communicator before its algorithm is chosen.
+  void completeArgs(CallDesc* call) const {
+    collectives::CollArgs& a = call->args;
+    a.settings() = settings_;
+    if (hostCount_ > 1) a.hostOf = hostOf_;  // empty means one host: no copy per call
+    a.elemSize = uint32_t(dtypeSize(call->dtype));
+    a.buffersMapped = false;  // until the ranks agree otherwise (chooseBuilder)
+  }
   // Runs a prepared plan over the given buffers; a failure marks the communicator failed.
   Status execute(const collectives::PreparedPlan& plan, std::span<void* const> buffers,
                  loomDataType_t dtype, loomRedOp_t op, const char* collective,

@@ -77,6 +77,23 @@ Status Comm::autotuneDecision(const CallDesc& call, tuner::Decision* out) {
   return Status::ok();
 }
 
+Status Comm::syncRanks() {
+  uint8_t in = 0, result = 0;
+  CallDesc sync;
+  sync.args.coll = collectives::Collective::AllReduce;
+  sync.args.nranks = nranks();
+  sync.args.count = 1;
+  sync.input = &in;
+  sync.output = &result;
+  sync.dtype = loomUint8;
+  sync.inputBytes = sync.outputBytes = 1;
+  completeArgs(&sync);
+  tuner::Decision d;
+  LOOM_TRY(tuner_.decide(sync.args, &d));
+  tuner::applyParams(d.choice.params, &sync.args);
+  return runDecided(sync, d);
+}
+
 Status Comm::measureBucket(const CallDesc& call, tuner::AutotuneEntry* out) {
   const std::vector<tuner::Candidate> candidates =
       tuner::autotuneCandidates(tuner_, call.args, autotuneCandidates_);
@@ -114,21 +131,17 @@ Status Comm::measureBucket(const CallDesc& call, tuner::AutotuneEntry* out) {
   // why); each candidate's time per call on this rank is its median round.
   const tuner::AutotuneSchedule schedule = tuner::autotuneSchedule(candidates, autotuneRuns_);
   std::vector<std::vector<double>> roundTimes(candidates.size());
-  std::vector<std::string> unused;
   for (int r = 0; r < schedule.rounds; ++r)
     for (size_t i = 0; i < candidates.size(); ++i) {
       LOOM_TRY(runDecided(runs[i], decisions[i]));  // the lead call, untimed
-      // A single timed call starts with the ranks together (a bootstrap allgather as the
-      // barrier: these calls take ms): the lead call leaves them apart, and a call that started
-      // on an early rank would count its wait for the late ones — a `direct` plan's ranks end
-      // their copy-out one after another on shared cores, and 4 ranks on 2 cores timed its
-      // 8 MiB allreduce at 3179 us, where loops, and single calls after a barrier, take 1800.
-      if (schedule.batch == 1) {
-        if (Status st = boot_.allgather({}, &unused, Deadline(timeoutMs())); !st.isOk()) {
-          fail(st);
-          return st;
-        }
-      }
+      // A single timed call starts with the ranks together: the lead call leaves them apart,
+      // and a call that started on an early rank would count its wait for the late ones — a
+      // `direct` plan's ranks end their copy-out one after another on shared cores, and 4 ranks
+      // on 2 cores timed its 8 MiB allreduce at 3179 us, where loops, and single calls after a
+      // barrier, take 1800. The barrier is a call of the communicator's own: a bootstrap
+      // allgather's replies left the ranks so far apart that `direct` 512 KiB allgathers
+      // (48 us in a loop) timed 109 us.
+      if (schedule.batch == 1) LOOM_TRY(syncRanks());
       const auto start = Clock::now();
       for (int b = 0; b < schedule.batch; ++b) LOOM_TRY(runDecided(runs[i], decisions[i]));
       roundTimes[i].push_back(std::chrono::duration<double>(Clock::now() - start).count() /

@@ -314,19 +314,24 @@ void setParameter(const std::string& name, const char* value) {
   params::reloadFromEnvironment();
 }
 
+// The --race entries, each read by parseRaceEntry; false (with the reason) on the first bad one.
+bool parseRaceEntries(const Options& options, std::vector<RaceEntry>* out, std::string* error) {
+  out->assign(options.race.size(), {});
+  for (size_t i = 0; i < out->size(); ++i) {
+    if (!parseRaceEntry(options.collective, options.race[i], &(*out)[i], error)) return false;
+  }
+  return true;
+}
+
 // --race: one communicator per entry, split from comm under the entry's algorithms and
-// variables (set only while it is made: loom reads them at init), then the race.
+// variables (set only while it is made: loom reads them at init), then the race. main() has
+// checked the entries.
 int runRace(loomComm_t comm, const Options& options) {
   int rank = 0;
   loomCommUserRank(comm, &rank);
-  std::vector<RaceEntry> entries(options.race.size());
-  for (size_t i = 0; i < entries.size(); ++i) {
-    std::string error;
-    if (!parseRaceEntry(options.collective, options.race[i], &entries[i], &error)) {
-      if (rank == 0) std::fprintf(stderr, "loom-perf: %s\n", error.c_str());
-      return 2;
-    }
-  }
+  std::vector<RaceEntry> entries;
+  std::string error;
+  parseRaceEntries(options, &entries, &error);
   std::vector<loomComm_t> comms;
   int rc = 0;
   for (const RaceEntry& entry : entries) {
@@ -400,6 +405,11 @@ int main(int argc, char** argv) {
   }
   loomConfig_t config = LOOM_CONFIG_INITIALIZER;
   config.algorithms = algorithms.empty() ? nullptr : algorithms.c_str();
+  // Bad --race entries are found here, before any rank exists to race another to the exit.
+  if (std::vector<RaceEntry> entries; !parseRaceEntries(options, &entries, &error)) {
+    std::fprintf(stderr, "loom-perf: %s\n", error.c_str());
+    return 2;
+  }
 
   if (!options.compare.empty()) {
     if (options.nranks < 1) {
