@@ -156,6 +156,14 @@ std::vector<Candidate> Tuner::candidates(const CollArgs& a) {
   if (!out.empty()) {
     Decision d;
     d.choice = out[0];
+    for (const Candidate& c : out) {
+      if (c.time > out[0].time * (1 + kLaneMargin)) break;
+      AlgoParams same = c.params;
+      same.lanes = d.choice.params.lanes;
+      if (c.builder == d.choice.builder && same == d.choice.params &&
+          c.params.lanes < d.choice.params.lanes)
+        d.choice = c;
+    }
     d.source = Source::Model;
     for (const Candidate& c : out) {
       if (c.builder != d.choice.builder) {

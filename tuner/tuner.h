@@ -80,6 +80,16 @@ collectives::CallSettings callSettings(const AlgoParams& fixed, const topology::
 // and datacenter switches give a port 0.5-2 MB. A shallower network is described by setting
 // LOOM_ALLTOALL_LEAD (docs/TUNING.md).
 constexpr uint64_t kLinkQueueBytes = 1 << 20;
+
+// More lanes of one algorithm must earn their keep: each lane's messages cost what the model
+// does not price (kernel work on cores the ranks share, one more TCP flow into a shallow queue
+// that drops), so the model's choice is the variant of the fastest algorithm on the fewest
+// lanes (its other parameters the same) predicted within this fraction of the fastest. On 2
+// network-namespace hosts x 2 ranks at 1 Gbit/s the communicator's own model put hierarchical
+// allgather on 4 lanes 1.2% ahead of one lane at 512 KiB, and it measured 45% slower; torus
+// allreduce on 2 lanes 0.3% ahead at 8 KiB, measured 70% slower. (On the corpus models at 16
+// ranks the model never predicted extra lanes faster at all.)
+constexpr double kLaneMargin = 0.05;
 // The incast lead by default: how many bytes before the end of a sender's message its
 // receiver lets the next sender start. At least what one round trip holds
 // (topology::roundTripBytes), so that the link does not idle between turns; and as much as

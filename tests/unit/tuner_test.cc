@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/params.h"
@@ -103,6 +105,16 @@ double referenceBest(const Topology& topo, const CollArgs& call, std::string* be
   return bestTime;
 }
 
+// The model's choice against the reference's fastest (`best`, "NAME lanes=L"): the same time,
+// or the same algorithm on fewer lanes predicted within kLaneMargin of it.
+void expectTheFastest(const Decision& d, double bestTime, const std::string& best,
+                      const std::string& what) {
+  if (std::abs(d.choice.time - bestTime) <= bestTime * 1e-9) return;
+  EXPECT_LE(d.choice.time, bestTime * (1 + kLaneMargin)) << what;
+  EXPECT_EQ(best.substr(0, best.find(' ')), d.choice.builder->name) << what;
+  EXPECT_LT(d.choice.params.lanes, std::stoi(best.substr(best.find("lanes=") + 6))) << what;
+}
+
 TEST(Tuner, ModelChoiceIsTheSimulatorsArgminOnEveryCorpusModel) {
   const std::vector<Collective> colls = {Collective::AllReduce,     Collective::AllGather,
                                          Collective::ReduceScatter, Collective::AlltoAll,
@@ -125,7 +137,7 @@ TEST(Tuner, ModelChoiceIsTheSimulatorsArgminOnEveryCorpusModel) {
                                  ", reference " + best;
         ASSERT_GT(bestTime, 0) << what;
         EXPECT_EQ(d.source, Source::Model) << what;
-        EXPECT_NEAR(d.choice.time, bestTime, bestTime * 1e-9) << what;
+        expectTheFastest(d, bestTime, best, what);
         if (d.runnerUp.builder != nullptr) {
           EXPECT_NE(d.runnerUp.builder, d.choice.builder) << what;
           EXPECT_GE(d.runnerUp.time, d.choice.time) << what;
@@ -156,8 +168,37 @@ TEST(Tuner, AllReduceChoiceIsTheArgminOnTheWholeDgxRail16) {
     const double bestTime = referenceBest(*rail16, a, &best);
     ASSERT_GT(bestTime, 0) << bytes << " B";
     EXPECT_EQ(d.source, Source::Model) << bytes << " B";
-    EXPECT_NEAR(d.choice.time, bestTime, bestTime * 1e-9)
-        << bytes << " B: tuner " << describe(d.choice) << ", reference " << best;
+    expectTheFastest(d, bestTime, best,
+                     std::to_string(bytes) + " B: tuner " + describe(d.choice) + ", reference " +
+                         best);
+  }
+}
+
+// kLaneMargin on the model a communicator built on 2 network-namespace hosts x 2 ranks at
+// 1 Gbit/s (docs/calibration/netns-own-model.json, dumped with LOOM_TOPO_DUMP during the
+// calibration sweep): it predicts more lanes a hair faster, and they measured far slower, so
+// the choice is one lane.
+TEST(Tuner, MoreLanesMustBePredictedFasterByTheMargin) {
+  Topology netns;
+  const std::string file =
+      (std::filesystem::path(__FILE__).parent_path() / "../../docs/calibration/netns-own-model.json")
+          .string();
+  ASSERT_TRUE(topology::loadTopology(file, &netns).isOk()) << file;
+  Tuner tuner(netns, TunerConfig{});
+  for (auto [coll, bytes, name] : {std::tuple{Collective::AllGather, uint64_t(512) << 10, "hierarchical"},
+                                   std::tuple{Collective::AllReduce, uint64_t(8) << 10, "torus"}}) {
+    const CollArgs a = callOn(netns, coll, bytes);
+    Decision d;
+    ASSERT_TRUE(tuner.decide(a, &d).isOk());
+    const std::string what = std::string(collectiveName(coll)) + " " + std::to_string(bytes);
+    ASSERT_STREQ(d.choice.builder->name, name) << what;
+    EXPECT_EQ(d.choice.params.lanes, 1) << what;
+    // The premise: a variant on more lanes is predicted faster, within the margin.
+    double fastest = d.choice.time;
+    for (const Candidate& c : tuner.candidates(a))
+      if (c.builder == d.choice.builder && c.params.lanes > 1) fastest = std::min(fastest, c.time);
+    EXPECT_LT(fastest, d.choice.time) << what;
+    EXPECT_GE(fastest * (1 + kLaneMargin), d.choice.time) << what;
   }
 }
 
