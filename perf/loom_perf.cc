@@ -323,15 +323,12 @@ bool parseRaceEntries(const Options& options, std::vector<RaceEntry>* out, std::
   return true;
 }
 
-// --race: one communicator per entry, split from comm under the entry's algorithms and
-// variables (set only while it is made: loom reads them at init), then the race. main() has
-// checked the entries.
-int runRace(loomComm_t comm, const Options& options) {
+// --race: one communicator per entry (main() read them from options.race, in order), split
+// from comm under the entry's algorithms and variables (set only while it is made: loom reads
+// them at init), then the race.
+int runRace(loomComm_t comm, const Options& options, const std::vector<RaceEntry>& entries) {
   int rank = 0;
   loomCommUserRank(comm, &rank);
-  std::vector<RaceEntry> entries;
-  std::string error;
-  parseRaceEntries(options, &entries, &error);
   std::vector<loomComm_t> comms;
   int rc = 0;
   for (const RaceEntry& entry : entries) {
@@ -371,10 +368,11 @@ int runRace(loomComm_t comm, const Options& options) {
   return rc;
 }
 
-int runRank(loomComm_t comm, const Options& options, const std::string& algorithms) {
+int runRank(loomComm_t comm, const Options& options, const std::string& algorithms,
+            const std::vector<RaceEntry>& race) {
   int rc;
-  if (!options.race.empty()) {
-    rc = runRace(comm, options);
+  if (!race.empty()) {
+    rc = runRace(comm, options, race);
   } else {
     LoomBackend backend(comm);
     backend.setAlgorithms(algorithms);
@@ -406,7 +404,8 @@ int main(int argc, char** argv) {
   loomConfig_t config = LOOM_CONFIG_INITIALIZER;
   config.algorithms = algorithms.empty() ? nullptr : algorithms.c_str();
   // Bad --race entries are found here, before any rank exists to race another to the exit.
-  if (std::vector<RaceEntry> entries; !parseRaceEntries(options, &entries, &error)) {
+  std::vector<RaceEntry> race;
+  if (!parseRaceEntries(options, &race, &error)) {
     std::fprintf(stderr, "loom-perf: %s\n", error.c_str());
     return 2;
   }
@@ -432,7 +431,7 @@ int main(int argc, char** argv) {
       std::string why;
       const loomResult_t r = mpiInitComm(&comm, &config, &why);
       const int rc = r != loomSuccess ? initFailed(why.c_str(), r, -1)
-                                      : runRank(comm, options, algorithms);
+                                      : runRank(comm, options, algorithms, race);
       mpiFinalize();
       return rc;
     }
@@ -446,7 +445,7 @@ int main(int argc, char** argv) {
                    "MPI)\n");
       return initFailed("loomCommInitFromEnv", r, -1);
     }
-    return runRank(comm, options, algorithms);
+    return runRank(comm, options, algorithms, race);
   }
   // Fork first: loomGetUniqueId starts a bootstrap thread, which a fork would not carry.
   return forkRanks(options.nranks, options.bindCores, [&](ForkedRank& self) {
@@ -460,6 +459,6 @@ int main(int argc, char** argv) {
     loomComm_t comm = nullptr;
     const loomResult_t r = loomCommInitRankConfig(&comm, self.nranks(), id, self.rank(), &config);
     if (r != loomSuccess) return initFailed("loomCommInitRankConfig", r, self.rank());
-    return runRank(comm, options, algorithms);
+    return runRank(comm, options, algorithms, race);
   });
 }
