@@ -53,6 +53,9 @@ struct PreparedPlan {
   std::string algorithm;
   bool usesShared = false;  // has Shared regions or Barrier steps: the call needs the arena
   bool readByPeers = false;  // RankPlan::readByPeers: the call publishes its buffers
+  // One lane and no transfers (the direct shared-memory plans): the steps run one after
+  // another, each to its end.
+  bool inOrder = false;
   uint64_t sharedEnd = 0;   // elements of Shared the plan reaches (its furthest region's end)
 };
 

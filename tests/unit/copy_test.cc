@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "collectives/builders.h"
+#include "collectives/builders_reduce.h"
 #include "collectives/executor.h"
 #include "core/copy.h"
 
@@ -57,6 +58,29 @@ TEST(PreparePlan, FinalCopyIsACopyWhoseDestinationItsLaneLeavesAlone) {
   const PreparedPlan p = preparePlan(plan, {});
   EXPECT_EQ(p.lanes[0].finalCopy, (std::vector<uint8_t>{0, 0, 1, 0, 0, 0}));
   EXPECT_EQ(p.lanes[1].finalCopy, (std::vector<uint8_t>{1, 0, 1}));
+}
+
+// The direct plans (one lane, local steps and Barriers) run step after step; a plan with a
+// transfer or a second lane goes through the general loop.
+TEST(PreparePlan, OnlyOneLaneWithoutTransfersRunsInOrder) {
+  using namespace collectives;
+  CollArgs a;
+  a.nranks = 4;
+  a.count = 100;
+  a.sharedBytes = 1 << 20;
+  EXPECT_TRUE(preparePlan(buildDirectAllReduce(a, 1), {}).inOrder);
+  a.count = 1 << 20;  // two-phase chunks
+  EXPECT_TRUE(preparePlan(buildDirectAllReduce(a, 1), {}).inOrder);
+  RankPlan plan;
+  plan.lanes.resize(1);
+  addCopy(plan.lanes[0], {kInput, 0, 10}, {kOutput, 0, 10});
+  addBarrier(plan.lanes[0]);
+  EXPECT_TRUE(preparePlan(plan, {}).inOrder);
+  plan.lanes.resize(2);
+  EXPECT_FALSE(preparePlan(plan, {}).inOrder);
+  plan.lanes.resize(1);
+  plan.lanes[0].steps.push_back({StepKind::Send, 1, {kOutput, 0, 10}, {}});
+  EXPECT_FALSE(preparePlan(plan, {}).inOrder);
 }
 
 }  // namespace
