@@ -48,6 +48,8 @@ const char kUsage[] =
     "                      default: the model's); its bandwidth is fitted\n"
     "  --private-cache BYTES  each core's own cache (L2; default: the model's); what\n"
     "                      reading data another core just wrote costs is fitted\n"
+    "  --net-burst BYTES   the --uniform host links pass this many bytes at once after\n"
+    "                      idling (a tc htb/tbf burst; topology Link burstBytes)\n"
     "  --slices K          simulator pipelining pieces per step (default 4)\n"
     "  --max-evals N       simulations of the whole set the fit may run (default 3000)\n"
     "  --no-fit            only validate the model as it is\n"
@@ -92,6 +94,7 @@ bool parseArgs(int argc, char** argv, Args* a) {
     kName,
     kOut,
     kMarkdown,
+    kNetBurst,
     kHelp
   };
   static const option kOptions[] = {{"topo", required_argument, nullptr, kTopo},
@@ -106,6 +109,7 @@ bool parseArgs(int argc, char** argv, Args* a) {
                                     {"name", required_argument, nullptr, kName},
                                     {"out", required_argument, nullptr, kOut},
                                     {"markdown", required_argument, nullptr, kMarkdown},
+                                    {"net-burst", required_argument, nullptr, kNetBurst},
                                     {"help", no_argument, nullptr, kHelp},
                                     {nullptr, 0, nullptr, 0}};
   for (int opt; (opt = getopt_long(argc, argv, "", kOptions, nullptr)) != -1;) {
@@ -158,6 +162,12 @@ bool parseArgs(int argc, char** argv, Args* a) {
       case kMarkdown:
         a->markdownFile = v;
         break;
+      case kNetBurst: {
+        auto bytes = perf::parseSize(v);
+        if (!bytes) return fail("--net-burst wants bytes such as 18K, not '" + v + "'");
+        a->uniform.netBurstBytes = *bytes;
+        break;
+      }
       case kHelp:
         printf("%s", kUsage);
         exit(0);

@@ -41,7 +41,8 @@ const char kUsage[] =
     "  --mem-bw BYTES/s    local copy/reduce bandwidth (default 20e9)\n"
     "  --no-tuner          do not ask the tuner (its candidates include every algorithm,\n"
     "                      ring too, which takes hours to simulate at thousands of ranks)\n"
-    "  --intra-bw, --intra-lat, --net-bw, --net-lat   the --uniform links (bytes/s, s)\n";
+    "  --intra-bw, --intra-lat, --net-bw, --net-lat   the --uniform links (bytes/s, s)\n"
+    "  --net-burst BYTES   the --uniform host links' shaper burst (Link burstBytes)\n";
 
 struct Args {
   std::string topoFile;
@@ -70,7 +71,7 @@ bool parseNumber(const char* text, double* out) {
 
 bool parseArgs(int argc, char** argv, Args* a) {
   enum { kTopo = 1, kUniform, kColl, kSizes, kAlgos, kRanks, kElem, kLanes, kSlices, kMemBw,
-         kIntraBw, kIntraLat, kNetBw, kNetLat, kNoTuner, kHelp };
+         kIntraBw, kIntraLat, kNetBw, kNetLat, kNetBurst, kNoTuner, kHelp };
   static const option kOptions[] = {
       {"topo", required_argument, nullptr, kTopo},
       {"uniform", required_argument, nullptr, kUniform},
@@ -86,6 +87,7 @@ bool parseArgs(int argc, char** argv, Args* a) {
       {"intra-lat", required_argument, nullptr, kIntraLat},
       {"net-bw", required_argument, nullptr, kNetBw},
       {"net-lat", required_argument, nullptr, kNetLat},
+      {"net-burst", required_argument, nullptr, kNetBurst},
       {"no-tuner", no_argument, nullptr, kNoTuner},
       {"help", no_argument, nullptr, kHelp},
       {nullptr, 0, nullptr, 0}};
@@ -131,6 +133,12 @@ bool parseArgs(int argc, char** argv, Args* a) {
         if (!parseNumber(optarg, uniformField[opt - kIntraBw]))
           return fail(std::string("bad --") + kOptions[opt - 1].name + " '" + v + "'");
         break;
+      case kNetBurst: {
+        auto bytes = perf::parseSize(v);
+        if (!bytes) return fail("--net-burst wants bytes such as 18K, not '" + v + "'");
+        a->uniform.netBurstBytes = *bytes;
+        break;
+      }
       case kHelp: printf("%s", kUsage); exit(0);
       default: return fail("unknown option");
     }

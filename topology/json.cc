@@ -170,6 +170,12 @@ Status parseDocument(const json& doc, Topology* out) {
     if (!member(l, "latency").is_null())
       LOOM_TRY(readQuantity(l["latency"], parseLatency, where + ".latency", &link.latency));
     if (member(l, "kind").is_string()) link.kind = l["kind"].get<std::string>();
+    if (const json& b = member(l, "burstBytes"); !b.is_null()) {
+      if (!b.is_number_unsigned())
+        return Status(loomInvalidArgument,
+                      where + ".burstBytes: expected a whole number of bytes, got " + b.dump());
+      link.burstBytes = b.get<uint64_t>();
+    }
     bool duplex = member(l, "duplex").is_boolean() && l["duplex"].get<bool>();
     t.links.push_back(link);
     if (duplex) {
@@ -199,7 +205,7 @@ Status parseDocument(const json& doc, Topology* out) {
 
 bool isReverse(const Link& a, const Link& b) {
   return a.from == b.to && a.to == b.from && a.bandwidth == b.bandwidth &&
-         a.latency == b.latency && a.kind == b.kind;
+         a.latency == b.latency && a.kind == b.kind && a.burstBytes == b.burstBytes;
 }
 
 }  // namespace
@@ -262,6 +268,7 @@ std::string toJson(const Topology& t) {
     json item = {{"from", nodeName(l.from)}, {"to", nodeName(l.to)},
                  {"bandwidth", formatBandwidth(l.bandwidth, isNetworkLinkKind(l.kind))},
                  {"latency", formatLatency(l.latency)}, {"kind", l.kind}};
+    if (l.burstBytes > 0) item["burstBytes"] = l.burstBytes;
     bool duplex = i + 1 < t.links.size() && isReverse(l, t.links[i + 1]);
     if (duplex) item["duplex"] = true;
     append(item, i == 0);

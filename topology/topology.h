@@ -103,6 +103,9 @@ struct Link {
   double bandwidth = 0;      // bytes/s
   double latency = 0;        // s
   std::string kind;          // "shm", "nvlink", "pcie", "eth", "ib", "xgmi"... (for reports)
+  // Bytes the link passes at once after it has been idle: the depth of a token bucket that
+  // shapes it (tc htb/tbf "burst"), refilled at `bandwidth`; 0 for a link no shaper fronts.
+  uint64_t burstBytes = 0;
 
   bool operator==(const Link&) const = default;
 };

@@ -195,14 +195,25 @@ class Simulator {
     res.messages = messages_;
     res.bytes = bytes_;
     res.flows = flowsStarted_;
+    double burstSaving = 0;
     for (size_t l = 0; l < topo_.links.size(); ++l) {
-      double busy = double(linkBytes_[l]) / topo_.links[l].bandwidth;
+      const topology::Link& link = topo_.links[l];
+      double busy = double(linkBytes_[l]) / link.bandwidth;
       if (linkBytes_[l] > 0 && busy > res.busiestLinkBusy) {
         res.busiestLink = int32_t(l);
         res.busiestLinkBytes = linkBytes_[l];
         res.busiestLinkBusy = busy;
       }
+      burstSaving =
+          std::max(burstSaving, double(std::min(link.burstBytes, linkBytes_[l])) / link.bandwidth);
     }
+    // A shaped link (Link::burstBytes) refills its bucket while a call waits on latency, and
+    // passes the next call's first bytes at once: in a loop of like calls, as loom-perf times
+    // them and a training step makes them, a call takes what it takes on plain links less the
+    // largest such saving of any link, but no less than its busiest link's transmission time.
+    // (2 netns hosts at 1 Gbit/s with an 18 KB htb burst: a 4-rank 8 KiB hierarchical
+    // allgather measures 33 us; plain links predict 73, this 40.)
+    if (burstSaving > 0) res.time = std::max(res.time - burstSaving, res.busiestLinkBusy);
     return res;
   }
 

@@ -21,6 +21,7 @@ struct UniformCluster {
   double intraLatency = 0.5e-6;  // s
   double netBandwidth = 12.5e9;  // bytes/s, host ↔ switch, each direction (100 Gbit/s)
   double netLatency = 2.5e-6;    // s
+  uint64_t netBurstBytes = 0;    // the host links' token-bucket depth (topology::Link)
 };
 
 topology::Topology uniformTopology(const UniformCluster& c);

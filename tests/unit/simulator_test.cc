@@ -107,6 +107,32 @@ TEST(Simulator, TwoFlowsShareALinkFairly) {
   EXPECT_EQ(shared.busiestLinkBytes, uint64_t(2 * bytes));
 }
 
+// A shaped link's burst (Link::burstBytes) passes what it holds at once, its bucket refilled
+// while the call waits on latency: a loop of like calls runs at max(latency-bound time,
+// the link's transmission time), as tc's htb shaping measures on netns hosts.
+TEST(Simulator, ABurstHidesTransmissionBehindLatency) {
+  const double alpha = 4 * kLatency;
+  auto shaped = [](uint64_t burst) {
+    return uniformTopology({2, 1, kBandwidth, kLatency, kBandwidth, kLatency, burst});
+  };
+  for (uint64_t count : {uint64_t(1000), uint64_t(100000)}) {
+    const double bytes = double(count * kElem);
+    auto plans = emptyPlans(2);
+    message(plans, 0, 1, count);
+    SimResult plain = simulate(plans, shaped(0), whole());
+    ASSERT_TRUE(plain.ok) << plain.message;
+    expectTime(alpha + bytes / kBandwidth, plain.time);
+    // 100 KB of burst covers both messages; 4 KB leaves 0.4 us of the small one's transfer
+    // to latency and 39.6 us of the large one's.
+    SimResult deep = simulate(plans, shaped(100000), whole());
+    ASSERT_TRUE(deep.ok) << deep.message;
+    expectTime(std::max(alpha, bytes / kBandwidth), deep.time);
+    SimResult shallow = simulate(plans, shaped(4000), whole());
+    ASSERT_TRUE(shallow.ok) << shallow.message;
+    expectTime(std::max(alpha + (bytes - 4000) / kBandwidth, bytes / kBandwidth), shallow.time);
+  }
+}
+
 TEST(Simulator, IncastTakesKTimesAsLong) {
   const uint64_t count = 1 << 18;
   const double bytes = double(count * kElem), alpha = 4 * kLatency;

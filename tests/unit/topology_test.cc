@@ -251,8 +251,21 @@ TEST(TopologyJson, ReadsUnitsIndicesAndDefaults) {
   EXPECT_EQ(t.links[1].to, 1);
   EXPECT_EQ(t.links[0].bandwidth, 25e9);
   EXPECT_EQ(t.links[0].latency, 1.5e-6);
+  EXPECT_EQ(t.links[0].burstBytes, 0u);
   EXPECT_EQ(t.ranks[0].host, 0);
   EXPECT_TRUE(t.validate().isOk());
+}
+
+// A shaped link's burst (netns hosts behind tc htb) is read, written and kept per direction.
+TEST(TopologyJson, LinkBurstRoundTrips) {
+  Topology t = tuner::uniformTopology({2, 2, 20e9, 0.5e-6, 125e6, 20e-6, 18000});
+  size_t shaped = 0;
+  for (const Link& l : t.links) shaped += l.burstBytes == 18000 ? 1 : 0;
+  EXPECT_EQ(shaped, 4u);  // both directions of both hosts' links to the switch
+  EXPECT_NE(toJson(t).find("\"burstBytes\":18000"), std::string::npos);
+  expectRoundTrip(t);
+  t.links[0].burstBytes = 9000;  // one direction only: no longer a duplex pair
+  expectRoundTrip(t);
 }
 
 TEST(TopologyJson, ClearErrors) {
@@ -270,6 +283,9 @@ TEST(TopologyJson, ClearErrors) {
   expectError(R"({"nodes": [{"kind": "host", "name": "a"}, {"kind": "cpu", "name": "c"}],
                   "links": [{"from": "a", "to": "c", "bandwidth": "fast"}]})",
               "links[0].bandwidth: bandwidth 'fast'");
+  expectError(R"({"nodes": [{"kind": "host", "name": "a"}, {"kind": "cpu", "name": "c"}],
+                  "links": [{"from": "a", "to": "c", "bandwidth": 1, "burstBytes": "9K"}]})",
+              "links[0].burstBytes: expected a whole number of bytes");
   expectError(R"({"nodes": [{"kind": "cpu", "name": "c", "host": "c"}]})",
               "nodes[0].host: \"c\" is not a host node");
 }
