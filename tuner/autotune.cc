@@ -117,9 +117,14 @@ AutotuneSchedule autotuneSchedule(const std::vector<Candidate>& candidates, int 
   s.rounds = std::max(s.rounds, int(std::min<double>(wanted, kAutotuneMaxRounds)));
   const double batches = std::floor(kAutotuneBudgetSeconds / (round * s.rounds));
   s.batch = int(std::clamp<double>(batches, 1, kAutotuneMaxBatch));
-  if (s.batch < kAutotuneMinBatch &&
-      round * s.rounds * kAutotuneMinBatch <= kAutotuneMinBatchBudget * kAutotuneBudgetSeconds)
+  // Batches of kAutotuneMinBatch at the fewest rounds that, so batched, stay within
+  // kAutotuneMinBatchBudget budgets (but never fewer than minRounds).
+  const int batchedRounds = int(std::floor(kAutotuneMinBatchBudget * kAutotuneBudgetSeconds /
+                                           (round * kAutotuneMinBatch)));
+  if (s.batch < kAutotuneMinBatch && batchedRounds >= std::max(1, minRounds)) {
+    s.rounds = std::min(s.rounds, batchedRounds);
     s.batch = kAutotuneMinBatch;
+  }
   return s;
 }
 

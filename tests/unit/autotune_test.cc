@@ -203,10 +203,20 @@ TEST(Autotune, SmallCallsGetRoundsEnoughToFillTheBudget) {
   EXPECT_EQ(batch(autotuneSchedule(predicted({3e-6, 3e-6, 3e-6}), 3)), 8);
   // ...and a batch has its cap.
   EXPECT_EQ(batch(autotuneSchedule(predicted({1e-8}), 3)), kAutotuneMaxBatch);
-  // 0.6 ms a round: ceil(5 ms / 0.6 ms) = 9 rounds, 5.4 ms; batches of 4 would take 21.6 ms,
-  // past 4 budgets: single calls (after the lead call).
-  EXPECT_EQ(rounds(autotuneSchedule(predicted({100e-6, 200e-6, 300e-6}), 3)), 9);
-  EXPECT_EQ(batch(autotuneSchedule(predicted({100e-6, 200e-6, 300e-6}), 3)), 1);
+  // 31 µs a round: 5 ms wants 162 rounds, capped at 64; batches of 4 would take 7.9 ms.
+  EXPECT_EQ(rounds(autotuneSchedule(predicted({10e-6, 10e-6, 11e-6}), 3)), kAutotuneMaxRounds);
+  EXPECT_EQ(batch(autotuneSchedule(predicted({10e-6, 10e-6, 11e-6}), 3)), kAutotuneMinBatch);
+  // 93 µs a round: ceil(5 ms / 93 µs) = 54 rounds, and 54 batches of 4 would take 20.09 ms,
+  // just past 4 budgets: 53 rounds of batches of 4 instead (19.7 ms).
+  EXPECT_EQ(rounds(autotuneSchedule(predicted({27e-6, 31e-6, 35e-6}), 3)), 53);
+  EXPECT_EQ(batch(autotuneSchedule(predicted({27e-6, 31e-6, 35e-6}), 3)), kAutotuneMinBatch);
+  // 0.6 ms a round: ceil(5 ms / 0.6 ms) = 9 rounds; batched, 8 rounds take 19.2 ms.
+  EXPECT_EQ(rounds(autotuneSchedule(predicted({100e-6, 200e-6, 300e-6}), 3)), 8);
+  EXPECT_EQ(batch(autotuneSchedule(predicted({100e-6, 200e-6, 300e-6}), 3)), kAutotuneMinBatch);
+  // 2 ms a round: batches of 4 in 4 budgets leave 2 rounds, fewer than the 3 asked for:
+  // single calls (after the lead call).
+  EXPECT_EQ(rounds(autotuneSchedule(predicted({1e-3, 1e-3}), 3)), 3);
+  EXPECT_EQ(batch(autotuneSchedule(predicted({1e-3, 1e-3}), 3)), 1);
   // Large calls keep the floor, and so do candidates without a prediction (the model off).
   EXPECT_EQ(rounds(autotuneSchedule(predicted({0.01, 0.02}), 3)), 3);
   EXPECT_EQ(batch(autotuneSchedule(predicted({0.01, 0.02}), 3)), 1);
