@@ -432,12 +432,8 @@ Status Comm::runDecided(const CallDesc& call, const tuner::Decision& decision) {
   std::array<void*, 4> buffers = {const_cast<void*>(call.input), call.output, nullptr, nullptr};
   // Filled on every call (cheap, no allocation), read only when the plan is not cached yet.
   std::array<collectives::BufferAlias, 3> aliases = {{{0, 0}, {1, 0}, {2, 0}}};
-  // A member whose counts keep their storage (as runP2P's): a key made fresh, its vector freed
-  // with it, on every call cost a small call ~3% of its time.
   PlanKey& key = callKey_;
-  key.counts.clear();
-  key = PlanKey{a.coll,   builder, a.count,    a.root, a.lanes, a.torusX,
-                a.torusY, a.fanIn, a.elemSize, 0,      0,       std::move(key.counts)};
+  key.reset(a.coll, builder, a.count, a.root, a.settings(), a.elemSize);
   if (rangesOverlap(call.input, call.inputBytes, call.output, call.outputBytes)) {
     auto in = reinterpret_cast<uintptr_t>(call.input);
     auto outp = reinterpret_cast<uintptr_t>(call.output);
@@ -553,9 +549,7 @@ Status Comm::runP2P(const std::vector<P2PCall>& calls) {
   std::vector<void*>& buffers = p2pBuffers_;
   buffers.assign(collectives::kFirstUserBuffer, nullptr);
   PlanKey& key = callKey_;
-  key.counts.clear();  // its storage is reused
-  key = PlanKey{collectives::Collective::SendRecv, nullptr, 0, 0, 0, 0, 0, 0, 1, 0, 0,
-                std::move(key.counts)};
+  key.reset(collectives::Collective::SendRecv, nullptr, 0, 0, {0, 0, 0, 0}, 1);
   for (const P2PCall& c : calls) {
     if (c.op.peer == rank()) {
       (c.op.kind == collectives::P2POp::Kind::Send ? selfSends : selfRecvs).push_back(&c);
