@@ -175,13 +175,13 @@ TEST(Tuner, AllReduceChoiceIsTheArgminOnTheWholeDgxRail16) {
 }
 
 // kLaneMargin on the model a communicator built on 2 network-namespace hosts x 2 ranks at
-// 1 Gbit/s (docs/calibration/netns-own-model.json, dumped with LOOM_TOPO_DUMP during the
-// calibration sweep): it predicts more lanes a hair faster, and they measured far slower, so
-// the choice is one lane.
+// 1 Gbit/s (stop 21's docs/calibration/netns-own-model.json, dumped with LOOM_TOPO_DUMP during
+// its calibration sweep; kept in tests/unit/data): it predicts more lanes a hair faster, and
+// they measured far slower, so the choice is one lane.
 TEST(Tuner, MoreLanesMustBePredictedFasterByTheMargin) {
   Topology netns;
   const std::string file =
-      (std::filesystem::path(__FILE__).parent_path() / "../../docs/calibration/netns-own-model.json")
+      (std::filesystem::path(__FILE__).parent_path() / "data/netns-own-model-stop21.json")
           .string();
   ASSERT_TRUE(topology::loadTopology(file, &netns).isOk()) << file;
   Tuner tuner(netns, TunerConfig{});
