@@ -166,18 +166,19 @@ Status Comm::measureBucket(const CallDesc& call, tuner::AutotuneEntry* out) {
     memcpy(t.data(), blob.data(), t.size() * sizeof(double));
   }
   std::vector<double> agreed;
-  const int winner = tuner::agreedWinner(times, &agreed);
-  if (winner < 0)
+  const int fastest = tuner::agreedWinner(times, &agreed);
+  if (fastest < 0)
     return errorf(loomInternalError, "autotune: the ranks measured different candidates for %s",
                   collectives::collectiveName(call.args.coll));
+  std::vector<tuner::Candidate> measured = candidates;
+  for (size_t i = 0; i < measured.size(); ++i) measured[i].time = agreed[i];
+  const int winner = int(tuner::fewestLanesWithinMargin(measured, size_t(fastest)));
   out->bytes = tuner::callBytes(call.args);
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    tuner::Candidate c = candidates[i];
-    c.time = agreed[i];
+  for (size_t i = 0; i < measured.size(); ++i) {
     if (int(i) == winner)
-      out->winner = c;
+      out->winner = measured[i];
     else
-      out->others.push_back(c);
+      out->others.push_back(measured[i]);
   }
   return Status::ok();
 }

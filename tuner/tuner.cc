@@ -155,15 +155,7 @@ std::vector<Candidate> Tuner::candidates(const CollArgs& a) {
                    [](const Candidate& x, const Candidate& y) { return x.time < y.time; });
   if (!out.empty()) {
     Decision d;
-    d.choice = out[0];
-    for (const Candidate& c : out) {
-      if (c.time > out[0].time * (1 + kLaneMargin)) break;
-      AlgoParams same = c.params;
-      same.lanes = d.choice.params.lanes;
-      if (c.builder == d.choice.builder && same == d.choice.params &&
-          c.params.lanes < d.choice.params.lanes)
-        d.choice = c;
-    }
+    d.choice = out[fewestLanesWithinMargin(out, 0)];
     d.source = Source::Model;
     for (const Candidate& c : out) {
       if (c.builder != d.choice.builder) {
@@ -249,6 +241,20 @@ const Decision* Tuner::cached(uint64_t key) {
   lastKey_ = key;
   lastCached_ = it->second;
   return &*lastCached_;
+}
+
+size_t fewestLanesWithinMargin(const std::vector<Candidate>& candidates, size_t fastest) {
+  const Candidate& f = candidates[fastest];
+  size_t chosen = fastest;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const Candidate& c = candidates[i];
+    AlgoParams same = c.params;
+    same.lanes = f.params.lanes;
+    if (c.builder == f.builder && same == f.params && c.time <= f.time * (1 + kLaneMargin) &&
+        c.params.lanes < candidates[chosen].params.lanes)
+      chosen = i;
+  }
+  return chosen;
 }
 
 Status Tuner::decide(const CollArgs& a, Decision* out) {

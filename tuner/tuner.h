@@ -90,6 +90,12 @@ constexpr uint64_t kLinkQueueBytes = 1 << 20;
 // allreduce on 2 lanes 0.3% ahead at 8 KiB, measured 70% slower. (On the corpus models at 16
 // ranks the model never predicted extra lanes faster at all.)
 constexpr double kLaneMargin = 0.05;
+// The index to take among `candidates`, given the fastest of them: the variant of its algorithm
+// (the same parameters but the lanes) on the fewest lanes whose time is within kLaneMargin of
+// its time. The model's choice takes it over predictions, autotune's over measurements (on the
+// netns testbed autotune measured hierarchical allgather at 512 KiB on 2 lanes 1.6% ahead of
+// one, and in a loop it ran 36% slower).
+size_t fewestLanesWithinMargin(const std::vector<Candidate>& candidates, size_t fastest);
 // The incast lead by default: how many bytes before the end of a sender's message its
 // receiver lets the next sender start. At least what one round trip holds
 // (topology::roundTripBytes), so that the link does not idle between turns; and as much as
