@@ -163,9 +163,8 @@ bool parseArgs(int argc, char** argv, Args* a) {
         a->markdownFile = v;
         break;
       case kNetBurst: {
-        auto bytes = perf::parseSize(v);
-        if (!bytes) return fail("--net-burst wants bytes such as 18K, not '" + v + "'");
-        a->uniform.netBurstBytes = *bytes;
+        std::string error;
+        if (!loom::tools::parseNetBurst(v, &a->uniform, &error)) return fail(error);
         break;
       }
       case kHelp:

@@ -134,9 +134,8 @@ bool parseArgs(int argc, char** argv, Args* a) {
           return fail(std::string("bad --") + kOptions[opt - 1].name + " '" + v + "'");
         break;
       case kNetBurst: {
-        auto bytes = perf::parseSize(v);
-        if (!bytes) return fail("--net-burst wants bytes such as 18K, not '" + v + "'");
-        a->uniform.netBurstBytes = *bytes;
+        std::string error;
+        if (!loom::tools::parseNetBurst(v, &a->uniform, &error)) return fail(error);
         break;
       }
       case kHelp: printf("%s", kUsage); exit(0);

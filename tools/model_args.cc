@@ -55,6 +55,16 @@ bool parseUniformShape(const std::string& text, tuner::UniformCluster* out) {
          out->ranksPerHost >= 1;
 }
 
+bool parseNetBurst(const std::string& text, tuner::UniformCluster* out, std::string* error) {
+  auto bytes = perf::parseSize(text);
+  if (!bytes) {
+    *error = "--net-burst wants bytes such as 18K, not '" + text + "'";
+    return false;
+  }
+  out->netBurstBytes = *bytes;
+  return true;
+}
+
 namespace {
 
 // A JSON model, or when no such file exists the corpus model of that name, built in code:

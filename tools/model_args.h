@@ -21,6 +21,10 @@ bool parseSizeSweep(const std::string& text, size_t* minBytes, size_t* maxBytes,
 // "HxR": H hosts of R ranks each.
 bool parseUniformShape(const std::string& text, tuner::UniformCluster* out);
 
+// --net-burst: the uniform cluster's host links' burst in bytes ("18000", "18K"); false with
+// the message for the tool to print.
+bool parseNetBurst(const std::string& text, tuner::UniformCluster* out, std::string* error);
+
 // The model named on the command line: the JSON file (or, when there is no such file, the
 // corpus model of that name, topology/builders.h), else the uniform cluster; then only its
 // first `ranks` ranks when ranks > 0. On failure *error says why.
