@@ -136,7 +136,7 @@ struct GroupItem {
 thread_local int tGroupDepth LOOM_HOT_TLS = 0;
 thread_local std::vector<GroupItem> tGroup;
 
-Status submitCollective(loomComm* comm, CallDesc call) {
+Status submitCollective(loomComm* comm, CallDesc& call) {
   if (tGroupDepth > 0) {
     tGroup.push_back({comm, false, {}, call});
     return Status::ok();
@@ -153,10 +153,11 @@ inline Status prologue(loomComm* comm, loomDataType_t dtype, void* stream, const
   return Status::ok();
 }
 
-CallDesc describe(loomComm* comm, Collective coll, size_t count, const void* in, void* out,
-                  loomDataType_t dtype, loomRedOp_t op, int root, size_t inBytes,
-                  size_t outBytes) {
-  CallDesc d;
+// The communicator's CallDesc (Comm::apiCall), filled for this call.
+CallDesc& describe(loomComm* comm, Collective coll, size_t count, const void* in, void* out,
+                   loomDataType_t dtype, loomRedOp_t op, int root, size_t inBytes,
+                   size_t outBytes) {
+  CallDesc& d = comm->impl->apiCall();
   d.args.coll = coll;
   d.args.nranks = comm->impl->nranks();
   d.args.count = count;
@@ -511,7 +512,6 @@ loomResult_t loomAlltoAllv(const void* sendbuff, const size_t sendcounts[],
   Status st = prologue(comm, datatype, stream, fn);
   if (st.isOk() && (!sendcounts || !sdispls || !recvcounts || !rdispls))
     st = errorf(loomInvalidArgument, "%s: a counts or displacements array is NULL", fn);
-  CallDesc d;
   if (st.isOk()) {
     int n = comm->impl->nranks();
     size_t inElems = 0, outElems = 0;
@@ -529,8 +529,8 @@ loomResult_t loomAlltoAllv(const void* sendbuff, const size_t sendcounts[],
     if (st.isOk()) st = checkBuffer(sendbuff, inElems * es, fn, "sendbuff");
     if (st.isOk()) st = checkBuffer(recvbuff, outElems * es, fn, "recvbuff");
     if (st.isOk()) {
-      d = describe(comm, Collective::AlltoAllv, 0, sendbuff, recvbuff, datatype, loomSum, 0,
-                   inElems * es, outElems * es);
+      CallDesc& d = describe(comm, Collective::AlltoAllv, 0, sendbuff, recvbuff, datatype,
+                             loomSum, 0, inElems * es, outElems * es);
       d.args.sendCounts.assign(sendcounts, sendcounts + n);
       d.args.sendDispls.assign(sdispls, sdispls + n);
       d.args.recvCounts.assign(recvcounts, recvcounts + n);

@@ -366,8 +366,7 @@ Status Comm::chooseBuilder(CallDesc* call, const tuner::Decision** out) {
     last = {true, args->coll, args->count, args->elemSize, decided};
   }
   *out = &last.decision;
-  if (last.decision.source == tuner::Source::Model && last.decision.whenMapped.builder != nullptr &&
-      hostCount_ == 1) {
+  if (asksBuffersMapped(*args, last.decision)) {
     LOOM_TRY(agreeBuffersMapped(*call, *last.decision.whenMapped.builder, &args->buffersMapped));
     if (args->buffersMapped) {
       adjustedDecision_ = last.decision;
@@ -418,18 +417,34 @@ Status Comm::agreeBuffersMapped(const CallDesc& call, const collectives::Builder
 
 Status Comm::runCollective(CallDesc& call) {
   LOOM_TRY(usable());
+  if (repeat_.matches(call)) return runResolved(call, repeat_.resolved);
   completeArgs(&call);
   const tuner::Decision* decision = nullptr;
   LOOM_TRY(chooseBuilder(&call, &decision));
-  return runDecided(call, *decision);
+  Resolved r;
+  LOOM_TRY(resolve(call, *decision, &r));
+  repeat_.valid = false;
+  if (!asksBuffersMapped(call.args, lastDecision_.decision) && !r.copiesInput &&
+      call.args.coll != Collective::AlltoAllv)
+    repeat_ = {true,       call.args.coll, call.args.count, call.args.root, call.dtype,
+               call.op,    call.input,     call.output,     call.inputBytes, call.outputBytes,
+               r};
+  return runResolved(call, r);
 }
 
 Status Comm::runDecided(const CallDesc& call, const tuner::Decision& decision) {
+  Resolved r;
+  LOOM_TRY(resolve(call, decision, &r));
+  return runResolved(call, r);
+}
+
+Status Comm::resolve(const CallDesc& call, const tuner::Decision& decision, Resolved* out) {
   const collectives::CollArgs& a = call.args;
   const collectives::Builder* builder = decision.choice.builder;
-  lastChoice_ = decision.choice;
   size_t es = dtypeSize(call.dtype);
-  std::array<void*, 4> buffers = {const_cast<void*>(call.input), call.output, nullptr, nullptr};
+  out->input = call.input;
+  out->decision = decision;
+  out->buffersMapped = a.buffersMapped;
   // Filled on every call (cheap, no allocation), read only when the plan is not cached yet.
   std::array<collectives::BufferAlias, 3> aliases = {{{0, 0}, {1, 0}, {2, 0}}};
   PlanKey& key = callKey_;
@@ -442,7 +457,8 @@ Status Comm::runDecided(const CallDesc& call, const tuner::Decision& decision) {
       // call would fault in every page of it again, which cost more than the exchange itself.
       if (inputCopy_.size() < call.inputBytes) inputCopy_.resize(call.inputBytes);
       memcpy(inputCopy_.data(), call.input, call.inputBytes);
-      buffers[0] = inputCopy_.data();
+      out->input = inputCopy_.data();
+      out->copiesInput = true;
     } else if (in >= outp && in + call.inputBytes <= outp + call.outputBytes &&
                (in - outp) % es == 0) {
       aliases[0] = {1, (in - outp) / es};
@@ -463,16 +479,24 @@ Status Comm::runDecided(const CallDesc& call, const tuner::Decision& decision) {
   if (a.coll == Collective::AlltoAllv)
     for (const auto* v : {&a.sendCounts, &a.sendDispls, &a.recvCounts, &a.recvDispls})
       key.counts.insert(key.counts.end(), v->begin(), v->end());
-  const collectives::PreparedPlan& prepared =
-      cachedPlan(key, aliases, [&] { return builder->build(a, rank()); });
+  out->plan = &cachedPlan(key, aliases, [&] { return builder->build(a, rank()); });
+  return Status::ok();
+}
+
+Status Comm::runResolved(const CallDesc& call, const Resolved& r) {
+  const collectives::CollArgs& a = call.args;
+  const collectives::PreparedPlan& prepared = *r.plan;
+  lastChoice_ = r.decision.choice;
+  size_t es = dtypeSize(call.dtype);
   LOOM_TRACE("COLL", "%s #%llu count %llu %s %s root %d: %s (%s%s), %zu lane(s)",
              collectives::collectiveName(a.coll), (unsigned long long)sequence_,
              (unsigned long long)a.count, dtypeName(call.dtype), opName(call.op), a.root,
-             tuner::describe(decision.choice).c_str(), tuner::sourceText(decision).c_str(),
-             a.buffersMapped ? ", every rank's buffers from loomMemAlloc" : "",
+             tuner::describe(r.decision.choice).c_str(), tuner::sourceText(r.decision).c_str(),
+             r.buffersMapped ? ", every rank's buffers from loomMemAlloc" : "",
              prepared.lanes.size());
   if (scratch_.size() < prepared.scratchCount * es) scratch_.resize(prepared.scratchCount * es);
-  buffers[2] = scratch_.data();
+  std::array<void*, 4> buffers = {const_cast<void*>(r.input), call.output, scratch_.data(),
+                                  nullptr};
   if (prepared.usesShared) LOOM_TRY(mapShared(prepared, es, buffers));
   LOOM_TRY(execute(prepared, buffers, call.dtype, call.op, collectives::collectiveName(a.coll),
                    call.inputBytes, call.outputBytes));
@@ -492,7 +516,10 @@ const collectives::PreparedPlan& Comm::cachedPlan(const PlanKey& key,
   if (lastPlan_ != nullptr && key == lastPlanKey_) return *lastPlan_;
   auto it = planCache_.find(key);
   if (it == planCache_.end()) {
-    if (planCache_.size() >= 256) planCache_.clear();  // bounded: signatures are few in practice
+    if (planCache_.size() >= 256) {  // bounded: signatures are few in practice
+      planCache_.clear();
+      repeat_.valid = false;  // it points into the cache
+    }
     it = planCache_.emplace(key, collectives::preparePlan(build(), aliases)).first;
   }
   lastPlanKey_ = key;       // assigned into the old key's storage: no allocation once warm

@@ -2,6 +2,7 @@
 // ranks, checked bit for bit against independently computed expectations.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdarg>
 #include <cstring>
 #include <string>
@@ -264,6 +265,61 @@ TEST_P(Collectives, SixtyFourMiB) {
   auto p = GetParam();
   auto results = runRanks(p.nranks, [&](RankContext& ctx) {
     return runMatrix(ctx, p.transport, true);
+  }, ForkOptions::timeout(240));
+  EXPECT_EQ(describeFailures(results), "");
+}
+
+// A loop of calls on the same buffers (what the communicator runs again without choosing and
+// resolving it: Comm::RepeatCall) sees each call's new data, and a call that differs from the
+// last in one respect (op, in place, count, collective) runs as itself, not as the last one.
+TEST_P(Collectives, RepeatedCallsOnTheSameBuffers) {
+  auto p = GetParam();
+  auto results = runRanks(p.nranks, [&](RankContext& ctx) {
+    loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+    config.transport = p.transport;
+    loomComm_t comm = nullptr;
+    RANK_LOOM(initComm(ctx, &comm, &config));
+    const int n = p.nranks, r = ctx.rank();
+    const size_t count = 1001;
+    std::vector<float> in(n * count), out(n * count);
+    for (int iter = 0; iter < 12; ++iter) {
+      const int kind = iter % 3;  // sum, max, avg in place
+      const loomRedOp_t op = kind == 1 ? loomMax : kind == 2 ? loomAvg : loomSum;
+      for (int again = 0; again < 3; ++again) {
+        // The same call with new data, then in place instead of out of place (or back).
+        float* dst = (kind == 2) != (again == 2) ? in.data() : out.data();
+        // Small integers: every sum, max and average is exact in float.
+        const int seed = iter * 3 + again;
+        for (size_t i = 0; i < count; ++i) in[i] = float((seed + int(i) + r) % 64);
+        std::vector<float> want(count);
+        for (size_t i = 0; i < count; ++i) {
+          float sum = 0, max = 0;
+          for (int q = 0; q < n; ++q) {
+            const float v = float((seed + int(i) + q) % 64);
+            sum += v, max = std::max(max, v);
+          }
+          want[i] = op == loomMax ? max : op == loomAvg ? sum / float(n) : sum;
+        }
+        RANK_LOOM(loomAllReduce(in.data(), dst, count, loomFloat32, op, comm, nullptr));
+        for (size_t i = 0; i < count; ++i)
+          RANK_CHECK(dst[i] == want[i], "iteration %d.%d, element %zu: %g, expected %g", iter,
+                     again, i, double(dst[i]), double(want[i]));
+      }
+      // The same buffers, another collective, then another count.
+      for (size_t c : {count - iter, count - iter - 1}) {
+        for (size_t i = 0; i < count; ++i) in[i] = float(r * 1000 + iter + int(i % 7));
+        std::fill(out.begin(), out.end(), -1.0f);
+        RANK_LOOM(loomAllGather(in.data(), out.data(), c, loomFloat32, comm, nullptr));
+        for (size_t i = 0; i < out.size(); ++i) {
+          const size_t q = i / c;
+          const float want = q < size_t(n) ? float(int(q) * 1000 + iter + int(i % c % 7)) : -1;
+          RANK_CHECK(out[i] == want, "allgather of %zu, iteration %d, element %zu: %g, expected %g",
+                     c, iter, i, double(out[i]), double(want));
+        }
+      }
+    }
+    RANK_LOOM(loomCommDestroy(comm));
+    return 0;
   }, ForkOptions::timeout(240));
   EXPECT_EQ(describeFailures(results), "");
 }
