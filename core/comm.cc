@@ -186,6 +186,7 @@ Status Comm::init(int nranks, const loomUniqueId& id, int rank, const loomConfig
   if (spinCount_ < 0) spinCount_ = machineRanks_ > usableCores ? 0 : 2000;
   yieldNs_ = uint64_t(std::max<int64_t>(0, params::getInt("LOOM_YIELD_USEC"))) * 1000;
   LOOM_TRY(discoverTopology(deadline));
+  if (tcp_) setTcpPacing();
   settings_ = tuner::callSettings(tuning.fixed, topo_);
   // LOOM_TRANSPORT=tcp means no shared memory at all, so no direct (arena) algorithms either.
   if (transportMode_ == "tcp") settings_.sharedBytes = 0;
@@ -321,6 +322,21 @@ const char* Comm::lastAlgorithm() {
 void Comm::leave() { boot_.leave(); }
 
 void Comm::abortPeers(const std::string& reason) { boot_.sendAbort(reason); }
+
+void Comm::setTcpPacing() {
+  std::vector<uint64_t> rates(size_t(nranks()), 0);
+  double lowest = 0, highest = 0;
+  for (int r = 0; r < nranks(); ++r) {
+    const double rate = topology::slowestNetworkLink(topo_, rank(), r);
+    rates[size_t(r)] = uint64_t(rate);
+    if (rate > 0) lowest = lowest == 0 ? rate : std::min(lowest, rate), highest = std::max(highest, rate);
+  }
+  transports::setTcpPeerPacing(*tcp_, std::move(rates));
+  if (highest > 0)
+    LOOM_INFO("TCP", "LOOM_TCP_PACING=-1: connections to other hosts paced at %.4g..%.4g Gbit/s "
+              "(the slowest network link on the way to each peer)",
+              lowest * 8e-9, highest * 8e-9);
+}
 
 void Comm::initTuner(tuner::TunerConfig config) {
   tuner_ = tuner::Tuner(topo_, std::move(config));

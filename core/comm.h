@@ -104,6 +104,10 @@ class Comm final : public collectives::ExecHost {
   Status detectTopology(const Deadline& deadline);  // the part without LOOM_TOPO_FILE
   // The transport a connection to `peer` uses (LOOM_TRANSPORT, else shm within a host).
   transports::Transport* transportFor(int peer) const;
+  // LOOM_TCP_PACING=-1: paces the TCP connections to each peer at the slowest network link of
+  // topo_ on the way there (topology::slowestNetworkLink): a flow faster than that only fills
+  // the queue in front of the link, and a short queue overflows (docs/CALIBRATION.md, netns).
+  void setTcpPacing();
   // Builds tuner_ from the rules and mode read at init, the fixed parameters and topo_; logs
   // its decision table (INFO, rank 0).
   void initTuner(tuner::TunerConfig config);

@@ -63,10 +63,13 @@ const Entry kEntries[] = {
     {"LOOM_TCP_SOCKETS", Type::Int, "2", "TCP sockets per peer and lane."},
     {"LOOM_TCP_CHUNK_BYTES", Type::Bytes, "128K",
      "Messages are striped over a peer's sockets in chunks of this size."},
-    {"LOOM_TCP_PACING", Type::Bytes, "0",
+    {"LOOM_TCP_PACING", Type::Bytes, "-1",
      "Most bytes per second one TCP connection (a peer and lane, all its sockets) sends, paced "
-     "by the kernel; 0: unpaced. Where switch queues are short, the host's network rate divided "
-     "by its ranks keeps bursts from overflowing them (README.md, the incast measurements)."},
+     "by the kernel. -1: the slowest network link on the way to the peer, from the topology "
+     "(measured at init, or LOOM_TOPO_FILE's), so that no connection bursts past the line rate "
+     "into a short queue; 0: unpaced. Where switch queues are very short, the host's network "
+     "rate divided by its ranks keeps even concurrent flows from overflowing them (README.md, "
+     "the incast measurements)."},
     // Collectives.
     {"LOOM_ALGO", Type::String, "",
      "Force algorithms per collective, e.g. allreduce=ring,allgather=ring."},

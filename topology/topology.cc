@@ -157,6 +157,18 @@ std::shared_ptr<const RouteCache::Graph> RouteCache::get(const Topology& t) cons
   return graph_;
 }
 
+double slowestNetworkLink(const Topology& t, int from, int to) {
+  const int n = int(t.ranks.size());
+  if (from < 0 || to < 0 || from >= n || to >= n) return 0;
+  double slowest = 0;
+  for (int32_t l : t.route(t.ranks[size_t(from)].endpoint, t.ranks[size_t(to)].endpoint)) {
+    const Link& link = t.links[size_t(l)];
+    if (isNetworkLinkKind(link.kind) && (slowest == 0 || link.bandwidth < slowest))
+      slowest = link.bandwidth;
+  }
+  return slowest;
+}
+
 std::vector<int32_t> Topology::route(int32_t fromNode, int32_t toNode) const {
   std::vector<int32_t> path;
   int32_t n = int32_t(nodes.size());

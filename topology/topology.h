@@ -188,5 +188,9 @@ std::string formatBandwidth(double bytesPerSecond, bool preferBits = false);
 std::string formatLatency(double seconds);
 // Network links ("eth", "ib", "roce", "net", "tcp") are quoted in bits per second.
 bool isNetworkLinkKind(std::string_view kind);
+// The bandwidth (bytes/s) of the slowest network link on the route from rank `from` to rank
+// `to`: what one flow between them can send at most. 0 when the route crosses no network link
+// (the ranks share a host) or a rank is out of range.
+double slowestNetworkLink(const Topology& t, int from, int to);
 
 }  // namespace loom::topology

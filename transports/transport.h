@@ -109,5 +109,8 @@ Status createShmTransport(const CommContext* ctx, std::unique_ptr<Transport>* ou
 Status createTcpTransport(const CommContext* ctx, std::unique_ptr<Transport>* out);
 // Fills info->tcpAddr for the TCP transport (called between create and the exchange).
 void tcpListenAddress(const Transport& tcp, PeerInfo* info);
+// LOOM_TCP_PACING=-1: the rate (bytes/s, 0: unpaced) of each TCP socket to each peer, by rank,
+// for the connections made after it (TcpOptions::pacingPerPeer; ignored otherwise).
+void setTcpPeerPacing(Transport& tcp, std::vector<uint64_t> bytesPerSecondByPeer);
 
 }  // namespace loom::transports

@@ -216,23 +216,39 @@ TEST(TcpTransport, TinyChunksOverThreeSockets) {
 
 // LOOM_TCP_PACING: both ends of a connection pace each of its sockets at its share of the
 // rate (the kernel reports it back), and data still arrives intact; unpaced sockets are not.
+// Per peer (LOOM_TCP_PACING=-1): every socket at the rate setTcpPeerPacing gave for the peer,
+// which overrides the fixed one; a transport that takes no per-peer rates ignores them.
 TEST(TcpTransport, PacingSharesTheRateOverTheSockets) {
   expectPass(runRanks(
       2,
       [](RankContext& rc) {
-        for (const uint64_t rate : {uint64_t(0), uint64_t(300) << 20}) {
+        struct Case {
+          uint64_t fixed;
+          bool perPeer;
+          uint64_t peerRate;  // what setTcpPeerPacing gives for the peer
+          uint64_t rate;      // what each of its 3 sockets must run at
+        };
+        const uint64_t m = uint64_t(1) << 20;
+        for (const Case k : {Case{0, false, 0, 0}, Case{300 * m, false, 0, 100 * m},
+                             Case{0, true, 120 * m, 120 * m}, Case{300 * m, true, 0, 0},
+                             Case{300 * m, false, 120 * m, 100 * m}}) {
+          const uint64_t rate = k.rate;
           tcp::TcpOptions o = options(3);
-          o.pacingBytesPerSecond = rate;
+          o.pacingBytesPerSecond = k.fixed;
+          o.pacingPerPeer = k.perPeer;
           TcpRank r;
           RANK_OK(startRank(rc, &o, &r));
           int peer = 1 - rc.rank();
+          std::vector<uint64_t> rates(2, 7 * m);  // itself: never connected
+          rates[size_t(peer)] = k.peerRate;
+          setTcpPeerPacing(*r.transport, rates);
           std::unique_ptr<Connection> c;
           RANK_OK(r.transport->connect(peer, 0, Deadline(kTimeoutMs), &c));
           if (exchange(rc, r, c.get(), peer, kMiB + 5, 0, 0) != 0) return 1;
           const std::vector<uint64_t> paced = tcp::tcpSocketPacing(*c);
           RANK_CHECK(paced.size() == 3, "%zu sockets", paced.size());
           for (uint64_t p : paced)
-            RANK_CHECK(rate == 0 ? p > (uint64_t(1) << 40) : p == rate / 3,
+            RANK_CHECK(rate == 0 ? p > (uint64_t(1) << 40) : p == rate,
                        "a socket paced at %llu bytes/s for a rate of %llu", (unsigned long long)p,
                        (unsigned long long)rate);
           rc.allgather("");  // both are done with this transport

@@ -351,6 +351,23 @@ TEST(TopologyRoute, FatTree) {
   EXPECT_NEAR(bisectionBandwidth(t), 4 * 12.5e9, 1);
 }
 
+// LOOM_TCP_PACING=-1's rate for a pair of ranks: the slowest network link on their route.
+TEST(TopologyRoute, SlowestNetworkLink) {
+  FabricSpec fabric;
+  fabric.hostsPerLeaf = 2;
+  fabric.spines = 1;
+  fabric.oversubscription = 4;  // the leaf's uplink: 2 × 12.5 GB/s / 4
+  fabric.hostLink = {12.5e9, 1e-6, "eth"};
+  Topology t = fatTree("ft", 4, simpleHost(2), fabric);  // ranks 2h, 2h+1 on host h
+  ASSERT_TRUE(t.validate().isOk()) << t.validate().message();
+  EXPECT_EQ(slowestNetworkLink(t, 0, 1), 0);          // one host: shared memory, no network
+  EXPECT_EQ(slowestNetworkLink(t, 0, 2), 12.5e9);     // hosts on one leaf: their NICs
+  EXPECT_EQ(slowestNetworkLink(t, 0, 4), 6.25e9);     // over the spine: the uplink
+  EXPECT_EQ(slowestNetworkLink(t, 7, 1), 6.25e9);
+  EXPECT_EQ(slowestNetworkLink(t, 0, 8), 0);          // no such rank
+  EXPECT_EQ(slowestNetworkLink(t, -1, 2), 0);
+}
+
 TEST(TopologyRoute, TorusWrapsAround) {
   Topology t = torus2d("t", 4, 4, simpleHost(1), {25e9, 1e-6, "eth"});
   ASSERT_TRUE(t.validate().isOk()) << t.validate().message();

@@ -27,7 +27,9 @@ TcpOptions TcpOptions::fromParams() {
   TcpOptions o;
   o.sockets = int(params::getInt("LOOM_TCP_SOCKETS"));
   o.chunkBytes = size_t(std::max<int64_t>(params::getInt("LOOM_TCP_CHUNK_BYTES"), 0));
-  o.pacingBytesPerSecond = uint64_t(std::max<int64_t>(params::getInt("LOOM_TCP_PACING"), 0));
+  const int64_t pacing = params::getInt("LOOM_TCP_PACING");
+  o.pacingBytesPerSecond = uint64_t(std::max<int64_t>(pacing, 0));
+  o.pacingPerPeer = pacing < 0;
   return o;
 }
 
@@ -295,6 +297,17 @@ class TcpTransportImpl final : public Transport {
 
   const net::Address& bound() const { return bound_; }
   const TcpOptions& options() const { return options_; }
+  // The pacing rate of each of the `sockets` sockets of a connection to `peer`: a fixed rate is
+  // the connection's, shared by its sockets; a peer's (TcpOptions::pacingPerPeer) is the link's,
+  // which every socket keeps whole, as a message of up to one chunk travels on one socket.
+  uint64_t socketPacing(int peer, size_t sockets) const {
+    if (options_.pacingPerPeer && peer >= 0 && size_t(peer) < peerPacing_.size())
+      return peerPacing_[size_t(peer)];
+    return options_.pacingBytesPerSecond / std::max<size_t>(1, sockets);
+  }
+  void setPeerPacing(std::vector<uint64_t> bytesPerSecond) {
+    peerPacing_ = std::move(bytesPerSecond);
+  }
   std::string peerName(int rank) const {
     if (rank >= 0 && size_t(rank) < ctx_->peers.size() && ctx_->peers[rank].hostname[0] != 0)
       return strprintf("rank %d (host %.64s)", rank, ctx_->peers[rank].hostname);
@@ -331,6 +344,7 @@ class TcpTransportImpl final : public Transport {
 
   const CommContext* ctx_;
   TcpOptions options_;
+  std::vector<uint64_t> peerPacing_;  // by peer rank (pacingFor)
   UniqueFd listener_;
   net::Address bound_;
   std::vector<Handshake> handshakes_;
@@ -499,8 +513,8 @@ TcpConnection::~TcpConnection() { transport_->detach(this); }
 
 void TcpConnection::establish(std::vector<UniqueFd> fds, int sockets, size_t chunkBytes) {
   fds_ = std::move(fds);
-  if (const uint64_t rate = transport_->options().pacingBytesPerSecond; rate > 0) {
-    const unsigned long perSocket = std::max<unsigned long>(1, rate / fds_.size());
+  if (const uint64_t rate = transport_->socketPacing(peer_, fds_.size()); rate > 0) {
+    const unsigned long perSocket = std::max<unsigned long>(1, rate);
     for (const UniqueFd& fd : fds_)
       if (setsockopt(fd.get(), SOL_SOCKET, SO_MAX_PACING_RATE, &perSocket, sizeof(perSocket)) != 0)
         LOOM_WARN("TCP", "LOOM_TCP_PACING: cannot pace a socket to %s: %s",
@@ -648,6 +662,11 @@ std::vector<uint64_t> tcpSocketPacing(const Connection& conn) {
 
 Status createTcpTransport(const CommContext* ctx, std::unique_ptr<Transport>* out) {
   return tcp::createTcpTransport(ctx, tcp::TcpOptions::fromParams(), out);
+}
+
+void setTcpPeerPacing(Transport& transport, std::vector<uint64_t> bytesPerSecondByPeer) {
+  if (auto* t = dynamic_cast<tcp::TcpTransportImpl*>(&transport))
+    t->setPeerPacing(std::move(bytesPerSecondByPeer));
 }
 
 void tcpListenAddress(const Transport& transport, PeerInfo* info) {

@@ -31,6 +31,11 @@ struct TcpOptions {
   // the kernel (SO_MAX_PACING_RATE); 0: unpaced. Where a switch's (or here, a shaped link's)
   // queue is short, bursts at line rate overflow it and TCP stalls on retransmission timeouts.
   uint64_t pacingBytesPerSecond = 0;
+  // LOOM_TCP_PACING=-1: each socket to a peer is paced at the rate setTcpPeerPacing gives for
+  // it (the communicator's: its topology's slowest network link on the way); a message of up to
+  // one chunk goes whole on one socket, and must still have the link's rate.
+  // pacingBytesPerSecond for peers it gives none.
+  bool pacingPerPeer = false;
   static TcpOptions fromParams();
 };
 
