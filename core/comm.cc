@@ -329,7 +329,9 @@ void Comm::setTcpPacing() {
   for (int r = 0; r < nranks(); ++r) {
     const double rate = topology::slowestNetworkLink(topo_, rank(), r);
     rates[size_t(r)] = uint64_t(rate);
-    if (rate > 0) lowest = lowest == 0 ? rate : std::min(lowest, rate), highest = std::max(highest, rate);
+    if (rate == 0) continue;  // a rank of this host
+    lowest = lowest == 0 ? rate : std::min(lowest, rate);
+    highest = std::max(highest, rate);
   }
   transports::setTcpPeerPacing(*tcp_, std::move(rates));
   if (highest > 0)
