@@ -64,10 +64,10 @@ const Entry kEntries[] = {
     {"LOOM_TCP_CHUNK_BYTES", Type::Bytes, "128K",
      "Messages are striped over a peer's sockets in chunks of this size."},
     {"LOOM_TCP_PACING", Type::Bytes, "-1",
-     "Most bytes per second one TCP connection (a peer and lane, all its sockets) sends, paced "
-     "by the kernel. -1: the slowest network link on the way to the peer, from the topology "
-     "(measured at init, or LOOM_TOPO_FILE's), so that no connection bursts past the line rate "
-     "into a short queue; 0: unpaced. Where switch queues are very short, the host's network "
+     "TCP pacing by the kernel. -1: every socket to a peer at the slowest network link on the "
+     "way there, from the topology (measured at init, or LOOM_TOPO_FILE's), so that no flow "
+     "bursts past the line rate into a short queue; 0: unpaced; a rate: the most bytes per "
+     "second one connection (a peer and lane) sends, shared by its sockets. Where switch queues are very short, the host's network "
      "rate divided by its ranks keeps even concurrent flows from overflowing them (README.md, "
      "the incast measurements)."},
     // Collectives.
