@@ -333,8 +333,7 @@ void Comm::setTcpPacing() {
     lowest = lowest == 0 ? rate : std::min(lowest, rate);
     highest = std::max(highest, rate);
   }
-  transports::setTcpPeerPacing(*tcp_, std::move(rates));
-  if (highest > 0)
+  if (transports::setTcpPeerPacing(*tcp_, std::move(rates)) && highest > 0)
     LOOM_INFO("TCP", "LOOM_TCP_PACING=-1: connections to other hosts paced at %.4g..%.4g Gbit/s "
               "(the slowest network link on the way to each peer)",
               lowest * 8e-9, highest * 8e-9);

@@ -110,7 +110,8 @@ Status createTcpTransport(const CommContext* ctx, std::unique_ptr<Transport>* ou
 // Fills info->tcpAddr for the TCP transport (called between create and the exchange).
 void tcpListenAddress(const Transport& tcp, PeerInfo* info);
 // LOOM_TCP_PACING=-1: the rate (bytes/s, 0: unpaced) of each TCP socket to each peer, by rank,
-// for the connections made after it (TcpOptions::pacingPerPeer; ignored otherwise).
-void setTcpPeerPacing(Transport& tcp, std::vector<uint64_t> bytesPerSecondByPeer);
+// for the connections made after it. False (and ignored) where the transport's pacing is not
+// per peer (TcpOptions::pacingPerPeer).
+bool setTcpPeerPacing(Transport& tcp, std::vector<uint64_t> bytesPerSecondByPeer);
 
 }  // namespace loom::transports

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/params.h"
+#include "core/status.h"
 #include "loom/loom.h"
 #include "tests/support/comm_harness.h"
 #include "tests/support/fork_ranks.h"
@@ -124,6 +125,28 @@ TEST_F(TwoHosts, HostsOfOneMachineShareItsCoresInTheModel) {
   EXPECT_EQ(b.cores, a.cores);
   EXPECT_FALSE(a.machine.empty());
   EXPECT_EQ(b.machine, a.machine);
+}
+
+// LOOM_TCP_PACING=-1, the default: each rank paces its sockets to the other host at the
+// slowest network link of the communicator's model on the way (here the measured link), and
+// says so at INFO.
+TEST_F(TwoHosts, SocketsToTheOtherHostArePacedAtTheModelsLink) {
+  TempDir dir("netns-pacing");
+  std::filesystem::create_directories(dir.path());
+  const std::string file = dir.path() + "/model.json";
+  auto results = initOnBothHosts(hostA_, hostB_, [&](int rank) {
+    if (rank == 0) setenv("LOOM_TOPO_DUMP", file.c_str(), 1);
+    params::reloadFromEnvironment();
+    logInRank("INFO", "TCP");
+    return 0;
+  });
+  ASSERT_EQ(describeFailures(results), "");
+  topology::Topology model;
+  ASSERT_TRUE(topology::loadTopology(file, &model).isOk());
+  const double rate = topology::slowestNetworkLink(model, 0, 1);
+  ASSERT_GT(rate, 0);
+  const std::string paced = strprintf("paced at %.4g..%.4g Gbit/s", rate * 8e-9, rate * 8e-9);
+  for (const auto& r : results) EXPECT_NE(r.output.find(paced), std::string::npos) << r.output;
 }
 
 }  // namespace

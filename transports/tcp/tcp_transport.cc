@@ -664,9 +664,11 @@ Status createTcpTransport(const CommContext* ctx, std::unique_ptr<Transport>* ou
   return tcp::createTcpTransport(ctx, tcp::TcpOptions::fromParams(), out);
 }
 
-void setTcpPeerPacing(Transport& transport, std::vector<uint64_t> bytesPerSecondByPeer) {
-  if (auto* t = dynamic_cast<tcp::TcpTransportImpl*>(&transport))
-    t->setPeerPacing(std::move(bytesPerSecondByPeer));
+bool setTcpPeerPacing(Transport& transport, std::vector<uint64_t> bytesPerSecondByPeer) {
+  auto* t = dynamic_cast<tcp::TcpTransportImpl*>(&transport);
+  if (t == nullptr || !t->options().pacingPerPeer) return false;
+  t->setPeerPacing(std::move(bytesPerSecondByPeer));
+  return true;
 }
 
 void tcpListenAddress(const Transport& transport, PeerInfo* info) {
