@@ -80,6 +80,28 @@ std::vector<RankResult> initOnBothHosts(const std::string& a, const std::string&
   }, ForkOptions::timeout(60));
 }
 
+// initOnBothHosts with rank 0 writing the communicator's model (LOOM_TOPO_DUMP), read back into
+// *model (a test failure where it cannot be read); with infoSubsystems, the ranks log those at
+// INFO into their output.
+std::vector<RankResult> initDumpingTheModel(const std::string& a, const std::string& b,
+                                            const char* infoSubsystems,
+                                            topology::Topology* model) {
+  TempDir dir("netns-model");
+  std::filesystem::create_directories(dir.path());
+  const std::string file = dir.path() + "/model.json";
+  auto results = initOnBothHosts(a, b, [&](int rank) {
+    if (rank == 0) setenv("LOOM_TOPO_DUMP", file.c_str(), 1);
+    params::reloadFromEnvironment();
+    if (infoSubsystems != nullptr) logInRank("INFO", infoSubsystems);
+    return 0;
+  });
+  if (describeFailures(results).empty()) {
+    const Status st = topology::loadTopology(file, model);
+    if (!st.isOk()) ADD_FAILURE() << "the dumped model: " << st.message();
+  }
+  return results;
+}
+
 // Namespaces are other hosts to the plans but not other CPUs: two ranks pinned to one core, one
 // in each namespace, are each alone on their host yet share the core, so neither may spin
 // (a spinning rank would hold the core its peer needs). The INIT line at INFO says which.
@@ -104,17 +126,9 @@ TEST_F(TwoHosts, RanksInOtherNamespacesCountAsSharingTheCores) {
 // "hosts" run on one machine (HostCpu::machine) and gives each the machine's cores, which the
 // simulator then counts once for both, not twice over.
 TEST_F(TwoHosts, HostsOfOneMachineShareItsCoresInTheModel) {
-  TempDir dir("netns-cores");
-  std::filesystem::create_directories(dir.path());
-  const std::string file = dir.path() + "/model.json";
-  auto results = initOnBothHosts(hostA_, hostB_, [&](int rank) {
-    if (rank == 0) setenv("LOOM_TOPO_DUMP", file.c_str(), 1);
-    params::reloadFromEnvironment();
-    return 0;
-  });
-  ASSERT_EQ(describeFailures(results), "");
   topology::Topology model;
-  ASSERT_TRUE(topology::loadTopology(file, &model).isOk());
+  auto results = initDumpingTheModel(hostA_, hostB_, nullptr, &model);
+  ASSERT_EQ(describeFailures(results), "");
   cpu_set_t mine;
   ASSERT_EQ(sched_getaffinity(0, sizeof(mine), &mine), 0);
   ASSERT_EQ(model.hostCount(), 2);
@@ -131,18 +145,9 @@ TEST_F(TwoHosts, HostsOfOneMachineShareItsCoresInTheModel) {
 // slowest network link of the communicator's model on the way (here the measured link), and
 // says so at INFO.
 TEST_F(TwoHosts, SocketsToTheOtherHostArePacedAtTheModelsLink) {
-  TempDir dir("netns-pacing");
-  std::filesystem::create_directories(dir.path());
-  const std::string file = dir.path() + "/model.json";
-  auto results = initOnBothHosts(hostA_, hostB_, [&](int rank) {
-    if (rank == 0) setenv("LOOM_TOPO_DUMP", file.c_str(), 1);
-    params::reloadFromEnvironment();
-    logInRank("INFO", "TCP");
-    return 0;
-  });
-  ASSERT_EQ(describeFailures(results), "");
   topology::Topology model;
-  ASSERT_TRUE(topology::loadTopology(file, &model).isOk());
+  auto results = initDumpingTheModel(hostA_, hostB_, "TCP", &model);
+  ASSERT_EQ(describeFailures(results), "");
   const double rate = topology::slowestNetworkLink(model, 0, 1);
   ASSERT_GT(rate, 0);
   const std::string paced = strprintf("paced at %.4g..%.4g Gbit/s", rate * 8e-9, rate * 8e-9);
