@@ -186,7 +186,7 @@ Status Comm::init(int nranks, const loomUniqueId& id, int rank, const loomConfig
   if (spinCount_ < 0) spinCount_ = machineRanks_ > usableCores ? 0 : 2000;
   yieldNs_ = uint64_t(std::max<int64_t>(0, params::getInt("LOOM_YIELD_USEC"))) * 1000;
   LOOM_TRY(discoverTopology(deadline));
-  if (tcp_) setTcpPacing();
+  if (tcp_ && transports::tcpPacesPerPeer(*tcp_)) setTcpPacing();
   settings_ = tuner::callSettings(tuning.fixed, topo_);
   // LOOM_TRANSPORT=tcp means no shared memory at all, so no direct (arena) algorithms either.
   if (transportMode_ == "tcp") settings_.sharedBytes = 0;
@@ -333,7 +333,8 @@ void Comm::setTcpPacing() {
     lowest = lowest == 0 ? rate : std::min(lowest, rate);
     highest = std::max(highest, rate);
   }
-  if (transports::setTcpPeerPacing(*tcp_, std::move(rates)) && highest > 0)
+  transports::setTcpPeerPacing(*tcp_, std::move(rates));
+  if (highest > 0)
     LOOM_INFO("TCP", "LOOM_TCP_PACING=-1: connections to other hosts paced at %.4g..%.4g Gbit/s "
               "(the slowest network link on the way to each peer)",
               lowest * 8e-9, highest * 8e-9);

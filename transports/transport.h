@@ -109,9 +109,11 @@ Status createShmTransport(const CommContext* ctx, std::unique_ptr<Transport>* ou
 Status createTcpTransport(const CommContext* ctx, std::unique_ptr<Transport>* out);
 // Fills info->tcpAddr for the TCP transport (called between create and the exchange).
 void tcpListenAddress(const Transport& tcp, PeerInfo* info);
-// LOOM_TCP_PACING=-1: the rate (bytes/s, 0: unpaced) of each TCP socket to each peer, by rank,
-// for the connections made after it. False (and ignored) where the transport's pacing is not
-// per peer (TcpOptions::pacingPerPeer).
-bool setTcpPeerPacing(Transport& tcp, std::vector<uint64_t> bytesPerSecondByPeer);
+// Whether the TCP transport paces each peer at a rate of its own (LOOM_TCP_PACING=-1,
+// TcpOptions::pacingPerPeer), which setTcpPeerPacing gives.
+bool tcpPacesPerPeer(const Transport& tcp);
+// The rate (bytes/s, 0: unpaced) of each TCP socket to each peer, by rank, for the connections
+// made after it; ignored where tcpPacesPerPeer is false.
+void setTcpPeerPacing(Transport& tcp, std::vector<uint64_t> bytesPerSecondByPeer);
 
 }  // namespace loom::transports

@@ -241,8 +241,9 @@ TEST(TcpTransport, PacingSharesTheRateOverTheSockets) {
           int peer = 1 - rc.rank();
           std::vector<uint64_t> rates(2, 7 * m);  // itself: never connected
           rates[size_t(peer)] = k.peerRate;
-          RANK_CHECK(setTcpPeerPacing(*r.transport, rates) == k.perPeer, "per-peer rates %s",
-                     k.perPeer ? "refused" : "taken");
+          RANK_CHECK(tcpPacesPerPeer(*r.transport) == k.perPeer, "per-peer pacing %s",
+                     k.perPeer ? "off" : "on");
+          setTcpPeerPacing(*r.transport, rates);
           std::unique_ptr<Connection> c;
           RANK_OK(r.transport->connect(peer, 0, Deadline(kTimeoutMs), &c));
           if (exchange(rc, r, c.get(), peer, kMiB + 5, 0, 0) != 0) return 1;

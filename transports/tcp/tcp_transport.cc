@@ -344,7 +344,7 @@ class TcpTransportImpl final : public Transport {
 
   const CommContext* ctx_;
   TcpOptions options_;
-  std::vector<uint64_t> peerPacing_;  // by peer rank (pacingFor)
+  std::vector<uint64_t> peerPacing_;  // by peer rank (socketPacing)
   UniqueFd listener_;
   net::Address bound_;
   std::vector<Handshake> handshakes_;
@@ -664,11 +664,14 @@ Status createTcpTransport(const CommContext* ctx, std::unique_ptr<Transport>* ou
   return tcp::createTcpTransport(ctx, tcp::TcpOptions::fromParams(), out);
 }
 
-bool setTcpPeerPacing(Transport& transport, std::vector<uint64_t> bytesPerSecondByPeer) {
-  auto* t = dynamic_cast<tcp::TcpTransportImpl*>(&transport);
-  if (t == nullptr || !t->options().pacingPerPeer) return false;
-  t->setPeerPacing(std::move(bytesPerSecondByPeer));
-  return true;
+bool tcpPacesPerPeer(const Transport& transport) {
+  const auto* t = dynamic_cast<const tcp::TcpTransportImpl*>(&transport);
+  return t != nullptr && t->options().pacingPerPeer;
+}
+
+void setTcpPeerPacing(Transport& transport, std::vector<uint64_t> bytesPerSecondByPeer) {
+  if (!tcpPacesPerPeer(transport)) return;
+  static_cast<tcp::TcpTransportImpl&>(transport).setPeerPacing(std::move(bytesPerSecondByPeer));
 }
 
 void tcpListenAddress(const Transport& transport, PeerInfo* info) {
