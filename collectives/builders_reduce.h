@@ -42,6 +42,11 @@ RankPlan buildTreeAllReduce(const CollArgs& a, int rank);
 // when p divides n_l (in general n_l − c_l(v) in the halving plus, in the doubling, the sizes
 // of the aligned ranges of 1, 2, …, p/2 chunks holding chunk v), 2·lg rounds. Fold: the
 // partner adds 2 steps, 1 message and n_l elements. No scratch. N = 1: one Copy.
+// Host-minor order (rhd, rh and rd allgather): on H equal hosts of M > 1 ranks with N a power
+// of two, virtual rank v is the rank with local index v / H on host v mod H, so the exchanges
+// at distances below H cross hosts and carry the fewest chunks: per rank 2(H−1)·n_l/N elements
+// cross hosts, M times fewer than in host-major order (where the first halving's N/2 chunks
+// cross). A layout whose own order is host-minor keeps it; other N and layouts: v is the rank.
 RankPlan buildRhdAllReduce(const CollArgs& a, int rank);
 
 // Recursive doubling ("rd"): lg exchanges of the whole (folded) buffer with rank v ^ 2^k, for
@@ -135,6 +140,9 @@ RankPlan buildDirectAllGather(const CollArgs& a, int rank);
 // are contiguous). One lane: a message is a range of whole blocks.
 // Cost (e = 0): 1 + 2·lg steps, lg messages, (N−1)·count elements sent, lg rounds. Fold: the
 // partner also receives 1 block and sends all N·count elements back; lg + 1 or lg + 2 rounds.
+// In host-minor order (see rhd) the exchanges run in Scratch, blocks by virtual rank (a range
+// of them is not contiguous in Output), and N more Copy steps put the blocks in place; scratch
+// N·count. (H−1)·count elements cross hosts per rank instead of M·(H−1)·count.
 RankPlan buildRdAllGather(const CollArgs& a, int rank);
 
 // Bruck ("bruck"), any N: scratch T holds block (r+i) mod N at T[i]; step k sends T[0, m)
@@ -158,7 +166,8 @@ RankPlan buildHierarchicalAllGather(const CollArgs& a, int rank);
 // rank gives up and combining the half it keeps into Scratch; the last lands in Output. One
 // lane. Fold: the folded-out rank sends its whole Input (N·count) and gets its block back.
 // Cost (e = 0): 2·lg steps, lg messages, (N−1)·count elements sent, lg rounds; scratch
-// N·count when N > 2.
+// N·count when N > 2. In host-minor order (see rhd) N Copy steps first put Input's blocks in
+// Scratch by virtual rank; (H−1)·count elements cross hosts per rank, not M·(H−1)·count.
 RankPlan buildRhReduceScatter(const CollArgs& a, int rank);
 
 // Hierarchical ("hierarchical"): for each host, a ring reduce-scatter within this host of the

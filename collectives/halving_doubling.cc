@@ -1,6 +1,7 @@
 // Recursive halving and doubling: Rabenseifner allreduce ("rhd"), recursive doubling allreduce
 // and allgather ("rd"), recursive halving reduce-scatter ("rh"), and Bruck allgather ("bruck").
 #include <algorithm>
+#include <vector>
 
 #include "collectives/builders_reduce.h"
 
@@ -9,29 +10,62 @@ namespace loom::collectives {
 namespace {
 
 // The fold of N ranks onto p = 2^lg virtual ranks: ranks r < 2e pair up (r even, r+1), the
-// odd one acting as virtual rank r/2 for both; ranks from 2e on are virtual rank r − e.
+// odd one acting as virtual rank r/2 for both; ranks from 2e on are virtual rank r − e. The
+// fold works on positions: a rank's position is the rank itself unless rankAt (position →
+// rank, see hostMinorOrder) says otherwise.
 struct Fold {
   int n = 1, p = 1, lg = 0, extra = 0;
   int vrank = 0;     // this rank's virtual rank; -1 when it sits out
   int partner = -1;  // the other rank of its pair, if it has one
+  std::vector<int> rankAt;  // empty: position = rank
+  int rankOf(int position) const { return rankAt.empty() ? position : rankAt[size_t(position)]; }
   // The rank that acts as virtual rank v.
-  int actor(int v) const { return v < extra ? 2 * v + 1 : v + extra; }
-  // The first of the (contiguous) ranks whose blocks virtual rank v stands for; first(p) = n.
+  int actor(int v) const { return rankOf(v < extra ? 2 * v + 1 : v + extra); }
+  // The first of the (contiguous) positions whose blocks virtual rank v stands for; first(p) = n.
   int first(int v) const { return v < extra ? 2 * v : v + extra; }
 };
 
-Fold foldOf(int n, int rank) {
+Fold foldOf(int n, int rank, std::vector<int> rankAt = {}) {
   Fold f;
   f.n = n;
+  f.rankAt = std::move(rankAt);
+  const auto& order = f.rankAt;
+  const int pos =
+      order.empty() ? rank : int(std::find(order.begin(), order.end(), rank) - order.begin());
   while (f.p * 2 <= n) f.p *= 2, ++f.lg;
   f.extra = n - f.p;
-  if (rank < 2 * f.extra) {
-    f.partner = rank ^ 1;
-    f.vrank = rank % 2 == 0 ? -1 : rank / 2;
+  if (pos < 2 * f.extra) {
+    f.partner = f.rankOf(pos ^ 1);
+    f.vrank = pos % 2 == 0 ? -1 : pos / 2;
   } else {
-    f.vrank = rank - f.extra;
+    f.vrank = pos - f.extra;
   }
   return f;
+}
+
+// Position → rank for the recursive algorithms on several hosts: position = local index · H
+// + host, when N is a power of two and the H hosts have M > 1 ranks each (otherwise, and when
+// that is the ranks' own order, empty: position = rank). Then bit k of a position is a host
+// bit for k < lg H: the exchanges at distances below H cross hosts and the others stay within
+// one. Doubling starts at distance 1 and halving ends there, so the messages that cross hosts
+// are the smallest: per rank (H−1)·count elements of an allgather cross instead of M·(H−1)·count
+// in host-major order, and the first exchange of a small allgather crosses at the call's start
+// rather than after the exchanges within the host.
+std::vector<int> hostMinorOrder(const CollArgs& a) {
+  const int n = a.nranks;
+  if (a.hostOf.empty() || (n & (n - 1)) != 0 || !refuseHierarchical(a).empty()) return {};
+  const auto hosts = hostGroups(a);
+  const size_t perHost = hosts[0].size();
+  if (hosts.size() == 1 || perHost == 1) return {};
+  std::vector<int> rankAt;
+  bool same = true;
+  for (size_t local = 0; local < perHost; ++local) {
+    for (const auto& members : hosts) {
+      same = same && members[local] == int(rankAt.size());
+      rankAt.push_back(members[local]);
+    }
+  }
+  return same ? std::vector<int>{} : rankAt;
 }
 
 // A folded-out rank hands its data to its partner and receives the result.
@@ -47,7 +81,9 @@ Region slot(uint64_t count, int k, uint64_t base, uint64_t len) {
 }  // namespace
 
 RankPlan buildRhdAllReduce(const CollArgs& a, int rank) {
-  const Fold f = foldOf(a.nranks, rank);
+  // Which chunk a virtual rank ends up with is the plan's own choice, so the host-minor order
+  // costs nothing here.
+  const Fold f = foldOf(a.nranks, rank, hostMinorOrder(a));
   const int lanes = usableLanes(a.count, uint64_t(f.p), a.nranks == 1 ? 1 : a.lanes);
   return splitIntoLanes("rhd", a.count, lanes, [&](Lane& lane, uint64_t base, uint64_t len) {
     const uint64_t p = uint64_t(f.p);
@@ -112,20 +148,23 @@ RankPlan buildRdAllReduce(const CollArgs& a, int rank) {
 }
 
 RankPlan buildRdAllGather(const CollArgs& a, int rank) {
-  const Fold f = foldOf(a.nranks, rank);
+  const Fold f = foldOf(a.nranks, rank, hostMinorOrder(a));
   const uint64_t count = a.count;
+  // In the host-minor order the blocks of a range of positions are not contiguous in Output:
+  // the exchanges gather them in Scratch, position by position, and copies put them in place.
+  const bool ordered = !f.rankAt.empty();
   RankPlan plan = splitIntoLanes("rd", count, 1, [&](Lane& lane, uint64_t, uint64_t) {
     // The blocks virtual ranks [lo, hi) stand for: contiguous by construction of the fold.
     auto blocks = [&](int lo, int hi) {
       const uint64_t from = uint64_t(f.first(lo)) * count;
-      return Region{kOutput, from, uint64_t(f.first(hi)) * count - from};
+      return Region{ordered ? kScratch : kOutput, from, uint64_t(f.first(hi)) * count - from};
     };
+    auto outBlock = [&](int r) { return Region{kOutput, uint64_t(r) * count, count}; };
     const Region in{kInput, 0, count}, all = blocks(0, f.p);
     if (f.vrank < 0) return sitOut(lane, f, in, all);
-    addCopy(lane, in, Region{kOutput, uint64_t(rank) * count, count});
-    if (f.partner >= 0) {
-      addRecv(lane, f.partner, Region{kOutput, uint64_t(f.partner) * count, count});
-    }
+    addCopy(lane, in, outBlock(rank));
+    if (ordered) addCopy(lane, in, blocks(f.vrank, f.vrank + 1));
+    if (f.partner >= 0) addRecv(lane, f.partner, outBlock(f.partner));
     for (int d = 1; d < f.p; d *= 2) {
       const int peer = f.actor(f.vrank ^ d);
       const int own = f.vrank & ~(d - 1), theirs = own ^ d;
@@ -133,7 +172,11 @@ RankPlan buildRdAllGather(const CollArgs& a, int rank) {
       addRecv(lane, peer, blocks(theirs, theirs + d));
     }
     if (f.partner >= 0) addSend(lane, f.partner, all);
+    for (int v = 0; ordered && v < f.p; ++v) {
+      if (f.rankOf(v) != rank) addCopy(lane, blocks(v, v + 1), outBlock(f.rankOf(v)));
+    }
   });
+  plan.scratchCount = ordered ? uint64_t(a.nranks) * count : 0;
   return plan;
 }
 
@@ -165,7 +208,7 @@ RankPlan buildBruckAllGather(const CollArgs& a, int rank) {
 }
 
 RankPlan buildRhReduceScatter(const CollArgs& a, int rank) {
-  const Fold f = foldOf(a.nranks, rank);
+  const Fold f = foldOf(a.nranks, rank, hostMinorOrder(a));
   const uint64_t count = a.count, n = uint64_t(a.nranks);
   RankPlan plan = splitIntoLanes("rh", count, 1, [&](Lane& lane, uint64_t, uint64_t) {
     auto blocks = [&](uint32_t buf, int lo, int hi) {
@@ -179,6 +222,12 @@ RankPlan buildRhReduceScatter(const CollArgs& a, int rank) {
     uint32_t cur = kInput;
     if (f.partner >= 0) {
       addRecvReduce(lane, f.partner, Region{kInput, 0, n * count}, Region{kScratch, 0, n * count});
+      cur = kScratch;
+    }
+    if (!f.rankAt.empty()) {
+      // Host-minor order: the blocks go to Scratch position by position, so that a range of
+      // positions is contiguous there.
+      for (int v = 0; v < f.p; ++v) addCopy(lane, block(kInput, f.rankOf(v)), block(kScratch, v));
       cur = kScratch;
     }
     // Halving over virtual ranks; sums of kept blocks go to Scratch (Input is read-only), the

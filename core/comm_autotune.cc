@@ -134,14 +134,14 @@ Status Comm::measureBucket(const CallDesc& call, tuner::AutotuneEntry* out) {
   for (int r = 0; r < schedule.rounds; ++r)
     for (size_t i = 0; i < candidates.size(); ++i) {
       LOOM_TRY(runDecided(runs[i], decisions[i]));  // the lead call, untimed
-      // A single timed call starts with the ranks together: the lead call leaves them apart,
-      // and a call that started on an early rank would count its wait for the late ones — a
-      // `direct` plan's ranks end their copy-out one after another on shared cores, and 4 ranks
-      // on 2 cores timed its 8 MiB allreduce at 3179 us, where loops, and single calls after a
-      // barrier, take 1800. The barrier is a call of the communicator's own: a bootstrap
+      // A short batch (the large calls' pair) starts with the ranks together: the lead call
+      // leaves them apart, and a call that started on an early rank would count its wait for
+      // the late ones — a `direct` plan's ranks end their copy-out one after another on shared
+      // cores, and 4 ranks on 2 cores timed its 8 MiB allreduce at 3179 us, where loops, and
+      // single calls after a barrier, take 1800. The barrier is a call of the communicator's own: a bootstrap
       // allgather's replies left the ranks so far apart that `direct` 512 KiB allgathers
       // (48 us in a loop) timed 109 us.
-      if (schedule.batch == 1) LOOM_TRY(syncRanks());
+      if (schedule.batch < tuner::kAutotuneMinBatch) LOOM_TRY(syncRanks());
       const auto start = Clock::now();
       for (int b = 0; b < schedule.batch; ++b) LOOM_TRY(runDecided(runs[i], decisions[i]));
       roundTimes[i].push_back(std::chrono::duration<double>(Clock::now() - start).count() /
@@ -172,7 +172,7 @@ Status Comm::measureBucket(const CallDesc& call, tuner::AutotuneEntry* out) {
                   collectives::collectiveName(call.args.coll));
   std::vector<tuner::Candidate> measured = candidates;
   for (size_t i = 0; i < measured.size(); ++i) measured[i].time = agreed[i];
-  const int winner = int(tuner::fewestLanesWithinMargin(measured, size_t(fastest)));
+  const int winner = int(tuner::chooseWithLaneMargin(measured));
   out->bytes = tuner::callBytes(call.args);
   for (size_t i = 0; i < measured.size(); ++i) {
     if (int(i) == winner)

@@ -112,11 +112,12 @@ AutotuneSchedule autotuneSchedule(const std::vector<Candidate>& candidates, int 
   for (const Candidate& c : candidates) round += c.time;
   AutotuneSchedule s;
   s.rounds = std::max(1, minRounds);
+  s.batch = kAutotuneBackToBack;
   if (round <= 0) return s;
   const double wanted = std::ceil(kAutotuneBudgetSeconds / round);
   s.rounds = std::max(s.rounds, int(std::min<double>(wanted, kAutotuneMaxRounds)));
   const double batches = std::floor(kAutotuneBudgetSeconds / (round * s.rounds));
-  s.batch = int(std::clamp<double>(batches, 1, kAutotuneMaxBatch));
+  s.batch = int(std::clamp<double>(batches, kAutotuneBackToBack, kAutotuneMaxBatch));
   // Batches of kAutotuneMinBatch at the fewest rounds that, so batched, stay within
   // kAutotuneMinBatchBudget budgets (but never fewer than minRounds).
   const int batchedRounds = int(std::floor(kAutotuneMinBatchBudget * kAutotuneBudgetSeconds /

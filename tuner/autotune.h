@@ -81,11 +81,17 @@ std::vector<Candidate> autotuneCandidates(Tuner& tuner, const collectives::CollA
 // batches of 4 after a lead call gave 21–37 against 31–56, the loops' order — and a large call
 // right after another candidate's finds its buffers and arena evicted by it (4 ranks on the
 // 2-core VM, 8 MiB allgather: single calls timed `direct` at 1556 µs beside `pairwise` at 1227,
-// where loops in the same run took 739 and 1141). The predictions are the same on every rank,
-// and so are the counts (candidates without one: minRounds, batches of 1).
+// where loops in the same run took 739 and 1141). A batch is never less than
+// kAutotuneBackToBack calls, however large they are: what a loop of calls does to the next
+// call (a rank that finished starts the next call's sends while the others still receive)
+// is part of a candidate's time — on the netns testbed, `hierarchical` allgather at 512 KiB,
+// single calls timed 4 lanes 7% ahead of one lane, while loops of 2 calls ran one lane 7% ahead
+// (2.18 against 2.34 ms) and of 50 calls 28% ahead. The predictions are the same on every rank,
+// and so are the counts (candidates without one: minRounds, batches of kAutotuneBackToBack).
 constexpr int kAutotuneMaxRounds = 64;
 constexpr int kAutotuneMaxBatch = 32;
 constexpr int kAutotuneMinBatch = 4;
+constexpr int kAutotuneBackToBack = 2;
 constexpr double kAutotuneBudgetSeconds = 5e-3;
 constexpr double kAutotuneMinBatchBudget = 4;
 struct AutotuneSchedule {

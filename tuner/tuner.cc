@@ -155,7 +155,7 @@ std::vector<Candidate> Tuner::candidates(const CollArgs& a) {
                    [](const Candidate& x, const Candidate& y) { return x.time < y.time; });
   if (!out.empty()) {
     Decision d;
-    d.choice = out[fewestLanesWithinMargin(out, 0)];
+    d.choice = out[chooseWithLaneMargin(out)];
     d.source = Source::Model;
     for (const Candidate& c : out) {
       if (c.builder != d.choice.builder) {
@@ -243,17 +243,20 @@ const Decision* Tuner::cached(uint64_t key) {
   return &*lastCached_;
 }
 
-size_t fewestLanesWithinMargin(const std::vector<Candidate>& candidates, size_t fastest) {
-  const Candidate& f = candidates[fastest];
-  size_t chosen = fastest;
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    const Candidate& c = candidates[i];
-    AlgoParams same = c.params;
-    same.lanes = f.params.lanes;
-    if (c.builder == f.builder && same == f.params && c.time <= f.time * (1 + kLaneMargin) &&
-        c.params.lanes < candidates[chosen].params.lanes)
-      chosen = i;
-  }
+size_t chooseWithLaneMargin(const std::vector<Candidate>& candidates) {
+  // A candidate's time, kLaneMargin slower when its algorithm is offered on fewer lanes.
+  auto charged = [&](const Candidate& c) {
+    for (const Candidate& o : candidates) {
+      AlgoParams same = o.params;
+      same.lanes = c.params.lanes;
+      if (o.builder == c.builder && same == c.params && o.params.lanes < c.params.lanes)
+        return c.time * (1 + kLaneMargin);
+    }
+    return c.time;
+  };
+  size_t chosen = 0;
+  for (size_t i = 1; i < candidates.size(); ++i)
+    if (charged(candidates[i]) < charged(candidates[chosen])) chosen = i;
   return chosen;
 }
 

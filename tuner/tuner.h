@@ -83,19 +83,20 @@ constexpr uint64_t kLinkQueueBytes = 1 << 20;
 
 // More lanes of one algorithm must earn their keep: each lane's messages cost what the model
 // does not price (kernel work on cores the ranks share, one more TCP flow into a shallow queue
-// that drops), so the model's choice is the variant of the fastest algorithm on the fewest
-// lanes (its other parameters the same) predicted within this fraction of the fastest. On 2
+// that drops), so a variant on more lanes than its algorithm is offered on (its other
+// parameters the same) counts this fraction slower than it is predicted. On 2
 // network-namespace hosts x 2 ranks at 1 Gbit/s the communicator's own model put hierarchical
 // allgather on 4 lanes 1.2% ahead of one lane at 512 KiB, and it measured 45% slower; torus
 // allreduce on 2 lanes 0.3% ahead at 8 KiB, measured 70% slower. (On the corpus models at 16
 // ranks the model never predicted extra lanes faster at all.)
 constexpr double kLaneMargin = 0.05;
-// The index to take among `candidates`, given the fastest of them: the variant of its algorithm
-// (the same parameters but the lanes) on the fewest lanes whose time is within kLaneMargin of
-// its time. The model's choice takes it over predictions, autotune's over measurements (on the
-// netns testbed autotune measured hierarchical allgather at 512 KiB on 2 lanes 1.6% ahead of
-// one, and in a loop it ran 36% slower).
-size_t fewestLanesWithinMargin(const std::vector<Candidate>& candidates, size_t fastest);
+// The index to take among `candidates`: the fastest, a candidate on more lanes than another of
+// its algorithm (the same parameters but the lanes) counted kLaneMargin slower; the first of
+// equals. So extra lanes win only by the margin, and a fewer-lanes variant is never taken over
+// another algorithm predicted faster than it. The model's choice takes it over predictions,
+// autotune's over measurements (on the netns testbed autotune measured hierarchical allgather
+// at 512 KiB on 2 lanes 1.6% ahead of one, and in a loop it ran 36% slower).
+size_t chooseWithLaneMargin(const std::vector<Candidate>& candidates);
 // The incast lead by default: how many bytes before the end of a sender's message its
 // receiver lets the next sender start. At least what one round trip holds
 // (topology::roundTripBytes), so that the link does not idle between turns; and as much as

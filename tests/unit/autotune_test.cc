@@ -214,14 +214,14 @@ TEST(Autotune, SmallCallsGetRoundsEnoughToFillTheBudget) {
   EXPECT_EQ(rounds(autotuneSchedule(predicted({100e-6, 200e-6, 300e-6}), 3)), 8);
   EXPECT_EQ(batch(autotuneSchedule(predicted({100e-6, 200e-6, 300e-6}), 3)), kAutotuneMinBatch);
   // 2 ms a round: batches of 4 in 4 budgets leave 2 rounds, fewer than the 3 asked for:
-  // single calls (after the lead call).
+  // two calls back to back (after the lead call).
   EXPECT_EQ(rounds(autotuneSchedule(predicted({1e-3, 1e-3}), 3)), 3);
-  EXPECT_EQ(batch(autotuneSchedule(predicted({1e-3, 1e-3}), 3)), 1);
-  // Large calls keep the floor, and so do candidates without a prediction (the model off).
+  EXPECT_EQ(batch(autotuneSchedule(predicted({1e-3, 1e-3}), 3)), kAutotuneBackToBack);
+  // Large calls keep the floors, and so do candidates without a prediction (the model off).
   EXPECT_EQ(rounds(autotuneSchedule(predicted({0.01, 0.02}), 3)), 3);
-  EXPECT_EQ(batch(autotuneSchedule(predicted({0.01, 0.02}), 3)), 1);
+  EXPECT_EQ(batch(autotuneSchedule(predicted({0.01, 0.02}), 3)), kAutotuneBackToBack);
   EXPECT_EQ(rounds(autotuneSchedule(predicted({0, 0}), 5)), 5);
-  EXPECT_EQ(batch(autotuneSchedule(predicted({0, 0}), 5)), 1);
+  EXPECT_EQ(batch(autotuneSchedule(predicted({0, 0}), 5)), kAutotuneBackToBack);
   EXPECT_EQ(rounds(autotuneSchedule({}, 0)), 1);
   // LOOM_AUTOTUNE_RUNS above the cap is what the user asked for.
   EXPECT_EQ(rounds(autotuneSchedule(predicted({1e-6}), 100)), 100);
@@ -242,16 +242,19 @@ TEST(Autotune, FewerLanesWithinTheMarginWin) {
   };
   const std::vector<Candidate> at512K = {on(hierarchical, 2, 2188), on(hierarchical, 4, 2408),
                                          on(ring, 4, 3343), on(hierarchical, 1, 2224)};
-  EXPECT_EQ(fewestLanesWithinMargin(at512K, 0), 3u);
+  EXPECT_EQ(chooseWithLaneMargin(at512K), 3u);
   const std::vector<Candidate> at128K = {on(hierarchical, 4, 456), on(ring, 2, 832),
                                          on(hierarchical, 2, 481), on(hierarchical, 1, 583)};
-  EXPECT_EQ(fewestLanesWithinMargin(at128K, 0), 0u);  // 2 lanes are 5.5% behind: past it
+  EXPECT_EQ(chooseWithLaneMargin(at128K), 0u);  // 2 lanes are 5.5% behind: past it
   // Another algorithm within the margin, or the same one with other parameters, is not taken.
   std::vector<Candidate> others = {on(hierarchical, 2, 100), on(ring, 1, 101)};
-  EXPECT_EQ(fewestLanesWithinMargin(others, 0), 0u);
+  EXPECT_EQ(chooseWithLaneMargin(others), 0u);
   others[1] = on(hierarchical, 1, 101);
   others[1].params.fanIn = 2;
-  EXPECT_EQ(fewestLanesWithinMargin(others, 0), 0u);
+  EXPECT_EQ(chooseWithLaneMargin(others), 0u);
+  // The fewer-lanes variant is not taken over another algorithm faster than it.
+  others = {on(hierarchical, 2, 100), on(ring, 1, 102), on(hierarchical, 1, 103)};
+  EXPECT_EQ(chooseWithLaneMargin(others), 1u);
 }
 
 TEST(Autotune, AppliesToSizedCallsUpToTheLimit) {

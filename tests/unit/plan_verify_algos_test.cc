@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "collectives/builders.h"
@@ -28,7 +29,11 @@ constexpr int kMaxRanks = 64;
 constexpr int kLargeRanks[] = {128, 256, 1000};
 constexpr int kLaneHints[] = {1, 2, 4};
 
-bool hostAware(const std::string& name) { return name == "hierarchical" || name == "torus"; }
+// Builders whose plan depends on a.hostOf (the recursive ones order the ranks host-minor).
+bool hostAware(const std::string& name) {
+  return name == "hierarchical" || name == "torus" || name == "rhd" || name == "rh" ||
+         name == "rd";
+}
 
 // Host layouts: `hosts` hosts of equal size, ranks numbered host by host (blocked) or dealt
 // round-robin (so a host's ranks are not contiguous).
@@ -366,6 +371,49 @@ TEST(PlanCostAlgos, RdBruckAndRh) {
       EXPECT_GE(rd.rounds, uint64_t(lg) + 1);  // the fold adds one or two
       EXPECT_LE(rd.rounds, uint64_t(lg) + 2);
       EXPECT_EQ(rh.rounds, uint64_t(lg) + 2);
+    }
+  }
+}
+
+// On H hosts of M ranks (N = H·M a power of two), the recursive builders order the ranks
+// host-minor: the exchanges that cross hosts are the small ones. Per rank, across hosts:
+// rd allgather and rh reduce-scatter (H−1)·count elements (host-major order: M times that),
+// rhd allreduce 2(H−1)·count/N; the messages and elements in all stay those of the plain plan.
+TEST(PlanCostAlgos, RecursiveBuildersCrossHostsWithTheSmallestMessages) {
+  for (auto [hosts, m] : {std::pair{2, 2}, std::pair{2, 4}, std::pair{4, 2}, std::pair{4, 4},
+                          std::pair{8, 2}}) {
+    const int n = hosts * m;
+    const uint64_t count = uint64_t(n) * 5;
+    // Blocked, and a scattered layout: host of rank r is (3r + r/hosts) mod hosts.
+    std::vector<int32_t> scattered(size_t(n), 0);
+    for (int r = 0; r < n; ++r) scattered[size_t(r)] = (3 * r + r / hosts) % hosts;
+    for (const auto& layout : {hostLayout(n, hosts, true), scattered}) {
+      for (auto [coll, name, crossing] :
+           {std::tuple{Collective::AllGather, "rd", uint64_t(hosts - 1) * count},
+            std::tuple{Collective::ReduceScatter, "rh", uint64_t(hosts - 1) * count},
+            std::tuple{Collective::AllReduce, "rhd", 2 * uint64_t(hosts - 1) * count / n}}) {
+        CollArgs a = makeArgs(coll, n, count, 1);
+        a.hostOf = layout;
+        const Builder& b = builderNamed(coll, name);
+        const VerifyResult plain = verifyBuilder(b, makeArgs(coll, n, count, 1), false);
+        const VerifyResult ordered = verifyBuilder(b, a, false);
+        ASSERT_TRUE(ordered.ok) << describeCase(a, false) << ordered.message;
+        EXPECT_EQ(ordered.rounds, plain.rounds) << describeCase(a, false);
+        for (int rank = 0; rank < n; ++rank) {
+          uint64_t across = 0;
+          const RankPlan plan = b.build(a, rank);
+          for (const Step& s : plan.lanes[0].steps) {
+            if (s.kind == StepKind::Send && layout[size_t(s.peer)] != layout[size_t(rank)]) {
+              across += s.src.count;
+            }
+          }
+          EXPECT_EQ(across, crossing) << describeCase(a, false) << " rank " << rank;
+          EXPECT_EQ(ordered.counts[size_t(rank)].messagesSent,
+                    plain.counts[size_t(rank)].messagesSent);
+          EXPECT_EQ(ordered.counts[size_t(rank)].elementsSent,
+                    plain.counts[size_t(rank)].elementsSent);
+        }
+      }
     }
   }
 }

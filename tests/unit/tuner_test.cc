@@ -106,12 +106,11 @@ double referenceBest(const Topology& topo, const CollArgs& call, std::string* be
 }
 
 // The model's choice against the reference's fastest (`best`, "NAME lanes=L"): the same time,
-// or the same algorithm on fewer lanes predicted within kLaneMargin of it.
+// or, where the fastest is on more lanes, one on fewer predicted within kLaneMargin of it.
 void expectTheFastest(const Decision& d, double bestTime, const std::string& best,
                       const std::string& what) {
   if (std::abs(d.choice.time - bestTime) <= bestTime * 1e-9) return;
   EXPECT_LE(d.choice.time, bestTime * (1 + kLaneMargin)) << what;
-  EXPECT_EQ(best.substr(0, best.find(' ')), d.choice.builder->name) << what;
   EXPECT_LT(d.choice.params.lanes, std::stoi(best.substr(best.find("lanes=") + 6))) << what;
 }
 
@@ -140,7 +139,7 @@ TEST(Tuner, ModelChoiceIsTheSimulatorsArgminOnEveryCorpusModel) {
         expectTheFastest(d, bestTime, best, what);
         if (d.runnerUp.builder != nullptr) {
           EXPECT_NE(d.runnerUp.builder, d.choice.builder) << what;
-          EXPECT_GE(d.runnerUp.time, d.choice.time) << what;
+          EXPECT_GE(d.runnerUp.time * (1 + kLaneMargin), d.choice.time) << what;
         }
         ++checked;
       }
@@ -177,7 +176,8 @@ TEST(Tuner, AllReduceChoiceIsTheArgminOnTheWholeDgxRail16) {
 // kLaneMargin on the model a communicator built on 2 network-namespace hosts x 2 ranks at
 // 1 Gbit/s (stop 21's docs/calibration/netns-own-model.json, dumped with LOOM_TOPO_DUMP during
 // its calibration sweep; kept in tests/unit/data): it predicts more lanes a hair faster, and
-// they measured far slower, so the choice is one lane.
+// they measured far slower, so the choice is on one lane: hierarchical's own at 512 KiB, rhd
+// at 8 KiB where torus on 2 lanes is predicted 0.1% ahead of it.
 TEST(Tuner, MoreLanesMustBePredictedFasterByTheMargin) {
   Topology netns;
   const std::string file =
@@ -185,8 +185,9 @@ TEST(Tuner, MoreLanesMustBePredictedFasterByTheMargin) {
           .string();
   ASSERT_TRUE(topology::loadTopology(file, &netns).isOk()) << file;
   Tuner tuner(netns, TunerConfig{});
-  for (auto [coll, bytes, name] : {std::tuple{Collective::AllGather, uint64_t(512) << 10, "hierarchical"},
-                                   std::tuple{Collective::AllReduce, uint64_t(8) << 10, "torus"}}) {
+  for (auto [coll, bytes, name] :
+       {std::tuple{Collective::AllGather, uint64_t(512) << 10, "hierarchical"},
+        std::tuple{Collective::AllReduce, uint64_t(8) << 10, "rhd"}}) {
     const CollArgs a = callOn(netns, coll, bytes);
     Decision d;
     ASSERT_TRUE(tuner.decide(a, &d).isOk());
@@ -196,7 +197,7 @@ TEST(Tuner, MoreLanesMustBePredictedFasterByTheMargin) {
     // The premise: a variant on more lanes is predicted faster, within the margin.
     double fastest = d.choice.time;
     for (const Candidate& c : tuner.candidates(a))
-      if (c.builder == d.choice.builder && c.params.lanes > 1) fastest = std::min(fastest, c.time);
+      if (c.params.lanes > 1) fastest = std::min(fastest, c.time);
     EXPECT_LT(fastest, d.choice.time) << what;
     EXPECT_GE(fastest * (1 + kLaneMargin), d.choice.time) << what;
   }
