@@ -138,9 +138,9 @@ Status Comm::measureBucket(const CallDesc& call, tuner::AutotuneEntry* out) {
       // leaves them apart, and a call that started on an early rank would count its wait for
       // the late ones — a `direct` plan's ranks end their copy-out one after another on shared
       // cores, and 4 ranks on 2 cores timed its 8 MiB allreduce at 3179 us, where loops, and
-      // single calls after a barrier, take 1800. The barrier is a call of the communicator's own: a bootstrap
-      // allgather's replies left the ranks so far apart that `direct` 512 KiB allgathers
-      // (48 us in a loop) timed 109 us.
+      // single calls after a barrier, take 1800. The barrier is a call of the communicator's
+      // own: a bootstrap allgather's replies left the ranks so far apart that `direct` 512 KiB
+      // allgathers (48 us in a loop) timed 109 us.
       if (schedule.batch < tuner::kAutotuneMinBatch) LOOM_TRY(syncRanks());
       const auto start = Clock::now();
       for (int b = 0; b < schedule.batch; ++b) LOOM_TRY(runDecided(runs[i], decisions[i]));

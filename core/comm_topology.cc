@@ -8,6 +8,8 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <thread>
+#include <vector>
 
 #include "core/comm.h"
 #include "core/log.h"
@@ -36,8 +38,24 @@ constexpr size_t kMinPings = 5, kMaxPings = 64, kMinBulks = 2, kMaxBulks = 8;
 // are both in init, so only a broken or badly overloaded host gets here.
 constexpr int64_t kMeasureTimeoutMs = 3000;
 // kPingApart: a ping the responder answers from the CPU after the initiator's (initiate).
-enum Command : uint64_t { kStop = 0, kPing = 1, kBulk = 2, kBurst = 3, kPingApart = 4 };
+// kShaperProbe: kShaperProbeBytes of the bulk buffer, acknowledged like kBulk.
+enum Command : uint64_t {
+  kStop = 0,
+  kPing = 1,
+  kBulk = 2,
+  kBurst = 3,
+  kPingApart = 4,
+  kShaperProbe = 5
+};
 constexpr size_t kBurstMessages = 8;  // a burst: this many 8-byte messages each way
+// The network link's shaper (LinkFigures::burstBytes): a message of this size after the link
+// has idled long enough to refill a bucket of its size, kShaperProbes times. A bucket deeper
+// than the message reads as the message's size; one shallower than an eighth of it as none,
+// so that an unshaped link's small messages, a little faster per byte than 1 MiB, do not read
+// as a shaper.
+constexpr size_t kShaperProbeBytes = 64 << 10;
+constexpr size_t kShaperProbes = 5;
+constexpr double kShaperMaxIdle = 5e-3;  // s, so a slow link's refill stays within the budget
 
 double secondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -128,11 +146,12 @@ Status respond(Connection* c, std::vector<char>* bulk, int sharedCore, const Dea
     TransferOp in = transferOp(TransferOp::Kind::Recv, &command, sizeof(command));
     LOOM_TRY(runOps(c, {&in}, deadline));
     if (command == kStop) return Status::ok();
-    if (sharedCore >= 0 && command != kBulk)
+    if (sharedCore >= 0 && command != kBulk && command != kShaperProbe)
       pin.moveTo(command == kPingApart ? sharedCore + 1 : sharedCore);
-    if (command == kBulk) {
+    if (command == kBulk || command == kShaperProbe) {
       pin.release();
-      TransferOp data = transferOp(TransferOp::Kind::Recv, bulk->data(), bulk->size());
+      TransferOp data = transferOp(TransferOp::Kind::Recv, bulk->data(),
+                                   command == kBulk ? bulk->size() : kShaperProbeBytes);
       LOOM_TRY(runOps(c, {&data}, deadline));
     }
     if (command == kBurst) {
@@ -153,19 +172,21 @@ Status respond(Connection* c, std::vector<char>* bulk, int sharedCore, const Dea
 // would never show. With `apart` as well, pings with the ends on two cores give the latency,
 // and what one core adds is LinkFigures::sharedCore: LOOM_BIND puts the host's consecutive
 // ranks on different cores, so most of a collective's messages see the two-core figure.
+// `shaper`: probe for a shaper's burst as well (LinkFigures::burstBytes; the network link).
 Status initiate(Connection* c, std::vector<char>* bulk, double budget, int sharedCore, bool apart,
-                const Deadline& deadline, LinkFigures* out) {
+                bool shaper, const Deadline& deadline, LinkFigures* out) {
   auto start = Clock::now();
   OneCore pin(sharedCore);
   uint64_t command = kPing, reply = 0;
   auto round = [&](uint64_t what, double* seconds) {
     command = what;
     TransferOp ask = transferOp(TransferOp::Kind::Send, &command, sizeof(command));
-    TransferOp data = transferOp(TransferOp::Kind::Send, bulk->data(), bulk->size());
+    TransferOp data = transferOp(TransferOp::Kind::Send, bulk->data(),
+                                 what == kBulk ? bulk->size() : kShaperProbeBytes);
     TransferOp answer = transferOp(TransferOp::Kind::Recv, &reply, sizeof(reply));
     auto t = Clock::now();
-    Status st = what == kBulk ? runOps(c, {&ask, &data, &answer}, deadline)
-                              : runOps(c, {&ask, &answer}, deadline);
+    Status st = what == kBulk || what == kShaperProbe ? runOps(c, {&ask, &data, &answer}, deadline)
+                                                      : runOps(c, {&ask, &answer}, deadline);
     *seconds = secondsSince(t);
     return st;
   };
@@ -205,27 +226,41 @@ Status initiate(Connection* c, std::vector<char>* bulk, double budget, int share
     LOOM_TRY(round(kBulk, &seconds));
     fastest = std::min(fastest, seconds);
   }
-  command = kStop;
-  TransferOp stop = transferOp(TransferOp::Kind::Send, &command, sizeof(command));
-  LOOM_TRY(runOps(c, {&stop}, deadline));
   // Apart pings slower than one core's were disturbed (the other core busy): then the
   // one-core figure stands for both, as without them.
   apart = apart && rttApart < rtt;
   out->latency = (apart ? rttApart : rtt) / 2;
   out->sharedCore = apart ? (rtt - rttApart) / 2 : 0;
   out->bandwidth = double(kBulkBytes) / std::max(fastest - 2 * out->latency, fastest / 2);
+  if (shaper) {
+    // A shaper's bucket passes its depth at once and the rest at the bandwidth, so a probe
+    // takes rtt + (probe - depth) / bandwidth; an unshaped link, rtt + probe / bandwidth.
+    const double idle = std::min(kShaperMaxIdle, double(kShaperProbeBytes) / out->bandwidth);
+    std::vector<double> times;
+    for (size_t i = 0; i < kShaperProbes; ++i) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(idle));
+      LOOM_TRY(round(kShaperProbe, &times.emplace_back()));
+    }
+    std::nth_element(times.begin(), times.begin() + long(times.size() / 2), times.end());
+    const double depth =
+        double(kShaperProbeBytes) - std::max(0.0, times[times.size() / 2] - rtt) * out->bandwidth;
+    out->burstBytes = depth >= double(kShaperProbeBytes) / 8 ? depth : 0;
+  }
+  command = kStop;
+  TransferOp stop = transferOp(TransferOp::Kind::Send, &command, sizeof(command));
+  LOOM_TRY(runOps(c, {&stop}, deadline));
   return Status::ok();
 }
 
 // One pair's measurement over a connection of its own, closed before returning.
 Status measurePair(transports::Transport* t, int peer, bool initiator, int sharedCore, bool apart,
-                   double budget, int64_t timeoutMs, LinkFigures* out) {
+                   bool shaper, double budget, int64_t timeoutMs, LinkFigures* out) {
   int64_t ms = timeoutMs < 0 ? kMeasureTimeoutMs : std::min(timeoutMs, kMeasureTimeoutMs);
   Deadline deadline(ms);
   std::vector<char> bulk(kBulkBytes, 1);  // touched now, so page faults are not measured
   std::unique_ptr<Connection> conn;       // declared after its buffers: destroyed first
   LOOM_TRY(t->connect(peer, kMeasureLane, deadline, &conn));
-  return initiator ? initiate(conn.get(), &bulk, budget, sharedCore, apart, deadline, out)
+  return initiator ? initiate(conn.get(), &bulk, budget, sharedCore, apart, shaper, deadline, out)
                    : respond(conn.get(), &bulk, sharedCore, deadline);
 }
 
@@ -459,7 +494,7 @@ Status Comm::detectTopology(const Deadline& deadline) {
     const ProbeRecord& initiator = records[size_t(p.initiator)];
     const bool apart = initiator.cores > 1 && initiator.machineRanks == hostRanks[size_t(p.host)];
     Status st = measurePair(transportFor(peerRank), peerRank, p.initiator == me, oneCore, apart,
-                            budget, timeoutMs(), &figures);
+                            p.kind == LinkKind::Network, budget, timeoutMs(), &figures);
     if (!st.isOk())
       LOOM_WARN("INIT",
                 "topology: measuring the %s link with rank %d failed (%s); using %s figures",
@@ -543,11 +578,11 @@ Status Comm::detectTopology(const Deadline& deadline) {
     if (used)
       LOOM_INFO("INIT",
                 "topology: %s link (%s) %.3g us (%.3g us more between ranks of one core), %s, "
-                "%.3g us per further message (%s)",
+                "%.3g us per further message, %.0f bytes at once after idling (%s)",
                 topology::linkKindName(LinkKind(k)), k == 2 ? "tcp" : transport.c_str(),
                 shown[k].latency * 1e6, shown[k].sharedCore * 1e6,
                 rateText(shown[k].bandwidth).c_str(), shown[k].perMessage * 1e6,
-                topology::figureSourceName(sources[k]));
+                shown[k].burstBytes, topology::figureSourceName(sources[k]));
   }
 
   if (const MemoryFigures& m = host.memory; m.known())

@@ -29,8 +29,8 @@ int32_t TopologyBuilder::addNode(NodeKind kind, const std::string& name, int32_t
 }
 
 void TopologyBuilder::connect(int32_t a, int32_t b, const LinkSpec& spec) {
-  topology_.links.push_back({a, b, spec.bandwidth, spec.latency, spec.kind});
-  topology_.links.push_back({b, a, spec.bandwidth, spec.latency, spec.kind});
+  topology_.links.push_back({a, b, spec.bandwidth, spec.latency, spec.kind, spec.burstBytes});
+  topology_.links.push_back({b, a, spec.bandwidth, spec.latency, spec.kind, spec.burstBytes});
 }
 
 int32_t TopologyBuilder::addCpuRank(int32_t host, int32_t hub, const LinkSpec& spec) {

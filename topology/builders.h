@@ -16,6 +16,7 @@ struct LinkSpec {
   double bandwidth = 0;  // bytes/s, each direction
   double latency = 0;    // s
   std::string kind;
+  uint64_t burstBytes = 0;  // Link::burstBytes, each direction
 };
 
 // Appends named nodes and full-duplex connections to a Topology.

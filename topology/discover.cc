@@ -193,7 +193,7 @@ Topology buildCommTopology(const std::string& name, const CommDescription& d) {
     for (size_t h = 0; h < d.hosts.size(); ++h) {
       int32_t nic = b.addNode(NodeKind::Nic, names[h] + "/nic0", int32_t(h));
       b.connect(hubs[h][0], nic, pcie);
-      b.connect(nic, fabric, {net.bandwidth, hop, "tcp"});
+      b.connect(nic, fabric, {net.bandwidth, hop, "tcp", uint64_t(net.burstBytes)});
     }
   }
   return b.take();
@@ -322,7 +322,8 @@ Status loadHostCache(const std::string& dir, const std::string& signature, HostC
     for (const auto& [key, figures] : doc.at("links").items())
       cache.links[key] = {figures.at("latency").get<double>(),
                           figures.at("bandwidth").get<double>(),
-                          figures.value("perMessage", 0.0), figures.value("sharedCore", 0.0)};
+                          figures.value("perMessage", 0.0), figures.value("sharedCore", 0.0),
+                          figures.value("burstBytes", 0.0)};
   } catch (const json::exception& e) {
     return errorf(loomSystemError, "the topology cache %s is malformed (%s); delete it",
                   path.c_str(), e.what());
@@ -361,6 +362,7 @@ Status saveHostCache(const std::string& dir, const HostCache& cache) {
   for (const auto& [key, f] : cache.links) {
     links[key] = {{"latency", f.latency}, {"bandwidth", f.bandwidth}, {"perMessage", f.perMessage}};
     if (f.sharedCore > 0) links[key]["sharedCore"] = f.sharedCore;
+    if (f.burstBytes > 0) links[key]["burstBytes"] = f.burstBytes;
   }
   json doc = {{"signature", cache.signature},
               {"cores", cache.cores},

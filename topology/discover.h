@@ -28,6 +28,10 @@ struct LinkFigures {
   // one core and then on two. 0: not measured (then `latency` is the one-core figure where
   // the ranks share cores).
   double sharedCore = 0;
+  // Bytes the link passes at once after idling, beyond what its bandwidth passes: the depth of
+  // a token bucket that shapes it (tc htb/tbf "burst"; topology Link::burstBytes). Measured on
+  // the network link only, up to the probe message's size; 0: none seen.
+  double burstBytes = 0;
   bool known() const { return latency > 0 && bandwidth > 0; }
 };
 

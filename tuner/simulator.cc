@@ -1061,6 +1061,10 @@ class Simulator {
 
 namespace {
 
+// How much faster a shaped link is when the bound of simulateRanks takes its transmission as
+// free.
+constexpr double kFreeLinkFactor = 1e6;
+
 // Both entry points: plan(r) returns rank r's plan (a reference or a temporary), which is
 // compiled and then no longer needed.
 template <typename PlanOf>
@@ -1075,7 +1079,21 @@ SimResult simulateRanks(int nranks, PlanOf plan, const topology::Topology& topo,
     Status st = sim.addRank(r, p);
     if (!st.isOk()) return failure(st.message());
   }
-  return sim.run();
+  SimResult res = sim.run();
+  // A burst hides the shaped links' transmission (Simulator::run takes it off the call's time),
+  // but no call can be faster than with that transmission free: run() takes the whole of it
+  // off where it overlapped other work and was never on the call's critical path (2 netns
+  // hosts, 4 ranks: a 2 KiB Bruck allgather came out at 32 us, below its 44 us at 32 B).
+  const bool shaped = std::any_of(topo.links.begin(), topo.links.end(),
+                                  [](const topology::Link& l) { return l.burstBytes > 0; });
+  if (!res.ok || !shaped) return res;
+  topology::Topology free = topo;
+  for (topology::Link& l : free.links)
+    if (l.burstBytes > 0) l.bandwidth *= kFreeLinkFactor, l.burstBytes = 0;
+  const SimResult bound = simulateRanks(nranks, plan, free, options);
+  if (!bound.ok) return bound;
+  res.time = std::max(res.time, bound.time);
+  return res;
 }
 
 }  // namespace

@@ -154,5 +154,26 @@ TEST_F(TwoHosts, SocketsToTheOtherHostArePacedAtTheModelsLink) {
   for (const auto& r : results) EXPECT_NE(r.output.find(paced), std::string::npos) << r.output;
 }
 
+// A shaped link's token bucket (tc htb burst) is measured at init and is the burst of the
+// model's network links (topology Link::burstBytes), which the simulator then prices.
+TEST_F(TwoHosts, TheModelsNetworkLinksHaveTheShapersBurst) {
+  constexpr int kBurst = 24000;
+  if (!shapeLinks("200mbit", kBurst)) GTEST_SKIP() << "tc cannot shape the links (no htb?)";
+  setenv("LOOM_TOPO_MEASURE", "2", 1);  // measured, not a cached figure of an unshaped link
+  topology::Topology model;
+  auto results = initDumpingTheModel(hostA_, hostB_, nullptr, &model);
+  unsetenv("LOOM_TOPO_MEASURE");
+  ASSERT_EQ(describeFailures(results), "");
+  int shaped = 0;
+  for (const topology::Link& l : model.links) {
+    if (l.kind != "tcp") continue;
+    ++shaped;
+    EXPECT_NEAR(l.bandwidth, 25e6, 5e6);
+    EXPECT_GT(l.burstBytes, kBurst / 2);
+    EXPECT_LT(l.burstBytes, kBurst * 3 / 2);
+  }
+  EXPECT_EQ(shaped, 4);  // each host's NIC to the switch and back
+}
+
 }  // namespace
 }  // namespace loom::testing

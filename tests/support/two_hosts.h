@@ -37,6 +37,7 @@ class TwoHostsTest : public ::testing::Test {
       const std::string inner = "v" + std::to_string(i) + "x" + id;  // LOOM_SOCKET_IFNAME "v"
       const std::string outer = "s" + std::to_string(i) + "x" + id;
       hosts_.push_back(ns);
+      veths_.push_back(inner);
       script += "; ip netns add " + ns + "; ip link add " + inner + " type veth peer name " +
                 outer + "; ip link set " + inner + " netns " + ns + "; ip link set " + outer +
                 " netns " + switch_ + "; ip -n " + switch_ + " link set " + outer +
@@ -61,6 +62,21 @@ class TwoHostsTest : public ::testing::Test {
     }
     switch_.clear();
     hosts_.clear();
+    veths_.clear();
+  }
+
+  // Shapes every host's link to the switch (its egress) with tc htb at `rate` (tc units), its
+  // token bucket `burstBytes` deep, as perf/netns-cluster.sh does; false if tc refused.
+  bool shapeLinks(const std::string& rate, int burstBytes) {
+    std::string script = "set -e";
+    for (size_t i = 0; i < hosts_.size(); ++i) {
+      const std::string tc = "; ip netns exec " + hosts_[i] + " tc ";
+      script += tc + "qdisc add dev " + veths_[i] + " root handle 1: htb default 10" + tc +
+                "class add dev " + veths_[i] + " parent 1: classid 1:10 htb rate " + rate +
+                " ceil " + rate + " burst " + std::to_string(burstBytes) + " cburst " +
+                std::to_string(burstBytes);
+    }
+    return system(("(" + script + ") > /dev/null 2>&1").c_str()) == 0;
   }
 
   // Moves the calling (forked) rank into namespace ns and points loom at its veth.
@@ -79,6 +95,7 @@ class TwoHostsTest : public ::testing::Test {
  protected:
   std::string switch_;
   std::vector<std::string> hosts_;
+  std::vector<std::string> veths_;  // each host's end of its link, as named inside it
   std::string hostA_, hostB_;
 };
 

@@ -103,6 +103,16 @@ TEST(CommTopology, TwoHostsTwoRanksEach) {
   EXPECT_DOUBLE_EQ(remote.bandwidth, kNet.bandwidth);
   EXPECT_EQ(remote.kind, "tcp");
   EXPECT_EQ(remote.hops, 6);
+  // A measured shaper's burst is the burst of every NIC-switch link, and of no other.
+  for (const topology::Link& l : t.links) EXPECT_EQ(l.burstBytes, 0u);
+  d.network.burstBytes = 18000.7;
+  t = buildCommTopology("two", d);
+  int shaped = 0;
+  for (const topology::Link& l : t.links) {
+    EXPECT_EQ(l.burstBytes, l.kind == "tcp" ? 18000u : 0u);
+    shaped += l.kind == "tcp";
+  }
+  EXPECT_EQ(shaped, 4);
 }
 
 TEST(CommTopology, OneHostFourRanksOnTwoNumaNodes) {
@@ -291,7 +301,7 @@ TEST_F(HostCacheTest, RoundTripInACreatedDirectory) {
   c.memory = {51.5e9, 19.25e9, 4.125, 8.5e-7, 24 << 20};
   c.links["same-NUMA/shm"] = {1.25e-6, 7.5e9};
   c.links["same-NUMA/shm/shared-core"] = {0.5e-6, 7.5e9, 6.25e-8, 1.75e-6};
-  c.links["network/tcp/00000000deadbeef"] = {3.3e-5, 1.1e9};
+  c.links["network/tcp/00000000deadbeef"] = {3.3e-5, 1.1e9, 0, 0, 18125};
   Status s = saveHostCache(dir_, c);  // creates dir_ and its parent
   ASSERT_TRUE(s.isOk()) << s.message();
   HostCache back;
@@ -314,6 +324,8 @@ TEST_F(HostCacheTest, RoundTripInACreatedDirectory) {
   EXPECT_EQ(back.links["same-NUMA/shm/shared-core"].perMessage, 6.25e-8);
   EXPECT_EQ(back.links["same-NUMA/shm/shared-core"].sharedCore, 1.75e-6);
   EXPECT_EQ(back.links["network/tcp/00000000deadbeef"].bandwidth, 1.1e9);
+  EXPECT_EQ(back.links["network/tcp/00000000deadbeef"].burstBytes, 18125);
+  EXPECT_EQ(back.links["same-NUMA/shm"].burstBytes, 0);
   // Only the final file is left: the temporary one was renamed.
   int files = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir_)) {

@@ -109,11 +109,13 @@ TEST(Simulator, TwoFlowsShareALinkFairly) {
 
 // A shaped link's burst (Link::burstBytes) passes what it holds at once, its bucket refilled
 // while the call waits on latency: a loop of like calls runs at max(latency-bound time,
-// the link's transmission time), as tc's htb shaping measures on netns hosts.
+// the link's transmission time), as tc's htb shaping measures on netns hosts. The
+// latency-bound time is the call's with the shaped links free: here the message's latency and
+// its transfer over the rank links, 1000 times faster than the shaped ones.
 TEST(Simulator, ABurstHidesTransmissionBehindLatency) {
-  const double alpha = 4 * kLatency;
-  auto shaped = [](uint64_t burst) {
-    return uniformTopology({2, 1, kBandwidth, kLatency, kBandwidth, kLatency, burst});
+  const double alpha = 4 * kLatency, fast = 1000 * kBandwidth;
+  auto shaped = [&](uint64_t burst) {
+    return uniformTopology({2, 1, fast, kLatency, kBandwidth, kLatency, burst});
   };
   for (uint64_t count : {uint64_t(1000), uint64_t(100000)}) {
     const double bytes = double(count * kElem);
@@ -126,10 +128,31 @@ TEST(Simulator, ABurstHidesTransmissionBehindLatency) {
     // to latency and 39.6 us of the large one's.
     SimResult deep = simulate(plans, shaped(100000), whole());
     ASSERT_TRUE(deep.ok) << deep.message;
-    expectTime(std::max(alpha, bytes / kBandwidth), deep.time);
+    const double free = alpha + bytes / fast;
+    expectTime(std::max(free, bytes / kBandwidth), deep.time);
     SimResult shallow = simulate(plans, shaped(4000), whole());
     ASSERT_TRUE(shallow.ok) << shallow.message;
-    expectTime(std::max(alpha + (bytes - 4000) / kBandwidth, bytes / kBandwidth), shallow.time);
+    expectTime(std::max({free, alpha + (bytes - 4000) / kBandwidth, bytes / kBandwidth}),
+               shallow.time);
+  }
+}
+
+// The burst takes transmission off a call's time only where it was on the call's path: here a
+// local message outlasts the shaped one, whose transmission overlaps it, and the call takes
+// the local message's time, as it would with the shaped links free.
+TEST(Simulator, ABurstNeverMakesACallFasterThanFreeLinks) {
+  // 2 hosts of 3 ranks: 0 → 3 crosses the shaped links (4 us of transfer, 4 links), 1 → 2
+  // stays on host 0 (10 us of transfer, 2 links), on links of their own.
+  const uint64_t shapedCount = 10000, localCount = 25000;
+  auto plans = emptyPlans(6);
+  message(plans, 0, 3, shapedCount);
+  message(plans, 1, 2, localCount);
+  const double local = 2 * kLatency + double(localCount * kElem) / kBandwidth;
+  for (uint64_t burst : {uint64_t(0), uint64_t(1000000)}) {
+    SimResult r = simulate(
+        plans, uniformTopology({2, 3, kBandwidth, kLatency, kBandwidth, kLatency, burst}), whole());
+    ASSERT_TRUE(r.ok) << r.message;
+    expectTime(local, r.time);
   }
 }
 
