@@ -9,10 +9,10 @@
 # sweep); sizes 8 B to 8 MiB (×4), ROUNDS rounds per size, each giving every entry a turn of 200
 # iterations (fewer from 1 MiB: 128 MiB a turn, so 16 at 8 MiB), each point the median of its
 # rounds. (Until stop 26, 3 rounds of 50: one plan's medians lay up to 22% apart between the
-# communicators of one race at the small sizes; with these, up to 16% at the smallest
-# allreduces, within 7% elsewhere.) In OUT: netns-COLL-ENTRY.json per entry (LOOM_LANES and
-# LOOM_AUTOTUNE, which the fit reads back, in its "env") and netns-COLL.txt, the race's table
-# with its regret report.
+# communicators of one race at the small sizes; with these, up to 16% in stop 26's sweep, and
+# 14% in a quieter hour's rerun of its allreduce race.) In OUT: netns-COLL-ENTRY.json per
+# entry (LOOM_LANES and LOOM_AUTOTUNE, which the fit reads back, in its "env") and
+# netns-COLL.txt, the race's table with its regret report.
 #
 #   sudo docs/calibration/measure-netns.sh BUILD OUT [ROUNDS]
 set -euo pipefail
