@@ -57,6 +57,11 @@ constexpr size_t kShaperProbeBytes = 64 << 10;
 constexpr size_t kShaperProbes = 5;
 constexpr double kShaperMaxIdle = 5e-3;  // s, so a slow link's refill stays within the budget
 
+// The bytes of the bulk buffer that follow a command (0: none).
+size_t payloadBytes(uint64_t command) {
+  return command == kBulk ? kBulkBytes : command == kShaperProbe ? kShaperProbeBytes : 0;
+}
+
 double secondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
@@ -146,12 +151,12 @@ Status respond(Connection* c, std::vector<char>* bulk, int sharedCore, const Dea
     TransferOp in = transferOp(TransferOp::Kind::Recv, &command, sizeof(command));
     LOOM_TRY(runOps(c, {&in}, deadline));
     if (command == kStop) return Status::ok();
-    if (sharedCore >= 0 && command != kBulk && command != kShaperProbe)
+    const size_t payload = payloadBytes(command);
+    if (sharedCore >= 0 && payload == 0)
       pin.moveTo(command == kPingApart ? sharedCore + 1 : sharedCore);
-    if (command == kBulk || command == kShaperProbe) {
+    if (payload > 0) {
       pin.release();
-      TransferOp data = transferOp(TransferOp::Kind::Recv, bulk->data(),
-                                   command == kBulk ? bulk->size() : kShaperProbeBytes);
+      TransferOp data = transferOp(TransferOp::Kind::Recv, bulk->data(), payload);
       LOOM_TRY(runOps(c, {&data}, deadline));
     }
     if (command == kBurst) {
@@ -181,12 +186,11 @@ Status initiate(Connection* c, std::vector<char>* bulk, double budget, int share
   auto round = [&](uint64_t what, double* seconds) {
     command = what;
     TransferOp ask = transferOp(TransferOp::Kind::Send, &command, sizeof(command));
-    TransferOp data = transferOp(TransferOp::Kind::Send, bulk->data(),
-                                 what == kBulk ? bulk->size() : kShaperProbeBytes);
+    TransferOp data = transferOp(TransferOp::Kind::Send, bulk->data(), payloadBytes(what));
     TransferOp answer = transferOp(TransferOp::Kind::Recv, &reply, sizeof(reply));
     auto t = Clock::now();
-    Status st = what == kBulk || what == kShaperProbe ? runOps(c, {&ask, &data, &answer}, deadline)
-                                                      : runOps(c, {&ask, &answer}, deadline);
+    Status st = data.bytes > 0 ? runOps(c, {&ask, &data, &answer}, deadline)
+                               : runOps(c, {&ask, &answer}, deadline);
     *seconds = secondsSince(t);
     return st;
   };

@@ -80,6 +80,9 @@ struct SimResult {
   int32_t busiestLink = -1;
   uint64_t busiestLinkBytes = 0;
   double busiestLinkBusy = 0;  // seconds of transmission at full bandwidth
+  // The largest saving a shaped link's burst offered (Link::burstBytes), in seconds, before
+  // the bounds on it; 0: the call crossed no shaped link.
+  double burstSaving = 0;
 };
 
 // Simulates plans[r] (rank r's plan) over topo; topo.ranks must cover every rank of the plans.
