@@ -422,7 +422,8 @@ Status Comm::agreeBuffersMapped(const CallDesc& call, const collectives::Builder
   std::array<void*, 4> buffers = {};
   LOOM_TRY(mapShared(agreementPlan_, 1, buffers));  // maps the arena at its first use
   arena_->vote(agreements_, mine);
-  LOOM_TRY(execute(agreementPlan_, buffers, loomUint8, loomSum, "buffer agreement"));
+  LOOM_TRY(execute(agreementPlan_, buffers, loomUint8, loomSum,
+                   collectives::collectiveName(call.args.coll), 0, 0, /*aheadOfCall=*/true));
   *all = arena_->unanimous(agreements_++);
   notAllAnswers_ = *all ? 0 : std::min(notAllAnswers_ + 1, kMaxNotAllAnswers);
   asksToSkip_ = (1 << notAllAnswers_) - 1;
@@ -566,7 +567,7 @@ Status Comm::mapShared(const collectives::PreparedPlan& plan, size_t elemSize,
 
 Status Comm::execute(const collectives::PreparedPlan& plan, std::span<void* const> buffers,
                      loomDataType_t dtype, loomRedOp_t op, const char* collective,
-                     uint64_t inputBytes, uint64_t outputBytes) {
+                     uint64_t inputBytes, uint64_t outputBytes, bool aheadOfCall) {
   collectives::ExecCall exec;
   exec.plan = &plan;
   exec.buffers = buffers;
@@ -576,7 +577,7 @@ Status Comm::execute(const collectives::PreparedPlan& plan, std::span<void* cons
   exec.dtype = dtype;
   exec.op = op;
   exec.collective = collective;
-  exec.sequence = sequence_++;
+  exec.sequence = aheadOfCall ? sequence_ : sequence_++;
   exec.rank = rank();
   exec.spinCount = spinCount_;
   exec.yieldNs = yieldNs_;

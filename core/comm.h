@@ -164,9 +164,11 @@ class Comm final : public collectives::ExecHost {
     a.buffersMapped = false;  // until the ranks agree otherwise (chooseBuilder)
   }
   // Runs a prepared plan over the given buffers; a failure marks the communicator failed.
+  // A plan that runs ahead of the call it belongs to (the buffer agreement: aheadOfCall) is
+  // reported under that call's collective and number, which the call then keeps.
   Status execute(const collectives::PreparedPlan& plan, std::span<void* const> buffers,
                  loomDataType_t dtype, loomRedOp_t op, const char* collective,
-                 uint64_t inputBytes = 0, uint64_t outputBytes = 0);
+                 uint64_t inputBytes = 0, uint64_t outputBytes = 0, bool aheadOfCall = false);
   // Points buffers[kShared] at this call's half of the arena, mapping it first if need be.
   Status mapShared(const collectives::PreparedPlan& plan, size_t elemSize,
                    std::span<void*> buffers);

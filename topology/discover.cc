@@ -65,9 +65,11 @@ namespace {
 constexpr double kKernelReadOverhead = 1e-6, kKernelReadCopies = 1.1;
 // s of a core per message sent or received over TCP: the kernel's work, which the init
 // measurement folds into the link's latency (paid once per message, in parallel), but which
-// each extra lane's messages pay again on the host's cores (the netns fit of
-// docs/CALIBRATION.md, whose sweep runs lanes 1, 2 and 4: 3.5 us with a core per host).
-constexpr double kNetMessageOverhead = 3.5e-6;
+// each extra lane's messages pay again on the host's cores. Not measured at init: the netns
+// sweeps of docs/CALIBRATION.md, which run lanes 1, 2 and 4, fit 3.4-7.9 us with a core per
+// host, and the communicator's own model of either of the last two sweeps predicts them best
+// with 6.5 us (its worst ratio 1.96-2.00x, where 3.5 us gave 2.51-2.85x).
+constexpr double kNetMessageOverhead = 6.5e-6;
 // CPU bytes a byte read out of another core's private cache adds (docs/CALIBRATION.md).
 constexpr double kDirtyReadCopies = 0.66;
 // A streamed copy to memory moves 2 bytes (read, write) where a plain one moves 3 (the

@@ -68,7 +68,7 @@ TEST(CommTopology, TwoHostsTwoRanksEach) {
   EXPECT_EQ(t.nodes[size_t(hosts[1])].cpu.singleCopyOverhead, 1e-6);
   EXPECT_EQ(t.nodes[size_t(hosts[1])].cpu.peerReadCopies, 1.1);
   // Nor is the kernel's work per TCP message, nor what a streamed copy saves.
-  EXPECT_EQ(t.nodes[size_t(hosts[1])].cpu.netMessageOverhead, 3.5e-6);
+  EXPECT_EQ(t.nodes[size_t(hosts[1])].cpu.netMessageOverhead, 6.5e-6);
   EXPECT_EQ(t.nodes[size_t(hosts[1])].cpu.streamingCopies, 0.67);
   // Nor is reading another core's cache, and without a known private cache not modelled.
   EXPECT_EQ(t.nodes[size_t(hosts[1])].cpu.privateCacheBytes, 0u);
