@@ -218,24 +218,18 @@ TEST_P(PeerReads, EveryCollectiveOverEveryKindOfMemory) {
 INSTANTIATE_TEST_SUITE_P(Ranks, PeerReads, ::testing::Values(2, 3, 4),
                          [](const auto& info) { return "x" + std::to_string(info.param); });
 
-// With no algorithm forced, the model chooses peer reads for a large alltoall only when every
-// rank's buffers are from loomMemAlloc, which the ranks find out together (a vote at a barrier
-// of the host's ranks): on a model where reading plain memory through the kernel costs three
-// copies, a call over loomMemAlloc buffers on every rank runs peer, one over plain or mixed
-// buffers the other choice (and so does an alltoall in place, which runs on a heap copy of its
-// input), and all ranks choose alike (else the call would not complete).
-TEST(PeerMemory, TheModelReadsPeersWhenEveryRanksBuffersAreMapped) {
-  constexpr int kRanks = 4;
-  constexpr uint64_t kCount = uint64_t(1) << 20;  // per peer: a 16 MiB alltoall of floats
+// Writes to `file` a one-host model of kRanks ranks on which reading plain memory through the
+// kernel costs three copies, and checks that its tuner then runs a 4-rank alltoall of kCount
+// floats per peer as `peer` only over loomMemAlloc buffers (so every such call asks the ranks).
+constexpr int kRanks = 4;
+constexpr uint64_t kCount = uint64_t(1) << 20;  // per peer: a 16 MiB alltoall of floats
+void writePeerModel(const std::string& file) {
   topology::Topology topo = tuner::uniformTopology({1, kRanks});
   topology::HostCpu& cpu = topo.nodes[size_t(topo.hostNodes()[0])].cpu;
   cpu = {2, 8e9, 1e-7};
   cpu.peerReadCopies = 3;
   cpu.singleCopyOverhead = 2e-6;
   cpu.streamingCopies = 0.67;
-  TempDir dir("peer-model");
-  std::filesystem::create_directories(dir.path());
-  const std::string file = dir.path() + "/model.json";
   ASSERT_TRUE(topology::saveTopology(topo, file).isOk());
   // The test means something only where the answer changes the choice: check that first.
   {
@@ -254,6 +248,19 @@ TEST(PeerMemory, TheModelReadsPeersWhenEveryRanksBuffersAreMapped) {
     ASSERT_STREQ(d.whenMapped.builder->name, "peer");
     ASSERT_STRNE(d.choice.builder->name, "peer");
   }
+}
+
+// With no algorithm forced, the model chooses peer reads for a large alltoall only when every
+// rank's buffers are from loomMemAlloc, which the ranks find out together (a vote at a barrier
+// of the host's ranks): on a model where reading plain memory through the kernel costs three
+// copies, a call over loomMemAlloc buffers on every rank runs peer, one over plain or mixed
+// buffers the other choice (and so does an alltoall in place, which runs on a heap copy of its
+// input), and all ranks choose alike (else the call would not complete).
+TEST(PeerMemory, TheModelReadsPeersWhenEveryRanksBuffersAreMapped) {
+  TempDir dir("peer-model");
+  std::filesystem::create_directories(dir.path());
+  const std::string file = dir.path() + "/model.json";
+  ASSERT_NO_FATAL_FAILURE(writePeerModel(file));
   // Call 4 runs in place, on a heap copy of its input: not mapped. Then plain buffers for a
   // while, and loomMemAlloc ones again: asks skipped after "not all" answers (below).
   constexpr size_t kInPlace = 4, kBackAt = 8;
@@ -313,6 +320,40 @@ TEST(PeerMemory, TheModelReadsPeersWhenEveryRanksBuffersAreMapped) {
     EXPECT_GE(asks, 1u) << out;
     EXPECT_LT(asks, first - kInPlace) << out;
   }
+}
+
+// A rank that fails while the ranks agree on their buffers reports the call it was making:
+// one rank of four never calls, and the others time out in the agreement's barrier.
+TEST(PeerMemory, AFailedAgreementNamesTheCall) {
+  TempDir dir("peer-model");
+  std::filesystem::create_directories(dir.path());
+  const std::string file = dir.path() + "/model.json";
+  ASSERT_NO_FATAL_FAILURE(writePeerModel(file));
+  auto results = runRanks(kRanks, [&](RankContext& ctx) {
+    setenv("LOOM_TOPO_FILE", file.c_str(), 1);
+    loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+    config.timeoutMs = 1500;
+    loomComm_t comm = nullptr;
+    RANK_LOOM(initComm(ctx, &comm, &config));
+    if (ctx.rank() != kRanks - 1) {
+      void *in = nullptr, *out = nullptr;
+      RANK_LOOM(loomMemAlloc(&in, kRanks * kCount * sizeof(float)));
+      RANK_LOOM(loomMemAlloc(&out, kRanks * kCount * sizeof(float)));
+      loomResult_t rc = loomAlltoAll(in, out, kCount, loomFloat32, comm, nullptr);
+      // A timeout, or the error of a rank that timed out first.
+      RANK_CHECK(rc == loomTimeout || rc == loomRemoteError, "got %s", loomGetErrorString(rc));
+      std::string msg = loomGetLastError(comm);
+      RANK_CHECK(msg.find("alltoall #") != std::string::npos &&
+                     msg.find("(buffer agreement)") != std::string::npos,
+                 "message lacks the call: %s", msg.c_str());
+      RANK_LOOM(loomMemFree(in));
+      RANK_LOOM(loomMemFree(out));
+    }
+    ctx.allgather("");  // the last rank waits here, silent, until the others have timed out
+    RANK_LOOM(loomCommAbort(comm));
+    return 0;
+  }, ForkOptions::timeout(60));
+  EXPECT_EQ(describeFailures(results), "");
 }
 
 TEST(PeerMemory, BadArgumentsAreClearErrors) {
