@@ -457,17 +457,16 @@ TEST(TcpTransport, SendHoldsBackPiecesTooSmallToPay) {
         // (it never is with 8 KiB chunks, so the expected figure is exact).
         const std::pair<size_t, size_t> stages[] = {
             {100, 0}, {8192 + 100, 8192}, {3 * 8192 + 5000, 3 * 8192}, {kBytes, kBytes}};
+        auto progress = [&c] {
+          bool progressed = false;
+          return c->progress(&progressed);
+        };
         for (auto [limit, sent] : stages) {
           s.limit = limit;
           if (limit == 100) RANK_OK(c->post(&s));
-          for (int round = 0; round < 2000 && s.done < sent; ++round) {
-            bool progressed = false;
-            RANK_OK(c->progress(&progressed));
-          }
-          for (int round = 0; round < 200; ++round) {  // then give it the chance to overshoot
-            bool progressed = false;
-            RANK_OK(c->progress(&progressed));
-          }
+          for (int round = 0; round < 2000 && s.done < sent; ++round) RANK_OK(progress());
+          // Then give it the chance to overshoot.
+          for (int round = 0; round < 200; ++round) RANK_OK(progress());
           RANK_CHECK(s.done == sent, "limit %zu: sent %zu bytes, want %zu", limit, s.done, sent);
         }
         return 0;
