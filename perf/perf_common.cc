@@ -1143,6 +1143,11 @@ std::string formatJson(const RunMetadata& meta, const Options& o,
     if (!r.ran.empty()) j += ", \"ran\": " + jsonString(r.ran);
     j += ", \"out_of_place\": " + jsonMeasurement(r.outOfPlace) +
          ", \"in_place\": " + jsonMeasurement(r.inPlace);
+    if (!r.roundsUs.empty()) {
+      std::string list;
+      for (double t : r.roundsUs) list += (list.empty() ? "" : ", ") + jsonNumber(t);
+      j += ", \"rounds_us\": [" + list + "]";
+    }
     if (r.simulated && r.simulated->time.timeUs > 0) {
       const Measurement& m = r.simulated->time;
       j += ", \"simulated\": {\"time_us\": " + jsonNumber(m.timeUs) +
@@ -1691,6 +1696,7 @@ int runRace(const std::vector<Contestant>& contestants, const Options& o,
         row.ran = ran[who];
         row.outOfPlace = makeMeasurement(c, bytes, n, medianOf(times[0][who]), wrong[who][0]);
         row.inPlace = makeMeasurement(c, bytes, n, medianOf(times[1][who]), wrong[who][1]);
+        if (race) row.roundsUs = times[0][who];
         if (o.check) wrongOf[who] += wrong[who][0] + wrong[who][1];
         busBwSum[who] += row.outOfPlace.busBw + row.inPlace.busBw;
         if (leader && o.sim) {

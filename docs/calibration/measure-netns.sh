@@ -6,11 +6,12 @@
 # more lanes again on 2 and 4 (NAME:LANES: every lane is a TCP message of its own, and what one
 # costs the cores shows only where several go at once), and of loom's own choice, by the model
 # ("auto") and measured at first use ("autotune": LOOM_AUTOTUNE=1, its cache fresh for the
-# sweep); sizes 8 B to 8 MiB (×4), ROUNDS rounds per size, each giving every entry a turn of 200
-# iterations (fewer from 1 MiB: 128 MiB a turn, so 16 at 8 MiB), each point the median of its
-# rounds. (Until stop 26, 3 rounds of 50: one plan's medians lay up to 22% apart between the
-# communicators of one race at the small sizes; with these, up to 16% in stop 26's sweep, and
-# 14% in a quieter hour's rerun of its allreduce race.) In OUT: netns-COLL-ENTRY.json per
+# sweep); sizes 8 B to 8 MiB (×4), ROUNDS rounds per size, each giving every entry a turn of 40
+# iterations (fewer from 512 KiB: 16 MiB a turn, so 2 at 8 MiB), each point the median of its
+# rounds. Many short turns, because this VM's noise comes in spells of about half a second in
+# which one plan runs up to 1.4× slower: with turns of 200 calls (stops 26 and 27, 5 rounds)
+# one plan's medians lay 20–40% apart between the communicators of a 16-entry race, with 40
+# within 4.4% (docs/PERF.md). In OUT: netns-COLL-ENTRY.json per
 # entry (LOOM_LANES and LOOM_AUTOTUNE, which the fit reads back, in its "env") and
 # netns-COLL.txt, the race's table with its regret report.
 #
@@ -18,7 +19,7 @@
 set -euo pipefail
 build=${1:?usage: measure-netns.sh BUILD OUT [ROUNDS]}
 out=${2:?usage: measure-netns.sh BUILD OUT [ROUNDS]}
-rounds=${3:-5}
+rounds=${3:-25}
 here=$(cd "$(dirname "$0")/../.." && pwd)
 mkdir -p "$out"
 races=("all_reduce ring,tree,rhd,rd,hierarchical,torus,ring:2,rd:2,torus:2,hierarchical:2,ring:4,rd:4,torus:4,hierarchical:4,auto,autotune"
@@ -30,8 +31,8 @@ cache=$(mktemp -d /tmp/loom-sweep-cache.XXXXXX)
 for race in "${races[@]}"; do
   read -r coll entries <<< "$race"
   LOOM_TIMEOUT_MS=120000 LOOM_CACHE_DIR="$cache" "$here/perf/netns-cluster.sh" -H 2 -R 2 \
-    --rate 1gbit --mtu 9000 --build "$build" -- "$coll" -b 8 -e 8M -f 4 -n 200 -w 5 \
-    --bytes_per_size 128M \
+    --rate 1gbit --mtu 9000 --build "$build" -- "$coll" -b 8 -e 8M -f 4 -n 40 -w 5 \
+    --bytes_per_size 16M \
     -R "$rounds" --race "$entries" --json "$out/netns-$coll.json" > "$out/netns-$coll.txt"
 done
 echo "the host figures and autotune decisions of this sweep: $cache"
