@@ -569,6 +569,14 @@ double medianOf(std::vector<double> v) {
   return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
 }
 
+double pairedRatio(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) return -1;
+  std::vector<double> ratios;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i] > 0 && b[i] > 0) ratios.push_back(a[i] / b[i]);
+  return medianOf(ratios);
+}
+
 double aggregateTimes(Aggregate a, const std::vector<double>& t) {
   if (t.empty()) return 0;
   switch (a) {
@@ -1130,6 +1138,7 @@ std::string formatJson(const RunMetadata& meta, const Options& o,
       o.minBytes, o.maxBytes, o.stepFactor, o.stepBytes, o.iters, o.warmup, o.check ? 1 : 0,
       static_cast<int>(o.average), o.blocking, o.bytesPerSize);
   j += "  \"env\": {" + env + "},\n";
+  if (!meta.race.empty()) j += "  \"race\": " + jsonString(meta.race) + ",\n";
   j += "  \"rows\": [";
   for (size_t i = 0; i < rows.size(); ++i) {
     const ResultRow& r = rows[i];
@@ -1477,7 +1486,9 @@ std::vector<std::pair<std::string, std::string>> contestantEnvironment(const Con
 
 // --race's closing report: for each contestant that chose its own algorithm, every row's
 // median time against the fastest forced contestant's of the same row, and how many rows are
-// within 10%. rows[i] are contestant i's rows, all in the same order.
+// within 10%; then the same round by round (pairedRatio) against the forced contestant it
+// trails most, which the machine's drift between rounds does not move. rows[i] are contestant
+// i's rows, all in the same order.
 std::string formatRegrets(const std::vector<Contestant>& contestants, Collective c,
                           const std::vector<std::vector<ResultRow>>& rows, int rounds) {
   std::vector<size_t> forced, choosing;
@@ -1485,35 +1496,56 @@ std::string formatRegrets(const std::vector<Contestant>& contestants, Collective
     (contestants[i].backend->algorithm(c) == "auto" ? choosing : forced).push_back(i);
   if (forced.empty() || choosing.empty()) return {};
   constexpr double kWithin = 1.10;
+  // Within 10% at how many sizes, and the worst ratio and its size.
+  struct Tally {
+    int within = 0;
+    double worst = 0;
+    size_t worstBytes = 0;
+    void add(double ratio, size_t bytes) {
+      within += ratio <= kWithin;
+      if (ratio > worst) worst = ratio, worstBytes = bytes;
+    }
+    std::string text(int counted) const {
+      return printfString("within 10%% of the fastest forced at %d of %d sizes", within,
+                          counted) +
+             (counted ? printfString("; worst %+.1f%% at %zu B", (worst - 1) * 100, worstBytes)
+                      : "");
+    }
+  };
   std::string out;
   for (size_t who : choosing) {
     const std::string& label = contestants[who].label;
     out += printfString(
         "#\n# Regret of %s: its out-of-place time against the fastest forced algorithm of the same "
-        "size (medians of %d rounds)\n# %10s  %8s  %-14s  %9s  %9s  %7s  %s\n",
+        "size (medians of %d rounds), and round by round: the median over rounds of its time "
+        "over a forced one's in the same round, against the one it trails most\n"
+        "# %10s  %8s  %-14s  %9s  %9s  %7s  %-14s  %7s  %s\n",
         label.c_str(), rounds, "size (B)", "type", "fastest forced", "time (us)",
-        (label + " (us)").c_str(), "regret", "it ran");
-    int within = 0, counted = 0;
-    double worst = 0;
-    size_t worstBytes = 0;
+        (label + " (us)").c_str(), "regret", "trails most", "by round", "it ran");
+    Tally medians, byRound;
+    int counted = 0;
     for (size_t r = 0; r < rows[who].size(); ++r) {
       const ResultRow& mine = rows[who][r];
       if (mine.bytes == 0) continue;  // no data: every algorithm does nothing alike
-      size_t best = forced[0];
-      for (size_t f : forced)
+      size_t best = forced[0], trailed = forced[0];
+      double paired = -1;
+      for (size_t f : forced) {
         if (rows[f][r].outOfPlace.timeUs < rows[best][r].outOfPlace.timeUs) best = f;
+        const double ratio = pairedRatio(mine.roundsUs, rows[f][r].roundsUs);
+        if (ratio > paired) paired = ratio, trailed = f;
+      }
       const double ratio = mine.outOfPlace.timeUs / rows[best][r].outOfPlace.timeUs;
       ++counted;
-      within += ratio <= kWithin;
-      if (ratio > worst) worst = ratio, worstBytes = mine.bytes;
-      out += printfString("  %10zu  %8s  %-14s  %9.2f  %9.2f  %+6.1f%%  %s\n", mine.bytes,
-                          dtypeName(mine.dtype), contestants[best].label.c_str(),
+      medians.add(ratio, mine.bytes);
+      byRound.add(paired, mine.bytes);
+      out += printfString("  %10zu  %8s  %-14s  %9.2f  %9.2f  %+6.1f%%  %-14s  %+6.1f%%  %s\n",
+                          mine.bytes, dtypeName(mine.dtype), contestants[best].label.c_str(),
                           rows[best][r].outOfPlace.timeUs, mine.outOfPlace.timeUs,
-                          (ratio - 1) * 100, mine.ran.c_str());
+                          (ratio - 1) * 100, contestants[trailed].label.c_str(),
+                          (paired - 1) * 100, mine.ran.c_str());
     }
-    out += printfString("# %s: within 10%% of the fastest forced at %d of %d sizes", label.c_str(),
-                        within, counted);
-    out += counted ? printfString("; worst %+.1f%% at %zu B\n", (worst - 1) * 100, worstBytes) : "\n";
+    out += "# " + label + ": " + medians.text(counted) + "\n# " + label +
+           ", round by round: " + byRound.text(counted) + "\n";
   }
   return out;
 }
@@ -1579,11 +1611,19 @@ int runRace(const std::vector<Contestant>& contestants, const Options& o,
       const std::pair<std::string, uint64_t> host(ids[r].host, ids[r].netns);
       if (std::find(hosts.begin(), hosts.end(), host) == hosts.end()) hosts.push_back(host);
     }
+    // A race's files name it alike (rank 0's host and pid, and when it started), so that a
+    // reader pairs their rounds only with those of the same race.
+    const std::string raceName =
+        race ? printfString("%s:%d:%lld", me.host, int(me.pid),
+                            (long long)std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count())
+             : std::string();
     for (size_t i = 0; i < racers; ++i) {
       const Backend& b = *contestants[i].backend;
       meta[i] = RunMetadata{program,      b.library(), b.version(), gitCommit,
                             b.describe(), c,           n,           int(hosts.size()),
-                            contestantEnvironment(contestants[i])};
+                            contestantEnvironment(contestants[i]), raceName};
     }
     std::string header = formatHeader(program, o, n, meta[0].backend, lines);
     if (race) {

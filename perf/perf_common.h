@@ -79,6 +79,11 @@ int itersForSize(int iters, size_t bytes, size_t budgetBytes);
 enum class Aggregate { kRank0 = 0, kAvg = 1, kMin = 2, kMax = 3 };
 /** The median of v (the mean of the middle two when even); -1 when empty. */
 double medianOf(std::vector<double> v);
+/** Two --race entries' times of the same rounds (ResultRow::roundsUs): the median over rounds
+ *  of a's over b's in the same round, -1 where they have no rounds in common. A round gives
+ *  every entry its turn in close succession, so the machine's drift between rounds, which can
+ *  move both medians by 20%, cancels. */
+double pairedRatio(const std::vector<double>& a, const std::vector<double>& b);
 /** Combines the ranks' times (one per rank, in rank order) as -a asks. */
 double aggregateTimes(Aggregate a, const std::vector<double>& timesUs);
 
@@ -207,6 +212,7 @@ struct RunMetadata {
   int ranks = 0;
   int hosts = 0;
   std::vector<std::pair<std::string, std::string>> env;  // LOOM_* variables that are set
+  std::string race;  // --race: the run's name, the same in every entry's file ("" otherwise)
 };
 
 /** The LOOM_* variables of this process's environment, sorted by name. */

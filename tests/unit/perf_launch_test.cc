@@ -195,26 +195,49 @@ TEST(PerfLaunch, RaceRunsEveryEntryInOneRunAndReportsTheRegret) {
     return row(label, i).find("out_of_place")->find("time_us")->number;
   };
   // Each row keeps its rounds' out-of-place times; its time is their median.
+  const auto rounds = [&](const char* label, size_t i) {
+    const JsonValue thisRow = row(label, i);
+    std::vector<double> t;
+    if (const JsonValue* list = thisRow.find("rounds_us"))
+      for (const JsonValue& v : list->items) t.push_back(v.number);
+    return t;
+  };
+  const auto middle = [](std::vector<double> three) {
+    std::sort(three.begin(), three.end());
+    return three.at(1);
+  };
   for (const char* label : {"ring", "auto"}) {
     for (size_t i = 0; i < 3; ++i) {
-      const JsonValue thisRow = row(label, i);
-      const JsonValue* rounds = thisRow.find("rounds_us");
-      ASSERT_NE(rounds, nullptr) << label;
-      ASSERT_EQ(rounds->items.size(), 3u) << label;
-      std::vector<double> t;
-      for (const JsonValue& v : rounds->items) t.push_back(v.number);
-      std::sort(t.begin(), t.end());
-      EXPECT_DOUBLE_EQ(t[1], time(label, i)) << label << " row " << i;
+      ASSERT_EQ(rounds(label, i).size(), 3u) << label;
+      EXPECT_DOUBLE_EQ(middle(rounds(label, i)), time(label, i)) << label << " row " << i;
     }
   }
-  int within = 0;
+  // Every file of the race names it alike.
+  const std::string raceName = runs["ring"].find("race")->text;
+  EXPECT_FALSE(raceName.empty());
+  for (const char* label : {"rhd-2", "auto", "autotune"})
+    EXPECT_EQ(runs[label].find("race")->text, raceName) << label;
+  int within = 0, withinByRound = 0;
   for (size_t i = 0; i < 3; ++i) {
     EXPECT_GT(time("auto", i), 0);
     within += time("auto", i) <= 1.1 * std::min(time("ring", i), time("rhd-2", i));
+    // Round by round: the median of auto's time over each forced entry's in the same round,
+    // against the one it trails most.
+    double trailsMost = 0;
+    for (const char* f : {"ring", "rhd-2"}) {
+      std::vector<double> ratios;
+      for (size_t k = 0; k < 3; ++k) ratios.push_back(rounds("auto", i)[k] / rounds(f, i)[k]);
+      trailsMost = std::max(trailsMost, middle(ratios));
+    }
+    withinByRound += trailsMost <= 1.1;
   }
   EXPECT_NE(r.out.find("# Regret of auto:"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("# auto: within 10% of the fastest forced at " + std::to_string(within) +
                        " of 3 sizes"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("# auto, round by round: within 10% of the fastest forced at " +
+                       std::to_string(withinByRound) + " of 3 sizes"),
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("# autotune: within 10% of the fastest forced at "), std::string::npos);
@@ -261,7 +284,7 @@ TEST(PerfLaunch, TwoHostsThroughNetnsCluster) {
 
 TEST(PerfJson, WritesWhatItsReaderParses) {
   RunMetadata meta{"loom-perf", "loom", "0.1.0", "abc123", "Backend: \"q\"\n",
-                   Collective::kReduceScatter, 4, 2, {{"LOOM_ALGO", "a=b,c"}}};
+                   Collective::kReduceScatter, 4, 2, {{"LOOM_ALGO", "a=b,c"}}, ""};
   Options o;
   o.check = false;
   ResultRow row;
@@ -297,6 +320,18 @@ TEST(PerfOptions, AggregatesRankTimesAsNcclTestsA) {
   EXPECT_EQ(aggregateTimes(Aggregate::kMax, t), 7);
   Options o;
   EXPECT_EQ(o.average, Aggregate::kAvg);  // nccl-tests' default
+}
+
+// Round by round: the median of the per-round ratios, which a slow spell that slows every entry
+// of its round alike does not move, where the ratio of the medians does.
+TEST(PerfOptions, PairedRatioIsTheMedianOfTheRoundsRatios) {
+  const std::vector<double> a = {10, 22, 11, 24, 12};  // rounds 2 and 4 in a slow spell
+  const std::vector<double> b = {10, 20, 10, 20, 10};
+  EXPECT_DOUBLE_EQ(pairedRatio(a, b), 1.1);                 // 1, 1.1, 1.1, 1.2, 1.2
+  EXPECT_DOUBLE_EQ(medianOf(a) / medianOf(b), 1.2);         // 12 against 10
+  EXPECT_DOUBLE_EQ(pairedRatio({3, 8}, {2, 4}), 1.75);      // even: the mean of 1.5 and 2
+  EXPECT_EQ(pairedRatio({1, 2}, {1}), -1);                  // not the same rounds
+  EXPECT_EQ(pairedRatio({}, {}), -1);
 }
 
 TEST(PerfOptions, SweepArgsRoundTrip) {
