@@ -10,5 +10,11 @@ if(NOT _loom_perf_tests_linked AND TARGET loom_unit_tests)
       LOOM_PERF_BINARY="$<TARGET_FILE:loom-perf>" LOOM_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
     add_dependencies(loom_unit_tests loom-perf)
   endif()
+  # ... and the built loom-calibrate, on files formatJson wrote.
+  if(TARGET loom-calibrate)
+    target_compile_definitions(loom_unit_tests PRIVATE
+      LOOM_CALIBRATE_BINARY="$<TARGET_FILE:loom-calibrate>")
+    add_dependencies(loom_unit_tests loom-calibrate)
+  endif()
   set_property(GLOBAL PROPERTY LOOM_PERF_TESTS_LINKED TRUE)
 endif()

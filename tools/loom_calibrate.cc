@@ -223,6 +223,7 @@ Status readMeasurements(const std::string& path, std::vector<MeasuredPoint>* for
     return Status(loomInvalidArgument,
                   path + ": env.LOOM_LANES is \"" + lanesText + "\"; want a lane count");
   const bool autotuned = env && text(env->find("LOOM_AUTOTUNE")) == "1";
+  const std::string race = text(doc->find("race"));
   const perf::JsonValue* rows = doc->find("rows");
   if (*ranks < 1 || !rows || rows->kind != perf::JsonValue::Kind::kArray)
     return Status(loomInvalidArgument, path + ": no 'ranks' or no 'rows'");
@@ -249,6 +250,9 @@ Status readMeasurements(const std::string& path, std::vector<MeasuredPoint>* for
     p.bytes = uint64_t(bytes);
     p.nranks = *ranks;
     p.time = timeUs * 1e-6;
+    p.race = race;
+    if (const perf::JsonValue* rounds = row.find("rounds_us"); rounds && !race.empty())
+      for (const perf::JsonValue& t : rounds->items) p.rounds.push_back(number(&t) * 1e-6);
     (loomChose ? chosen : forced)->push_back(p);
   }
   return Status::ok();
@@ -309,6 +313,26 @@ std::string linkFigures(const topology::Topology& t) {
       s +=
           strprintf("| %s | %.3g us | %.3g GB/s |\n", kind.c_str(), latency * 1e6, bandwidth / 1e9);
   return s;
+}
+
+// Round by round (perf::pairedRatio): how much `chosen` trails the forced run of its call and
+// race that it trails most, in the median over their rounds (negative: it is ahead of them
+// all), and *against names that run; "" there where no forced run shares its race's rounds.
+double pairedRegret(const MeasuredPoint& chosen, const std::vector<MeasuredPoint>& forced,
+                    std::string* against) {
+  double most = 0;
+  against->clear();
+  for (const MeasuredPoint& f : forced) {
+    if (chosen.race.empty() || f.race != chosen.race || f.coll != chosen.coll ||
+        f.nranks != chosen.nranks || f.bytes != chosen.bytes)
+      continue;
+    const double ratio = perf::pairedRatio(chosen.rounds, f.rounds);
+    if (ratio > 0 && (against->empty() || ratio - 1 > most)) {
+      most = ratio - 1;
+      *against = loom::tuner::variantName(f);
+    }
+  }
+  return most;
 }
 
 std::string report(const Args& a, const loom::tuner::Calibration& c, size_t runs,
@@ -380,26 +404,38 @@ std::string report(const Args& a, const loom::tuner::Calibration& c, size_t runs
   std::vector<MeasuredPoint> forced;
   for (const auto& p : c.points) forced.push_back(p.point);
   const auto measured = loom::tuner::measuredRegrets(forced, chosen);
+  std::map<std::tuple<int, int, uint64_t, std::string>, const MeasuredPoint*> chosenOf;
+  for (const MeasuredPoint& p : chosen)
+    chosenOf[{int(p.coll), p.nranks, p.bytes, loom::tuner::variantName(p)}] = &p;
   s += "\n## Loom's own choice, measured\n\n"
        "\"ran\": what the run says it ran; \"forced\": the same sweep's forced run of that "
        "algorithm (and lanes), where there is one; \"by choice\": what choosing it costs by the "
-       "forced runs alone, which leaves out the drift between runs in separate processes.\n\n"
+       "forced runs alone, which leaves out the drift between runs in separate processes; \"by "
+       "round\": where it ran in a loom-perf --race, the median over the race's rounds of its "
+       "time over a forced run's in the same round, against the forced run it trails most, which "
+       "leaves out the machine's drift between rounds.\n\n"
        "| collective | size | run | ran | measured (us) | forced (us) | best forced | "
-       "measured (us) | regret | by choice |\n"
-       "| --- | ---: | --- | --- | ---: | ---: | --- | ---: | ---: | ---: |\n";
+       "measured (us) | regret | by choice | by round |\n"
+       "| --- | ---: | --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |\n";
   struct Tally {
-    size_t fine = 0, fineByChoice = 0, byChoice = 0, sizes = 0;
-    double worst = -1, worstByChoice = -1;
+    size_t fine = 0, fineByChoice = 0, byChoice = 0, sizes = 0, fineByRound = 0, byRound = 0;
+    double worst = -1, worstByChoice = -1, worstByRound = -1;
   };
   std::map<std::string, Tally> tallies;  // per kind of run: "auto", "autotune"
   for (const auto& r : measured) {
     const bool known = r.ranTime > 0;
-    s += strprintf("| %s | %s | %s | %s | %.1f | %s | %s | %.1f | %+.0f%% | %s |\n",
+    std::string against;
+    const double byRound =
+        pairedRegret(*chosenOf.at({int(r.coll), r.nranks, r.bytes, r.chosen}), forced, &against);
+    s += strprintf("| %s | %s | %s | %s | %.1f | %s | %s | %.1f | %+.0f%% | %s | %s |\n",
                    collName(r.coll, r.nranks).c_str(), sizeText(r.bytes).c_str(),
                    r.chosen.c_str(), r.ran.empty() ? "-" : r.ran.c_str(), r.chosenTime * 1e6,
                    known ? strprintf("%.1f", r.ranTime * 1e6).c_str() : "-", r.best.c_str(),
                    r.bestTime * 1e6, r.regret * 100,
-                   known ? strprintf("%+.0f%%", r.ranRegret * 100).c_str() : "-");
+                   known ? strprintf("%+.0f%%", r.ranRegret * 100).c_str() : "-",
+                   against.empty()
+                       ? "-"
+                       : strprintf("%+.0f%% (%s)", byRound * 100, against.c_str()).c_str());
     Tally& t = tallies[r.chosen];
     ++t.sizes;
     t.fine += r.regret <= 0.10;
@@ -408,6 +444,11 @@ std::string report(const Args& a, const loom::tuner::Calibration& c, size_t runs
       ++t.byChoice;
       t.fineByChoice += r.ranRegret <= 0.10;
       t.worstByChoice = std::max(t.worstByChoice, r.ranRegret);
+    }
+    if (!against.empty()) {
+      ++t.byRound;
+      t.fineByRound += byRound <= 0.10;
+      t.worstByRound = std::max(t.worstByRound, byRound);
     }
   }
   s += "\n";
@@ -419,6 +460,9 @@ std::string report(const Args& a, const loom::tuner::Calibration& c, size_t runs
       s += strprintf(" By choice (the forced run of what it ran, at %zu of them): %zu within "
                      "10%%; worst %+.0f%%.",
                      t.byChoice, t.fineByChoice, t.worstByChoice * 100);
+    if (t.byRound > 0)
+      s += strprintf(" By round (at the %zu sizes it raced): %zu within 10%%; worst %+.0f%%.",
+                     t.byRound, t.fineByRound, t.worstByRound * 100);
     s += "\n";
   }
   return s;

@@ -29,6 +29,10 @@ struct MeasuredPoint {
   // A run in which loom chose: what it says it ran (loomCommGetLastAlgorithm, tuner::describe's
   // spelling: "direct lanes=1"), "" where the run did not record it.
   std::string ran;
+  // A loom-perf --race entry: the race's name and the seconds of each of its rounds, in order
+  // (the entries of one race ran their turns of a round in close succession); else empty.
+  std::string race;
+  std::vector<double> rounds;
 };
 
 // The communicator settings that shape a call's plan besides its size (lanes, torus dims,

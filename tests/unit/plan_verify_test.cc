@@ -582,8 +582,11 @@ TEST(VerifierRejects, NothingWhenTheDirectPlanIsRight) {
     EXPECT_TRUE(verified(r));
     EXPECT_GE(r.counts[0].barriers, 1u);
     // Up to 14 floats fit beside the flag in a slot's first line: the flags go there.
-    for (const Step& s : plans[0].lanes[0].steps)
-      if (s.kind == StepKind::Barrier) EXPECT_EQ(s.src.count > 0, count <= 14) << count;
+    for (const Step& s : plans[0].lanes[0].steps) {
+      if (s.kind == StepKind::Barrier) {
+        EXPECT_EQ(s.src.count > 0, count <= 14) << count;
+      }
+    }
   }
 }
 
