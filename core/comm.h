@@ -118,13 +118,14 @@ class Comm final : public collectives::ExecHost {
   Status chooseBuilder(CallDesc* call, const tuner::Decision** out);
   // Whether every rank's Input and Output of this call are from loomMemAlloc, as the ranks of
   // the host agree: each votes, and a barrier of theirs (a plan of one Barrier step, run like
-  // any call) carries the votes to all. Asked only where the answer changes the model's choice
-  // (tuner::Decision::whenMapped): all ranks then ask, in the same calls.
+  // any call) carries the votes to all. Asked only where the answer changes the model's or
+  // autotune's choice (tuner::Decision::whenMapped): all ranks then ask, in the same calls.
   // `mapped`: the algorithm the mapped choice would run.
   Status agreeBuffersMapped(const CallDesc& call, const collectives::Builder& mapped, bool* all);
   // Whether a call chooseBuilder decides with `decided` (the tuner's) asks that.
   bool asksBuffersMapped(const collectives::CollArgs& a, const tuner::Decision& decided) const {
-    return forcedBuilders_[size_t(a.coll)] == nullptr && decided.source == tuner::Source::Model &&
+    return forcedBuilders_[size_t(a.coll)] == nullptr &&
+           (decided.source == tuner::Source::Model || decided.source == tuner::Source::Autotune) &&
            decided.whenMapped.builder != nullptr && hostCount_ == 1;
   }
   // Runs a call whose args carry the decision's parameters: the plan (cached) and its execution.

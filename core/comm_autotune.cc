@@ -4,6 +4,7 @@
 // on the winner through the bootstrap and files it.
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include "core/comm.h"
 #include "core/dtype.h"
@@ -11,6 +12,7 @@
 #include "core/params.h"
 #include "topology/analysis.h"
 #include "topology/discover.h"
+#include "transports/shm/user_memory.h"
 
 namespace loom {
 
@@ -73,7 +75,7 @@ Status Comm::autotuneDecision(const CallDesc& call, tuner::Decision* out) {
       if (!st.isOk()) LOOM_WARN("TUNE", "autotune: cannot save: %s", st.message().c_str());
     }
   }
-  *out = tuner::Decision{entry->winner, tuner::Source::Autotune, 0, {}, {}};
+  *out = tuner::autotunedDecision(*entry, tuner_.agreementSeconds());
   return Status::ok();
 }
 
@@ -97,6 +99,19 @@ Status Comm::syncRanks() {
 Status Comm::measureBucket(const CallDesc& call, tuner::AutotuneEntry* out) {
   const std::vector<tuner::Candidate> candidates =
       tuner::autotuneCandidates(tuner_, call.args, autotuneCandidates_);
+  // On one host, the model's fastest for buffers from loomMemAlloc that then read their peers'
+  // are measured on such buffers too (after `candidates`): a decision for the call's own
+  // buffers then asks the ranks whether they are (tuner::autotunedDecision).
+  collectives::CollArgs mappedArgs = call.args;
+  mappedArgs.buffersMapped = true;
+  std::vector<tuner::Candidate> mapped;
+  if (hostCount_ == 1)
+    for (const tuner::Candidate& c :
+         tuner::autotuneCandidates(tuner_, mappedArgs, autotuneCandidates_)) {
+      collectives::CollArgs a = mappedArgs;
+      tuner::applyParams(c.params, &a);
+      if (c.builder->build(a, 0).readByPeers) mapped.push_back(c);
+    }
   // Scratch buffers of the call's size, laid out like the user's (in place or not) so that the
   // plans measured are those the call runs; the user's buffers are never touched.
   const size_t es = dtypeSize(call.dtype);
@@ -109,30 +124,52 @@ Status Comm::measureBucket(const CallDesc& call, tuner::AutotuneEntry* out) {
     inAt = in > outp ? in - outp : 0;
     outAt = outp > in ? outp - in : 0;
   }
-  std::vector<char> scratch(std::max(inAt + inBytes, outAt + outBytes));
-  CallDesc trial = call;
-  trial.input = scratch.data() + inAt;
-  trial.output = scratch.data() + outAt;
-  trial.inputBytes = inBytes;
-  trial.outputBytes = outBytes;
+  // And at the user's place in a page: copies run at the alignment they will have (a
+  // vector's 16-byte aligned scratch is not what page-aligned buffers such as loom-perf's run
+  // with).
+  constexpr size_t kPage = 4096;
+  const size_t phase = (reinterpret_cast<uintptr_t>(call.input) - inAt) % kPage;
+  auto placed = [&](void* p) {
+    const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+    return reinterpret_cast<char*>(at + (phase + kPage - at % kPage) % kPage);
+  };
+  const size_t scratchBytes = std::max(inAt + inBytes, outAt + outBytes) + kPage;
+  std::vector<char> scratch(scratchBytes);
+  void* mappedScratch = nullptr;
+  if (!mapped.empty()) LOOM_TRY(transports::allocUserMemory(scratchBytes, &mappedScratch));
+  const std::unique_ptr<void, Status (*)(void*)> freeMapped(mappedScratch,
+                                                            transports::freeUserMemory);
+  auto trial = [&](void* scratchBase, bool buffersMapped, const tuner::Candidate& c) {
+    CallDesc run = call;
+    char* base = placed(scratchBase);
+    run.input = base + inAt;
+    run.output = base + outAt;
+    run.inputBytes = inBytes;
+    run.outputBytes = outBytes;
+    run.args.buffersMapped = buffersMapped;
+    tuner::applyParams(c.params, &run.args);
+    return run;
+  };
 
+  std::vector<tuner::Candidate> tried = candidates;
+  tried.insert(tried.end(), mapped.begin(), mapped.end());
   std::vector<CallDesc> runs;
   std::vector<tuner::Decision> decisions;
-  for (const tuner::Candidate& c : candidates) {
-    CallDesc& run = runs.emplace_back(trial);
-    tuner::applyParams(c.params, &run.args);
-    decisions.push_back({c, tuner::Source::Autotune, 0, {}, {}});
+  for (size_t i = 0; i < tried.size(); ++i) {
+    const bool onMapped = i >= candidates.size();
+    runs.push_back(trial(onMapped ? mappedScratch : scratch.data(), onMapped, tried[i]));
+    decisions.push_back({tried[i], tuner::Source::Autotune, 0, {}, {}});
     // Warm-up: connections, the plan, page faults. Two calls: consecutive calls of a plan use
     // the two halves of the shared arena and of the slots in turn, and the second call of a
     // few MiB still took ~7x a settled one (docs/TUNING.md).
-    for (int w = 0; w < 2; ++w) LOOM_TRY(runDecided(run, decisions.back()));
+    for (int w = 0; w < 2; ++w) LOOM_TRY(runDecided(runs.back(), decisions.back()));
   }
   // Rounds of every candidate in turn, a batch of calls each (tuner::autotuneSchedule says
   // why); each candidate's time per call on this rank is its median round.
-  const tuner::AutotuneSchedule schedule = tuner::autotuneSchedule(candidates, autotuneRuns_);
-  std::vector<std::vector<double>> roundTimes(candidates.size());
+  const tuner::AutotuneSchedule schedule = tuner::autotuneSchedule(tried, autotuneRuns_);
+  std::vector<std::vector<double>> roundTimes(tried.size());
   for (int r = 0; r < schedule.rounds; ++r)
-    for (size_t i = 0; i < candidates.size(); ++i) {
+    for (size_t i = 0; i < tried.size(); ++i) {
       LOOM_TRY(runDecided(runs[i], decisions[i]));  // the lead call, untimed
       // A short batch (the large calls' pair) starts with the ranks together: the lead call
       // leaves them apart, and a call that started on an early rank would count its wait for
@@ -170,9 +207,9 @@ Status Comm::measureBucket(const CallDesc& call, tuner::AutotuneEntry* out) {
   if (fastest < 0)
     return errorf(loomInternalError, "autotune: the ranks measured different candidates for %s",
                   collectives::collectiveName(call.args.coll));
-  std::vector<tuner::Candidate> measured = candidates;
-  for (size_t i = 0; i < measured.size(); ++i) measured[i].time = agreed[i];
-  const int winner = int(tuner::chooseWithLaneMargin(measured));
+  for (size_t i = 0; i < tried.size(); ++i) tried[i].time = agreed[i];
+  std::vector<tuner::Candidate> measured(tried.begin(), tried.begin() + candidates.size());
+  const int winner = int(tuner::autotuneWinner(candidates, measured));
   out->bytes = tuner::callBytes(call.args);
   for (size_t i = 0; i < measured.size(); ++i) {
     if (int(i) == winner)
@@ -180,6 +217,7 @@ Status Comm::measureBucket(const CallDesc& call, tuner::AutotuneEntry* out) {
     else
       out->others.push_back(measured[i]);
   }
+  out->mapped.assign(tried.begin() + candidates.size(), tried.end());
   return Status::ok();
 }
 

@@ -107,8 +107,9 @@ const Entry kEntries[] = {
      "Autotune measures calls up to this size (nccl-tests bytes; its scratch buffers are the "
      "call's size); larger ones keep the cost model's choice."},
     {"LOOM_AUTOTUNE_RUNS", Type::Int, "3",
-     "Autotune: timed runs of each candidate (at least; small calls get more, up to 64, to fill "
-     "about 5 ms), after two warm-up runs; the candidates take turns, each timed by its median."},
+     "Autotune: timed rounds of each candidate (at least; small calls get more, up to 64, to "
+     "fill about 5 ms), after two warm-up runs; the candidates take turns of up to 16 calls "
+     "(0.25 s of rounds at most), each timed by its median round."},
     {"LOOM_REDUCE_ISA", Type::String, "auto",
      "Reduction kernel instruction set: auto, avx512, avx2 or generic."},
     // Topology (docs/TOPOLOGY.md).

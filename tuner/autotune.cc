@@ -54,12 +54,23 @@ std::string parseEntry(const json& j, AutotuneKey* key, AutotuneEntry* entry) {
   entry->bytes = j.at("bytes").get<uint64_t>();
   std::string why = parseCandidate(j.at("winner"), collective, &entry->winner, &key->coll);
   if (!why.empty()) return why;
+  Collective coll;
   for (const json& other : j.at("others")) {
-    Collective coll;
     why = parseCandidate(other, collective, &entry->others.emplace_back(), &coll);
     if (!why.empty()) return why;
   }
+  if (j.contains("mapped"))  // files of before stop 29 have none
+    for (const json& one : j.at("mapped")) {
+      why = parseCandidate(one, collective, &entry->mapped.emplace_back(), &coll);
+      if (!why.empty()) return why;
+    }
   return "";
+}
+
+json candidatesJson(const std::vector<Candidate>& list) {
+  json out = json::array();
+  for (const Candidate& c : list) out.push_back(candidateJson(c));
+  return out;
 }
 
 }  // namespace
@@ -118,13 +129,14 @@ AutotuneSchedule autotuneSchedule(const std::vector<Candidate>& candidates, int 
   s.rounds = std::max(s.rounds, int(std::min<double>(wanted, kAutotuneMaxRounds)));
   const double batches = std::floor(kAutotuneBudgetSeconds / (round * s.rounds));
   s.batch = int(std::clamp<double>(batches, kAutotuneBackToBack, kAutotuneMaxBatch));
-  // Batches of kAutotuneMinBatch at the fewest rounds that, so batched, stay within
-  // kAutotuneMinBatchBudget budgets (but never fewer than minRounds).
-  const int batchedRounds = int(std::floor(kAutotuneMinBatchBudget * kAutotuneBudgetSeconds /
-                                           (round * kAutotuneMinBatch)));
-  if (s.batch < kAutotuneMinBatch && batchedRounds >= std::max(1, minRounds)) {
-    s.rounds = std::min(s.rounds, batchedRounds);
-    s.batch = kAutotuneMinBatch;
+  // Turns of kAutotuneMinBatch calls within kAutotuneMinBatchSeconds, with fewer rounds if need
+  // be (never fewer than minRounds), else turns as long as that time allows.
+  if (s.batch < kAutotuneMinBatch) {
+    const int batchedRounds =
+        int(std::floor(kAutotuneMinBatchSeconds / (round * kAutotuneMinBatch)));
+    s.rounds = std::max(std::max(1, minRounds), std::min(s.rounds, batchedRounds));
+    const double fit = std::floor(kAutotuneMinBatchSeconds / (round * s.rounds));
+    s.batch = int(std::clamp<double>(fit, kAutotuneBackToBack, kAutotuneMinBatch));
   }
   return s;
 }
@@ -147,10 +159,33 @@ std::string describeEntry(const AutotuneKey& key, const AutotuneEntry& e) {
   std::string text = strprintf("%s %s bytes, %u-byte elements, %d ranks: %s",
                                collectives::collectiveName(key.coll), formatBytes(e.bytes).c_str(),
                                key.elemSize, key.nranks, timed(e.winner).c_str());
-  if (e.others.empty()) return text + " (the only candidate)";
+  if (e.others.empty()) text += " (the only candidate)";
   for (size_t i = 0; i < e.others.size(); ++i)
     text += (i == 0 ? " beats " : ", ") + timed(e.others[i]);
+  for (size_t i = 0; i < e.mapped.size(); ++i)
+    text += (i == 0 ? "; on loomMemAlloc buffers " : ", ") + timed(e.mapped[i]);
   return text;
+}
+
+size_t autotuneWinner(const std::vector<Candidate>& predicted,
+                      const std::vector<Candidate>& measured) {
+  const size_t fastest = chooseWithLaneMargin(measured);
+  const bool modelled =
+      predicted.size() == measured.size() && !predicted.empty() &&
+      std::all_of(predicted.begin(), predicted.end(), [](const Candidate& c) { return c.time > 0; });
+  if (!modelled) return fastest;
+  const size_t model = chooseWithLaneMargin(predicted);
+  return measured[model].time <= measured[fastest].time * (1 + kAutotuneModelMargin) ? model
+                                                                                     : fastest;
+}
+
+Decision autotunedDecision(const AutotuneEntry& e, double agreementSeconds) {
+  Decision d{e.winner, Source::Autotune, 0, {}, {}};
+  if (!e.mapped.empty()) {
+    const Candidate& best = e.mapped[chooseWithLaneMargin(e.mapped)];
+    if (best.time + agreementSeconds < e.winner.time) d.whenMapped = best;
+  }
+  return d;
 }
 
 const AutotuneEntry* AutotuneCache::find(const AutotuneKey& key) const {
@@ -160,24 +195,28 @@ const AutotuneEntry* AutotuneCache::find(const AutotuneKey& key) const {
 
 uint64_t AutotuneCache::digest() const {
   std::string text;
-  for (const auto& [k, e] : entries_)
+  for (const auto& [k, e] : entries_) {
     text += strprintf("%d,%d,%u,%d:%s;", int(k.coll), k.bucket, k.elemSize, k.nranks,
                       describe(e.winner).c_str());
+    // Measurements on mapped buffers decide too, by their times and the winner's
+    // (autotunedDecision).
+    if (!e.mapped.empty()) text += strprintf("%.9g;", e.winner.time);
+    for (const Candidate& c : e.mapped) text += strprintf("%s %.9g;", describe(c).c_str(), c.time);
+  }
   return topology::hash64(text);
 }
 
 std::string AutotuneCache::toJson(const std::string& signature) const {
   json entries = json::array();
   for (const auto& [k, e] : entries_) {
-    json others = json::array();
-    for (const Candidate& c : e.others) others.push_back(candidateJson(c));
     entries.push_back({{"collective", collectives::collectiveName(k.coll)},
                        {"bucket", k.bucket},
                        {"elemSize", k.elemSize},
                        {"nranks", k.nranks},
                        {"bytes", e.bytes},
                        {"winner", candidateJson(e.winner)},
-                       {"others", others}});
+                       {"others", candidatesJson(e.others)},
+                       {"mapped", candidatesJson(e.mapped)}});
   }
   json doc = {{"signature", signature}, {"entries", entries}};
   return doc.dump(1) + "\n";

@@ -36,8 +36,31 @@ AutotuneKey autotuneKey(const collectives::CollArgs& a);
 struct AutotuneEntry {
   Candidate winner;
   std::vector<Candidate> others;  // the rest of the candidates tried, in the order tried
-  uint64_t bytes = 0;             // the size of the call that was measured
+  // Candidates that read their peers' buffers when every rank's are from loomMemAlloc, measured
+  // on such buffers (one host only; empty when none of the model's fastest for mapped buffers
+  // reads peers). A heap buffer gives them no such path, and timed on one they lose what they
+  // win on the user's: 4 ranks on the 2-core VM, 2 MiB alltoall on heap scratch put `xor` at
+  // 245 us ahead of `direct` at 310, which on loomMemAlloc buffers take 342 and 275 in a loop.
+  std::vector<Candidate> mapped;
+  uint64_t bytes = 0;  // the size of the call that was measured
 };
+
+// The measured winner among `measured` (autotuneCandidates' list, each with its measured time):
+// the fastest, the lane margin taken (chooseWithLaneMargin), unless the one the model chooses
+// among them by `predicted` (the same list with the model's times; all 0 without a model)
+// measured within kAutotuneModelMargin of it. Short turns on scratch buffers are not the long
+// loops a program runs, and where they differ by less than that they are not to be trusted over
+// the model: 4 ranks on the 2-core VM, turns of 16 timed `xor` 2 MiB alltoall at 221 us ahead
+// of the model's `direct` at 239, and `pairwise` 8 MiB allgather at 1552 ahead of `direct` at
+// 1671, where the same run's loops took 285 against 242 and 2005 against 1734.
+constexpr double kAutotuneModelMargin = 0.10;
+size_t autotuneWinner(const std::vector<Candidate>& predicted,
+                      const std::vector<Candidate>& measured);
+
+// What an entry decides: its winner, and as whenMapped the fastest of `mapped` (the lane
+// margin taken) where that beats the winner by more than asking the ranks whether their
+// buffers are mapped costs (agreementSeconds, Tuner::agreementSeconds).
+Decision autotunedDecision(const AutotuneEntry& e, double agreementSeconds);
 
 // Whether LOOM_AUTOTUNE measures a call: not alltoallv (its ranks share no size), not
 // sendrecv, not empty or single-rank calls, and not above maxBytes (scratch buffers of the
@@ -70,10 +93,14 @@ std::vector<Candidate> autotuneCandidates(Tuner& tuner, const collectives::CollA
 // a call that follows another candidate's starts with the ranks as that one left them, apart,
 // and a few-µs call then measures mostly that skew (4 ranks on 2 cores, 8 bytes: single calls
 // had rd 5.4 µs ahead of direct 6.2, which in a loop take 5.2 and 2.7). A batch is at least
-// kAutotuneMinBatch calls where that keeps the rounds within kAutotuneMinBatchBudget budgets,
-// with fewer rounds if need be (not fewer than minRounds): on the 2-host netns testbed, 54
-// rounds of 3 allgather candidates of ~30 µs missed the 4 budgets by 0.4%, and single calls
-// put `rd` (41 µs in a loop) ahead of `hierarchical` (31).
+// kAutotuneMinBatch calls where the rounds so batched take at most kAutotuneMinBatchSeconds,
+// with fewer rounds if need be (not fewer than minRounds), and else as many as fit in that
+// time: on the 2-host netns testbed, rounds of single calls of 3 allgather candidates of ~30 µs
+// put `rd` (41 µs in a loop) ahead of `hierarchical` (31); on the 2-core VM, 4 ranks, turns of
+// 2 calls of 8 MiB alltoall put `xor` at 1164-1331 µs ahead of `direct` at 1450-1600 in 3 first
+// uses of 3 (turns of 4: 1 of 2), where loops take 2325 and 1634; turns of 8 and of 10-16
+// chose `direct` in 5 of 5 (and `direct` itself takes 319, 280 and 250 µs a call at 2 MiB in
+// loops of 4, 16 and 64).
 // Every batch, even of one call, follows one untimed call of the candidate (the lead call): the
 // ranks of a loop of one algorithm fall into a rhythm that its first call after another's does
 // not have — on 2 network-namespace hosts × 2 ranks sharing 2 cores, single calls timed
@@ -90,10 +117,10 @@ std::vector<Candidate> autotuneCandidates(Tuner& tuner, const collectives::CollA
 // and so are the counts (candidates without one: minRounds, batches of kAutotuneBackToBack).
 constexpr int kAutotuneMaxRounds = 64;
 constexpr int kAutotuneMaxBatch = 32;
-constexpr int kAutotuneMinBatch = 4;
+constexpr int kAutotuneMinBatch = 16;
 constexpr int kAutotuneBackToBack = 2;
 constexpr double kAutotuneBudgetSeconds = 5e-3;
-constexpr double kAutotuneMinBatchBudget = 4;
+constexpr double kAutotuneMinBatchSeconds = 0.25;
 struct AutotuneSchedule {
   int rounds = 1;
   int batch = 1;  // timed calls per candidate per round, after one untimed lead call

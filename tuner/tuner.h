@@ -136,6 +136,10 @@ class Tuner {
   // simulates a bucket at 2^k bytes, so nccl-tests' power-of-two sizes are simulated exactly.
   static int sizeBucket(uint64_t bytes);
 
+  // What asking the host's ranks whether every buffer is mapped costs a call
+  // (Comm::agreeBuffersMapped: one barrier and its step).
+  double agreementSeconds() const;
+
  private:
   // The call the model simulates for a's bucket: count for 2^bucket bytes, root 0.
   collectives::CollArgs modelCall(const collectives::CollArgs& a) const;
@@ -143,9 +147,6 @@ class Tuner {
   // The model cache's key: (collective, size bucket, element size, buffersMapped); the root
   // does not matter.
   static uint64_t cacheKey(const collectives::CollArgs& a);
-  // What asking the host's ranks whether every buffer is mapped costs a call
-  // (Comm::agreeBuffersMapped: one barrier and its step).
-  double agreementSeconds() const;
 
   topology::Topology topo_;
   TunerConfig config_;

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -218,14 +219,66 @@ TEST(AutotuneTable, WithoutTheModelEveryAcceptingAlgorithmIsMeasured) {
   });
   ASSERT_EQ(describeFailures(results), "");
   // No allreduce algorithm refuses 4004 bytes on one host of 4 ranks: all are measured, each
-  // with the communicator's parameters.
-  const std::string line = measuredLine(results[0].output, "allreduce 4004 bytes");
-  ASSERT_NE(line, "") << results[0].output;
+  // with the communicator's parameters (and those that read their peers' buffers also on
+  // buffers from loomMemAlloc, after them).
+  const std::string full = measuredLine(results[0].output, "allreduce 4004 bytes");
+  ASSERT_NE(full, "") << results[0].output;
+  const size_t mappedAt = full.find("; on loomMemAlloc buffers ");
+  ASSERT_NE(mappedAt, std::string::npos) << full;
+  EXPECT_NE(full.find(" peer ", mappedAt), std::string::npos) << full;
+  const std::string line = full.substr(0, mappedAt);
   const auto names = collectives::builderNames(Collective::AllReduce);
   EXPECT_EQ(countOf(line, " us"), names.size()) << line;
   for (std::string_view name : names)
     EXPECT_NE(line.find(" " + std::string(name) + " "), std::string::npos) << name << ": " << line;
   EXPECT_EQ(autotuneFiles(dir).size(), 1u);
+}
+
+// Calls on loomMemAlloc buffers: the measurement times the algorithms that read their peers'
+// buffers on such buffers too, files them, and the calls (whatever they run) are exact.
+TEST(AutotuneMapped, ReadersAreMeasuredOnMappedBuffersToo) {
+  TempDir cache("autotune-mapped");
+  const std::string dir = cache.path();
+  constexpr size_t kCount = size_t(1) << 15;  // float: 128 KiB, bucket 17
+  auto results = runRanks(4, [&](RankContext& ctx) {
+    setenv("LOOM_TUNER", "table", 1);  // every accepting algorithm is a candidate
+    useEnvironment(dir, true);
+    loomComm_t comm = nullptr;
+    RANK_LOOM(initComm(ctx, &comm));
+    float *in = nullptr, *out = nullptr;
+    RANK_LOOM(loomMemAlloc(reinterpret_cast<void**>(&in), kCount * sizeof(float)));
+    RANK_LOOM(loomMemAlloc(reinterpret_cast<void**>(&out), kCount * sizeof(float)));
+    const float sum = float(ctx.nranks() * (ctx.nranks() + 1) / 2);
+    for (int call = 0; call < 3; ++call) {
+      for (size_t i = 0; i < kCount; ++i) in[i] = float(ctx.rank() + 1 + call), out[i] = -1;
+      RANK_LOOM(loomAllReduce(in, out, kCount, loomFloat32, loomSum, comm, nullptr));
+      const float want = sum + float(call * ctx.nranks());
+      for (size_t i = 0; i < kCount; ++i)
+        RANK_CHECK(out[i] == want, "call %d element %zu: %g, not %g", call, i, out[i], want);
+    }
+    RANK_LOOM(loomMemFree(in));
+    RANK_LOOM(loomMemFree(out));
+    RANK_LOOM(loomCommDestroy(comm));
+    return 0;
+  });
+  ASSERT_EQ(describeFailures(results), "");
+  const auto files = autotuneFiles(dir);
+  ASSERT_EQ(files.size(), 1u);
+  tuner::AutotuneCache table;
+  std::vector<std::string> skipped;
+  ASSERT_TRUE(table.load(files[0].string(), signatureOf(files[0]), &skipped).isOk());
+  const tuner::AutotuneEntry* e = table.find({Collective::AllReduce, 17, 4, 4});
+  ASSERT_NE(e, nullptr);
+  std::vector<std::string> mapped;
+  for (const tuner::Candidate& c : e->mapped) {
+    mapped.push_back(c.builder->name);
+    EXPECT_GT(c.time, 0) << c.builder->name;
+  }
+  EXPECT_NE(std::find(mapped.begin(), mapped.end(), "peer"), mapped.end());
+  EXPECT_NE(measuredLine(results[0].output, "allreduce 128K bytes").find(
+                "; on loomMemAlloc buffers "),
+            std::string::npos)
+      << results[0].output;
 }
 
 TEST(AutotuneOff, NothingIsMeasuredOrWritten) {

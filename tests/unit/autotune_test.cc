@@ -28,7 +28,8 @@ const collectives::Builder* builder(Collective c, const char* name) {
   return b;
 }
 
-// Two measured buckets: allreduce 64K (ring lanes=2 won over rd) and allgather 4K (ring alone).
+// Two measured buckets: allreduce 64K (ring lanes=2 won over rd; peer on loomMemAlloc buffers
+// took 9 us) and allgather 4K (ring alone).
 AutotuneCache sampleCache() {
   AutotuneCache cache;
   AutotuneEntry allreduce;
@@ -36,6 +37,7 @@ AutotuneCache sampleCache() {
   allreduce.winner = {builder(Collective::AllReduce, "ring"), {2, 0, 0, 0, 0}, 12.5e-6};
   allreduce.others = {{builder(Collective::AllReduce, "rd"), {}, 20e-6},
                       {builder(Collective::AllReduce, "torus"), {1, 2, 2, 0, 0}, 31e-6}};
+  allreduce.mapped = {{builder(Collective::AllReduce, "peer"), {}, 9e-6}};
   cache.insert({Collective::AllReduce, 16, 4, 4}, allreduce);
   AutotuneEntry allgather;
   allgather.bytes = 4096;
@@ -48,6 +50,13 @@ void expectSameCandidate(const Candidate& got, const Candidate& want) {
   EXPECT_EQ(got.builder, want.builder);
   EXPECT_EQ(got.params, want.params);
   EXPECT_DOUBLE_EQ(got.time, want.time);
+}
+
+// `text` with the first occurrence of `from` replaced by `to`.
+std::string replaced(std::string text, const std::string& from, const std::string& to) {
+  const size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from << " in " << text;
+  return at == std::string::npos ? text : text.replace(at, from.size(), to);
 }
 
 // A directory of its own for each test, removed with it.
@@ -81,6 +90,9 @@ TEST_F(AutotuneFile, SaveAndLoadRoundTrip) {
   expectSameCandidate(e->winner, want->winner);
   ASSERT_EQ(e->others.size(), 2u);
   for (size_t i = 0; i < 2; ++i) expectSameCandidate(e->others[i], want->others[i]);
+  ASSERT_EQ(e->mapped.size(), 1u);
+  expectSameCandidate(e->mapped[0], want->mapped[0]);
+  EXPECT_TRUE(loaded.find({Collective::AllGather, 12, 2, 4})->mapped.empty());
   // The key's fields all count: another element size or rank count is another bucket.
   EXPECT_EQ(loaded.find({Collective::AllReduce, 16, 2, 4}), nullptr);
   EXPECT_EQ(loaded.find({Collective::AllReduce, 16, 4, 8}), nullptr);
@@ -102,6 +114,29 @@ TEST_F(AutotuneFile, DigestFollowsTheDecisionsOnly) {
   b.insert({Collective::AllGather, 12, 2, 4}, slower);
   EXPECT_NE(a.digest(), b.digest());
   EXPECT_NE(AutotuneCache().digest(), a.digest());
+  // Where candidates were measured on mapped buffers, their times and the winner's decide too
+  // (autotunedDecision).
+  AutotuneCache c = sampleCache();
+  AutotuneEntry reduce = *c.find({Collective::AllReduce, 16, 4, 4});
+  reduce.mapped[0].time = 20e-6;
+  c.insert({Collective::AllReduce, 16, 4, 4}, reduce);
+  EXPECT_NE(c.digest(), a.digest());
+  reduce = *a.find({Collective::AllReduce, 16, 4, 4});
+  reduce.winner.time = 8e-6;
+  c.insert({Collective::AllReduce, 16, 4, 4}, reduce);
+  EXPECT_NE(c.digest(), a.digest());
+}
+
+TEST_F(AutotuneFile, FilesWithoutMappedMeasurementsLoad) {
+  // As stop 28 and before wrote them: no "mapped" list.
+  const std::string old = replaced(sampleCache().toJson(kSignature), "\"mapped\"", "\"unused\"");
+  write(old);
+  AutotuneCache cache;
+  std::vector<std::string> skipped;
+  ASSERT_TRUE(cache.load(path_, kSignature, &skipped).isOk());
+  EXPECT_TRUE(skipped.empty());
+  ASSERT_EQ(cache.size(), 2u);
+  EXPECT_TRUE(cache.find({Collective::AllReduce, 16, 4, 4})->mapped.empty());
 }
 
 TEST_F(AutotuneFile, MissingFileIsAFirstRun) {
@@ -137,13 +172,6 @@ TEST_F(AutotuneFile, AnotherSignatureIsRefused) {
             std::string::npos)
       << st.message();
   EXPECT_EQ(cache.size(), 0u);
-}
-
-// `text` with the first occurrence of `from` replaced by `to`.
-std::string replaced(std::string text, const std::string& from, const std::string& to) {
-  const size_t at = text.find(from);
-  EXPECT_NE(at, std::string::npos) << from << " in " << text;
-  return at == std::string::npos ? text : text.replace(at, from.size(), to);
 }
 
 TEST_F(AutotuneFile, EntriesThisVersionCannotUseAreSkippedWithTheReason) {
@@ -194,29 +222,29 @@ TEST(Autotune, SmallCallsGetRoundsEnoughToFillTheBudget) {
   auto rounds = [](const AutotuneSchedule& s) { return s.rounds; };
   auto batch = [](const AutotuneSchedule& s) { return s.batch; };
   // 3 candidates of ~20 µs: 60 µs a round, so 5 ms wants 84 rounds, capped; the 3.84 ms of
-  // those leave no room for a second call per turn, but batches of kAutotuneMinBatch stay
-  // within 4 budgets (15.4 ms), so each turn is a lead call and 4 timed ones.
+  // those leave no room for a second call per turn, but turns of kAutotuneMinBatch take only
+  // 61 ms of kAutotuneMinBatchSeconds: each turn is a lead call and 16 timed ones.
   EXPECT_EQ(rounds(autotuneSchedule(predicted({20e-6, 20e-6, 20e-6}), 3)), kAutotuneMaxRounds);
   EXPECT_EQ(batch(autotuneSchedule(predicted({20e-6, 20e-6, 20e-6}), 3)), kAutotuneMinBatch);
-  // 3 µs calls: 64 rounds of 9 µs take 0.576 ms, so each turn is floor(5 / 0.576) = 8 calls.
+  // 3 µs calls: 64 rounds of 9 µs take 0.576 ms, so the budget alone gives floor(5 / 0.576) = 8
+  // calls a turn; the minimum is more.
   EXPECT_EQ(rounds(autotuneSchedule(predicted({3e-6, 3e-6, 3e-6}), 3)), kAutotuneMaxRounds);
-  EXPECT_EQ(batch(autotuneSchedule(predicted({3e-6, 3e-6, 3e-6}), 3)), 8);
-  // ...and a batch has its cap.
+  EXPECT_EQ(batch(autotuneSchedule(predicted({3e-6, 3e-6, 3e-6}), 3)), kAutotuneMinBatch);
+  // ...and the budget's batches have their cap.
   EXPECT_EQ(batch(autotuneSchedule(predicted({1e-8}), 3)), kAutotuneMaxBatch);
-  // 31 µs a round: 5 ms wants 162 rounds, capped at 64; batches of 4 would take 7.9 ms.
-  EXPECT_EQ(rounds(autotuneSchedule(predicted({10e-6, 10e-6, 11e-6}), 3)), kAutotuneMaxRounds);
-  EXPECT_EQ(batch(autotuneSchedule(predicted({10e-6, 10e-6, 11e-6}), 3)), kAutotuneMinBatch);
-  // 93 µs a round: ceil(5 ms / 93 µs) = 54 rounds, and 54 batches of 4 would take 20.09 ms,
-  // just past 4 budgets: 53 rounds of batches of 4 instead (19.7 ms).
-  EXPECT_EQ(rounds(autotuneSchedule(predicted({27e-6, 31e-6, 35e-6}), 3)), 53);
+  // 93 µs a round: ceil(5 ms / 93 µs) = 54 rounds, batched in 80 ms.
+  EXPECT_EQ(rounds(autotuneSchedule(predicted({27e-6, 31e-6, 35e-6}), 3)), 54);
   EXPECT_EQ(batch(autotuneSchedule(predicted({27e-6, 31e-6, 35e-6}), 3)), kAutotuneMinBatch);
-  // 0.6 ms a round: ceil(5 ms / 0.6 ms) = 9 rounds; batched, 8 rounds take 19.2 ms.
-  EXPECT_EQ(rounds(autotuneSchedule(predicted({100e-6, 200e-6, 300e-6}), 3)), 8);
+  // 0.6 ms a round: ceil(5 ms / 0.6 ms) = 9 rounds, batched in 86 ms.
+  EXPECT_EQ(rounds(autotuneSchedule(predicted({100e-6, 200e-6, 300e-6}), 3)), 9);
   EXPECT_EQ(batch(autotuneSchedule(predicted({100e-6, 200e-6, 300e-6}), 3)), kAutotuneMinBatch);
-  // 2 ms a round: batches of 4 in 4 budgets leave 2 rounds, fewer than the 3 asked for:
-  // two calls back to back (after the lead call).
+  // 2 ms a round: 3 rounds (the floor), batched in 96 ms.
   EXPECT_EQ(rounds(autotuneSchedule(predicted({1e-3, 1e-3}), 3)), 3);
-  EXPECT_EQ(batch(autotuneSchedule(predicted({1e-3, 1e-3}), 3)), kAutotuneBackToBack);
+  EXPECT_EQ(batch(autotuneSchedule(predicted({1e-3, 1e-3}), 3)), kAutotuneMinBatch);
+  // 8 ms a round: turns of 16 would allow 1 round, fewer than the 3 asked for; 3 rounds of
+  // floor(250 / 24) = 10 calls.
+  EXPECT_EQ(rounds(autotuneSchedule(predicted({4e-3, 4e-3}), 3)), 3);
+  EXPECT_EQ(batch(autotuneSchedule(predicted({4e-3, 4e-3}), 3)), 10);
   // Large calls keep the floors, and so do candidates without a prediction (the model off).
   EXPECT_EQ(rounds(autotuneSchedule(predicted({0.01, 0.02}), 3)), 3);
   EXPECT_EQ(batch(autotuneSchedule(predicted({0.01, 0.02}), 3)), kAutotuneBackToBack);
@@ -255,6 +283,36 @@ TEST(Autotune, FewerLanesWithinTheMarginWin) {
   // The fewer-lanes variant is not taken over another algorithm faster than it.
   others = {on(hierarchical, 2, 100), on(ring, 1, 102), on(hierarchical, 1, 103)};
   EXPECT_EQ(chooseWithLaneMargin(others), 1u);
+}
+
+// The measurement replaces the model's choice only where it beats it by more than
+// kAutotuneModelMargin (times of stop 29's local sweep: alltoall 2 MiB and 8 MiB, µs).
+TEST(Autotune, MeasuredWinnerMustBeatTheModelsChoiceByTheMargin) {
+  const collectives::Builder* direct = findBuilder(Collective::AlltoAll, "direct");
+  const collectives::Builder* xorBuilder = findBuilder(Collective::AlltoAll, "xor");
+  const collectives::Builder* pairwise = findBuilder(Collective::AlltoAll, "pairwise");
+  ASSERT_NE(direct, nullptr);
+  ASSERT_NE(xorBuilder, nullptr);
+  ASSERT_NE(pairwise, nullptr);
+  auto list = [&](double d, double x, double p) {
+    return std::vector<Candidate>{{direct, {}, d * 1e-6}, {xorBuilder, {}, x * 1e-6},
+                                  {pairwise, {}, p * 1e-6}};
+  };
+  const std::vector<Candidate> predicted = list(250, 300, 310);  // the model chooses direct
+  EXPECT_EQ(autotuneWinner(predicted, list(238.7, 220.9, 224.4)), 0u);   // 8% behind: kept
+  EXPECT_EQ(autotuneWinner(predicted, list(1580.3, 1315.6, 1331.8)), 1u);  // 20% behind
+  EXPECT_EQ(autotuneWinner(predicted, list(200, 230, 240)), 0u);
+  // The model's choice is its own, lane margin and all: here pairwise on 1 lane, not 2.
+  std::vector<Candidate> lanes = {{pairwise, {2, 0, 0, 0, 0}, 98e-6},
+                                  {pairwise, {1, 0, 0, 0, 0}, 100e-6}, {xorBuilder, {}, 120e-6}};
+  std::vector<Candidate> measured = lanes;
+  measured[0].time = 80e-6, measured[1].time = 200e-6, measured[2].time = 95e-6;
+  EXPECT_EQ(autotuneWinner(lanes, measured), 0u);  // 1 lane measured 2.5x the fastest
+  measured[1].time = 85e-6;
+  EXPECT_EQ(autotuneWinner(lanes, measured), 1u);
+  // Without predictions (the model off) the fastest wins.
+  for (Candidate& c : lanes) c.time = 0;
+  EXPECT_EQ(autotuneWinner(lanes, measured), 0u);
 }
 
 TEST(Autotune, AppliesToSizedCallsUpToTheLimit) {
@@ -373,11 +431,32 @@ TEST(Autotune, DescribeNamesTheWinnerThenTheOthers) {
   EXPECT_EQ(describeEntry(reduce, *cache.find(reduce)),
             "allreduce 64K bytes, 4-byte elements, 4 ranks: ring lanes=2 12.5 "
             "us beats rd 20.0 us, "
-            "torus lanes=1 dims=2x2 31.0 us");
+            "torus lanes=1 dims=2x2 31.0 us; on loomMemAlloc buffers peer 9.0 us");
   const AutotuneKey gather{Collective::AllGather, 12, 2, 4};
   EXPECT_EQ(describeEntry(gather, *cache.find(gather)),
             "allgather 4K bytes, 2-byte elements, 4 ranks: ring 3.0 us (the "
             "only candidate)");
+}
+
+// A measured entry asks the ranks whether their buffers are mapped only where its fastest
+// candidate on such buffers (the lane margin taken) beats the winner by more than asking costs.
+TEST(Autotune, MappedBuffersAreAskedForOnlyWhereTheySaveMoreThanAsking) {
+  const AutotuneEntry e = *sampleCache().find({Collective::AllReduce, 16, 4, 4});
+  Decision d = autotunedDecision(e, 1e-6);  // peer 9 us + 1 us against ring's 12.5
+  EXPECT_EQ(d.source, Source::Autotune);
+  expectSameCandidate(d.choice, e.winner);
+  expectSameCandidate(d.whenMapped, e.mapped[0]);
+  d = autotunedDecision(e, 4e-6);  // 13 us: asking would cost more than it saves
+  expectSameCandidate(d.choice, e.winner);
+  EXPECT_EQ(d.whenMapped.builder, nullptr);
+  AutotuneEntry lanes = e;  // peer on 2 lanes 4% ahead of its 1 lane: the 1 lane is asked for
+  lanes.mapped = {{builder(Collective::AllReduce, "peer"), {2, 0, 0, 0, 0}, 8.64e-6},
+                  {builder(Collective::AllReduce, "peer"), {1, 0, 0, 0, 0}, 9e-6}};
+  expectSameCandidate(autotunedDecision(lanes, 1e-6).whenMapped, lanes.mapped[1]);
+  // Nothing measured on mapped buffers (several hosts, or no candidate reads peers): no asking.
+  EXPECT_EQ(autotunedDecision(*sampleCache().find({Collective::AllGather, 12, 2, 4}), 0)
+                .whenMapped.builder,
+            nullptr);
 }
 
 }  // namespace
