@@ -53,18 +53,16 @@ std::string parseEntry(const json& j, AutotuneKey* key, AutotuneEntry* entry) {
   key->nranks = j.at("nranks").get<int>();
   entry->bytes = j.at("bytes").get<uint64_t>();
   std::string why = parseCandidate(j.at("winner"), collective, &entry->winner, &key->coll);
-  if (!why.empty()) return why;
-  Collective coll;
-  for (const json& other : j.at("others")) {
-    why = parseCandidate(other, collective, &entry->others.emplace_back(), &coll);
-    if (!why.empty()) return why;
-  }
-  if (j.contains("mapped"))  // files of before stop 29 have none
-    for (const json& one : j.at("mapped")) {
-      why = parseCandidate(one, collective, &entry->mapped.emplace_back(), &coll);
-      if (!why.empty()) return why;
+  auto parseList = [&](const json& list, std::vector<Candidate>* out) {
+    Collective coll;
+    for (const json& one : list) {
+      if (!why.empty()) break;
+      why = parseCandidate(one, collective, &out->emplace_back(), &coll);
     }
-  return "";
+  };
+  parseList(j.at("others"), &entry->others);
+  if (j.contains("mapped")) parseList(j.at("mapped"), &entry->mapped);  // none before stop 29
+  return why;
 }
 
 json candidatesJson(const std::vector<Candidate>& list) {

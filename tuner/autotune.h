@@ -36,11 +36,11 @@ AutotuneKey autotuneKey(const collectives::CollArgs& a);
 struct AutotuneEntry {
   Candidate winner;
   std::vector<Candidate> others;  // the rest of the candidates tried, in the order tried
-  // Candidates that read their peers' buffers when every rank's are from loomMemAlloc, measured
-  // on such buffers (one host only; empty when none of the model's fastest for mapped buffers
-  // reads peers). A heap buffer gives them no such path, and timed on one they lose what they
-  // win on the user's: 4 ranks on the 2-core VM, 2 MiB alltoall on heap scratch put `xor` at
-  // 245 us ahead of `direct` at 310, which on loomMemAlloc buffers take 342 and 275 in a loop.
+  // Candidates that read their peers' buffers (`peer`), measured on buffers from loomMemAlloc,
+  // which peers read through a mapping (one host only; empty when none of the model's fastest
+  // for mapped buffers reads peers). On heap buffers they read through the kernel instead: 4
+  // ranks on the 2-core VM, `peer` 2 MiB alltoall took 258-362 us on heap buffers in stop 29's
+  // races and 126 on loomMemAlloc ones, where `direct` took 228-275 on either.
   std::vector<Candidate> mapped;
   uint64_t bytes = 0;  // the size of the call that was measured
 };

@@ -136,7 +136,12 @@ TEST_P(Autotune, FirstCommunicatorMeasuresTheNextReads) {
     const tuner::AutotuneEntry* e = table.find(key);
     ASSERT_NE(e, nullptr) << collectives::collectiveName(key.coll) << " bucket " << key.bucket;
     EXPECT_GT(e->winner.time, 0);
-    for (const tuner::Candidate& other : e->others) EXPECT_GE(other.time, e->winner.time);
+    // The winner is the fastest but for the margins it may concede (tuner::autotuneWinner): a
+    // variant on more lanes counts kLaneMargin slower, and the model's own choice stands within
+    // kAutotuneModelMargin of the fastest.
+    const double conceded = (1 + tuner::kLaneMargin) * (1 + tuner::kAutotuneModelMargin);
+    for (const tuner::Candidate& other : e->others)
+      EXPECT_GE(other.time * conceded, e->winner.time) << tuner::describe(other);
   }
 
   // The first communicator measured each bucket once (rank 0 logs it), and the calls after the
