@@ -4,7 +4,7 @@
 
 #include "collectives/builders.h"
 #include "collectives/builders_exchange.h"
-#include "core/status.h"
+#include "base/status.h"
 
 namespace loom::collectives {
 

@@ -110,7 +110,7 @@ struct Builder {
   std::string (*refuse)(const CollArgs& a) = nullptr;
   // An alltoall whose plan stays right when Input and Output are one buffer (every block is
   // read before anything overwrites it, and no wait closes a cycle), so an in-place call runs
-  // it as is; other alltoalls in place work on a copy of the input (core/comm.cc).
+  // it as is; other alltoalls in place work on a copy of the input (comm/comm.cc).
   bool alltoallInPlace = false;
 };
 

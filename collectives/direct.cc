@@ -6,7 +6,7 @@
 
 #include "collectives/builders_exchange.h"
 #include "collectives/builders_reduce.h"
-#include "core/status.h"
+#include "base/status.h"
 
 namespace loom::collectives {
 namespace {

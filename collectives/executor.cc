@@ -5,11 +5,11 @@
 #include <algorithm>
 #include <cstring>
 
-#include "collectives/reduce_kernels.h"
-#include "core/copy.h"
-#include "core/dtype.h"
-#include "core/log.h"
-#include "core/params.h"
+#include "base/reduce_kernels.h"
+#include "base/copy.h"
+#include "base/dtype.h"
+#include "base/log.h"
+#include "base/params.h"
 
 namespace loom::collectives {
 namespace {

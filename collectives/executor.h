@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "collectives/plan.h"
-#include "core/clock.h"
-#include "core/status.h"
+#include "base/clock.h"
+#include "base/status.h"
 #include "transports/shm/shm_arena.h"
 #include "transports/transport.h"
 

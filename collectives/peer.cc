@@ -4,7 +4,7 @@
 #include <string>
 
 #include "collectives/builders_reduce.h"
-#include "core/status.h"
+#include "base/status.h"
 
 namespace loom::collectives {
 namespace {

@@ -13,7 +13,7 @@
 
 #include "collectives/builders.h"
 #include "collectives/executor.h"
-#include "core/clock.h"
+#include "base/clock.h"
 
 namespace loom::collectives {
 namespace {

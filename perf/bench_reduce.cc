@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "collectives/reduce_impl.h"
-#include "collectives/reduce_kernels.h"
-#include "core/dtype.h"
+#include "base/reduce_impl.h"
+#include "base/reduce_kernels.h"
+#include "base/dtype.h"
 
 namespace loom::collectives {
 namespace {

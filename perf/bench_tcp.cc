@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "core/clock.h"
-#include "core/params.h"
+#include "base/clock.h"
+#include "base/params.h"
 #include "tests/support/fork_ranks.h"
 #include "transports/transport.h"
 

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "core/clock.h"
+#include "base/clock.h"
 #include "tests/support/fork_ranks.h"
 #include "transports/shm/shm_transport.h"
 

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "collectives/builders.h"
-#include "core/params.h"
+#include "base/params.h"
 #include "loom/loom.h"
 #include "perf/compare.h"
 #include "perf/perf_common.h"

@@ -4,8 +4,8 @@
 #include <cstring>
 
 #include "collectives/builders.h"
-#include "collectives/reduce_kernels.h"
-#include "core/params.h"
+#include "base/reduce_kernels.h"
+#include "base/params.h"
 #include "loom/loom.h"
 
 #ifndef LOOM_GIT_COMMIT
@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
     printf("loom %d.%d.%d (version code %d)\n", version / 10000, version / 100 % 100,
            version % 100, version);
     printf("transports: shm (POSIX shared memory + process_vm_readv), tcp\n");
-    printf("reduction kernels: %s\n", loom::collectives::reduceIsa());
+    printf("reduction kernels: %s\n", loom::reduceIsa());
     printf("algorithms:\n");
     for (int c = 0; c <= int(loom::collectives::Collective::SendRecv); ++c) {
       auto coll = loom::collectives::Collective(c);

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "core/params.h"
+#include "base/params.h"
 #include "perf/perf_common.h"
 #include "tools/model_args.h"
 #include "transports/shm/shm_arena.h"

@@ -15,7 +15,7 @@
 #include <set>
 #include <sstream>
 
-#include "core/params.h"
+#include "base/params.h"
 #include "topology/analysis.h"
 #include "topology/builders.h"
 #include "topology/probe.h"

@@ -1,7 +1,7 @@
 // The communicator's topology, from what every rank knows after init's allgathers: where each
 // rank sits (host, NUMA node), the shape of each host, and the figures of each kind of link
 // (measured at init, read from the per-host cache, or defaults). Everything here is pure or
-// plain file I/O, so it builds and tests without sockets; core/comm_topology.cc does the
+// plain file I/O, so it builds and tests without sockets; comm/comm_topology.cc does the
 // exchanges and the measurement. docs/TOPOLOGY.md describes the whole of discovery.
 #pragma once
 
@@ -138,7 +138,7 @@ uint64_t hostIdentity(std::string* hostname);
 uint64_t machineIdentity();
 
 // This host as the cache knows it: hostname, `hostId` (boot id and network namespace, see
-// core/comm.cc), and the configured CPU count and online NUMA nodes, which only change with
+// comm/comm.cc), and the configured CPU count and online NUMA nodes, which only change with
 // the hardware.
 std::string hostSignature(const std::string& hostname, uint64_t hostId);
 // `dir` is created when missing. Load: loomInvalidUsage when there is no entry for the

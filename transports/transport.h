@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "core/clock.h"
-#include "core/status.h"
+#include "base/clock.h"
+#include "base/status.h"
 #include "loom/loom.h"
 
 namespace loom::transports {

@@ -4,7 +4,7 @@
 // same machine shape read it instead of measuring again.
 //
 // This file holds what is pure: the table, its file format, the candidate list and the rule
-// that picks the winner. core/comm_autotune.cc runs the measurements and the exchanges.
+// that picks the winner. comm/comm_autotune.cc runs the measurements and the exchanges.
 #pragma once
 
 #include <compare>
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "collectives/builders.h"
-#include "core/status.h"
+#include "base/status.h"
 #include "tuner/tuner.h"
 
 namespace loom::tuner {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "collectives/plan.h"
-#include "core/status.h"
+#include "base/status.h"
 #include "topology/topology.h"
 #include "tuner/simulator.h"
 
@@ -36,7 +36,7 @@ struct MeasuredPoint {
 };
 
 // The communicator settings that shape a call's plan besides its size (lanes, torus dims,
-// alltoall fan-in, direct arena bytes), from the LOOM_* parameters as core/comm.cc reads them:
+// alltoall fan-in, direct arena bytes), from the LOOM_* parameters as comm/comm.cc reads them:
 // a prediction has to simulate the plan the measured run executed.
 collectives::CallSettings communicatorSettings(const topology::Topology& topo);
 

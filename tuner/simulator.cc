@@ -14,7 +14,7 @@
 #include <unordered_map>
 
 #include "collectives/executor.h"
-#include "core/status.h"
+#include "base/status.h"
 #include "transports/shm/shm_transport.h"
 
 namespace loom::tuner {

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "collectives/builders.h"
-#include "core/status.h"
+#include "base/status.h"
 
 namespace loom::tuner {
 

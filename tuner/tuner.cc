@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <map>
 
-#include "core/params.h"
+#include "base/params.h"
 #include "topology/analysis.h"
 #include "transports/shm/shm_arena.h"
 

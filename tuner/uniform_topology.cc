@@ -1,7 +1,7 @@
 // A uniform H × R cluster built in code (tuner/uniform_topology.h).
 #include "tuner/uniform_topology.h"
 
-#include "core/status.h"
+#include "base/status.h"
 
 namespace loom::tuner {
 

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <string>
 
-#include "core/params.h"
+#include "base/params.h"
 #include "loom/loom.h"
 #include "tests/support/comm_harness.h"
 #include "tests/support/fork_ranks.h"

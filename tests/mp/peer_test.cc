@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "core/status.h"
+#include "base/status.h"
 #include "loom/loom.h"
 #include "topology/topology.h"
 #include "tests/support/comm_harness.h"

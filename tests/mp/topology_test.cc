@@ -1,4 +1,4 @@
-// The communicator's topology (core/comm_topology.cc) between forked ranks: the same model on
+// The communicator's topology (comm/comm_topology.cc) between forked ranks: the same model on
 // every rank, measured figures that are sane and then cached, LOOM_TOPO_MEASURE=0,
 // LOOM_TOPO_DUMP and LOOM_TOPO_FILE, and two network-namespace hosts joined by TCP.
 #include <gtest/gtest.h>
@@ -12,8 +12,8 @@
 #include <memory>
 #include <string>
 
-#include "core/comm.h"
-#include "core/params.h"
+#include "comm/comm.h"
+#include "base/params.h"
 #include "tests/support/comm_harness.h"
 #include "tests/support/fork_ranks.h"
 #include "tests/support/temp_dir.h"

@@ -1,4 +1,4 @@
-// The tuner inside a communicator (core/comm.cc, tuner/tuner.h): LOOM_TUNE picks the
+// The tuner inside a communicator (comm/comm.cc, tuner/tuner.h): LOOM_TUNE picks the
 // algorithm a call runs, the cost model decides the rest, and a bad LOOM_TUNE fails init with
 // its parse error on every rank. Each call's choice is read from the TRACE log, which the
 // harness captures from every rank's stderr.
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/params.h"
+#include "base/params.h"
 #include "loom/loom.h"
 #include "tests/support/comm_harness.h"
 #include "tests/support/fork_ranks.h"

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "core/params.h"
+#include "base/params.h"
 
 namespace loom::testing {
 

@@ -10,7 +10,7 @@
 #include <unordered_set>
 #include <utility>
 
-#include "core/status.h"
+#include "base/status.h"
 
 // Each check returns false after recording the failure in result_.
 #define RETURN_IF_FAILED(expr) \

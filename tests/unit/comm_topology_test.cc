@@ -9,7 +9,7 @@
 #include <regex>
 #include <set>
 
-#include "core/params.h"
+#include "base/params.h"
 #include "topology/analysis.h"
 #include "topology/builders.h"
 #include "topology/discover.h"

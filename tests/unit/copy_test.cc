@@ -1,4 +1,4 @@
-// The streaming copy (core/copy.h) and which Copy steps the executor lets use it.
+// The streaming copy (base/copy.h) and which Copy steps the executor lets use it.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -8,7 +8,7 @@
 #include "collectives/builders.h"
 #include "collectives/builders_reduce.h"
 #include "collectives/executor.h"
-#include "core/copy.h"
+#include "base/copy.h"
 
 namespace loom {
 namespace {

@@ -16,7 +16,7 @@
 #include "collectives/builders.h"
 #include "collectives/builders_reduce.h"
 #include "collectives/plan.h"
-#include "core/status.h"
+#include "base/status.h"
 #include "tests/support/plan_test_util.h"
 #include "tests/support/verifier.h"
 

@@ -1,4 +1,4 @@
-// Tests of the CPU reduction kernels (collectives/reduce_kernels.h) against a scalar reference
+// Tests of the CPU reduction kernels (base/reduce_kernels.h) against a scalar reference
 // written independently here: its narrow-float codecs search a table of every finite value of
 // the format instead of using bit tricks, and results are compared bit for bit (NaN results:
 // any NaN matches, and every ISA must then agree with the others byte for byte).
@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "collectives/reduce_impl.h"
-#include "collectives/reduce_kernels.h"
-#include "core/dtype.h"
+#include "base/reduce_impl.h"
+#include "base/reduce_kernels.h"
+#include "base/dtype.h"
 
 namespace loom::collectives {
 namespace {

@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "core/clock.h"
-#include "core/dtype.h"
+#include "base/clock.h"
+#include "base/dtype.h"
 #include "tests/support/fork_ranks.h"
 
 namespace loom::transports {

@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "core/clock.h"
-#include "core/params.h"
-#include "core/socket.h"
+#include "base/clock.h"
+#include "base/params.h"
+#include "base/socket.h"
 #include "tests/support/fork_ranks.h"
 #include "transports/transport.h"
 

@@ -12,7 +12,7 @@
 #include <tuple>
 #include <vector>
 
-#include "core/params.h"
+#include "base/params.h"
 #include "topology/analysis.h"
 #include "topology/builders.h"
 #include "tuner/uniform_topology.h"

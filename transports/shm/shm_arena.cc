@@ -14,7 +14,7 @@
 #include <cstring>
 #include <new>
 
-#include "core/log.h"
+#include "base/log.h"
 #include "transports/shm/shm_transport.h"
 #include "transports/shm/shm_util.h"
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "core/clock.h"
-#include "core/status.h"
+#include "base/clock.h"
+#include "base/status.h"
 #include "transports/shm/user_memory.h"
 #include "transports/transport.h"
 

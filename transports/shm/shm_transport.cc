@@ -33,11 +33,11 @@
 #include <map>
 #include <new>
 
-#include "collectives/reduce_kernels.h"
-#include "core/copy.h"
-#include "core/dtype.h"
-#include "core/log.h"
-#include "core/params.h"
+#include "base/reduce_kernels.h"
+#include "base/copy.h"
+#include "base/dtype.h"
+#include "base/log.h"
+#include "base/params.h"
 #include "transports/shm/shm_util.h"
 #include "transports/shm/user_memory.h"
 
@@ -463,7 +463,7 @@ class ShmConnection final : public Connection {
                                                        : in_.slot(index)) +
                            slotConsumed_;
         if (reduceOp)
-          collectives::reduce(dst, local, data, n / es, op->dtype, op->op);
+          reduce(dst, local, data, n / es, op->dtype, op->op);
         else
           memcpy(dst, data, n);
       } else if (cma) {
@@ -474,11 +474,11 @@ class ShmConnection final : public Connection {
         const auto d = reinterpret_cast<uintptr_t>(dst), l = reinterpret_cast<uintptr_t>(local);
         if (reduceOp && (d + n <= l || l + n <= d)) {
           LOOM_TRY(readRemote(dst, addr, n));
-          collectives::reduce(dst, local, dst, n / es, op->dtype, op->op);
+          reduce(dst, local, dst, n / es, op->dtype, op->op);
         } else if (reduceOp) {
           if (!bounce_) bounce_.reset(new char[kBounceBytes]);
           LOOM_TRY(readRemote(bounce_.get(), addr, n));
-          collectives::reduce(dst, local, bounce_.get(), n / es, op->dtype, op->op);
+          reduce(dst, local, bounce_.get(), n / es, op->dtype, op->op);
         } else {
           LOOM_TRY(readRemote(dst, addr, n));
         }

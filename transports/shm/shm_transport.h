@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "core/status.h"
+#include "base/status.h"
 #include "transports/transport.h"
 
 namespace loom::transports {

@@ -11,8 +11,8 @@
 #include <memory>
 #include <string>
 
-#include "core/clock.h"
-#include "core/status.h"
+#include "base/clock.h"
+#include "base/status.h"
 
 namespace loom::transports {
 

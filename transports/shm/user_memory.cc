@@ -10,7 +10,7 @@
 #include <cstring>
 #include <mutex>
 
-#include "core/log.h"
+#include "base/log.h"
 #include "transports/shm/shm_util.h"
 
 namespace loom::transports {

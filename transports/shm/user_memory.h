@@ -12,7 +12,7 @@
 #include <map>
 #include <memory>
 
-#include "core/status.h"
+#include "base/status.h"
 
 namespace loom::transports {
 

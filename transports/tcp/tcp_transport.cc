@@ -14,11 +14,11 @@
 #include <utility>
 #include <vector>
 
-#include "collectives/reduce_kernels.h"
-#include "core/dtype.h"
-#include "core/log.h"
-#include "core/params.h"
-#include "core/socket.h"
+#include "base/reduce_kernels.h"
+#include "base/dtype.h"
+#include "base/log.h"
+#include "base/params.h"
+#include "base/socket.h"
 
 namespace loom::transports {
 namespace tcp {
@@ -228,7 +228,7 @@ class Stream {
     size_t ready = p.moved - p.moved % elt;
     if (ready <= p.settled) return;
     size_t at = chunkStart + p.settled;
-    collectives::reduce(static_cast<char*>(op.dst) + at, static_cast<const char*>(op.src) + at,
+    reduce(static_cast<char*>(op.dst) + at, static_cast<const char*>(op.src) + at,
                         bounce(s) + p.settled, (ready - p.settled) / elt, op.dtype, op.op);
     p.settled = ready;
   }

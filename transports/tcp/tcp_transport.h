@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "core/status.h"
+#include "base/status.h"
 #include "transports/transport.h"
 
 namespace loom::transports::tcp {

@@ -1,4 +1,4 @@
-#include "core/comm.h"
+#include "comm/comm.h"
 
 #include <sched.h>
 #include <sys/syscall.h>
@@ -10,10 +10,10 @@
 #include <cstring>
 #include <fstream>
 
-#include "collectives/reduce_kernels.h"
-#include "core/dtype.h"
-#include "core/log.h"
-#include "core/params.h"
+#include "base/reduce_kernels.h"
+#include "base/dtype.h"
+#include "base/log.h"
+#include "base/params.h"
 #include "topology/discover.h"
 #include "transports/shm/shm_arena.h"
 #include "transports/shm/user_memory.h"
@@ -522,7 +522,7 @@ Status Comm::runResolved(const CallDesc& call, const Resolved& r) {
   if (call.op == loomAvg) {
     bool hasResult = a.coll != Collective::Reduce || a.root == rank();
     if (hasResult)
-      collectives::divideInPlace(call.output, call.outputBytes / es, call.dtype, nranks());
+      divideInPlace(call.output, call.outputBytes / es, call.dtype, nranks());
   }
   return Status::ok();
 }

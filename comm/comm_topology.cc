@@ -11,9 +11,9 @@
 #include <thread>
 #include <vector>
 
-#include "core/comm.h"
-#include "core/log.h"
-#include "core/params.h"
+#include "comm/comm.h"
+#include "base/log.h"
+#include "base/params.h"
 #include "topology/analysis.h"
 #include "topology/discover.h"
 #include "topology/probe.h"

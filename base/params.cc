@@ -1,4 +1,4 @@
-#include "core/params.h"
+#include "base/params.h"
 
 #include <cerrno>
 #include <cstdio>

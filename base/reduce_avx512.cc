@@ -2,4 +2,4 @@
 // -m flags. (With -mtune=generic GCC 12 already vectorises these loops at 512 bits.)
 #define LOOM_REDUCE_NS avx512
 #define LOOM_REDUCE_ISA_NAME "avx512"
-#include "collectives/reduce_impl.h"
+#include "base/reduce_impl.h"

@@ -1,4 +1,4 @@
-#include "core/bootstrap.h"
+#include "comm/bootstrap.h"
 
 #include <poll.h>
 #include <sys/random.h>
@@ -11,8 +11,8 @@
 #include <map>
 #include <thread>
 
-#include "core/log.h"
-#include "core/params.h"
+#include "base/log.h"
+#include "base/params.h"
 
 namespace loom {
 namespace {

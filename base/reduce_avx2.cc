@@ -1,4 +1,4 @@
 // The reduction kernels built for AVX2 + FMA + F16C; CMake adds the -m flags.
 #define LOOM_REDUCE_NS avx2
 #define LOOM_REDUCE_ISA_NAME "avx2"
-#include "collectives/reduce_impl.h"
+#include "base/reduce_impl.h"

@@ -1,5 +1,5 @@
 // The communicator: this rank's view of a group of ranks, its transports and connections,
-// its plan cache, and its error state. The C API (core/api.cc) is a thin layer over it.
+// its plan cache, and its error state. The C API (comm/api.cc) is a thin layer over it.
 #pragma once
 
 #include <array>
@@ -14,9 +14,9 @@
 
 #include "collectives/builders.h"
 #include "collectives/executor.h"
-#include "core/bootstrap.h"
-#include "core/dtype.h"
-#include "core/status.h"
+#include "comm/bootstrap.h"
+#include "base/dtype.h"
+#include "base/status.h"
 #include "topology/topology.h"
 #include "transports/transport.h"
 #include "tuner/autotune.h"
@@ -97,7 +97,7 @@ class Comm final : public collectives::ExecHost {
  private:
   Comm() = default;
   Status init(int nranks, const loomUniqueId& id, int rank, const loomConfig_t* config);
-  // Fills topo_ (core/comm_topology.cc): LOOM_TOPO_FILE, or the probe, the per-host cache and
+  // Fills topo_ (comm/comm_topology.cc): LOOM_TOPO_FILE, or the probe, the per-host cache and
   // a short measurement, exchanged so that every rank builds the same model.
   Status discoverTopology(const Deadline& deadline);
   Status spreadOverCores(const cpu_set_t& machineCpus, int usableCores);
@@ -142,7 +142,7 @@ class Comm final : public collectives::ExecHost {
   // laid out as the plan expects them (in-place aliasing, the alltoall's copy).
   Status resolve(const CallDesc& call, const tuner::Decision& decision, Resolved* out);
   Status runResolved(const CallDesc& call, const Resolved& r);
-  // LOOM_AUTOTUNE (core/comm_autotune.cc). Init reads the cache file, and the ranks agree on
+  // LOOM_AUTOTUNE (comm/comm_autotune.cc). Init reads the cache file, and the ranks agree on
   // it; a call of a bucket without an entry measures the candidates first. Replaces *out with
   // the measured winner when the call is one autotune measures.
   Status initAutotune(const Deadline& deadline);

@@ -6,10 +6,10 @@
 #include <cstring>
 #include <memory>
 
-#include "core/comm.h"
-#include "core/dtype.h"
-#include "core/log.h"
-#include "core/params.h"
+#include "comm/comm.h"
+#include "base/dtype.h"
+#include "base/log.h"
+#include "base/params.h"
 #include "topology/analysis.h"
 #include "topology/discover.h"
 #include "transports/shm/user_memory.h"

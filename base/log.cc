@@ -1,4 +1,4 @@
-#include "core/log.h"
+#include "base/log.h"
 
 #include <sys/time.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 #include <mutex>
 #include <string>
 
-#include "core/params.h"
+#include "base/params.h"
 
 namespace loom::log {
 

@@ -1,4 +1,4 @@
-#include "core/socket.h"
+#include "base/socket.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -14,7 +14,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "core/params.h"
+#include "base/params.h"
 
 namespace loom::net {
 

@@ -8,10 +8,10 @@
 #include <mutex>
 #include <set>
 
-#include "core/comm.h"
-#include "core/dtype.h"
-#include "core/log.h"
-#include "core/params.h"
+#include "comm/comm.h"
+#include "base/dtype.h"
+#include "base/log.h"
+#include "base/params.h"
 #include "loom/loom.h"
 #include "transports/shm/user_memory.h"
 

@@ -1,4 +1,4 @@
-#include "core/copy.h"
+#include "base/copy.h"
 
 #include <algorithm>
 #include <cstdint>

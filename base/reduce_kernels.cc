@@ -1,15 +1,15 @@
 // Run-time dispatch of the reduction kernels: the kernel table is chosen once, from
 // LOOM_REDUCE_ISA and what the CPU supports; every call is then one indexed indirect call.
-#include "collectives/reduce_kernels.h"
+#include "base/reduce_kernels.h"
 
 #include <strings.h>
 
-#include "collectives/reduce_impl.h"
-#include "core/dtype.h"
-#include "core/log.h"
-#include "core/params.h"
+#include "base/reduce_impl.h"
+#include "base/dtype.h"
+#include "base/log.h"
+#include "base/params.h"
 
-namespace loom::collectives {
+namespace loom {
 namespace reduce_internal {
 namespace {
 
@@ -112,4 +112,4 @@ void divideInPlace(void* buf, size_t count, loomDataType_t dtype, int n) {
 
 const char* reduceIsa() { return reduce_internal::activeTable().isa; }
 
-}  // namespace loom::collectives
+}  // namespace loom

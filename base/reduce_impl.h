@@ -1,4 +1,4 @@
-// The one implementation of the CPU reduction kernels (collectives/reduce_kernels.h).
+// The one implementation of the CPU reduction kernels (base/reduce_kernels.h).
 //
 // This header has two parts:
 //  1. Declarations shared by the dispatcher, the tests and the per-ISA translation units: the
@@ -42,10 +42,10 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "collectives/reduce_kernels.h"
+#include "base/reduce_kernels.h"
 #include "loom/loom.h"
 
-namespace loom::collectives {
+namespace loom {
 namespace reduce_internal {
 
 // dst[i] = a[i] op b[i]; one per dtype × op (avg points at sum).
@@ -81,7 +81,7 @@ namespace generic {
 const reduce_internal::KernelTable& kernelTable();
 }
 
-}  // namespace loom::collectives
+}  // namespace loom
 
 #endif  // LOOM_COLLECTIVES_REDUCE_IMPL_DECLS_H_
 
@@ -99,7 +99,7 @@ const reduce_internal::KernelTable& kernelTable();
 #include <immintrin.h>
 #endif
 
-namespace loom::collectives::LOOM_REDUCE_NS {
+namespace loom::LOOM_REDUCE_NS {
 namespace {
 
 // Elements are accessed through this wrapper so that the compiler assumes 1-byte alignment:
@@ -460,6 +460,6 @@ constinit const reduce_internal::KernelTable kTable = makeTable();
 
 const reduce_internal::KernelTable& kernelTable() { return kTable; }
 
-}  // namespace loom::collectives::LOOM_REDUCE_NS
+}  // namespace loom::LOOM_REDUCE_NS
 
 #endif  // LOOM_REDUCE_NS

@@ -7,7 +7,7 @@
 
 #include "loom/loom.h"
 
-namespace loom::collectives {
+namespace loom {
 
 // dst[i] = a[i] ⊕ b[i] for i < count. dst may alias a or b exactly; no alignment needed.
 // loomAvg reduces as a sum (the caller divides once at the end with divideInPlace).
@@ -26,4 +26,4 @@ void divideInPlace(void* buf, size_t count, loomDataType_t dtype, int n);
 // The instruction set in use: "avx512", "avx2" or "generic".
 const char* reduceIsa();
 
-}  // namespace loom::collectives
+}  // namespace loom

@@ -7,8 +7,8 @@
 
 #include <string>
 
-#include "core/clock.h"
-#include "core/status.h"
+#include "base/clock.h"
+#include "base/status.h"
 
 namespace loom::net {
 

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "core/clock.h"
-#include "core/socket.h"
-#include "core/status.h"
+#include "base/clock.h"
+#include "base/socket.h"
+#include "base/status.h"
 #include "loom/loom.h"
 
 namespace loom {

@@ -1,9 +1,8 @@
 #include <cstdarg>
 #include <cstdio>
 
-#include "collectives/plan.h"
-#include "core/dtype.h"
-#include "core/status.h"
+#include "base/dtype.h"
+#include "base/status.h"
 
 namespace loom {
 

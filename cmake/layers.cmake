@@ -1,0 +1,34 @@
+# loom_layer(NAME FOLDERS f...): an object library of the .cc files under NAME/ (and its
+# subfolders), compiled against the folders listed and nothing else of the source tree.
+#
+# Sources include each other by path from the source root ("base/status.h"). Rather than the
+# root, each layer's include path is a folder of its own in the build tree holding links to the
+# folders it may use, so "#include "tuner/tuner.h"" from collectives/ finds no such file. The
+# list is what a layer's sources may see, headers included: a layer that includes a header of
+# a lower layer which itself includes another layer's header lists that layer too.
+set(LOOM_LAYERS)
+function(loom_layer name)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "FOLDERS")
+  set(view ${PROJECT_BINARY_DIR}/layers/${name})
+  file(REMOVE_RECURSE ${view})
+  file(MAKE_DIRECTORY ${view})
+  foreach(folder IN LISTS arg_FOLDERS)
+    file(CREATE_LINK ${PROJECT_SOURCE_DIR}/${folder} ${view}/${folder} SYMBOLIC)
+  endforeach()
+  file(GLOB_RECURSE sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/${name}/*.cc)
+  add_library(loom_layer_${name} OBJECT ${sources})
+  target_include_directories(loom_layer_${name} PRIVATE ${view} ${PROJECT_SOURCE_DIR}/include)
+  target_link_libraries(loom_layer_${name} PRIVATE Threads::Threads)
+  # Zeroing a per-call struct (CallDesc, PlanKey: a few hundred bytes) compiles to `rep stosq`
+  # by default, whose start-up costs a small call ~5%; small ones become stores.
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
+    target_compile_options(loom_layer_${name} PRIVATE
+      -mmemset-strategy=unrolled_loop:512:noalign,libcall:-1:noalign)
+  endif()
+  # Calls between the library's own functions bind inside it (with -Bsymbolic-functions at the
+  # link): nothing outside replaces loom's internals.
+  if(NOT LOOM_BUILD_STATIC AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    target_compile_options(loom_layer_${name} PRIVATE -fno-semantic-interposition)
+  endif()
+  set(LOOM_LAYERS ${LOOM_LAYERS} ${name} PARENT_SCOPE)
+endfunction()
