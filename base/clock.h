@@ -13,6 +13,11 @@ inline uint64_t nowNs() {
       .count();
 }
 
+// Seconds from t until now.
+inline double secondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
 class Deadline {
  public:
   // timeoutMs < 0 means no deadline.

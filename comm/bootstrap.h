@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "base/rank_exchange.h"
 #include "base/socket.h"
 #include "base/status.h"
 #include "loom/loom.h"
@@ -38,17 +39,17 @@ Status randomSecret(unsigned char secret[16]);
 Status decodeUniqueId(const loomUniqueId& id, UniqueIdData* out, net::Address* root);
 
 // One rank's connection to the root.
-class Bootstrap {
+class Bootstrap final : public RankExchange {
  public:
   Bootstrap() = default;
-  ~Bootstrap();
+  ~Bootstrap() override;
   Bootstrap(const Bootstrap&) = delete;
   Bootstrap& operator=(const Bootstrap&) = delete;
 
   Status connect(const loomUniqueId& id, int rank, int nranks, const Deadline& deadline);
-  // Every rank contributes a blob; all receive every rank's blob. Also a barrier.
+  // Every rank's blob to all, relayed by the root. Also a barrier.
   Status allgather(const std::string& mine, std::vector<std::string>* all,
-                   const Deadline& deadline);
+                   const Deadline& deadline) override;
   // Non-blocking: an abort relayed from another rank, or a lost root, becomes an error.
   Status pollAbort();
   // Tells every other rank (through the root) that this rank failed.

@@ -190,7 +190,8 @@ Status Comm::init(int nranks, const loomUniqueId& id, int rank, const loomConfig
   settings_ = tuner::callSettings(tuning.fixed, topo_);
   // LOOM_TRANSPORT=tcp means no shared memory at all, so no direct (arena) algorithms either.
   if (transportMode_ == "tcp") settings_.sharedBytes = 0;
-  // After the measurement, whose pairs of ranks share one core on purpose (comm_topology.cc).
+  // After the measurement, whose pairs of ranks share one core on purpose
+  // (topology/link_measure.h).
   LOOM_TRY(spreadOverCores(machineCpus, usableCores));
   initTuner(std::move(tuning));
   LOOM_TRY(initAutotune(deadline));

@@ -97,11 +97,11 @@ class Comm final : public collectives::ExecHost {
  private:
   Comm() = default;
   Status init(int nranks, const loomUniqueId& id, int rank, const loomConfig_t* config);
-  // Fills topo_ (comm/comm_topology.cc): LOOM_TOPO_FILE, or the probe, the per-host cache and
-  // a short measurement, exchanged so that every rank builds the same model.
+  // Fills topo_ (comm/topology_discovery.cc: topology::discoverCommTopology over the bootstrap
+  // and the transports): LOOM_TOPO_FILE, or the probe, the per-host cache and a short
+  // measurement, exchanged so that every rank builds the same model.
   Status discoverTopology(const Deadline& deadline);
   Status spreadOverCores(const cpu_set_t& machineCpus, int usableCores);
-  Status detectTopology(const Deadline& deadline);  // the part without LOOM_TOPO_FILE
   // The transport a connection to `peer` uses (LOOM_TRANSPORT, else shm within a host).
   transports::Transport* transportFor(int peer) const;
   // LOOM_TCP_PACING=-1: paces the TCP connections to each peer at the slowest network link of

@@ -1,8 +1,9 @@
 // The communicator's topology, from what every rank knows after init's allgathers: where each
 // rank sits (host, NUMA node), the shape of each host, and the figures of each kind of link
 // (measured at init, read from the per-host cache, or defaults). Everything here is pure or
-// plain file I/O, so it builds and tests without sockets; comm/comm_topology.cc does the
-// exchanges and the measurement. docs/TOPOLOGY.md describes the whole of discovery.
+// plain file I/O, so it builds and tests without sockets; topology/comm_discovery.h does the
+// exchanges and topology/link_measure.h the measurement. docs/TOPOLOGY.md describes the whole
+// of discovery.
 #pragma once
 
 #include <cstdint>

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <memory>
 
+#include "base/clock.h"
 #include "transports/shm/shm_util.h"
 #include "transports/shm/user_memory.h"
 
@@ -161,12 +162,6 @@ int32_t addLocalRank(Topology* t, int numa, const LinkSpec& memory) {
 }
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double secondsSince(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 // An anonymous mapping (null if refused); `huge` asks for huge pages (one fault per 2 MiB),
 // else it keeps ordinary pages as most user buffers have. Touched at once, so the measured
