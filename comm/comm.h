@@ -19,7 +19,7 @@
 #include "base/status.h"
 #include "topology/topology.h"
 #include "transports/transport.h"
-#include "tuner/autotune.h"
+#include "tuner/autotuner.h"
 #include "tuner/tuner.h"
 
 namespace loom {
@@ -142,18 +142,14 @@ class Comm final : public collectives::ExecHost {
   // laid out as the plan expects them (in-place aliasing, the alltoall's copy).
   Status resolve(const CallDesc& call, const tuner::Decision& decision, Resolved* out);
   Status runResolved(const CallDesc& call, const Resolved& r);
-  // LOOM_AUTOTUNE (comm/comm_autotune.cc). Init reads the cache file, and the ranks agree on
-  // it; a call of a bucket without an entry measures the candidates first. Replaces *out with
-  // the measured winner when the call is one autotune measures.
+  // LOOM_AUTOTUNE (comm/autotune_runner.cc, over tuner::Autotuner). Init reads the cache file,
+  // and the ranks agree on it; a call of a bucket without an entry measures the candidates
+  // first. Replaces *out with the measured winner when the call is one autotune measures.
   Status initAutotune(const Deadline& deadline);
   Status autotuneDecision(const CallDesc& call, tuner::Decision* out);
-  // Runs each candidate once, then in rounds (tuner::autotuneSchedule: LOOM_AUTOTUNE_RUNS or
-  // more for small calls, a batch of calls per turn for the smallest) on scratch buffers shaped
-  // like the call's (a bounded cost: candidates x rounds x batch calls of that size, about 5 ms
-  // of them where small, each turn after an untimed lead call, a single timed call also after
-  // syncRanks; one bootstrap allgather).
-  Status measureBucket(const CallDesc& call, tuner::AutotuneEntry* out);
-  // Brings the ranks together before a timed call of measureBucket: a one-byte allreduce as the
+  // Runs a measurement's trials as calls of this communicator (tuner::AutotuneRunner).
+  class AutotuneTrials;
+  // Brings the ranks together before a timed call of a measurement: a one-byte allreduce as the
   // model runs it (not through autotune, which is what is measuring).
   Status syncRanks();
   // What every call's args take from the communicator before its algorithm is chosen.
@@ -282,10 +278,7 @@ class Comm final : public collectives::ExecHost {
   // choice for buffers every rank has from loomMemAlloc (chooseBuilder).
   tuner::Decision adjustedDecision_;
   // LOOM_AUTOTUNE's measured decisions; null when it is off.
-  std::unique_ptr<tuner::AutotuneCache> autotune_;
-  std::string autotunePath_;  // its file; "" when there is no cache directory
-  int autotuneCandidates_ = 3, autotuneRuns_ = 3;
-  uint64_t autotuneMaxBytes_ = 0;
+  std::unique_ptr<tuner::Autotuner> autotune_;
   std::vector<char> scratch_;
   std::vector<char> inputCopy_;  // an in-place alltoall's input, see runDecided
   collectives::PreparedPlan agreementPlan_;  // agreeBuffersMapped's barrier, built at first use

@@ -4,7 +4,8 @@
 // same machine shape read it instead of measuring again.
 //
 // This file holds what is pure: the table, its file format, the candidate list and the rule
-// that picks the winner. comm/comm_autotune.cc runs the measurements and the exchanges.
+// that picks the winner. tuner/autotuner.h runs the measurements and the exchanges, over what
+// the communicator provides.
 #pragma once
 
 #include <compare>
