@@ -169,7 +169,7 @@ class Detector {
         hosts_(setup.hostCount),
         myHost_(setup.hostOf[size_t(me_)]),
         budget_(double(std::max<int64_t>(0, options.measureMs)) / 1e3),
-        transport_(setup.hostTransport == "tcp" ? "tcp" : "shm"),
+        transport_(setup.hostTransport),
         firstRank_(size_t(hosts_), -1),
         hostRanks_(size_t(hosts_), 0) {
     for (int r = n_ - 1; r >= 0; --r) {
@@ -200,6 +200,11 @@ class Detector {
 
  private:
   const transports::PeerInfo& peer(int r) const { return setup_.comm->peers[size_t(r)]; }
+
+  // LOOM_TOPO_MEASURE: whether a figure is measured, given whether the cache has it.
+  bool measures(bool cached) const {
+    return options_.measureMode == 2 || (options_.measureMode == 1 && !cached);
+  }
 
   // Cache keys; the network figures are those between hosts 0 and 1, filed on both.
   std::string cacheKey(LinkKind k, int host) const {
@@ -248,8 +253,7 @@ class Detector {
       int hosts = LinkKind(k) == LinkKind::Network ? 1 : hosts_;
       for (int h = 0; h < hosts; ++h)
         wanted[size_t(k)].push_back(
-            options_.measureMode == 2 ||
-            (options_.measureMode == 1 && !records_[size_t(firstRank_[size_t(h)])].cached[k].known()));
+            measures(records_[size_t(firstRank_[size_t(h)])].cached[k].known()));
     }
     return wanted;
   }
@@ -267,8 +271,7 @@ class Detector {
       PairMeasurement how;
       how.initiator = p.initiator == me_;
       how.sharedCore = sharedCore_ && p.kind != LinkKind::Network ? p.host : -1;
-      how.apart =
-          initiator.cores > 1 && initiator.machineRanks == hostRanks_[size_t(p.host)];
+      how.apart = initiator.cores > 1 && initiator.machineRanks == hostRanks_[size_t(p.host)];
       how.shaper = p.kind == LinkKind::Network;
       how.budgetSeconds = budget_;
       how.timeoutMs = setup_.comm->timeoutMs;
@@ -298,10 +301,9 @@ class Detector {
     std::map<uint64_t, int> machineMeasurer;  // machine id -> the first rank measuring there
     for (int h = 0; h < hosts_; ++h) {
       const int first = firstRank_[size_t(h)];
-      if (options_.measureMode == 0 ||
-          (options_.measureMode == 1 && records_[size_t(first)].cachedMemory.known()))
-        continue;
-      memoryMeasurer_[size_t(h)] = machineMeasurer.emplace(peer(first).machineId, first).first->second;
+      if (!measures(records_[size_t(first)].cachedMemory.known())) continue;
+      memoryMeasurer_[size_t(h)] =
+          machineMeasurer.emplace(peer(first).machineId, first).first->second;
     }
     results_.assign(size_t(n_), {});
     if (!pairs_.empty()) LOOM_TRY(allgatherRecords(ranks_, measured, n_, deadline_, &results_));

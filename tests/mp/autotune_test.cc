@@ -1,4 +1,4 @@
-// LOOM_AUTOTUNE in a communicator (comm/comm_autotune.cc, tuner/autotune.h): the first
+// LOOM_AUTOTUNE in a communicator (tuner/autotuner.h, tuner/autotune.h): the first
 // communicator measures each size bucket once and files the winners under the topology
 // signature; the next one reads them and measures nothing; ranks whose hosts' files differ
 // trust none of them; without LOOM_AUTOTUNE nothing is measured or written. What happened is

@@ -1,5 +1,5 @@
-// The communicator's topology (comm/comm_topology.cc) between forked ranks: the same model on
-// every rank, measured figures that are sane and then cached, LOOM_TOPO_MEASURE=0,
+// The communicator's topology (topology/comm_discovery.h) between forked ranks: the same
+// model on every rank, measured figures that are sane and then cached, LOOM_TOPO_MEASURE=0,
 // LOOM_TOPO_DUMP and LOOM_TOPO_FILE, and two network-namespace hosts joined by TCP.
 #include <gtest/gtest.h>
 #include <unistd.h>
