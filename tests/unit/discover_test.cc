@@ -1,5 +1,6 @@
-// The communicator's topology without a communicator: the builder from per-rank records, the
-// choice of measuring pairs, NUMA binding, the topology signature, and the per-host cache.
+// The pure parts of the communicator's topology (topology/discover.h): the builder from per-rank
+// records, the choice of measuring pairs, NUMA binding, the topology signature, and the per-host
+// cache.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
