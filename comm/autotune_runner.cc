@@ -66,9 +66,13 @@ Status Comm::autotuneDecision(const CallDesc& call, tuner::Decision* out) {
   if (!autotune_->applies(call.args)) return Status::ok();
   AutotuneTrials trials(*this, call);
   const tuner::AutotuneCall measured{
-      &call.args,      call.input,
-      call.output,     call.inputBytes,
-      call.outputBytes, rangesOverlap(call.input, call.inputBytes, call.output, call.outputBytes)};
+      .args = &call.args,
+      .input = call.input,
+      .output = call.output,
+      .inputBytes = call.inputBytes,
+      .outputBytes = call.outputBytes,
+      .buffersOverlap =
+          rangesOverlap(call.input, call.inputBytes, call.output, call.outputBytes)};
   return autotune_->decide(tuner_, measured, trials, out);
 }
 

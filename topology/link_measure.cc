@@ -22,11 +22,11 @@ using transports::TransferOp;
 constexpr int kMeasureLane = 1 << 20;
 constexpr size_t kBulkBytes = 1 << 20;
 constexpr size_t kMinPings = 5, kMaxPings = 64, kMinBulks = 2, kMaxBulks = 8;
-constexpr size_t kUntimedPings = 2;  // before the timed rounds (initiate)
+constexpr size_t kUntimedPings = 2;  // before the timed rounds (Initiator::settle)
 // A measurement that takes longer than this is abandoned (defaults, a WARN): the pair's ranks
 // are both in init, so only a broken or badly overloaded host gets here.
 constexpr int64_t kMeasureTimeoutMs = 3000;
-// kPingApart: a ping the responder answers from the CPU after the initiator's (initiate).
+// kPingApart: a ping the responder answers from the CPU after the initiator's (Initiator).
 // kShaperProbe: kShaperProbeBytes of the bulk buffer, acknowledged like kBulk.
 enum Command : uint64_t {
   kStop = 0,
@@ -127,7 +127,7 @@ class OneCore {
 };
 
 // The responder echoes pings and acknowledges bulk transfers until the initiator says stop.
-// sharedCore: the CPU (OneCore) it answers the pings from, the initiator's (see initiate), and
+// sharedCore: the CPU (OneCore) it answers the pings from, the initiator's (see Initiator), and
 // kPingApart from the next one.
 Status respond(Connection* c, std::vector<char>* bulk, int sharedCore, const Deadline& deadline) {
   OneCore pin(sharedCore);
@@ -154,80 +154,112 @@ Status respond(Connection* c, std::vector<char>* bulk, int sharedCore, const Dea
   }
 }
 
-// Latency: half the median round trip of 8-byte pings. Bandwidth: 1 MiB over the fastest
-// bulk round, less one round trip (the command and the acknowledgement). sharedCore, apart and
-// shaper: PairMeasurement's.
-Status initiate(Connection* c, std::vector<char>* bulk, double budget, int sharedCore, bool apart,
-                bool shaper, const Deadline& deadline, LinkFigures* out) {
-  auto start = Clock::now();
-  OneCore pin(sharedCore);
-  uint64_t command = kPing, reply = 0;
-  auto round = [&](uint64_t what, double* seconds) {
-    command = what;
-    TransferOp ask = transferOp(TransferOp::Kind::Send, &command, sizeof(command));
-    TransferOp data = transferOp(TransferOp::Kind::Send, bulk->data(), payloadBytes(what));
-    TransferOp answer = transferOp(TransferOp::Kind::Recv, &reply, sizeof(reply));
+// The initiator's side. Latency: half the median round trip of 8-byte pings. Bandwidth: 1 MiB
+// over the fastest bulk round, less one round trip (the command and the acknowledgement).
+// sharedCore, apart and shaper: PairMeasurement's.
+class Initiator {
+ public:
+  Initiator(Connection* c, std::vector<char>* bulk, const PairMeasurement& how,
+            const Deadline& deadline)
+      : c_(c), bulk_(bulk), how_(how), deadline_(deadline) {}
+
+  Status run(LinkFigures* out) {
+    OneCore pin(how_.sharedCore);
+    LOOM_TRY(settle());
+    const auto start = Clock::now();
+    double rtt = 0, rttApart = 0;
+    bool apart = how_.apart && how_.sharedCore >= 0;
+    if (apart) LOOM_TRY(medianRound([&](double* s) { return round(kPingApart, s); }, &rttApart));
+    LOOM_TRY(medianRound([&](double* s) { return round(kPing, s); }, &rtt));
+    LOOM_TRY(timeBursts(rtt, out));
+    pin.release();
+    double fastest = 0;
+    LOOM_TRY(fastestBulk(start, &fastest));
+    // Apart pings slower than one core's were disturbed (the other core busy): then the
+    // one-core figure stands for both, as without them.
+    apart = apart && rttApart < rtt;
+    out->latency = (apart ? rttApart : rtt) / 2;
+    out->sharedCore = apart ? (rtt - rttApart) / 2 : 0;
+    out->bandwidth = double(kBulkBytes) / std::max(fastest - 2 * out->latency, fastest / 2);
+    if (how_.shaper) LOOM_TRY(probeShaper(rtt, out));
+    command_ = kStop;
+    TransferOp stop = transferOp(TransferOp::Kind::Send, &command_, sizeof(command_));
+    return runOps(c_, {&stop}, deadline_);
+  }
+
+ private:
+  // One command and its answer (with the command's payload, if any), timed.
+  Status round(uint64_t what, double* seconds) {
+    command_ = what;
+    TransferOp ask = transferOp(TransferOp::Kind::Send, &command_, sizeof(command_));
+    TransferOp data = transferOp(TransferOp::Kind::Send, bulk_->data(), payloadBytes(what));
+    TransferOp answer = transferOp(TransferOp::Kind::Recv, &reply_, sizeof(reply_));
     auto t = Clock::now();
-    Status st = data.bytes > 0 ? runOps(c, {&ask, &data, &answer}, deadline)
-                               : runOps(c, {&ask, &answer}, deadline);
+    Status st = data.bytes > 0 ? runOps(c_, {&ask, &data, &answer}, deadline_)
+                               : runOps(c_, {&ask, &answer}, deadline_);
     *seconds = secondsSince(t);
     return st;
-  };
+  }
+
   // The median of rounds timed for a quarter of the budget (kMinPings to kMaxPings of them).
-  auto medianRound = [&](auto&& timedRound, double* median) -> Status {
+  template <typename TimedRound>
+  Status medianRound(TimedRound&& timedRound, double* median) {
     std::vector<double> times;
     auto since = Clock::now();
     while (times.size() < kMinPings ||
-           (times.size() < kMaxPings && secondsSince(since) < budget / 4)) {
+           (times.size() < kMaxPings && secondsSince(since) < how_.budgetSeconds / 4)) {
       LOOM_TRY(timedRound(&times.emplace_back()));
     }
     std::nth_element(times.begin(), times.begin() + long(times.size() / 2), times.end());
     *median = times[times.size() / 2];
     return Status::ok();
-  };
+  }
+
   // Untimed pings first: the first one waits while the responder finishes the pair it measured
   // before this one (a rank may be in two), and the second still finds it settling in. Between
   // 2 netns hosts they took 0.9-1.4 ms and 0.04-0.6 ms, the rest 27-31 us; timed, they were 2
   // of the 5 pings the link's quarter of the budget then held, and where a third was slow too
   // the median read 3 times the round trip (and the shaper's burst 26 KB for 18).
-  for (size_t i = 0; i < kUntimedPings; ++i) {
-    double ignored = 0;
-    LOOM_TRY(round(kPing, &ignored));
+  Status settle() {
+    for (size_t i = 0; i < kUntimedPings; ++i) {
+      double ignored = 0;
+      LOOM_TRY(round(kPing, &ignored));
+    }
+    return Status::ok();
   }
-  start = Clock::now();
-  double rtt = 0, rttApart = 0, burst = 0;
-  apart = apart && sharedCore >= 0;
-  if (apart)
-    LOOM_TRY(medianRound([&](double* seconds) { return round(kPingApart, seconds); }, &rttApart));
-  LOOM_TRY(medianRound([&](double* seconds) { return round(kPing, seconds); }, &rtt));
+
   // Per message: a burst round trip (kBurstMessages each way, the first one the command)
   // against a ping's; its 2·(kBurstMessages − 1) further messages are what it adds.
-  LOOM_TRY(medianRound(
-      [&](double* seconds) -> Status {
-        auto t = Clock::now();
-        LOOM_TRY(runBurst(c, TransferOp::Kind::Send, kBurstMessages, deadline));
-        LOOM_TRY(runBurst(c, TransferOp::Kind::Recv, kBurstMessages, deadline));
-        *seconds = secondsSince(t);
-        return Status::ok();
-      },
-      &burst));
-  out->perMessage = std::max(0.0, burst - rtt) / double(2 * (kBurstMessages - 1));
-  pin.release();
-  double fastest = 1e30;
-  for (size_t n = 0; n < kMinBulks || (n < kMaxBulks && secondsSince(start) < budget); ++n) {
-    double seconds = 0;
-    LOOM_TRY(round(kBulk, &seconds));
-    fastest = std::min(fastest, seconds);
+  Status timeBursts(double rtt, LinkFigures* out) {
+    double burst = 0;
+    LOOM_TRY(medianRound(
+        [&](double* seconds) -> Status {
+          auto t = Clock::now();
+          LOOM_TRY(runBurst(c_, TransferOp::Kind::Send, kBurstMessages, deadline_));
+          LOOM_TRY(runBurst(c_, TransferOp::Kind::Recv, kBurstMessages, deadline_));
+          *seconds = secondsSince(t);
+          return Status::ok();
+        },
+        &burst));
+    out->perMessage = std::max(0.0, burst - rtt) / double(2 * (kBurstMessages - 1));
+    return Status::ok();
   }
-  // Apart pings slower than one core's were disturbed (the other core busy): then the
-  // one-core figure stands for both, as without them.
-  apart = apart && rttApart < rtt;
-  out->latency = (apart ? rttApart : rtt) / 2;
-  out->sharedCore = apart ? (rtt - rttApart) / 2 : 0;
-  out->bandwidth = double(kBulkBytes) / std::max(fastest - 2 * out->latency, fastest / 2);
-  if (shaper) {
-    // A shaper's bucket passes its depth at once and the rest at the bandwidth, so a probe
-    // takes rtt + (probe - depth) / bandwidth; an unshaped link, rtt + probe / bandwidth.
+
+  // The fastest of kMinBulks bulk rounds, and more while the budget (from `start`) lasts.
+  Status fastestBulk(Clock::time_point start, double* fastest) {
+    *fastest = 1e30;
+    for (size_t n = 0;
+         n < kMinBulks || (n < kMaxBulks && secondsSince(start) < how_.budgetSeconds); ++n) {
+      double seconds = 0;
+      LOOM_TRY(round(kBulk, &seconds));
+      *fastest = std::min(*fastest, seconds);
+    }
+    return Status::ok();
+  }
+
+  // A shaper's bucket passes its depth at once and the rest at the bandwidth, so a probe takes
+  // rtt + (probe - depth) / bandwidth; an unshaped link, rtt + probe / bandwidth.
+  Status probeShaper(double rtt, LinkFigures* out) {
     const double idle = std::min(kShaperMaxIdle, double(kShaperProbeBytes) / out->bandwidth);
     std::vector<double> times;
     for (size_t i = 0; i < kShaperProbes; ++i) {
@@ -238,13 +270,15 @@ Status initiate(Connection* c, std::vector<char>* bulk, double budget, int share
     const double depth =
         double(kShaperProbeBytes) - std::max(0.0, times[times.size() / 2] - rtt) * out->bandwidth;
     out->burstBytes = depth >= double(kShaperProbeBytes) / 8 ? depth : 0;
+    return Status::ok();
   }
-  command = kStop;
-  TransferOp stop = transferOp(TransferOp::Kind::Send, &command, sizeof(command));
-  LOOM_TRY(runOps(c, {&stop}, deadline));
-  return Status::ok();
-}
 
+  Connection* c_;
+  std::vector<char>* bulk_;
+  const PairMeasurement& how_;
+  const Deadline& deadline_;
+  uint64_t command_ = kPing, reply_ = 0;  // the buffers of a round's command and answer
+};
 
 }  // namespace
 
@@ -256,8 +290,7 @@ Status measureLinkPair(transports::Transport* transport, int peer, const PairMea
   std::vector<char> bulk(kBulkBytes, 1);  // touched now, so page faults are not measured
   std::unique_ptr<Connection> conn;       // declared after its buffers: destroyed first
   LOOM_TRY(transport->connect(peer, kMeasureLane, deadline, &conn));
-  return how.initiator ? initiate(conn.get(), &bulk, how.budgetSeconds, how.sharedCore, how.apart,
-                                  how.shaper, deadline, out)
+  return how.initiator ? Initiator(conn.get(), &bulk, how, deadline).run(out)
                        : respond(conn.get(), &bulk, how.sharedCore, deadline);
 }
 
