@@ -292,6 +292,21 @@ void Comm::initTuner(tuner::TunerConfig config) {
   for (const std::string& line : tuner::summarize(rows)) LOOM_INFO("TUNE", "  %s", line.c_str());
 }
 
+void Comm::completeArgs(CallDesc* call) const {
+  collectives::CollArgs& a = call->args;
+  a.settings() = settings_;
+  if (hostCount_ > 1) a.hostOf = hostOf_;  // empty means one host: no copy per call
+  a.elemSize = uint32_t(dtypeSize(call->dtype));
+  a.buffersMapped = false;  // until the ranks agree otherwise (chooseBuilder)
+}
+
+bool Comm::asksBuffersMapped(const collectives::CollArgs& a,
+                             const tuner::Decision& decided) const {
+  return forcedBuilders_[size_t(a.coll)] == nullptr &&
+         (decided.source == tuner::Source::Model || decided.source == tuner::Source::Autotune) &&
+         decided.whenMapped.builder != nullptr && hostCount_ == 1;
+}
+
 Status Comm::chooseBuilder(CallDesc* call, const tuner::Decision** out) {
   collectives::CollArgs* args = &call->args;
   if (const collectives::Builder* b = forcedBuilders_[size_t(args->coll)]) {

@@ -20,7 +20,6 @@
 #include "comm/connections.h"
 #include "comm/cpu_binding.h"
 #include "comm/error_state.h"
-#include "base/dtype.h"
 #include "base/status.h"
 #include "topology/topology.h"
 #include "transports/transport.h"
@@ -120,13 +119,7 @@ class Comm final : public collectives::ExecHost {
 
   // A call's way: completeArgs, chooseBuilder, resolve, runResolved.
   // What every call's args take from the communicator before its algorithm is chosen.
-  void completeArgs(CallDesc* call) const {
-    collectives::CollArgs& a = call->args;
-    a.settings() = settings_;
-    if (hostCount_ > 1) a.hostOf = hostOf_;  // empty means one host: no copy per call
-    a.elemSize = uint32_t(dtypeSize(call->dtype));
-    a.buffersMapped = false;  // until the ranks agree otherwise (chooseBuilder)
-  }
+  void completeArgs(CallDesc* call) const;
   // The algorithm for a call: LOOM_ALGO's, else the tuner's (or autotune's). Applies the
   // decision's parameters (lanes, torus dims, fan-in) to call->args, so that the plan and its
   // key see them. *out: memo_'s decision, or adjustedDecision_ where this call's differs.
@@ -138,11 +131,7 @@ class Comm final : public collectives::ExecHost {
   // `mapped`: the algorithm the mapped choice would run.
   Status agreeBuffersMapped(const CallDesc& call, const collectives::Builder& mapped, bool* all);
   // Whether a call chooseBuilder decides with `decided` (the tuner's) asks that.
-  bool asksBuffersMapped(const collectives::CollArgs& a, const tuner::Decision& decided) const {
-    return forcedBuilders_[size_t(a.coll)] == nullptr &&
-           (decided.source == tuner::Source::Model || decided.source == tuner::Source::Autotune) &&
-           decided.whenMapped.builder != nullptr && hostCount_ == 1;
-  }
+  bool asksBuffersMapped(const collectives::CollArgs& a, const tuner::Decision& decided) const;
   // The decision's prepared plan for the call (built once per plan key), with the call's
   // buffers laid out as the plan expects them (in-place aliasing, the alltoall's copy).
   Status resolve(const CallDesc& call, const tuner::Decision& decision, ResolvedCall* out);
