@@ -76,7 +76,7 @@ class Comm final : public collectives::ExecHost {
 
  private:
   Comm() = default;
-  // init's phases, in order.
+  // init runs its phases, in this order, then the topology's, the tuner's and autotune's.
   Status init(int nranks, const loomUniqueId& id, int rank, const loomConfig_t* config);
   // The options of the environment and of config (which wins); a bad one fails here, before
   // any rank connects.
@@ -99,7 +99,7 @@ class Comm final : public collectives::ExecHost {
   Status discoverTopology(const Deadline& deadline);
   Status spreadOverCores(const cpu_set_t& machineCpus, int usableCores);
   Status detectTopology(const Deadline& deadline);  // the part without LOOM_TOPO_FILE
-  // The transport its measurement uses to reach peer: the one the peer's connections use.
+  // The transport the measurement uses to reach peer: the one its connections will use.
   transports::Transport* transportFor(int peer) const { return connections_.transportFor(peer); }
 
   // LOOM_AUTOTUNE (comm/comm_autotune.cc). Init reads the cache file, and the ranks agree on
