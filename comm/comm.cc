@@ -104,7 +104,6 @@ Status Comm::init(int nranks, const loomUniqueId& id, int rank, const loomConfig
   transports::PeerInfo me;
   LOOM_TRY(exchangePeers(id, deadline, &me));
   numberHosts();
-  directBytes_ = uint64_t(std::max<int64_t>(0, params::getInt("LOOM_SHM_DIRECT_BYTES")));
   cpu_set_t machineCpus;
   shareMachine(me, &machineCpus);
   const int usableCores = std::max(1, CPU_COUNT(&machineCpus));
@@ -132,6 +131,9 @@ Status Comm::readOptions(const loomConfig_t* config, tuner::TunerConfig* tuning)
   ctx_.timeoutMs = params::getInt("LOOM_TIMEOUT_MS");
   transportMode_ = params::getString("LOOM_TRANSPORT");
   std::string algos = params::getString("LOOM_ALGO");
+  directBytes_ = uint64_t(std::max<int64_t>(0, params::getInt("LOOM_SHM_DIRECT_BYTES")));
+  wait_.spinCount = params::getInt("LOOM_SPIN_COUNT");
+  wait_.yieldNs = uint64_t(std::max<int64_t>(0, params::getInt("LOOM_YIELD_USEC"))) * 1000;
   // Fields of a config from an older (smaller) struct are absent: read only what it has.
   if (config != nullptr) {
     if (config->size < offsetof(loomConfig_t, timeoutMs) + sizeof(int))
@@ -204,7 +206,7 @@ void Comm::shareMachine(const transports::PeerInfo& me, cpu_set_t* machineCpus) 
     ++machineRanks_;
     CPU_OR(machineCpus, machineCpus, &p.cpus);
   }
-  wait_ = WaitPolicy::fromParams(machineRanks_, std::max(1, CPU_COUNT(machineCpus)));
+  wait_.chooseSpin(machineRanks_, std::max(1, CPU_COUNT(machineCpus)));
 }
 
 // Where the machine's ranks outnumber its cores and nothing bound them, the scheduler may leave

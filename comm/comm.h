@@ -87,7 +87,7 @@ class Comm final : public collectives::ExecHost {
   // Numbers the hosts by first appearance (hostOf_, hostCount_), for hierarchical plans.
   void numberHosts();
   // The ranks of this rank's machine (machineRanks_), the CPUs they may run on together, and
-  // how they wait (wait_).
+  // whether they spin while they wait (wait_).
   void shareMachine(const transports::PeerInfo& me, cpu_set_t* machineCpus);
   // Builds tuner_ from the rules and mode read at init, the fixed parameters and topo_; logs
   // its decision table (INFO, rank 0).

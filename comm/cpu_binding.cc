@@ -3,19 +3,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <algorithm>
-
-#include "base/params.h"
-
 namespace loom {
-
-WaitPolicy WaitPolicy::fromParams(int machineRanks, int usableCores) {
-  WaitPolicy w;
-  w.spinCount = params::getInt("LOOM_SPIN_COUNT");
-  if (w.spinCount < 0) w.spinCount = machineRanks > usableCores ? 0 : 2000;
-  w.yieldNs = uint64_t(std::max<int64_t>(0, params::getInt("LOOM_YIELD_USEC"))) * 1000;
-  return w;
-}
 
 bool CpuBinding::bind(int cpu) {
   cpu_set_t one;

@@ -9,13 +9,17 @@
 
 namespace loom {
 
-// The executor's waiting (LOOM_SPIN_COUNT, LOOM_YIELD_USEC).
+// The executor's waiting: polls before it yields (LOOM_SPIN_COUNT), and how long it sleeps
+// once it yields (LOOM_YIELD_USEC).
 struct WaitPolicy {
-  int64_t spinCount = 2000;
+  int64_t spinCount = 2000;  // negative: the communicator's to choose (chooseSpin)
   uint64_t yieldNs = 2000000;
-  // Ranks beyond the machine's usable cores must not spin (LOOM_SPIN_COUNT's default): the peer
-  // they wait for may need the very core they would be burning.
-  static WaitPolicy fromParams(int machineRanks, int usableCores);
+  // A negative spin count becomes 0 where the machine's ranks outnumber its usable cores, else
+  // 2000: a rank beyond them must not spin, as the peer it waits for may need the very core it
+  // would be burning.
+  void chooseSpin(int machineRanks, int usableCores) {
+    if (spinCount < 0) spinCount = machineRanks > usableCores ? 0 : 2000;
+  }
 };
 
 // LOOM_BIND: the thread bound to one CPU, given back the CPUs it had when this goes, unless
