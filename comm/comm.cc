@@ -1,7 +1,6 @@
 #include "comm/comm.h"
 
 #include <sched.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -99,9 +98,43 @@ Status Comm::init(int nranks, const loomUniqueId& id, int rank, const loomConfig
   log::setThreadRank(rank);
   ctx_.rank = rank;
   ctx_.nranks = nranks;
+  tuner::TunerConfig tuning;
+  LOOM_TRY(readOptions(config, &tuning));
+  Deadline deadline(ctx_.timeoutMs);
+  transports::PeerInfo me;
+  LOOM_TRY(exchangePeers(id, deadline, &me));
+  numberHosts();
+  cpu_set_t machineCpus;
+  shareMachine(me, &machineCpus);
+  const int usableCores = std::max(1, CPU_COUNT(&machineCpus));
+  LOOM_TRY(discoverTopology(deadline));
+  if (connections_.tcpPacedPerPeer()) connections_.paceTcp(topo_);
+  settings_ = tuner::callSettings(tuning.fixed, topo_);
+  // LOOM_TRANSPORT=tcp means no shared memory at all, so no direct (arena) algorithms either.
+  if (transportMode_ == "tcp") settings_.sharedBytes = 0;
+  // After the measurement, whose pairs of ranks share one core on purpose
+  // (topology/link_measure.h).
+  LOOM_TRY(spreadOverCores(machineCpus, usableCores));
+  initTuner(std::move(tuning));
+  LOOM_TRY(initAutotune(deadline));
+  int localRanks = 0;
+  for (const auto& p : ctx_.peers) localRanks += p.hostId == me.hostId;
+  LOOM_INFO("INIT",
+            "rank %d of %d on %s (pid %d): %d host(s), %d local rank(s), %d on this machine's "
+            "%d core(s), transport %s, lanes %d, spin %lld, incast lead %llu B",
+            rank, nranks, me.hostname, me.pid, hostCount_, localRanks, machineRanks_,
+            usableCores, transportMode_.c_str(), settings_.lanes, (long long)wait_.spinCount,
+            (unsigned long long)settings_.fanInLeadBytes);
+  return Status::ok();
+}
+
+Status Comm::readOptions(const loomConfig_t* config, tuner::TunerConfig* tuning) {
   ctx_.timeoutMs = params::getInt("LOOM_TIMEOUT_MS");
   transportMode_ = params::getString("LOOM_TRANSPORT");
   std::string algos = params::getString("LOOM_ALGO");
+  directBytes_ = uint64_t(std::max<int64_t>(0, params::getInt("LOOM_SHM_DIRECT_BYTES")));
+  wait_.spinCount = params::getInt("LOOM_SPIN_COUNT");
+  wait_.yieldNs = uint64_t(std::max<int64_t>(0, params::getInt("LOOM_YIELD_USEC"))) * 1000;
   // Fields of a config from an older (smaller) struct are absent: read only what it has.
   if (config != nullptr) {
     if (config->size < offsetof(loomConfig_t, timeoutMs) + sizeof(int))
@@ -117,48 +150,43 @@ Status Comm::init(int nranks, const loomUniqueId& id, int rank, const loomConfig
     return errorf(loomInvalidArgument, "LOOM_TRANSPORT=\"%s\": expected auto, shm or tcp",
                   transportMode_.c_str());
   LOOM_TRY(parseAlgorithms(algos, &forcedBuilders_));
-  tuner::TunerConfig tuning;  // a bad LOOM_TUNE fails here, before any rank connects
-  LOOM_TRY(tuner::tunerConfigFromParams(&tuning));
+  return tuner::tunerConfigFromParams(tuning);  // LOOM_TUNE's rules, LOOM_TUNER's mode
+}
 
-  Deadline deadline(ctx_.timeoutMs);
-  LOOM_TRY(boot_.connect(id, rank, nranks, deadline));
+Status Comm::exchangePeers(const loomUniqueId& id, const Deadline& deadline,
+                           transports::PeerInfo* me) {
+  LOOM_TRY(boot_.connect(id, rank(), nranks(), deadline));
   UniqueIdData idData;
   net::Address rootAddr;
   LOOM_TRY(decodeUniqueId(id, &idData, &rootAddr));
   memcpy(ctx_.secret, idData.secret, 16);
   ctx_.commHash = fnv1a(idData.secret, 16, fnv1a(idData.addr, idData.addrLen));
 
-  transports::PeerInfo me;
-  me.rank = rank;
-  me.pid = getpid();
+  me->rank = rank();
+  me->pid = getpid();
   std::string hostname;
-  me.hostId = topology::hostIdentity(&hostname);
-  me.machineId = topology::machineIdentity();
-  if (sched_getaffinity(0, sizeof(me.cpus), &me.cpus) != 0) CPU_SET(sched_getcpu(), &me.cpus);
-  snprintf(me.hostname, sizeof(me.hostname), "%s", hostname.c_str());
-  if (transportMode_ != "tcp") LOOM_TRY(transports::createShmTransport(&ctx_, &shm_));
-  if (transportMode_ != "shm") {
-    LOOM_TRY(transports::createTcpTransport(&ctx_, &tcp_));
-    transports::tcpListenAddress(*tcp_, &me);
-  }
+  me->hostId = topology::hostIdentity(&hostname);
+  me->machineId = topology::machineIdentity();
+  if (sched_getaffinity(0, sizeof(me->cpus), &me->cpus) != 0) CPU_SET(sched_getcpu(), &me->cpus);
+  snprintf(me->hostname, sizeof(me->hostname), "%s", hostname.c_str());
+  LOOM_TRY(connections_.open(&ctx_, transportMode_, me));
   std::vector<std::string> all;
-  LOOM_TRY(boot_.allgather(std::string(reinterpret_cast<const char*>(&me), sizeof(me)), &all,
+  LOOM_TRY(boot_.allgather(std::string(reinterpret_cast<const char*>(me), sizeof(*me)), &all,
                            deadline));
-  ctx_.peers.resize(nranks);
-  int hosts = 0;
-  for (int r = 0; r < nranks; ++r) {
+  ctx_.peers.resize(nranks());
+  for (int r = 0; r < nranks(); ++r) {
     if (all[r].size() != sizeof(transports::PeerInfo))
       return errorf(loomInternalError, "bootstrap: rank %d sent a malformed peer record", r);
     memcpy(&ctx_.peers[r], all[r].data(), sizeof(transports::PeerInfo));
-    bool newHost = true;
-    for (int q = 0; q < r; ++q) newHost = newHost && ctx_.peers[q].hostId != ctx_.peers[r].hostId;
-    hosts += newHost;
-    if (transportMode_ == "shm" && ctx_.peers[r].hostId != me.hostId)
+    if (transportMode_ == "shm" && ctx_.peers[r].hostId != me->hostId)
       return errorf(loomInvalidArgument,
                     "LOOM_TRANSPORT=shm but rank %d is on another host (%s)", r,
                     ctx_.peers[r].hostname);
   }
-  // Hosts numbered by first appearance, for hierarchical plans.
+  return Status::ok();
+}
+
+void Comm::numberHosts() {
   std::vector<uint64_t> hostIds;
   for (const auto& p : ctx_.peers) {
     auto pos = std::find(hostIds.begin(), hostIds.end(), p.hostId);
@@ -166,42 +194,20 @@ Status Comm::init(int nranks, const loomUniqueId& id, int rank, const loomConfig
     if (pos == hostIds.end()) hostIds.push_back(p.hostId);
   }
   hostCount_ = int(hostIds.size());
-  directBytes_ = uint64_t(std::max<int64_t>(0, params::getInt("LOOM_SHM_DIRECT_BYTES")));
-  // Ranks beyond the machine's usable cores must not spin: the peer they wait for may need the
-  // very core they would be burning. Ranks in other network namespaces (or containers) of the
-  // same kernel count too: they are other hosts to the plans, but they share these cores. The
-  // usable cores are all those the machine's ranks may run on, together: ranks bound to a core
-  // each (mpirun --bind-to core) have one each, and spin.
-  int localRanks = 0;
-  cpu_set_t machineCpus;
-  CPU_ZERO(&machineCpus);
+}
+
+void Comm::shareMachine(const transports::PeerInfo& me, cpu_set_t* machineCpus) {
+  // Ranks in other network namespaces (or containers) of the same kernel count too: they are
+  // other hosts to the plans, but they share these cores. The usable cores are all those the
+  // machine's ranks may run on, together: ranks bound to a core each (mpirun --bind-to core)
+  // have one each, and spin.
+  CPU_ZERO(machineCpus);
   for (const auto& p : ctx_.peers) {
-    localRanks += p.hostId == me.hostId;
     if (p.machineId != me.machineId) continue;
     ++machineRanks_;
-    CPU_OR(&machineCpus, &machineCpus, &p.cpus);
+    CPU_OR(machineCpus, machineCpus, &p.cpus);
   }
-  const int usableCores = std::max(1, CPU_COUNT(&machineCpus));
-  spinCount_ = params::getInt("LOOM_SPIN_COUNT");
-  if (spinCount_ < 0) spinCount_ = machineRanks_ > usableCores ? 0 : 2000;
-  yieldNs_ = uint64_t(std::max<int64_t>(0, params::getInt("LOOM_YIELD_USEC"))) * 1000;
-  LOOM_TRY(discoverTopology(deadline));
-  if (tcp_ && transports::tcpPacesPerPeer(*tcp_)) setTcpPacing();
-  settings_ = tuner::callSettings(tuning.fixed, topo_);
-  // LOOM_TRANSPORT=tcp means no shared memory at all, so no direct (arena) algorithms either.
-  if (transportMode_ == "tcp") settings_.sharedBytes = 0;
-  // After the measurement, whose pairs of ranks share one core on purpose
-  // (topology/link_measure.h).
-  LOOM_TRY(spreadOverCores(machineCpus, usableCores));
-  initTuner(std::move(tuning));
-  LOOM_TRY(initAutotune(deadline));
-  LOOM_INFO("INIT",
-            "rank %d of %d on %s (pid %d): %d host(s), %d local rank(s), %d on this machine's "
-            "%d core(s), transport %s, lanes %d, spin %lld, incast lead %llu B",
-            rank, nranks, me.hostname, me.pid, hosts, localRanks, machineRanks_, usableCores,
-            transportMode_.c_str(), settings_.lanes, (long long)spinCount_,
-            (unsigned long long)settings_.fanInLeadBytes);
-  return Status::ok();
+  wait_.chooseSpin(machineRanks_, std::max(1, CPU_COUNT(machineCpus)));
 }
 
 // Where the machine's ranks outnumber its cores and nothing bound them, the scheduler may leave
@@ -225,94 +231,40 @@ Status Comm::spreadOverCores(const cpu_set_t& machineCpus, int usableCores) {
   int cpu = -1;
   for (int c = 0, seen = 0; c < CPU_SETSIZE && cpu < 0; ++c)
     if (CPU_ISSET(c, &machineCpus) && seen++ == index % usableCores) cpu = c;
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(cpu, &one);
-  const pid_t tid = pid_t(syscall(SYS_gettid));
-  if (sched_getaffinity(0, sizeof(unboundCpus_), &unboundCpus_) != 0 ||
-      sched_setaffinity(0, sizeof(one), &one) != 0) {
+  if (!binding_.bind(cpu)) {
     LOOM_WARN("INIT", "rank %d: cannot bind to CPU %d (%s); left unbound", rank(), cpu,
               strerror(errno));
     return Status::ok();
   }
-  boundTid_ = tid;
-  boundCpu_ = cpu;
   LOOM_INFO("INIT", "rank %d: %d ranks on this machine's %d cores: bound to CPU %d (LOOM_BIND)",
             rank(), machineRanks_, usableCores, cpu);
   return Status::ok();
 }
 
-Comm::~Comm() {
-  // Give the thread back the CPUs it had, unless someone bound it elsewhere since.
-  if (boundTid_ != 0) {
-    cpu_set_t now;
-    if (sched_getaffinity(boundTid_, sizeof(now), &now) == 0 && CPU_COUNT(&now) == 1 &&
-        CPU_ISSET(boundCpu_, &now))
-      sched_setaffinity(boundTid_, sizeof(unboundCpus_), &unboundCpus_);
-  }
-  arena_.reset();
-  conns_.clear();
-  shm_.reset();
-  tcp_.reset();
-}
-
-transports::Transport* Comm::transportFor(int peer) const {
-  if (transportMode_ == "tcp") return tcp_.get();
-  if (transportMode_ == "shm") return shm_.get();
-  return shm_->canConnect(peer) ? shm_.get() : tcp_.get();
-}
+// The parts go in reverse order of declaration: the arena before the connections, they before
+// the bootstrap.
+Comm::~Comm() = default;
 
 Status Comm::connection(int peer, int lane, transports::Connection** out,
                         transports::Transport** transport) {
-  if (lane >= int(conns_.size())) {
-    conns_.resize(lane + 1);
-    connTransport_.resize(lane + 1);
-  }
-  if (conns_[lane].empty()) {
-    conns_[lane].resize(nranks());
-    connTransport_[lane].assign(nranks(), nullptr);
-  }
-  if (!conns_[lane][peer]) {
-    transports::Transport* t = transportFor(peer);
-    Status st = t->connect(peer, lane, Deadline(timeoutMs()), &conns_[lane][peer]);
-    if (!st.isOk())
-      return st.withContext(strprintf("connecting to rank %d over %s", peer, t->name()));
-    connTransport_[lane][peer] = t;
-    LOOM_INFO("INIT", "connected to rank %d lane %d over %s", peer, lane, t->name());
-  }
-  *out = conns_[lane][peer].get();
-  *transport = connTransport_[lane][peer];
-  return Status::ok();
+  return connections_.get(peer, lane, timeoutMs(), out, transport);
 }
 
 Status Comm::pollAsyncErrors() { return boot_.pollAbort(); }
 
 void Comm::fail(const Status& st) {
-  if (!failed_.isOk()) return;
-  failed_ = st;
-  asyncError_.store(st.code());
+  if (!errors_.record(st)) return;
   LOOM_WARN("COLL", "%s", st.message().c_str());
   // An abort relayed from a peer is already known to everyone; anything else, tell them.
   if (st.message().find("aborted by a peer") == std::string::npos) boot_.sendAbort(st.message());
 }
 
 loomResult_t Comm::asyncError() {
-  if (failed_.isOk()) {
+  if (!errors_.failed()) {
     Status st = boot_.pollAbort();
     if (!st.isOk()) fail(st);
   }
-  return loomResult_t(asyncError_.load());
-}
-
-void Comm::setLastError(const std::string& msg) {
-  std::lock_guard<std::mutex> g(errorMutex_);
-  lastError_ = msg;
-}
-
-const char* Comm::lastError() {
-  std::lock_guard<std::mutex> g(errorMutex_);
-  lastErrorShown_ = lastError_;
-  return lastErrorShown_.c_str();
+  return errors_.code();
 }
 
 const char* Comm::lastAlgorithm() {
@@ -323,23 +275,6 @@ const char* Comm::lastAlgorithm() {
 void Comm::leave() { boot_.leave(); }
 
 void Comm::abortPeers(const std::string& reason) { boot_.sendAbort(reason); }
-
-void Comm::setTcpPacing() {
-  std::vector<uint64_t> rates(size_t(nranks()), 0);
-  double lowest = 0, highest = 0;
-  for (int r = 0; r < nranks(); ++r) {
-    const double rate = topology::slowestNetworkLink(topo_, rank(), r);
-    rates[size_t(r)] = uint64_t(rate);
-    if (rate == 0) continue;  // a rank of this host
-    lowest = lowest == 0 ? rate : std::min(lowest, rate);
-    highest = std::max(highest, rate);
-  }
-  transports::setTcpPeerPacing(*tcp_, std::move(rates));
-  if (highest > 0)
-    LOOM_INFO("TCP", "LOOM_TCP_PACING=-1: connections to other hosts paced at %.4g..%.4g Gbit/s "
-              "(the slowest network link on the way to each peer)",
-              lowest * 8e-9, highest * 8e-9);
-}
 
 void Comm::initTuner(tuner::TunerConfig config) {
   tuner_ = tuner::Tuner(topo_, std::move(config));
@@ -360,6 +295,21 @@ void Comm::initTuner(tuner::TunerConfig config) {
   for (const std::string& line : tuner::summarize(rows)) LOOM_INFO("TUNE", "  %s", line.c_str());
 }
 
+void Comm::completeArgs(CallDesc* call) const {
+  collectives::CollArgs& a = call->args;
+  a.settings() = settings_;
+  if (hostCount_ > 1) a.hostOf = hostOf_;  // empty means one host: no copy per call
+  a.elemSize = uint32_t(dtypeSize(call->dtype));
+  a.buffersMapped = false;  // until the ranks agree otherwise (chooseBuilder)
+}
+
+bool Comm::asksBuffersMapped(const collectives::CollArgs& a,
+                             const tuner::Decision& decided) const {
+  return forcedBuilders_[size_t(a.coll)] == nullptr &&
+         (decided.source == tuner::Source::Model || decided.source == tuner::Source::Autotune) &&
+         decided.whenMapped.builder != nullptr && hostCount_ == 1;
+}
+
 Status Comm::chooseBuilder(CallDesc* call, const tuner::Decision** out) {
   collectives::CollArgs* args = &call->args;
   if (const collectives::Builder* b = forcedBuilders_[size_t(args->coll)]) {
@@ -374,22 +324,21 @@ Status Comm::chooseBuilder(CallDesc* call, const tuner::Decision** out) {
     *out = &adjustedDecision_;
     return Status::ok();
   }
-  LastDecision& last = lastDecision_;
-  if (!last.valid || last.coll != args->coll || last.count != args->count ||
-      last.elemSize != args->elemSize || args->coll == collectives::Collective::AlltoAllv) {
+  const tuner::Decision* last = memo_.decision(*args);
+  if (last == nullptr) {
     tuner::Decision decided;
     LOOM_TRY(tuner_.decide(*args, &decided));
     // Measured decisions beat the model and the built-in table, not the user's rules.
     if (autotune_ && decided.source != tuner::Source::Rule)
       LOOM_TRY(autotuneDecision(*call, &decided));
-    last = {true, args->coll, args->count, args->elemSize, decided};
+    last = &memo_.rememberDecision(*args, decided);
   }
-  *out = &last.decision;
-  if (asksBuffersMapped(*args, last.decision)) {
-    LOOM_TRY(agreeBuffersMapped(*call, *last.decision.whenMapped.builder, &args->buffersMapped));
+  *out = last;
+  if (asksBuffersMapped(*args, *last)) {
+    LOOM_TRY(agreeBuffersMapped(*call, *last->whenMapped.builder, &args->buffersMapped));
     if (args->buffersMapped) {
-      adjustedDecision_ = last.decision;
-      adjustedDecision_.choice = last.decision.whenMapped;
+      adjustedDecision_ = *last;
+      adjustedDecision_.choice = last->whenMapped;
       *out = &adjustedDecision_;
     }
   }
@@ -399,13 +348,8 @@ Status Comm::chooseBuilder(CallDesc* call, const tuner::Decision** out) {
 
 Status Comm::agreeBuffersMapped(const CallDesc& call, const collectives::Builder& mapped,
                                 bool* all) {
-  // Asking costs every call a barrier of the host's ranks (~10 us with 4 ranks on 2 cores), and
-  // an answer of "not all" tends to stay so (a framework's tensors are not loomMemAlloc
-  // memory): after k such answers in a row the next 2^k - 1 asks (at most 63) are skipped and
-  // their calls run as not all mapped. Every rank has had the same answers, so all skip alike;
-  // buffers that become mapped on every rank are taken up within 64 calls.
-  if (asksToSkip_ > 0) {
-    --asksToSkip_;
+  // After answers of "not all", some asks are skipped (BufferAgreement).
+  if (agreement_.skipAsk()) {
     *all = false;
     return Status::ok();
   }
@@ -413,52 +357,46 @@ Status Comm::agreeBuffersMapped(const CallDesc& call, const collectives::Builder
   const bool mine = transports::findUserMemory(call.input, call.inputBytes).serial != 0 &&
                     transports::findUserMemory(call.output, call.outputBytes).serial != 0 &&
                     !runsOnInputCopy(call, mapped);
-  if (agreementPlan_.lanes.empty()) {
-    collectives::RankPlan plan;
-    plan.algorithm = "buffer agreement";
-    plan.lanes.resize(1);
-    collectives::addBarrier(plan.lanes[0]);
-    agreementPlan_ = collectives::preparePlan(plan, {});
-  }
+  const collectives::PreparedPlan& barrier = agreement_.barrier();
   std::array<void*, 4> buffers = {};
-  LOOM_TRY(mapShared(agreementPlan_, 1, buffers));  // maps the arena at its first use
-  arena_->vote(agreements_, mine);
-  LOOM_TRY(execute(agreementPlan_, buffers, loomUint8, loomSum,
+  LOOM_TRY(mapShared(barrier, 1, buffers));  // maps the arena at its first use
+  arena_->vote(agreement_.round(), mine);
+  LOOM_TRY(execute(barrier, buffers, loomUint8, loomSum,
                    collectives::collectiveName(call.args.coll), 0, 0, /*aheadOfCall=*/true));
-  *all = arena_->unanimous(agreements_++);
-  notAllAnswers_ = *all ? 0 : std::min(notAllAnswers_ + 1, kMaxNotAllAnswers);
-  asksToSkip_ = (1 << notAllAnswers_) - 1;
+  *all = arena_->unanimous(agreement_.round());
+  agreement_.answered(*all);
   LOOM_TRACE("COLL", "buffer agreement #%llu: %s; the next %d ask(s) skipped",
-             (unsigned long long)agreements_, *all ? "every rank's buffers from loomMemAlloc"
-                                                  : "not every rank's buffers from loomMemAlloc",
-             asksToSkip_);
+             (unsigned long long)agreement_.round(),
+             *all ? "every rank's buffers from loomMemAlloc"
+                  : "not every rank's buffers from loomMemAlloc",
+             agreement_.asksToSkip());
   return Status::ok();
 }
 
 Status Comm::runCollective(CallDesc& call) {
   LOOM_TRY(usable());
-  if (repeat_.matches(call)) return runResolved(call, repeat_.resolved);
+  if (const ResolvedCall* again = memo_.repeat(call)) return runResolved(call, *again);
   completeArgs(&call);
   const tuner::Decision* decision = nullptr;
   LOOM_TRY(chooseBuilder(&call, &decision));
-  Resolved r;
+  ResolvedCall r;
   LOOM_TRY(resolve(call, *decision, &r));
-  repeat_.valid = false;
-  if (!asksBuffersMapped(call.args, lastDecision_.decision) && !r.copiesInput &&
+  // Not remembered: calls that ask the ranks whether their buffers are mapped (each such call
+  // must ask or count a skipped ask), that copy their input, or whose counts the key omits.
+  memo_.forgetCall();
+  if (!asksBuffersMapped(call.args, memo_.lastDecision()) && !r.copiesInput &&
       call.args.coll != Collective::AlltoAllv)
-    repeat_ = {true,       call.args.coll, call.args.count, call.args.root, call.dtype,
-               call.op,    call.input,     call.output,     call.inputBytes, call.outputBytes,
-               r};
+    memo_.rememberCall(call, r);
   return runResolved(call, r);
 }
 
 Status Comm::runDecided(const CallDesc& call, const tuner::Decision& decision) {
-  Resolved r;
+  ResolvedCall r;
   LOOM_TRY(resolve(call, decision, &r));
   return runResolved(call, r);
 }
 
-Status Comm::resolve(const CallDesc& call, const tuner::Decision& decision, Resolved* out) {
+Status Comm::resolve(const CallDesc& call, const tuner::Decision& decision, ResolvedCall* out) {
   const collectives::CollArgs& a = call.args;
   const collectives::Builder* builder = decision.choice.builder;
   size_t es = dtypeSize(call.dtype);
@@ -467,8 +405,9 @@ Status Comm::resolve(const CallDesc& call, const tuner::Decision& decision, Reso
   out->buffersMapped = a.buffersMapped;
   // Filled on every call (cheap, no allocation), read only when the plan is not cached yet.
   std::array<collectives::BufferAlias, 3> aliases = {{{0, 0}, {1, 0}, {2, 0}}};
-  PlanKey& key = callKey_;
-  key.reset(a.coll, builder, a.count, a.root, a.settings(), a.elemSize);
+  CallKey& key = callKey_;
+  key.setShape(a);
+  key.setPlan(builder, a.settings());
   if (rangesOverlap(call.input, call.inputBytes, call.output, call.outputBytes)) {
     auto in = reinterpret_cast<uintptr_t>(call.input);
     auto outp = reinterpret_cast<uintptr_t>(call.output);
@@ -499,11 +438,11 @@ Status Comm::resolve(const CallDesc& call, const tuner::Decision& decision, Reso
   if (a.coll == Collective::AlltoAllv)
     for (const auto* v : {&a.sendCounts, &a.sendDispls, &a.recvCounts, &a.recvDispls})
       key.counts.insert(key.counts.end(), v->begin(), v->end());
-  out->plan = &cachedPlan(key, aliases, [&] { return builder->build(a, rank()); });
+  out->plan = &memo_.plan(key, aliases, [&] { return builder->build(a, rank()); });
   return Status::ok();
 }
 
-Status Comm::runResolved(const CallDesc& call, const Resolved& r) {
+Status Comm::runResolved(const CallDesc& call, const ResolvedCall& r) {
   const collectives::CollArgs& a = call.args;
   const collectives::PreparedPlan& prepared = *r.plan;
   lastChoice_ = r.decision.choice;
@@ -526,25 +465,6 @@ Status Comm::runResolved(const CallDesc& call, const Resolved& r) {
       divideInPlace(call.output, call.outputBytes / es, call.dtype, nranks());
   }
   return Status::ok();
-}
-
-template <typename Build>
-const collectives::PreparedPlan& Comm::cachedPlan(const PlanKey& key,
-                                                  std::span<const collectives::BufferAlias> aliases,
-                                                  const Build& build) {
-  // A loop of like calls finds its plan by one comparison with the last call's key.
-  if (lastPlan_ != nullptr && key == lastPlanKey_) return *lastPlan_;
-  auto it = planCache_.find(key);
-  if (it == planCache_.end()) {
-    if (planCache_.size() >= 256) {  // bounded: signatures are few in practice
-      planCache_.clear();
-      repeat_.valid = false;  // it points into the cache
-    }
-    it = planCache_.emplace(key, collectives::preparePlan(build(), aliases)).first;
-  }
-  lastPlanKey_ = key;       // assigned into the old key's storage: no allocation once warm
-  lastPlan_ = &it->second;  // unordered_map nodes stay put until the clear above
-  return *lastPlan_;
 }
 
 Status Comm::mapShared(const collectives::PreparedPlan& plan, size_t elemSize,
@@ -580,8 +500,8 @@ Status Comm::execute(const collectives::PreparedPlan& plan, std::span<void* cons
   exec.collective = collective;
   exec.sequence = aheadOfCall ? sequence_ : sequence_++;
   exec.rank = rank();
-  exec.spinCount = spinCount_;
-  exec.yieldNs = yieldNs_;
+  exec.spinCount = wait_.spinCount;
+  exec.yieldNs = wait_.yieldNs;
   Status st = collectives::execute(*this, exec, timeoutMs(), workspace_);
   if (!st.isOk()) fail(st);
   return st;
@@ -595,8 +515,9 @@ Status Comm::runP2P(const std::vector<P2PCall>& calls) {
   // bytes); the key and buffer list are members so that a repeated group allocates nothing.
   std::vector<void*>& buffers = p2pBuffers_;
   buffers.assign(collectives::kFirstUserBuffer, nullptr);
-  PlanKey& key = callKey_;
-  key.reset(collectives::Collective::SendRecv, nullptr, 0, 0, {0, 0, 0, 0}, 1);
+  CallKey& key = callKey_;
+  key.coll = collectives::Collective::SendRecv, key.count = 0, key.root = 0, key.elemSize = 1;
+  key.setPlan(nullptr, {0, 0, 0, 0});
   for (const P2PCall& c : calls) {
     if (c.op.peer == rank()) {
       (c.op.kind == collectives::P2POp::Kind::Send ? selfSends : selfRecvs).push_back(&c);
@@ -617,7 +538,7 @@ Status Comm::runP2P(const std::vector<P2PCall>& calls) {
   }
   if (key.counts.empty()) return Status::ok();
   // Each operation has its own buffer: nothing aliases.
-  const collectives::PreparedPlan& prepared = cachedPlan(key, {}, [&] {
+  const collectives::PreparedPlan& prepared = memo_.plan(key, {}, [&] {
     std::vector<collectives::P2POp> ops;
     for (const P2PCall& c : calls)
       if (c.op.peer != rank()) ops.push_back(c.op);

@@ -1,21 +1,25 @@
-// The communicator: this rank's view of a group of ranks, its transports and connections,
-// its plan cache, and its error state. The C API (comm/api.cc) is a thin layer over it.
+// The communicator: this rank's view of a group of ranks. It coordinates its parts: the
+// connections to its peers (comm/connections.h), what it remembers of earlier calls
+// (comm/call_memo.h), the buffer agreement (comm/buffer_agreement.h), its use of the CPUs
+// (comm/cpu_binding.h) and its error state (comm/error_state.h); and its topology and tuner.
+// The C API (comm/api.cc) is a thin layer over it.
 #pragma once
 
 #include <array>
-#include <atomic>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <span>
-#include <unordered_map>
 #include <string>
 #include <vector>
 
 #include "collectives/builders.h"
 #include "collectives/executor.h"
 #include "comm/bootstrap.h"
-#include "base/dtype.h"
+#include "comm/buffer_agreement.h"
+#include "comm/call.h"
+#include "comm/call_memo.h"
+#include "comm/connections.h"
+#include "comm/cpu_binding.h"
+#include "comm/error_state.h"
 #include "base/status.h"
 #include "topology/topology.h"
 #include "transports/transport.h"
@@ -23,25 +27,6 @@
 #include "tuner/tuner.h"
 
 namespace loom {
-
-// One collective or point-to-point call, as the API layer describes it to the communicator.
-struct CallDesc {
-  collectives::CollArgs args;
-  const void* input = nullptr;
-  void* output = nullptr;
-  loomDataType_t dtype = loomFloat32;
-  loomRedOp_t op = loomSum;
-  // Bytes of input and output (to detect in-place calls and aliasing).
-  size_t inputBytes = 0, outputBytes = 0;
-};
-
-// Whether two byte ranges share a byte (empty ranges share none).
-bool rangesOverlap(const void* a, size_t an, const void* b, size_t bn);
-
-struct P2PCall {
-  collectives::P2POp op;
-  void* buffer;  // const for sends
-};
 
 class Comm final : public collectives::ExecHost {
  public:
@@ -72,16 +57,11 @@ class Comm final : public collectives::ExecHost {
   Status runP2P(const std::vector<P2PCall>& calls);
 
   // Error state: after a failure the communicator refuses further work with the first error.
-  Status usable() const {
-    if (failed_.isOk()) return Status::ok();
-    return errorf(failed_.code(),
-                  "the communicator failed earlier and can only be destroyed or aborted: %s",
-                  failed_.message().c_str());
-  }
+  Status usable() const { return errors_.usable(); }
   void fail(const Status& st);  // records, and tells the peers through the bootstrap
   loomResult_t asyncError();
-  void setLastError(const std::string& msg);
-  const char* lastError();
+  void setLastError(const std::string& msg) { errors_.setLastError(msg); }
+  const char* lastError() { return errors_.lastError(); }
   // The algorithm and parameters of the last collective (tuner::describe), "" before the first.
   const char* lastAlgorithm();
 
@@ -96,52 +76,31 @@ class Comm final : public collectives::ExecHost {
 
  private:
   Comm() = default;
+  // init runs its phases, in this order, then the topology's, the tuner's and autotune's.
   Status init(int nranks, const loomUniqueId& id, int rank, const loomConfig_t* config);
-  // Fills topo_ (comm/topology_discovery.cc: topology::discoverCommTopology over the bootstrap
-  // and the transports): LOOM_TOPO_FILE, or the probe, the per-host cache and a short
-  // measurement, exchanged so that every rank builds the same model.
-  Status discoverTopology(const Deadline& deadline);
-  Status spreadOverCores(const cpu_set_t& machineCpus, int usableCores);
-  // The transport a connection to `peer` uses (LOOM_TRANSPORT, else shm within a host).
-  transports::Transport* transportFor(int peer) const;
-  // LOOM_TCP_PACING=-1: paces the TCP connections to each peer at the slowest network link of
-  // topo_ on the way there (topology::slowestNetworkLink): a flow faster than that only fills
-  // the queue in front of the link, and a short queue overflows (docs/CALIBRATION.md, netns).
-  void setTcpPacing();
+  // The options of the environment and of config (which wins); a bad one fails here, before
+  // any rank connects.
+  Status readOptions(const loomConfig_t* config, tuner::TunerConfig* tuning);
+  // Joins the bootstrap and learns every rank's PeerInfo (ctx_.peers), *me this rank's.
+  Status exchangePeers(const loomUniqueId& id, const Deadline& deadline,
+                       transports::PeerInfo* me);
+  // Numbers the hosts by first appearance (hostOf_, hostCount_), for hierarchical plans.
+  void numberHosts();
+  // The ranks of this rank's machine (machineRanks_), the CPUs they may run on together, and
+  // whether they spin while they wait (wait_).
+  void shareMachine(const transports::PeerInfo& me, cpu_set_t* machineCpus);
   // Builds tuner_ from the rules and mode read at init, the fixed parameters and topo_; logs
   // its decision table (INFO, rank 0).
   void initTuner(tuner::TunerConfig config);
-  // The algorithm for a call: LOOM_ALGO's, else the tuner's (or autotune's). Applies the
-  // decision's parameters (lanes, torus dims, fan-in) to call->args, so that the plan and its
-  // cache key see them.
-  // *out: lastDecision_'s, or adjustedDecision_ where this call's differs from it.
-  Status chooseBuilder(CallDesc* call, const tuner::Decision** out);
-  // Whether every rank's Input and Output of this call are from loomMemAlloc, as the ranks of
-  // the host agree: each votes, and a barrier of theirs (a plan of one Barrier step, run like
-  // any call) carries the votes to all. Asked only where the answer changes the model's or
-  // autotune's choice (tuner::Decision::whenMapped): all ranks then ask, in the same calls.
-  // `mapped`: the algorithm the mapped choice would run.
-  Status agreeBuffersMapped(const CallDesc& call, const collectives::Builder& mapped, bool* all);
-  // Whether a call chooseBuilder decides with `decided` (the tuner's) asks that.
-  bool asksBuffersMapped(const collectives::CollArgs& a, const tuner::Decision& decided) const {
-    return forcedBuilders_[size_t(a.coll)] == nullptr &&
-           (decided.source == tuner::Source::Model || decided.source == tuner::Source::Autotune) &&
-           decided.whenMapped.builder != nullptr && hostCount_ == 1;
-  }
-  // Runs a call whose args carry the decision's parameters: the plan (cached) and its execution.
-  Status runDecided(const CallDesc& call, const tuner::Decision& decision);
-  // What a call runs once its algorithm is chosen (resolve), and its run (runResolved).
-  struct Resolved {
-    const collectives::PreparedPlan* plan = nullptr;
-    const void* input = nullptr;  // an in-place alltoall's: the copy of its input
-    tuner::Decision decision;
-    bool copiesInput = false;    // input is that copy, refreshed by resolve on every call
-    bool buffersMapped = false;  // CollArgs::buffersMapped: as the ranks agreed for the call
-  };
-  // The decision's prepared plan for the call (built once per PlanKey), with the call's buffers
-  // laid out as the plan expects them (in-place aliasing, the alltoall's copy).
-  Status resolve(const CallDesc& call, const tuner::Decision& decision, Resolved* out);
-  Status runResolved(const CallDesc& call, const Resolved& r);
+
+  // Topology (comm/topology_discovery.cc: topology::discoverCommTopology over the bootstrap and
+  // the transports). discoverTopology fills topo_: LOOM_TOPO_FILE, or the probe, the per-host
+  // cache and a short measurement, exchanged so that every rank builds the same model.
+  Status discoverTopology(const Deadline& deadline);
+  Status spreadOverCores(const cpu_set_t& machineCpus, int usableCores);
+  // The transport the measurement uses to reach peer: the one its connections will use.
+  transports::Transport* transportFor(int peer) const { return connections_.transportFor(peer); }
+
   // LOOM_AUTOTUNE (comm/autotune_runner.cc, over tuner::Autotuner). Init reads the cache file,
   // and the ranks agree on it; a call of a bucket without an entry measures the candidates
   // first. Replaces *out with the measured winner when the call is one autotune measures.
@@ -152,14 +111,28 @@ class Comm final : public collectives::ExecHost {
   // Brings the ranks together before a timed call of a measurement: a one-byte allreduce as the
   // model runs it (not through autotune, which is what is measuring).
   Status syncRanks();
+
+  // A call's way: completeArgs, chooseBuilder, resolve, runResolved.
   // What every call's args take from the communicator before its algorithm is chosen.
-  void completeArgs(CallDesc* call) const {
-    collectives::CollArgs& a = call->args;
-    a.settings() = settings_;
-    if (hostCount_ > 1) a.hostOf = hostOf_;  // empty means one host: no copy per call
-    a.elemSize = uint32_t(dtypeSize(call->dtype));
-    a.buffersMapped = false;  // until the ranks agree otherwise (chooseBuilder)
-  }
+  void completeArgs(CallDesc* call) const;
+  // The algorithm for a call: LOOM_ALGO's, else the tuner's (or autotune's). Applies the
+  // decision's parameters (lanes, torus dims, fan-in) to call->args, so that the plan and its
+  // key see them. *out: memo_'s decision, or adjustedDecision_ where this call's differs.
+  Status chooseBuilder(CallDesc* call, const tuner::Decision** out);
+  // Whether every rank's Input and Output of this call are from loomMemAlloc, as the ranks of
+  // the host agree: each votes, and a barrier of theirs (a plan of one Barrier step, run like
+  // any call) carries the votes to all. Asked only where the answer changes the model's or
+  // autotune's choice (tuner::Decision::whenMapped): all ranks then ask, in the same calls.
+  // `mapped`: the algorithm the mapped choice would run.
+  Status agreeBuffersMapped(const CallDesc& call, const collectives::Builder& mapped, bool* all);
+  // Whether a call chooseBuilder decides with `decided` (the tuner's) asks that.
+  bool asksBuffersMapped(const collectives::CollArgs& a, const tuner::Decision& decided) const;
+  // The decision's prepared plan for the call (built once per plan key), with the call's
+  // buffers laid out as the plan expects them (in-place aliasing, the alltoall's copy).
+  Status resolve(const CallDesc& call, const tuner::Decision& decision, ResolvedCall* out);
+  Status runResolved(const CallDesc& call, const ResolvedCall& r);
+  // Runs a call whose args carry the decision's parameters: resolve, then runResolved.
+  Status runDecided(const CallDesc& call, const tuner::Decision& decision);
   // Runs a prepared plan over the given buffers; a failure marks the communicator failed.
   // A plan that runs ahead of the call it belongs to (the buffer agreement: aheadOfCall) is
   // reported under that call's collective and number, which the call then keeps.
@@ -170,131 +143,48 @@ class Comm final : public collectives::ExecHost {
   Status mapShared(const collectives::PreparedPlan& plan, size_t elemSize,
                    std::span<void*> buffers);
 
-  // What identifies a prepared plan: everything a builder reads, plus the aliasing.
-  struct PlanKey {
-    collectives::Collective coll;
-    const collectives::Builder* builder;
-    uint64_t count;
-    int root, lanes, torusX, torusY, fanIn;
-    uint32_t elemSize;  // the direct allreduce sizes its arena slots in elements
-    int aliasMode;  // 0: none, 1: input inside output, 2: output inside input
-    uint64_t aliasOffset;
-    // Alltoallv: counts and displacements; a send/receive group: (peer, kind, bytes) per op.
-    std::vector<uint64_t> counts;
-    bool operator==(const PlanKey&) const = default;
-    // Refills the key in place, no alias and no counts: its counts keep their storage, so a
-    // loop of calls allocates nothing (a fresh key per call cost a small call ~3%).
-    void reset(collectives::Collective c, const collectives::Builder* b, uint64_t n, int r,
-               const collectives::CallSettings& s, uint32_t es) {
-      coll = c, builder = b, count = n, root = r, lanes = s.lanes, torusX = s.torusX,
-      torusY = s.torusY, fanIn = s.fanIn, elemSize = es, aliasMode = 0, aliasOffset = 0;
-      counts.clear();
-    }
-  };
-  struct PlanKeyHash {
-    size_t operator()(const PlanKey& k) const {
-      size_t h = std::hash<uint64_t>()(k.count) ^ (size_t(k.coll) << 56) ^
-                 std::hash<const void*>()(k.builder) ^ (size_t(k.root) << 40) ^
-                 (size_t(k.aliasMode) << 60) ^ std::hash<uint64_t>()(k.aliasOffset << 1) ^
-                 (size_t(k.lanes) << 48) ^ (size_t(k.fanIn) << 24) ^ (size_t(k.torusX) << 32);
-      for (uint64_t c : k.counts) h = h * 1099511628211ull ^ c;
-      return h;
-    }
-  };
-  // The prepared plan of key from planCache_, built (build() returns the RankPlan) and prepared
-  // with aliases the first time.
-  template <typename Build>
-  const collectives::PreparedPlan& cachedPlan(const PlanKey& key,
-                                              std::span<const collectives::BufferAlias> aliases,
-                                              const Build& build);
-
+  // Configuration, read at init.
   transports::CommContext ctx_;
-  Bootstrap boot_;
-  std::unique_ptr<transports::Transport> shm_, tcp_;
-  std::string transportMode_;  // auto, shm, tcp
+  std::string transportMode_;  // LOOM_TRANSPORT: auto, shm, tcp
   ForcedBuilders forcedBuilders_{};  // LOOM_ALGO: the builder forced per collective, or null
   // What every call's CollArgs start from (tuner::callSettings): lanes, torus dims and fan-in
   // the user fixed (else 1 / derived / 1), the incast lead, the direct arena's bytes per call.
   collectives::CallSettings settings_;
-  std::vector<int32_t> hostOf_;  // host index of every rank (CollArgs::hostOf)
   uint64_t directBytes_ = 0;  // LOOM_SHM_DIRECT_BYTES: the direct allreduce's arena
-  std::unique_ptr<transports::ShmArena> arena_;  // mapped at the first call that uses it
-  int machineRanks_ = 0;     // ranks on this rank's machine (PeerInfo::machineId), itself too
-  int64_t spinCount_ = 2000;  // executor waiting, see LOOM_SPIN_COUNT / LOOM_YIELD_USEC
-  // LOOM_BIND: the thread this communicator bound to one CPU, the CPU, and the thread's CPUs
-  // before (restored when the communicator goes); boundTid_ 0: none bound.
-  pid_t boundTid_ = 0;
-  int boundCpu_ = -1;
-  cpu_set_t unboundCpus_ = {};
-  uint64_t yieldNs_ = 2000000;
-  // Connections by (lane, peer).
-  std::vector<std::vector<std::unique_ptr<transports::Connection>>> conns_;
-  std::vector<std::vector<transports::Transport*>> connTransport_;
-  std::unordered_map<PlanKey, collectives::PreparedPlan, PlanKeyHash> planCache_;
-  PlanKey lastPlanKey_{};  // the last call's, and its entry of planCache_ (null: none)
-  const collectives::PreparedPlan* lastPlan_ = nullptr;
-  // The key of the call being run (runDecided; a send/receive group's: coll SendRecv, its
-  // operations in counts), and a group's buffers.
-  PlanKey callKey_{};
-  CallDesc apiCall_;
-  std::vector<void*> p2pBuffers_;
-  collectives::ExecWorkspace workspace_;
+  // The group's layout.
+  std::vector<int32_t> hostOf_;  // host index of every rank (CollArgs::hostOf)
   int hostCount_ = 1;
+  int machineRanks_ = 0;  // ranks on this rank's machine (PeerInfo::machineId), itself too
   topology::Topology topo_;  // the communicator's topology (discoverTopology)
-  tuner::Tuner tuner_;       // picks algorithm and parameters per call (initTuner)
-  // The last call's decision (the tuner's, or autotune's), before the buffer agreement: what
-  // decides depends on the collective and the call's bytes only, and a loop of like calls then
-  // skips the tuner's lookups (~10% of a 2-rank, 8-byte allreduce).
-  struct LastDecision {
-    bool valid = false;
-    collectives::Collective coll{};
-    uint64_t count = 0;
-    uint32_t elemSize = 0;
-    tuner::Decision decision;
-  } lastDecision_;
-  // The last call that runCollective resolved, whole: a loop that repeats a call (buffers, count,
-  // dtype, op and root alike) runs it again without choosing and resolving it again (~27% of
-  // the instructions of a 2-rank 8-byte allreduce). Not kept for calls that ask the
-  // ranks whether their buffers are mapped (each such call must ask or count a skipped ask) or
-  // that copy their input; cleared with the plan cache it points into.
-  struct RepeatCall {
-    bool valid = false;
-    collectives::Collective coll{};
-    uint64_t count = 0;
-    int root = 0;
-    loomDataType_t dtype{};
-    loomRedOp_t op{};
-    const void* input = nullptr;
-    void* output = nullptr;
-    size_t inputBytes = 0, outputBytes = 0;
-    Resolved resolved;
-    bool matches(const CallDesc& c) const {
-      return valid && c.input == input && c.output == output && c.args.count == count &&
-             c.args.coll == coll && c.dtype == dtype && c.op == op && c.args.root == root &&
-             c.inputBytes == inputBytes && c.outputBytes == outputBytes;
-    }
-  } repeat_;
-  // A call's decision where it is not lastDecision_'s as is: forced by LOOM_ALGO, or the
-  // choice for buffers every rank has from loomMemAlloc (chooseBuilder).
+  // Parts.
+  Bootstrap boot_;
+  CpuBinding binding_;
+  WaitPolicy wait_;
+  Connections connections_;
+  std::unique_ptr<transports::ShmArena> arena_;  // mapped at the first call that uses it
+  BufferAgreement agreement_;
+  ErrorState errors_;
+  // Choosing: the tuner picks algorithm and parameters per call (initTuner).
+  tuner::Tuner tuner_;
+  // A call's decision where it is not memo_'s as is: forced by LOOM_ALGO, or the choice for
+  // buffers every rank has from loomMemAlloc (chooseBuilder).
   tuner::Decision adjustedDecision_;
   // LOOM_AUTOTUNE's measured decisions; null when it is off.
   std::unique_ptr<tuner::Autotuner> autotune_;
+  // Running: what the communicator remembers of earlier calls, the key of the call being
+  // resolved (a send/receive group's: coll SendRecv, its operations in counts), and what each
+  // call reuses so that it allocates nothing.
+  CallMemo memo_;
+  CallKey callKey_;
+  CallDesc apiCall_;
+  std::vector<void*> p2pBuffers_;
+  collectives::ExecWorkspace workspace_;
   std::vector<char> scratch_;
-  std::vector<char> inputCopy_;  // an in-place alltoall's input, see runDecided
-  collectives::PreparedPlan agreementPlan_;  // agreeBuffersMapped's barrier, built at first use
-  uint64_t agreements_ = 0;                  // its rounds so far (ShmArena::vote)
-  static constexpr int kMaxNotAllAnswers = 6;  // skips at most 2^6 - 1 asks in a row
-  int notAllAnswers_ = 0;  // "not every rank's buffers mapped" answers in a row
-  int asksToSkip_ = 0;     // asks still to be skipped after them (agreeBuffersMapped)
+  std::vector<char> inputCopy_;  // an in-place alltoall's input, see resolve
   uint64_t sequence_ = 0;
-  Status failed_;
-  std::atomic<int> asyncError_{loomSuccess};
-  std::mutex errorMutex_;
-  std::string lastError_;
   // What the last collective ran: kept as the decision's parts, described only when asked.
   tuner::Candidate lastChoice_;
   std::string lastAlgorithmShown_;
-  std::string lastErrorShown_;
 };
 
 }  // namespace loom

@@ -1,0 +1,67 @@
+#include "comm/connections.h"
+
+#include <algorithm>
+
+#include "base/log.h"
+
+namespace loom {
+
+Status Connections::open(const transports::CommContext* ctx, const std::string& mode,
+                         transports::PeerInfo* me) {
+  ctx_ = ctx;
+  mode_ = mode;
+  if (mode_ != "tcp") LOOM_TRY(transports::createShmTransport(ctx_, &shm_));
+  if (mode_ != "shm") {
+    LOOM_TRY(transports::createTcpTransport(ctx_, &tcp_));
+    transports::tcpListenAddress(*tcp_, me);
+  }
+  return Status::ok();
+}
+
+transports::Transport* Connections::transportFor(int peer) const {
+  if (mode_ == "tcp") return tcp_.get();
+  if (mode_ == "shm") return shm_.get();
+  return shm_->canConnect(peer) ? shm_.get() : tcp_.get();
+}
+
+Status Connections::get(int peer, int lane, int64_t timeoutMs, transports::Connection** out,
+                        transports::Transport** transport) {
+  if (lane >= int(conns_.size())) {
+    conns_.resize(lane + 1);
+    connTransport_.resize(lane + 1);
+  }
+  if (conns_[lane].empty()) {
+    conns_[lane].resize(ctx_->nranks);
+    connTransport_[lane].assign(ctx_->nranks, nullptr);
+  }
+  if (!conns_[lane][peer]) {
+    transports::Transport* t = transportFor(peer);
+    Status st = t->connect(peer, lane, Deadline(timeoutMs), &conns_[lane][peer]);
+    if (!st.isOk())
+      return st.withContext(strprintf("connecting to rank %d over %s", peer, t->name()));
+    connTransport_[lane][peer] = t;
+    LOOM_INFO("INIT", "connected to rank %d lane %d over %s", peer, lane, t->name());
+  }
+  *out = conns_[lane][peer].get();
+  *transport = connTransport_[lane][peer];
+  return Status::ok();
+}
+
+void Connections::paceTcp(const topology::Topology& topo) {
+  std::vector<uint64_t> rates(size_t(ctx_->nranks), 0);
+  double lowest = 0, highest = 0;
+  for (int r = 0; r < ctx_->nranks; ++r) {
+    const double rate = topology::slowestNetworkLink(topo, ctx_->rank, r);
+    rates[size_t(r)] = uint64_t(rate);
+    if (rate == 0) continue;  // a rank of this host
+    lowest = lowest == 0 ? rate : std::min(lowest, rate);
+    highest = std::max(highest, rate);
+  }
+  transports::setTcpPeerPacing(*tcp_, std::move(rates));
+  if (highest > 0)
+    LOOM_INFO("TCP", "LOOM_TCP_PACING=-1: connections to other hosts paced at %.4g..%.4g Gbit/s "
+              "(the slowest network link on the way to each peer)",
+              lowest * 8e-9, highest * 8e-9);
+}
+
+}  // namespace loom

@@ -1,0 +1,51 @@
+// A communicator's error state: after a failure it refuses further work with the first error;
+// and the last error message of the API, per communicator.
+#pragma once
+
+#include <atomic>
+#include <mutex>
+#include <string>
+
+#include "base/status.h"
+#include "loom/loom.h"
+
+namespace loom {
+
+class ErrorState {
+ public:
+  Status usable() const {
+    if (failed_.isOk()) return Status::ok();
+    return errorf(failed_.code(),
+                  "the communicator failed earlier and can only be destroyed or aborted: %s",
+                  failed_.message().c_str());
+  }
+  bool failed() const { return !failed_.isOk(); }
+  // Records st as the failure; false where one was recorded before (which stays).
+  bool record(const Status& st) {
+    if (!failed_.isOk()) return false;
+    failed_ = st;
+    asyncError_.store(st.code());
+    return true;
+  }
+  // The failure's code, loomSuccess before one (readable from any thread).
+  loomResult_t code() const { return loomResult_t(asyncError_.load()); }
+
+  void setLastError(const std::string& msg) {
+    std::lock_guard<std::mutex> g(mutex_);
+    lastError_ = msg;
+  }
+  // Valid until the next call.
+  const char* lastError() {
+    std::lock_guard<std::mutex> g(mutex_);
+    lastErrorShown_ = lastError_;
+    return lastErrorShown_.c_str();
+  }
+
+ private:
+  Status failed_;
+  std::atomic<int> asyncError_{loomSuccess};
+  std::mutex mutex_;
+  std::string lastError_, lastErrorShown_;
+};
+
+}  // namespace loom
