@@ -49,7 +49,7 @@ std::string cell(const char* format, double v, const char* missing) {
 }  // namespace
 
 std::string formatComparison(const std::vector<LibraryRuns>& libs, const Options& o, int nranks) {
-  std::string t = "#\n# Comparison: " + std::string(collectiveName(o.collective)) + ", " +
+  std::string t = "#\n# Comparison: " + std::string(ncclTestsName(o.collective)) + ", " +
                   std::to_string(nranks) + " ranks, busbw in GB/s (out-of-place), median of " +
                   std::to_string(o.repeats) + (o.repeats == 1 ? " run\n" : " runs\n");
   for (const LibraryRuns& lib : libs) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "perf/options.h"
 #include "perf/perf_common.h"
 
 namespace loom::perf {

@@ -16,7 +16,9 @@
 #include <tuple>
 #include <vector>
 
-#include "perf/perf_common.h"
+#include "toolkit/json.h"
+#include "toolkit/names.h"
+#include "toolkit/units.h"
 #include "tools/model_args.h"
 #include "topology/topology.h"
 #include "tuner/calibrate.h"
@@ -25,7 +27,7 @@
 
 namespace {
 
-namespace perf = loom::perf;
+namespace toolkit = loom::toolkit;
 namespace topology = loom::topology;
 using loom::Status;
 using loom::strprintf;
@@ -134,7 +136,7 @@ bool parseArgs(int argc, char** argv, Args* a) {
       case kCache:
       case kPrivateCache: {
         const char* name = opt == kCache ? "--cache" : "--private-cache";
-        auto bytes = perf::parseSize(v);
+        auto bytes = toolkit::parseSize(v);
         if (!bytes || *bytes == 0)
           return fail(std::string(name) + " wants a size such as 2M, not '" + v + "'");
         (opt == kCache ? a->cacheBytes : a->privateCacheBytes) = *bytes;
@@ -189,11 +191,11 @@ Status readFile(const std::string& path, std::string* text) {
   return Status::ok();
 }
 
-double number(const perf::JsonValue* v) {
-  return v && v->kind == perf::JsonValue::Kind::kNumber ? v->number : -1;
+double number(const toolkit::JsonValue* v) {
+  return v && v->kind == toolkit::JsonValue::Kind::kNumber ? v->number : -1;
 }
-std::string text(const perf::JsonValue* v) {
-  return v && v->kind == perf::JsonValue::Kind::kString ? v->text : std::string();
+std::string text(const toolkit::JsonValue* v) {
+  return v && v->kind == toolkit::JsonValue::Kind::kString ? v->text : std::string();
 }
 
 // The rows of one loom-perf --json file: those of a forced algorithm into *forced, those where
@@ -203,20 +205,19 @@ Status readMeasurements(const std::string& path, std::vector<MeasuredPoint>* for
                         std::vector<MeasuredPoint>* chosen, int* ranks, int* hosts) {
   std::string body, error;
   LOOM_TRY(readFile(path, &body));
-  auto doc = perf::parseJson(body, &error);
+  auto doc = toolkit::parseJson(body, &error);
   if (!doc) return Status(loomInvalidArgument, path + ": not JSON: " + error);
   if (text(doc->find("schema")) != "loom-perf/1")
     return Status(loomInvalidArgument, path + ": not loom-perf --json output (schema loom-perf/1)");
   const std::string collName = text(doc->find("collective"));
-  auto perfColl = perf::parseCollective(collName);
-  loom::collectives::Collective coll;
-  if (!perfColl || !loom::tools::planCollective(*perfColl, &coll))
+  const auto coll = toolkit::parseCollective(collName);
+  if (!coll || !toolkit::hasPlanBuilders(*coll))
     return Status(loomInvalidArgument,
                   path + ": collective '" + collName + "' has no builders to calibrate");
   *ranks = int(number(doc->find("ranks")));
   *hosts = int(number(doc->find("hosts")));
   // The run's lanes shape its plans: the file records the LOOM_* parameters it ran with.
-  const perf::JsonValue* env = doc->find("env");
+  const toolkit::JsonValue* env = doc->find("env");
   const std::string lanesText = env ? text(env->find("LOOM_LANES")) : std::string();
   int lanes = 0;
   if (!lanesText.empty() && (!parseCount(lanesText.c_str(), 0, &lanes) || lanes > 1024))
@@ -224,35 +225,35 @@ Status readMeasurements(const std::string& path, std::vector<MeasuredPoint>* for
                   path + ": env.LOOM_LANES is \"" + lanesText + "\"; want a lane count");
   const bool autotuned = env && text(env->find("LOOM_AUTOTUNE")) == "1";
   const std::string race = text(doc->find("race"));
-  const perf::JsonValue* rows = doc->find("rows");
-  if (*ranks < 1 || !rows || rows->kind != perf::JsonValue::Kind::kArray)
+  const toolkit::JsonValue* rows = doc->find("rows");
+  if (*ranks < 1 || !rows || rows->kind != toolkit::JsonValue::Kind::kArray)
     return Status(loomInvalidArgument, path + ": no 'ranks' or no 'rows'");
   for (size_t i = 0; i < rows->items.size(); ++i) {
-    const perf::JsonValue& row = rows->items[i];
+    const toolkit::JsonValue& row = rows->items[i];
     const std::string where = strprintf("%s: rows[%zu]", path.c_str(), i);
     MeasuredPoint p;
-    p.coll = coll;
+    p.coll = *coll;
     p.lanes = lanes;
     p.algorithm = text(row.find("algorithm"));
     const bool loomChose = p.algorithm == "auto";
     if (loomChose) p.ran = text(row.find("ran"));  // what loom ran, where the run says
     if (loomChose && autotuned) p.algorithm = "autotune";
-    auto dtype = perf::parseDtype(text(row.find("type")));
-    const perf::JsonValue* oop = row.find("out_of_place");
+    auto dtype = toolkit::parseDtype(text(row.find("type")));
+    const toolkit::JsonValue* oop = row.find("out_of_place");
     const double timeUs = number(oop ? oop->find("time_us") : nullptr);
     const double bytes = number(row.find("size")), count = number(row.find("count"));
     if (p.algorithm.empty() || !dtype || timeUs <= 0 || bytes < 0 || count < 0)
       return Status(loomInvalidArgument,
                     where + ": needs algorithm, type, size, count and out_of_place.time_us");
     if (count == 0) continue;  // moves nothing: the API's overhead is not in the model
-    p.elemSize = uint32_t(perf::dtypeBytes(*dtype));
+    p.elemSize = uint32_t(loom::dtypeSize(*dtype));
     p.count = uint64_t(count);
     p.bytes = uint64_t(bytes);
     p.nranks = *ranks;
     p.time = timeUs * 1e-6;
     p.race = race;
-    if (const perf::JsonValue* rounds = row.find("rounds_us"); rounds && !race.empty())
-      for (const perf::JsonValue& t : rounds->items) p.rounds.push_back(number(&t) * 1e-6);
+    if (const toolkit::JsonValue* rounds = row.find("rounds_us"); rounds && !race.empty())
+      for (const toolkit::JsonValue& t : rounds->items) p.rounds.push_back(number(&t) * 1e-6);
     (loomChose ? chosen : forced)->push_back(p);
   }
   return Status::ok();
@@ -315,7 +316,7 @@ std::string linkFigures(const topology::Topology& t) {
   return s;
 }
 
-// Round by round (perf::pairedRatio): how much `chosen` trails the forced run of its call and
+// Round by round (toolkit::pairedRatio): how much `chosen` trails the forced run of its call and
 // race that it trails most, in the median over their rounds (negative: it is ahead of them
 // all), and *against names that run; "" there where no forced run shares its race's rounds.
 double pairedRegret(const MeasuredPoint& chosen, const std::vector<MeasuredPoint>& forced,
@@ -326,7 +327,7 @@ double pairedRegret(const MeasuredPoint& chosen, const std::vector<MeasuredPoint
     if (chosen.race.empty() || f.race != chosen.race || f.coll != chosen.coll ||
         f.nranks != chosen.nranks || f.bytes != chosen.bytes)
       continue;
-    const double ratio = perf::pairedRatio(chosen.rounds, f.rounds);
+    const double ratio = toolkit::pairedRatio(chosen.rounds, f.rounds);
     if (ratio > 0 && (against->empty() || ratio - 1 > most)) {
       most = ratio - 1;
       *against = loom::tuner::variantName(f);

@@ -11,7 +11,8 @@
 #include <vector>
 
 #include "collectives/builders.h"
-#include "perf/perf_common.h"
+#include "toolkit/names.h"
+#include "toolkit/units.h"
 #include "tools/model_args.h"
 #include "topology/topology.h"
 #include "tuner/simulator.h"
@@ -23,7 +24,7 @@ namespace {
 using loom::collectives::Builder;
 using loom::collectives::CollArgs;
 using loom::collectives::Collective;
-namespace perf = loom::perf;
+namespace toolkit = loom::toolkit;
 
 const char kUsage[] =
     "usage: loom-sim (--topo FILE | --uniform HxR) [options]\n"
@@ -48,7 +49,7 @@ struct Args {
   std::string topoFile;
   loom::tuner::UniformCluster uniform;
   bool useUniform = false;
-  perf::Collective collective = perf::Collective::kAllReduce;
+  Collective collective = Collective::AllReduce;
   size_t minBytes = 8, maxBytes = size_t(256) << 20;
   int factor = 4;
   std::vector<std::string> algos;
@@ -104,9 +105,8 @@ bool parseArgs(int argc, char** argv, Args* a) {
         a->useUniform = true;
         break;
       case kColl: {
-        auto c = perf::parseCollective(v);
-        Collective ignored;
-        if (!c || !loom::tools::planCollective(*c, &ignored))
+        auto c = toolkit::parseCollective(v);
+        if (!c || !toolkit::hasPlanBuilders(*c))
           return fail("unknown collective '" + v + "'");
         a->collective = *c;
         break;
@@ -170,8 +170,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   const int nranks = int(topo.ranks.size());
-  Collective coll{};
-  loom::tools::planCollective(a.collective, &coll);
+  const Collective coll = a.collective;
   CollArgs args;
   // What a communicator on this model gives its calls (the incast lead, the shared arena of
   // one host's ranks, LOOM_* parameters), but the lanes hint of --lanes.
@@ -198,12 +197,12 @@ int main(int argc, char** argv) {
   printf("# sim(s): wall seconds this machine took to simulate the row\n");
   printf("#%11s %12s  %-18s %12s %12s %12s %9s\n", "size(B)", "count", "algorithm", "time(us)",
          "algbw(GB/s)", "busbw(GB/s)", "sim(s)");
-  const double factor = perf::busBwFactor(a.collective, nranks);
+  const double factor = toolkit::busBwFactor(a.collective, nranks);
   loom::tuner::TunerConfig tunerConfig;
   tunerConfig.sim = a.sim;
   loom::tuner::Tuner tuner(topo, std::move(tunerConfig));
-  for (size_t size : perf::sizeSweep(a.minBytes, a.maxBytes, a.factor, 0)) {
-    const perf::CollSizes sizes = perf::collSizes(a.collective, size, a.sim.elemSize, nranks);
+  for (size_t size : toolkit::sizeSweep(a.minBytes, a.maxBytes, a.factor, 0)) {
+    const toolkit::CollSizes sizes = toolkit::collSizes(a.collective, size, a.sim.elemSize, nranks);
     args.count = sizes.paramCount;
     const size_t bytes = sizes.bytes(a.sim.elemSize);
     loom::tuner::Decision decision;

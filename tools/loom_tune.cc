@@ -10,7 +10,8 @@
 #include <vector>
 
 #include "base/params.h"
-#include "perf/perf_common.h"
+#include "toolkit/names.h"
+#include "toolkit/units.h"
 #include "tools/model_args.h"
 #include "transports/shm/shm_arena.h"
 #include "tuner/tuner.h"
@@ -19,7 +20,7 @@ namespace {
 
 using loom::collectives::CollArgs;
 using loom::collectives::Collective;
-namespace perf = loom::perf;
+namespace toolkit = loom::toolkit;
 namespace tuner = loom::tuner;
 
 const char kUsage[] =
@@ -44,9 +45,9 @@ struct Args {
   bool useUniform = false;
   std::string tune;
   bool tableOnly = false;
-  std::vector<perf::Collective> collectives = {
-      perf::Collective::kAllReduce, perf::Collective::kAllGather, perf::Collective::kReduceScatter,
-      perf::Collective::kAllToAll,  perf::Collective::kBroadcast, perf::Collective::kReduce};
+  std::vector<Collective> collectives = {Collective::AllReduce,     Collective::AllGather,
+                                         Collective::ReduceScatter, Collective::AlltoAll,
+                                         Collective::Broadcast,     Collective::Reduce};
   size_t minBytes = 8, maxBytes = size_t(1) << 30;
   int factor = 2;
   int ranks = 0;
@@ -89,9 +90,8 @@ bool parseArgs(int argc, char** argv, Args* a) {
         a->tableOnly = true;
         break;
       case kColl: {
-        auto c = perf::parseCollective(v);
-        Collective ignored;
-        if (!c || !loom::tools::planCollective(*c, &ignored))
+        auto c = toolkit::parseCollective(v);
+        if (!c || !toolkit::hasPlanBuilders(*c))
           return fail("unknown collective '" + v + "'");
         a->collectives = {*c};
         break;
@@ -165,12 +165,12 @@ int main(int argc, char** argv) {
       "choice's\n#   (negative: a rule's choice is predicted slower than the model's)\n");
   printf("#%-13s %12s  %-24s %-12s %11s %11s  %-24s %8s\n", "collective", "size(B)", "choice",
          "from", "time(us)", "busbw(GB/s)", "runner-up", "margin");
-  for (perf::Collective pc : a.collectives) {
+  for (Collective pc : a.collectives) {
     CollArgs call = base;
-    loom::tools::planCollective(pc, &call.coll);
-    const double busFactor = perf::busBwFactor(pc, nranks);
+    call.coll = pc;
+    const double busFactor = toolkit::busBwFactor(pc, nranks);
     uint64_t previous = 0;
-    for (size_t size : perf::sizeSweep(a.minBytes, a.maxBytes, a.factor, 0)) {
+    for (size_t size : toolkit::sizeSweep(a.minBytes, a.maxBytes, a.factor, 0)) {
       call.count = tuner::countForBytes(call, size);
       const uint64_t bytes = tuner::callBytes(call);
       if (bytes == previous) continue;  // below one element per rank: the same call again

@@ -6,41 +6,15 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "toolkit/units.h"
 #include "topology/builders.h"
 
 namespace loom::tools {
 
-bool planCollective(perf::Collective c, collectives::Collective* out) {
-  using collectives::Collective;
-  switch (c) {
-    case perf::Collective::kAllReduce:
-      *out = Collective::AllReduce;
-      return true;
-    case perf::Collective::kAllGather:
-      *out = Collective::AllGather;
-      return true;
-    case perf::Collective::kReduceScatter:
-      *out = Collective::ReduceScatter;
-      return true;
-    case perf::Collective::kAllToAll:
-      *out = Collective::AlltoAll;
-      return true;
-    case perf::Collective::kBroadcast:
-      *out = Collective::Broadcast;
-      return true;
-    case perf::Collective::kReduce:
-      *out = Collective::Reduce;
-      return true;
-    case perf::Collective::kSendRecv:
-      return false;
-  }
-  return false;
-}
-
 bool parseSizeSweep(const std::string& s, size_t* minBytes, size_t* maxBytes, int* factor) {
   size_t c1 = s.find(':'), c2 = s.find(':', c1 == std::string::npos ? c1 : c1 + 1);
   if (c1 == std::string::npos || c2 == std::string::npos) return false;
-  auto lo = perf::parseSize(s.substr(0, c1)), hi = perf::parseSize(s.substr(c1 + 1, c2 - c1 - 1));
+  auto lo = toolkit::parseSize(s.substr(0, c1)), hi = toolkit::parseSize(s.substr(c1 + 1, c2 - c1 - 1));
   char* end = nullptr;
   long f = strtol(s.c_str() + c2 + 1, &end, 10);
   if (!lo || !hi || *end || f < 2 || *lo > *hi) return false;
@@ -56,7 +30,7 @@ bool parseUniformShape(const std::string& text, tuner::UniformCluster* out) {
 }
 
 bool parseNetBurst(const std::string& text, tuner::UniformCluster* out, std::string* error) {
-  auto bytes = perf::parseSize(text);
+  auto bytes = toolkit::parseSize(text);
   if (!bytes) {
     *error = "--net-burst wants bytes such as 18K, not '" + text + "'";
     return false;

@@ -5,15 +5,10 @@
 #include <cstddef>
 #include <string>
 
-#include "collectives/plan.h"
-#include "perf/perf_common.h"
 #include "topology/topology.h"
 #include "tuner/uniform_topology.h"
 
 namespace loom::tools {
-
-// The plan IR's collective for perf's (nccl-tests') one; send/recv has no builders to choose.
-bool planCollective(perf::Collective c, collectives::Collective* out);
 
 // "MIN:MAX:F": sizes in bytes from MIN to MAX, times F (K, M, G suffixes).
 bool parseSizeSweep(const std::string& text, size_t* minBytes, size_t* maxBytes, int* factor);

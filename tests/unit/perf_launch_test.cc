@@ -16,7 +16,10 @@
 #include <vector>
 
 #include "perf/compare.h"
-#include "perf/perf_common.h"
+#include "perf/check.h"
+#include "perf/options.h"
+#include "perf/output.h"
+#include "perf/sweep.h"
 
 namespace loom::perf {
 namespace {
@@ -284,15 +287,15 @@ TEST(PerfLaunch, TwoHostsThroughNetnsCluster) {
 
 TEST(PerfJson, WritesWhatItsReaderParses) {
   RunMetadata meta{"loom-perf", "loom", "0.1.0", "abc123", "Backend: \"q\"\n",
-                   Collective::kReduceScatter, 4, 2, {{"LOOM_ALGO", "a=b,c"}}, ""};
+                   Collective::ReduceScatter, 4, 2, {{"LOOM_ALGO", "a=b,c"}}, ""};
   Options o;
   o.check = false;
   ResultRow row;
   row.bytes = 4096;
   row.count = 256;
   row.algorithm = "ring";
-  row.outOfPlace = makeMeasurement(Collective::kReduceScatter, 4096, 4, 10.0, -1);
-  row.inPlace = makeMeasurement(Collective::kReduceScatter, 4096, 4, 20.0, -1);
+  row.outOfPlace = makeMeasurement(Collective::ReduceScatter, 4096, 4, 10.0, -1);
+  row.inPlace = makeMeasurement(Collective::ReduceScatter, 4096, 4, 20.0, -1);
   std::string error;
   const std::optional<JsonValue> j = parseJson(formatJson(meta, o, {row, row}, 0, 1.5), &error);
   ASSERT_TRUE(j) << error;
@@ -350,7 +353,7 @@ TEST(PerfOptions, SweepArgsRoundTrip) {
   for (std::string& a : args) ptrs.push_back(a.data());
   Options back;
   ASSERT_TRUE(parseOptions(int(ptrs.size()), ptrs.data(), &back, &error)) << error;
-  EXPECT_EQ(back.collective, Collective::kBroadcast);
+  EXPECT_EQ(back.collective, Collective::Broadcast);
   EXPECT_EQ(back.minBytes, 1024u);
   EXPECT_EQ(back.stepFactor, 2);
   EXPECT_EQ(back.root, 1);
@@ -418,14 +421,14 @@ TEST(PerfCompare, TableShowsMediansRatiosAndMissingPeers) {
 TEST(PerfCalibrate, PairsRoundsWithinOneRaceOnly) {
   const auto write = [](const std::string& algorithm, const std::string& race,
                         std::vector<double> rounds) {
-    RunMetadata meta{"loom-perf", "loom", "0.1.0", "abc", "test", Collective::kAllReduce, 4, 1,
+    RunMetadata meta{"loom-perf", "loom", "0.1.0", "abc", "test", Collective::AllReduce, 4, 1,
                      {}, race};
     ResultRow row;
     row.bytes = 1024;
     row.count = 256;
     row.algorithm = algorithm;
     if (algorithm == "auto") row.ran = "rd lanes=1";
-    row.outOfPlace = makeMeasurement(Collective::kAllReduce, 1024, 4, medianOf(rounds), -1);
+    row.outOfPlace = makeMeasurement(Collective::AllReduce, 1024, 4, medianOf(rounds), -1);
     row.inPlace = row.outOfPlace;
     row.roundsUs = std::move(rounds);
     Options o;
