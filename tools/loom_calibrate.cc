@@ -198,15 +198,12 @@ std::string text(const toolkit::JsonValue* v) {
   return v && v->kind == toolkit::JsonValue::Kind::kString ? v->text : std::string();
 }
 
-// The rows of one loom-perf --json file: those of a forced algorithm into *forced, those where
-// loom picked it into *chosen (algorithm "auto", or "autotune" where the run set
-// LOOM_AUTOTUNE=1); *ranks and *hosts get the run's rank and host counts.
-Status readMeasurements(const std::string& path, std::vector<MeasuredPoint>* forced,
-                        std::vector<MeasuredPoint>* chosen, int* ranks, int* hosts) {
-  std::string body, error;
-  LOOM_TRY(readFile(path, &body));
-  auto doc = toolkit::parseJson(body, &error);
-  if (!doc) return Status(loomInvalidArgument, path + ": not JSON: " + error);
+// The rows of one loom-perf run (`path` names it in messages): those of a forced algorithm into
+// *forced, those where loom picked it into *chosen (algorithm "auto", or "autotune" where the
+// run set LOOM_AUTOTUNE=1); *ranks and *hosts get the run's rank and host counts.
+Status readRun(const toolkit::JsonValue* doc, const std::string& path,
+               std::vector<MeasuredPoint>* forced, std::vector<MeasuredPoint>* chosen, int* ranks,
+               int* hosts) {
   if (text(doc->find("schema")) != "loom-perf/1")
     return Status(loomInvalidArgument, path + ": not loom-perf --json output (schema loom-perf/1)");
   const std::string collName = text(doc->find("collective"));
@@ -255,6 +252,26 @@ Status readMeasurements(const std::string& path, std::vector<MeasuredPoint>* for
     if (const toolkit::JsonValue* rounds = row.find("rounds_us"); rounds && !race.empty())
       for (const toolkit::JsonValue& t : rounds->items) p.rounds.push_back(number(&t) * 1e-6);
     (loomChose ? chosen : forced)->push_back(p);
+  }
+  return Status::ok();
+}
+
+// The rows of one loom-perf --json file: one run, or loom's runs of a --compare document (its
+// peers' runs are not loom's to calibrate).
+Status readMeasurements(const std::string& path, std::vector<MeasuredPoint>* forced,
+                        std::vector<MeasuredPoint>* chosen, int* ranks, int* hosts) {
+  std::string body, error;
+  LOOM_TRY(readFile(path, &body));
+  auto doc = toolkit::parseJson(body, &error);
+  if (!doc) return Status(loomInvalidArgument, path + ": not JSON: " + error);
+  if (text(doc->find("schema")) != "loom-perf-set/1")
+    return readRun(&*doc, path, forced, chosen, ranks, hosts);
+  const toolkit::JsonValue* runs = doc->find("runs");
+  for (size_t i = 0; runs && i < runs->items.size(); ++i) {
+    const toolkit::JsonValue& run = runs->items[i];
+    if (text(run.find("library")) != "loom") continue;
+    LOOM_TRY(readRun(&run, strprintf("%s: runs[%zu]", path.c_str(), i), forced, chosen, ranks,
+                     hosts));
   }
   return Status::ok();
 }

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -100,6 +101,39 @@ TEST(PerfLaunch, ForksOneToFourRanksAndWritesJson) {
     EXPECT_EQ(j->find("wrong_total")->number, 0);
     std::remove(json.c_str());
   }
+}
+
+// --compare with --json FILE: FILE is the one file written, one document holding every run of
+// loom and of each peer that is built (-R 2: two of each).
+TEST(PerfLaunch, CompareWritesOneDocumentWithEveryRun) {
+  char dir[] = "/tmp/loom-perf-test.compare.XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string json = std::string(dir) + "/r.json";
+  const Result r = runCommand(std::string("LOOM_TIMEOUT_MS=60000 ") + LOOM_PERF_BINARY +
+                              " all_reduce -b 1K -e 1K -n 2 -w 1 -N 2 -R 2 --compare mpi,gloo "
+                              "--json " + json);
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    files.push_back(entry.path().filename().string());
+  EXPECT_EQ(files, std::vector<std::string>{"r.json"});
+  std::string error;
+  const std::optional<JsonValue> j = parseJson(readFile(json), &error);
+  ASSERT_TRUE(j) << error;
+  EXPECT_EQ(j->find("schema")->text, "loom-perf-set/1");
+  const JsonValue* runs = j->find("runs");
+  ASSERT_NE(runs, nullptr);
+  std::map<std::string, int> runsOf;
+  for (const JsonValue& run : runs->items) {
+    expectSchema(run, 2, 1);
+    ++runsOf[run.find("library")->text];
+  }
+  const std::filesystem::path bin = std::filesystem::path(LOOM_PERF_BINARY).parent_path();
+  std::map<std::string, int> expected = {{"loom", 2}};
+  if (std::filesystem::exists(bin / "loom-mpi-perf")) expected["mpi"] = 2;
+  if (std::filesystem::exists(bin / "loom-gloo-perf")) expected["gloo"] = 2;
+  EXPECT_EQ(runsOf, expected);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(PerfLaunch, CheckCatchesACorruptedResult) {
