@@ -82,99 +82,105 @@ bool parseCount(const char* text, int lo, int* out) {
   return true;
 }
 
-bool parseArgs(int argc, char** argv, Args* a) {
-  enum {
-    kTopo = 1,
-    kUniform,
-    kCores,
-    kMachine,
-    kCache,
-    kPrivateCache,
-    kSlices,
-    kMaxEvals,
-    kNoFit,
-    kName,
-    kOut,
-    kMarkdown,
-    kNetBurst,
-    kHelp
-  };
-  static const option kOptions[] = {{"topo", required_argument, nullptr, kTopo},
-                                    {"uniform", required_argument, nullptr, kUniform},
-                                    {"cores", required_argument, nullptr, kCores},
-                                    {"machine", required_argument, nullptr, kMachine},
-                                    {"cache", required_argument, nullptr, kCache},
-                                    {"private-cache", required_argument, nullptr, kPrivateCache},
-                                    {"slices", required_argument, nullptr, kSlices},
-                                    {"max-evals", required_argument, nullptr, kMaxEvals},
-                                    {"no-fit", no_argument, nullptr, kNoFit},
-                                    {"name", required_argument, nullptr, kName},
-                                    {"out", required_argument, nullptr, kOut},
-                                    {"markdown", required_argument, nullptr, kMarkdown},
-                                    {"net-burst", required_argument, nullptr, kNetBurst},
-                                    {"help", no_argument, nullptr, kHelp},
-                                    {nullptr, 0, nullptr, 0}};
-  for (int opt; (opt = getopt_long(argc, argv, "", kOptions, nullptr)) != -1;) {
-    const std::string v = optarg ? optarg : "";
-    switch (opt) {
-      case kTopo:
-        a->topoFile = v;
-        break;
-      case kUniform:
-        if (!loom::tools::parseUniformShape(v, &a->uniform))
-          return fail("--uniform wants HOSTSxRANKS, e.g. 1x4, not '" + v + "'");
-        a->useUniform = true;
-        break;
-      case kCores:
-        if (!parseCount(optarg, 1, &a->cores))
-          return fail("--cores wants a count >= 1, not '" + v + "'");
-        break;
-      case kMachine:
-        if (v.empty()) return fail("--machine wants the machine's name");
-        a->machine = v;
-        break;
-      case kCache:
-      case kPrivateCache: {
-        const char* name = opt == kCache ? "--cache" : "--private-cache";
-        auto bytes = toolkit::parseSize(v);
-        if (!bytes || *bytes == 0)
-          return fail(std::string(name) + " wants a size such as 2M, not '" + v + "'");
-        (opt == kCache ? a->cacheBytes : a->privateCacheBytes) = *bytes;
-        break;
-      }
-      case kSlices:
-        if (!parseCount(optarg, 1, &a->options.sim.slices) ||
-            a->options.sim.slices > loom::tuner::SimOptions::kMaxSlices)
-          return fail(strprintf("--slices wants 1..%d, not '%s'",
-                                loom::tuner::SimOptions::kMaxSlices, v.c_str()));
-        break;
-      case kMaxEvals:
-        if (!parseCount(optarg, 1, &a->options.maxEvaluations))
-          return fail("--max-evals wants a count >= 1, not '" + v + "'");
-        break;
-      case kNoFit:
-        a->options.fit = false;
-        break;
-      case kName:
-        a->name = v;
-        break;
-      case kOut:
-        a->outFile = v;
-        break;
-      case kMarkdown:
-        a->markdownFile = v;
-        break;
-      case kNetBurst: {
-        std::string error;
-        if (!loom::tools::parseNetBurst(v, &a->uniform, &error)) return fail(error);
-        break;
-      }
-      case kHelp:
-        printf("%s", kUsage);
-        exit(0);
-      default:
-        return fail("unknown option");
+enum Option {
+  kTopo = 1,
+  kUniform,
+  kCores,
+  kMachine,
+  kCache,
+  kPrivateCache,
+  kSlices,
+  kMaxEvals,
+  kNoFit,
+  kName,
+  kOut,
+  kMarkdown,
+  kNetBurst,
+  kHelp
+};
+const option kOptions[] = {{"topo", required_argument, nullptr, kTopo},
+                           {"uniform", required_argument, nullptr, kUniform},
+                           {"cores", required_argument, nullptr, kCores},
+                           {"machine", required_argument, nullptr, kMachine},
+                           {"cache", required_argument, nullptr, kCache},
+                           {"private-cache", required_argument, nullptr, kPrivateCache},
+                           {"slices", required_argument, nullptr, kSlices},
+                           {"max-evals", required_argument, nullptr, kMaxEvals},
+                           {"no-fit", no_argument, nullptr, kNoFit},
+                           {"name", required_argument, nullptr, kName},
+                           {"out", required_argument, nullptr, kOut},
+                           {"markdown", required_argument, nullptr, kMarkdown},
+                           {"net-burst", required_argument, nullptr, kNetBurst},
+                           {"help", no_argument, nullptr, kHelp},
+                           {nullptr, 0, nullptr, 0}};
+
+// Applies one option (its value v) to *a; false, after saying why, on a bad value.
+bool applyOption(int opt, const std::string& v, Args* a) {
+  switch (opt) {
+    case kTopo:
+      a->topoFile = v;
+      break;
+    case kUniform:
+      if (!loom::tools::parseUniformShape(v, &a->uniform))
+        return fail("--uniform wants HOSTSxRANKS, e.g. 1x4, not '" + v + "'");
+      a->useUniform = true;
+      break;
+    case kCores:
+      if (!parseCount(v.c_str(), 1, &a->cores))
+        return fail("--cores wants a count >= 1, not '" + v + "'");
+      break;
+    case kMachine:
+      if (v.empty()) return fail("--machine wants the machine's name");
+      a->machine = v;
+      break;
+    case kCache:
+    case kPrivateCache: {
+      const char* name = opt == kCache ? "--cache" : "--private-cache";
+      auto bytes = toolkit::parseSize(v);
+      if (!bytes || *bytes == 0)
+        return fail(std::string(name) + " wants a size such as 2M, not '" + v + "'");
+      (opt == kCache ? a->cacheBytes : a->privateCacheBytes) = *bytes;
+      break;
     }
+    case kSlices:
+      if (!parseCount(v.c_str(), 1, &a->options.sim.slices) ||
+          a->options.sim.slices > loom::tuner::SimOptions::kMaxSlices)
+        return fail(strprintf("--slices wants 1..%d, not '%s'",
+                              loom::tuner::SimOptions::kMaxSlices, v.c_str()));
+      break;
+    case kMaxEvals:
+      if (!parseCount(v.c_str(), 1, &a->options.maxEvaluations))
+        return fail("--max-evals wants a count >= 1, not '" + v + "'");
+      break;
+    case kNoFit:
+      a->options.fit = false;
+      break;
+    case kName:
+      a->name = v;
+      break;
+    case kOut:
+      a->outFile = v;
+      break;
+    case kMarkdown:
+      a->markdownFile = v;
+      break;
+    case kNetBurst: {
+      std::string error;
+      if (!loom::tools::parseNetBurst(v, &a->uniform, &error)) return fail(error);
+      break;
+    }
+    case kHelp:
+      printf("%s", kUsage);
+      exit(0);
+    default:
+      return fail("unknown option");
+  }
+  return true;
+}
+
+bool parseArgs(int argc, char** argv, Args* a) {
+  for (int opt; (opt = getopt_long(argc, argv, "", kOptions, nullptr)) != -1;) {
+    if (!applyOption(opt, optarg ? optarg : "", a)) return false;
   }
   for (int i = optind; i < argc; ++i) a->inputs.push_back(argv[i]);
   if (a->topoFile.empty() == !a->useUniform) return fail("give one of --topo and --uniform");
@@ -353,16 +359,22 @@ double pairedRegret(const MeasuredPoint& chosen, const std::vector<MeasuredPoint
   return most;
 }
 
-std::string report(const Args& a, const loom::tuner::Calibration& c, size_t runs,
-                   const std::vector<MeasuredPoint>& chosen) {
-  // A sweep of one rank count names the collective; one of several says how many ranks too.
+// A collective in the report's tables: a sweep of one rank count names the collective; one of
+// several says how many ranks too.
+struct CollLabel {
   bool severalRankCounts = false;
-  for (const auto& p : c.points)
-    severalRankCounts = severalRankCounts || p.point.nranks != c.points[0].point.nranks;
-  const auto collName = [&](loom::collectives::Collective x, int nranks) {
+  explicit CollLabel(const loom::tuner::Calibration& c) {
+    for (const auto& p : c.points)
+      severalRankCounts = severalRankCounts || p.point.nranks != c.points[0].point.nranks;
+  }
+  std::string operator()(loom::collectives::Collective x, int nranks) const {
     std::string name = loom::collectives::collectiveName(x);
     return severalRankCounts ? strprintf("%s, %d ranks", name.c_str(), nranks) : name;
-  };
+  }
+};
+
+// The model's figures: what was fitted (or given), the hosts' cores and the links.
+std::string modelSection(const Args& a, const loom::tuner::Calibration& c, size_t runs) {
   std::string s = strprintf("## Model '%s'\n\n", c.topo.name.c_str());
   s += strprintf(
       "%zu points (medians of %zu measured rows of forced algorithms), %d simulations of the "
@@ -381,7 +393,12 @@ std::string report(const Args& a, const loom::tuner::Calibration& c, size_t runs
       s += strprintf("| cores of machine '%s', which the hosts share (given) | %d |\n",
                      cpu.machine.c_str(), cpu.cores);
   }
-  s += "\n" + linkFigures(c.topo);
+  return s + "\n" + linkFigures(c.topo);
+}
+
+// Each point's measured time against the prediction, and the error's summary.
+std::string validationSection(const loom::tuner::Calibration& c, const CollLabel& collName) {
+  std::string s;
   s += "\n## Validation\n\n| collective | algorithm | size | measured (us) | predicted (us) | "
        "error |\n| --- | --- | ---: | ---: | ---: | ---: |\n";
   size_t within = 0, predicted = 0;
@@ -402,6 +419,12 @@ std::string report(const Args& a, const loom::tuner::Calibration& c, size_t runs
       "\nMedian |error| **%.1f%%** (target ≤ 15%%), worst ratio **%.2f×** (target ≤ "
       "2×), %zu of %zu points within 15%%.\n",
       c.medianAbsError * 100, c.maxRatio, within, predicted);
+  return s;
+}
+
+// The regret of choosing, per size, the algorithm of the lowest prediction.
+std::string predictedRegretSection(const loom::tuner::Calibration& c, const CollLabel& collName) {
+  std::string s;
   s += "\n## Regret of choosing the lowest prediction\n\n| collective | size | best measured | "
        "lowest predicted | regret |\n| --- | ---: | --- | --- | ---: |\n";
   double worst = 0;
@@ -417,8 +440,38 @@ std::string report(const Args& a, const loom::tuner::Calibration& c, size_t runs
       "\n%zu of %zu sizes within 10%% of the best measured algorithm; worst regret "
       "%.0f%%.\n",
       fine, regrets.size(), worst * 100);
-  if (chosen.empty()) return s;
-  // What loom chose in runs of its own, measured: the regret the tuner really has.
+  return s;
+}
+
+// How loom's own choices (runs without -A) did, per kind of run ("auto", "autotune").
+struct ChoiceTally {
+  size_t fine = 0, fineByChoice = 0, byChoice = 0, sizes = 0, fineByRound = 0, byRound = 0;
+  double worst = -1, worstByChoice = -1, worstByRound = -1;
+};
+
+std::string choiceSummary(const std::map<std::string, ChoiceTally>& tallies) {
+  std::string s = "\n";
+  for (const auto& [run, t] : tallies) {
+    s += strprintf("%s: %zu of %zu sizes within 10%% of the best forced algorithm; worst "
+                   "%+.0f%%.",
+                   run.c_str(), t.fine, t.sizes, t.worst * 100);
+    if (t.byChoice > 0)
+      s += strprintf(" By choice (the forced run of what it ran, at %zu of them): %zu within "
+                     "10%%; worst %+.0f%%.",
+                     t.byChoice, t.fineByChoice, t.worstByChoice * 100);
+    if (t.byRound > 0)
+      s += strprintf(" By round (at the %zu sizes it raced): %zu within 10%%; worst %+.0f%%.",
+                     t.byRound, t.fineByRound, t.worstByRound * 100);
+    s += "\n";
+  }
+  return s;
+}
+
+// What loom chose in runs of its own, measured: the regret the tuner really has.
+std::string measuredChoiceSection(const loom::tuner::Calibration& c,
+                                  const std::vector<MeasuredPoint>& chosen,
+                                  const CollLabel& collName) {
+  std::string s;
   std::vector<MeasuredPoint> forced;
   for (const auto& p : c.points) forced.push_back(p.point);
   const auto measured = loom::tuner::measuredRegrets(forced, chosen);
@@ -435,11 +488,7 @@ std::string report(const Args& a, const loom::tuner::Calibration& c, size_t runs
        "| collective | size | run | ran | measured (us) | forced (us) | best forced | "
        "measured (us) | regret | by choice | by round |\n"
        "| --- | ---: | --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |\n";
-  struct Tally {
-    size_t fine = 0, fineByChoice = 0, byChoice = 0, sizes = 0, fineByRound = 0, byRound = 0;
-    double worst = -1, worstByChoice = -1, worstByRound = -1;
-  };
-  std::map<std::string, Tally> tallies;  // per kind of run: "auto", "autotune"
+  std::map<std::string, ChoiceTally> tallies;  // per kind of run: "auto", "autotune"
   for (const auto& r : measured) {
     const bool known = r.ranTime > 0;
     std::string against;
@@ -454,7 +503,7 @@ std::string report(const Args& a, const loom::tuner::Calibration& c, size_t runs
                    against.empty()
                        ? "-"
                        : strprintf("%+.0f%% (%s)", byRound * 100, against.c_str()).c_str());
-    Tally& t = tallies[r.chosen];
+    ChoiceTally& t = tallies[r.chosen];
     ++t.sizes;
     t.fine += r.regret <= 0.10;
     t.worst = std::max(t.worst, r.regret);
@@ -469,20 +518,15 @@ std::string report(const Args& a, const loom::tuner::Calibration& c, size_t runs
       t.worstByRound = std::max(t.worstByRound, byRound);
     }
   }
-  s += "\n";
-  for (const auto& [run, t] : tallies) {
-    s += strprintf("%s: %zu of %zu sizes within 10%% of the best forced algorithm; worst "
-                   "%+.0f%%.",
-                   run.c_str(), t.fine, t.sizes, t.worst * 100);
-    if (t.byChoice > 0)
-      s += strprintf(" By choice (the forced run of what it ran, at %zu of them): %zu within "
-                     "10%%; worst %+.0f%%.",
-                     t.byChoice, t.fineByChoice, t.worstByChoice * 100);
-    if (t.byRound > 0)
-      s += strprintf(" By round (at the %zu sizes it raced): %zu within 10%%; worst %+.0f%%.",
-                     t.byRound, t.fineByRound, t.worstByRound * 100);
-    s += "\n";
-  }
+  return s + choiceSummary(tallies);
+}
+
+std::string report(const Args& a, const loom::tuner::Calibration& c, size_t runs,
+                   const std::vector<MeasuredPoint>& chosen) {
+  const CollLabel collName(c);
+  std::string s = modelSection(a, c, runs) + validationSection(c, collName) +
+                  predictedRegretSection(c, collName);
+  if (!chosen.empty()) s += measuredChoiceSection(c, chosen, collName);
   return s;
 }
 
