@@ -1,6 +1,6 @@
 // loom-sim: simulated time and busbw of every algorithm of a collective, over a sweep of sizes,
 // on a topology file or a uniform cluster (docs/SIMULATOR.md). Sizes, counts and busbw follow
-// nccl-tests, through perf/'s shared code, so the numbers read like loom-perf's.
+// nccl-tests, through the toolkit's units, so the numbers read like loom-perf's.
 #include <getopt.h>
 
 #include <chrono>
@@ -156,6 +156,74 @@ bool wanted(const Args& a, const Builder& b) {
   return false;
 }
 
+// The call every row simulates, but its count: what a communicator on this model gives its
+// calls (the incast lead, the shared arena of one host's ranks, LOOM_* parameters), but the
+// lanes hint of --lanes.
+CollArgs callOnModel(const Args& a, const loom::topology::Topology& topo) {
+  CollArgs args;
+  args.settings() = loom::tuner::callSettings({}, topo);
+  args.coll = a.collective;
+  args.nranks = int(topo.ranks.size());
+  args.lanes = a.lanes;
+  args.elemSize = a.sim.elemSize;
+  args.hostOf = loom::tools::hostsByFirstAppearance(topo);
+  return args;
+}
+
+void printHeader(const Args& a, const loom::topology::Topology& topo, const CollArgs& args) {
+  printf("# loom-sim: %s, %d ranks on %d hosts, %s, %u-byte elements, %d lane(s), %d slice(s)\n",
+         topo.name.c_str(), args.nranks, loom::tuner::hostCount(args),
+         loom::collectives::collectiveName(args.coll), a.sim.elemSize, a.lanes, a.sim.slices);
+  printf("# * fastest at that size; t = the tuner's choice (loom-tune shows its parameters)%s\n",
+         a.useTuner ? "" : " -- not asked (--no-tuner)");
+  printf("# sim(s): wall seconds this machine took to simulate the row\n");
+  printf("#%11s %12s  %-18s %12s %12s %12s %9s\n", "size(B)", "count", "algorithm", "time(us)",
+         "algbw(GB/s)", "busbw(GB/s)", "sim(s)");
+}
+
+// One builder's simulated call of one size.
+struct Row {
+  const Builder* builder;
+  std::string refusal;
+  double time = 0;
+  double wall = 0;  // seconds this machine took to simulate it
+};
+
+Row simulateRow(const Builder* b, const CollArgs& args, const loom::topology::Topology& topo,
+                const loom::tuner::SimOptions& sim) {
+  Row row{b, b->refuse ? b->refuse(args) : std::string()};
+  if (!row.refusal.empty()) return row;
+  const auto start = std::chrono::steady_clock::now();
+  auto result = loom::tuner::simulateBuilt(
+      args.nranks, [&](int r) { return b->build(args, r); }, topo, sim);
+  row.wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (result.ok) {
+    row.time = result.time;
+  } else {
+    row.refusal = "simulation failed: " + result.message;
+  }
+  return row;
+}
+
+// One size's rows: the fastest marked *, the tuner's choice t.
+void printRows(const std::vector<Row>& rows, size_t bytes, size_t count, double busBwFactor,
+               const Builder* chosen) {
+  const Row* best = nullptr;
+  for (const Row& row : rows)
+    if (row.refusal.empty() && (!best || row.time < best->time)) best = &row;
+  for (const Row& row : rows) {
+    printf("%12zu %12zu  %-15s %c%c ", bytes, count, row.builder->name,
+           &row == best ? '*' : ' ', row.builder == chosen ? 't' : ' ');
+    if (!row.refusal.empty()) {
+      printf("skipped: %s\n", row.refusal.c_str());
+      continue;
+    }
+    const double algbw = row.time > 0 ? double(bytes) / row.time / 1e9 : 0;
+    printf("%12.2f %12.3f %12.3f %9.2f\n", row.time * 1e6, algbw, algbw * busBwFactor,
+           row.wall);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -169,80 +237,31 @@ int main(int argc, char** argv) {
     fprintf(stderr, "loom-sim: %s\n", error.c_str());
     return 1;
   }
-  const int nranks = int(topo.ranks.size());
-  const Collective coll = a.collective;
-  CollArgs args;
-  // What a communicator on this model gives its calls (the incast lead, the shared arena of
-  // one host's ranks, LOOM_* parameters), but the lanes hint of --lanes.
-  args.settings() = loom::tuner::callSettings({}, topo);
-  args.coll = coll;
-  args.nranks = nranks;
-  args.lanes = a.lanes;
-  args.elemSize = a.sim.elemSize;
-  args.hostOf = loom::tools::hostsByFirstAppearance(topo);
-
+  CollArgs args = callOnModel(a, topo);
   std::vector<const Builder*> builders;
   for (const Builder& b : loom::collectives::allBuilders())
-    if (b.coll == coll && b.build && wanted(a, b)) builders.push_back(&b);
+    if (b.coll == args.coll && b.build && wanted(a, b)) builders.push_back(&b);
   if (builders.empty()) {
     fprintf(stderr, "loom-sim: no builder of %s matches --algos\n",
-            loom::collectives::collectiveName(coll));
+            loom::collectives::collectiveName(args.coll));
     return 2;
   }
-  printf("# loom-sim: %s, %d ranks on %d hosts, %s, %u-byte elements, %d lane(s), %d slice(s)\n",
-         topo.name.c_str(), nranks, loom::tuner::hostCount(args),
-         loom::collectives::collectiveName(coll), a.sim.elemSize, a.lanes, a.sim.slices);
-  printf("# * fastest at that size; t = the tuner's choice (loom-tune shows its parameters)%s\n",
-         a.useTuner ? "" : " -- not asked (--no-tuner)");
-  printf("# sim(s): wall seconds this machine took to simulate the row\n");
-  printf("#%11s %12s  %-18s %12s %12s %12s %9s\n", "size(B)", "count", "algorithm", "time(us)",
-         "algbw(GB/s)", "busbw(GB/s)", "sim(s)");
-  const double factor = toolkit::busBwFactor(a.collective, nranks);
+  printHeader(a, topo, args);
+  const double factor = toolkit::busBwFactor(a.collective, args.nranks);
   loom::tuner::TunerConfig tunerConfig;
   tunerConfig.sim = a.sim;
   loom::tuner::Tuner tuner(topo, std::move(tunerConfig));
   for (size_t size : toolkit::sizeSweep(a.minBytes, a.maxBytes, a.factor, 0)) {
-    const toolkit::CollSizes sizes = toolkit::collSizes(a.collective, size, a.sim.elemSize, nranks);
+    const toolkit::CollSizes sizes =
+        toolkit::collSizes(a.collective, size, a.sim.elemSize, args.nranks);
     args.count = sizes.paramCount;
     const size_t bytes = sizes.bytes(a.sim.elemSize);
     loom::tuner::Decision decision;
     const Builder* chosen =
         a.useTuner && tuner.decide(args, &decision).isOk() ? decision.choice.builder : nullptr;
-    struct Row {
-      const Builder* builder;
-      std::string refusal;
-      double time = 0;
-      double wall = 0;  // seconds this machine took to simulate it
-    };
     std::vector<Row> rows;
-    const Row* best = nullptr;
-    for (const Builder* b : builders) {
-      Row row{b, b->refuse ? b->refuse(args) : std::string()};
-      if (row.refusal.empty()) {
-        const auto start = std::chrono::steady_clock::now();
-        auto result = loom::tuner::simulateBuilt(
-            nranks, [&](int r) { return b->build(args, r); }, topo, a.sim);
-        row.wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        if (result.ok) {
-          row.time = result.time;
-        } else {
-          row.refusal = "simulation failed: " + result.message;
-        }
-      }
-      rows.push_back(row);
-    }
-    for (const Row& row : rows)
-      if (row.refusal.empty() && (!best || row.time < best->time)) best = &row;
-    for (const Row& row : rows) {
-      printf("%12zu %12zu  %-15s %c%c ", bytes, sizes.paramCount, row.builder->name,
-             &row == best ? '*' : ' ', row.builder == chosen ? 't' : ' ');
-      if (!row.refusal.empty()) {
-        printf("skipped: %s\n", row.refusal.c_str());
-        continue;
-      }
-      const double algbw = row.time > 0 ? double(bytes) / row.time / 1e9 : 0;
-      printf("%12.2f %12.3f %12.3f %9.2f\n", row.time * 1e6, algbw, algbw * factor, row.wall);
-    }
+    for (const Builder* b : builders) rows.push_back(simulateRow(b, args, topo, a.sim));
+    printRows(rows, bytes, sizes.paramCount, factor, chosen);
     // The rows above run each algorithm as --lanes asks; the tuner also tries other lane
     // counts and torus shapes, so its full choice is shown.
     if (chosen)
