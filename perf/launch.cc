@@ -14,8 +14,7 @@ constexpr int kFinishedWithWrongResults = 1;
 
 }  // namespace
 
-int runForkedRanks(const Options& options,
-                   const std::function<int(toolkit::RankContext&)>& body) {
+int runForkedRanks(const Options& options, const std::function<int(toolkit::RankContext&)>& body) {
   if (options.nranks < 1) return 2;
   toolkit::ForkOptions fork;
   fork.timeoutSec = 0;

@@ -107,6 +107,185 @@ std::string usage(const char* program) {
   return u;
 }
 
+namespace {
+
+const option kLong[] = {
+    {"minbytes", required_argument, nullptr, 'b'},
+    {"maxbytes", required_argument, nullptr, 'e'},
+    {"stepbytes", required_argument, nullptr, 'i'},
+    {"stepfactor", required_argument, nullptr, 'f'},
+    {"iters", required_argument, nullptr, 'n'},
+    {"warmup_iters", required_argument, nullptr, 'w'},
+    {"check", required_argument, nullptr, 'c'},
+    {"op", required_argument, nullptr, 'o'},
+    {"datatype", required_argument, nullptr, 'd'},
+    {"root", required_argument, nullptr, 'r'},
+    {"nranks", required_argument, nullptr, 'N'},
+    {"algo", required_argument, nullptr, 'A'},
+    {"bytes_per_size", required_argument, nullptr, kOptBytesPerSize},
+    {"bind", required_argument, nullptr, kOptBind},
+    {"mem", required_argument, nullptr, kOptMem},
+    {"average", required_argument, nullptr, 'a'},
+    {"blocking", required_argument, nullptr, 'z'},
+    {"json", required_argument, nullptr, kOptJson},
+    {"csv", required_argument, nullptr, kOptCsv},
+    {"compare", required_argument, nullptr, kOptCompare},
+    {"repeats", required_argument, nullptr, 'R'},
+    {"race", required_argument, nullptr, kOptRace},
+    {"sim", no_argument, nullptr, kOptSim},
+    {"topo", required_argument, nullptr, kOptTopo},
+    {"inject_error", no_argument, nullptr, kOptInjectError},
+    {"help", no_argument, nullptr, 'h'},
+    {nullptr, 0, nullptr, 0},
+};
+constexpr const char* kShort = "b:e:i:f:n:w:c:o:d:r:N:A:a:z:R:h";
+
+// Sizes (K/M/G suffixes) and counts within their ranges; false on a bad value.
+bool applyNumber(int ch, const char* arg, Options* o, bool* sawStepBytes) {
+  bool ok = true;
+  switch (ch) {
+    case 'b':
+    case 'e':
+    case 'i':
+    case kOptBytesPerSize: {
+      std::optional<size_t> v = parseSize(arg);
+      ok = v.has_value();
+      if (!ok) break;
+      if (ch == 'b') o->minBytes = *v;
+      if (ch == 'e') o->maxBytes = *v;
+      if (ch == 'i') o->stepBytes = *v, *sawStepBytes = true;
+      if (ch == kOptBytesPerSize) o->bytesPerSize = *v;
+      break;
+    }
+    case 'f':
+      ok = parseInt(arg, 1, 1 << 20, &o->stepFactor);
+      break;
+    case 'n':
+      ok = parseInt(arg, 1, INT_MAX, &o->iters);
+      break;
+    case 'w':
+      ok = parseInt(arg, 0, INT_MAX, &o->warmup);
+      break;
+    case 'r':
+      ok = parseInt(arg, 0, INT_MAX, &o->root);
+      break;
+    case 'N':
+      ok = parseInt(arg, 0, 4096, &o->nranks);
+      break;
+    case 'c': {
+      int v = 0;
+      ok = parseInt(arg, 0, 1, &v);
+      o->check = v != 0;
+      break;
+    }
+    case 'a': {
+      int v = 0;
+      ok = parseInt(arg, 0, 3, &v);
+      o->average = static_cast<Aggregate>(v);
+      break;
+    }
+    case 'z':
+      ok = parseInt(arg, 0, 1, &o->blocking);
+      break;
+    case 'R':
+      ok = parseInt(arg, 1, 1000, &o->repeats);
+      break;
+  }
+  return ok;
+}
+
+// Lists (--compare, --race) and named choices; false on a bad value.
+bool applyChoice(int ch, const char* arg, Options* o) {
+  bool ok = true;
+  switch (ch) {
+    case kOptCompare:
+      o->compare = splitList(arg);
+      for (const std::string& name : o->compare) ok = ok && (name == "mpi" || name == "gloo");
+      break;
+    case kOptRace: {
+      o->race = splitList(arg);
+      for (size_t i = 0; i < o->race.size(); ++i) {
+        ok = ok && !o->race[i].empty() &&
+             std::find(o->race.begin(), o->race.begin() + long(i), o->race[i]) ==
+                 o->race.begin() + long(i);
+      }
+      ok = ok && o->race.size() >= 2;
+      break;
+    }
+    case 'o': {
+      o->allOps = std::strcmp(arg, "all") == 0;
+      if (o->allOps) break;
+      std::optional<loomRedOp_t> v = parseOp(arg);
+      ok = v.has_value();
+      if (ok) o->op = *v;
+      break;
+    }
+    case 'd': {
+      o->allDtypes = std::strcmp(arg, "all") == 0;
+      if (o->allDtypes) break;
+      std::optional<loomDataType_t> v = parseDtype(arg);
+      ok = v.has_value();
+      if (ok) o->dtype = *v;
+      break;
+    }
+    case kOptBind:
+      ok = std::strcmp(arg, "core") == 0 || std::strcmp(arg, "none") == 0;
+      o->bindCores = std::strcmp(arg, "core") == 0;
+      break;
+    case kOptMem:
+      ok = std::strcmp(arg, "shared") == 0 || std::strcmp(arg, "plain") == 0;
+      o->sharedBuffers = std::strcmp(arg, "shared") == 0;
+      break;
+  }
+  return ok;
+}
+
+// One option of kLong / kShort (not -h); false when its value is bad.
+bool applyOption(int ch, const char* arg, Options* o, bool* sawStepBytes) {
+  switch (ch) {
+    case kOptJson:
+      o->jsonPath = arg;
+      break;
+    case kOptCsv:
+      o->csvPath = arg;
+      break;
+    case kOptSim:
+      o->sim = true;
+      break;
+    case kOptTopo:
+      o->topoFile = arg;
+      break;
+    case kOptInjectError:
+      o->injectError = true;
+      break;
+    case 'A':
+      o->algorithm = arg;
+      break;
+    case kOptCompare:
+    case kOptRace:
+    case 'o':
+    case 'd':
+    case kOptBind:
+    case kOptMem:
+      return applyChoice(ch, arg, o);
+    default:
+      return applyNumber(ch, arg, o, sawStepBytes);
+  }
+  return true;
+}
+
+// What no single option shows: options that contradict each other; "" when there are none.
+std::string contradiction(const Options& o, bool sawStepBytes) {
+  if (!o.race.empty() && (!o.compare.empty() || !o.algorithm.empty()))
+    return "--race names the algorithms itself: not with -A or --compare";
+  if (o.minBytes > o.maxBytes) return "minbytes is larger than maxbytes";
+  if (o.stepFactor <= 1 && o.stepBytes == 0 && o.minBytes != o.maxBytes)
+    return sawStepBytes ? "stepbytes 0 would never reach maxbytes" : "no step";
+  return {};
+}
+
+}  // namespace
+
 bool parseOptions(int argc, char** argv, Options* options, std::string* error) {
   error->clear();
   if (argc < 2 || argv[1][0] == '-') {
@@ -129,155 +308,20 @@ bool parseOptions(int argc, char** argv, Options* options, std::string* error) {
   args.push_back(argv[0]);
   for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
   args.push_back(nullptr);
-  static const option kLong[] = {
-      {"minbytes", required_argument, nullptr, 'b'},
-      {"maxbytes", required_argument, nullptr, 'e'},
-      {"stepbytes", required_argument, nullptr, 'i'},
-      {"stepfactor", required_argument, nullptr, 'f'},
-      {"iters", required_argument, nullptr, 'n'},
-      {"warmup_iters", required_argument, nullptr, 'w'},
-      {"check", required_argument, nullptr, 'c'},
-      {"op", required_argument, nullptr, 'o'},
-      {"datatype", required_argument, nullptr, 'd'},
-      {"root", required_argument, nullptr, 'r'},
-      {"nranks", required_argument, nullptr, 'N'},
-      {"algo", required_argument, nullptr, 'A'},
-      {"bytes_per_size", required_argument, nullptr, kOptBytesPerSize},
-      {"bind", required_argument, nullptr, kOptBind},
-      {"mem", required_argument, nullptr, kOptMem},
-      {"average", required_argument, nullptr, 'a'},
-      {"blocking", required_argument, nullptr, 'z'},
-      {"json", required_argument, nullptr, kOptJson},
-      {"csv", required_argument, nullptr, kOptCsv},
-      {"compare", required_argument, nullptr, kOptCompare},
-      {"repeats", required_argument, nullptr, 'R'},
-      {"race", required_argument, nullptr, kOptRace},
-      {"sim", no_argument, nullptr, kOptSim},
-      {"topo", required_argument, nullptr, kOptTopo},
-      {"inject_error", no_argument, nullptr, kOptInjectError},
-      {"help", no_argument, nullptr, 'h'},
-      {nullptr, 0, nullptr, 0},
-  };
   optind = 0;
   opterr = 0;
   const int n = static_cast<int>(args.size()) - 1;
   int ch;
   bool sawStepBytes = false;
-  while ((ch = getopt_long(n, args.data(), "b:e:i:f:n:w:c:o:d:r:N:A:a:z:R:h", kLong, nullptr)) != -1) {
-    const char* arg = optarg;
-    bool ok = true;
-    switch (ch) {
-      case 'b':
-      case 'e':
-      case 'i':
-      case kOptBytesPerSize: {
-        std::optional<size_t> v = parseSize(arg);
-        ok = v.has_value();
-        if (!ok) break;
-        if (ch == 'b') o.minBytes = *v;
-        if (ch == 'e') o.maxBytes = *v;
-        if (ch == 'i') o.stepBytes = *v, sawStepBytes = true;
-        if (ch == kOptBytesPerSize) o.bytesPerSize = *v;
-        break;
-      }
-      case 'f':
-        ok = parseInt(arg, 1, 1 << 20, &o.stepFactor);
-        break;
-      case 'n':
-        ok = parseInt(arg, 1, INT_MAX, &o.iters);
-        break;
-      case 'w':
-        ok = parseInt(arg, 0, INT_MAX, &o.warmup);
-        break;
-      case 'r':
-        ok = parseInt(arg, 0, INT_MAX, &o.root);
-        break;
-      case 'N':
-        ok = parseInt(arg, 0, 4096, &o.nranks);
-        break;
-      case 'c': {
-        int v = 0;
-        ok = parseInt(arg, 0, 1, &v);
-        o.check = v != 0;
-        break;
-      }
-      case 'a': {
-        int v = 0;
-        ok = parseInt(arg, 0, 3, &v);
-        o.average = static_cast<Aggregate>(v);
-        break;
-      }
-      case 'z':
-        ok = parseInt(arg, 0, 1, &o.blocking);
-        break;
-      case 'R':
-        ok = parseInt(arg, 1, 1000, &o.repeats);
-        break;
-      case kOptJson:
-        o.jsonPath = arg;
-        break;
-      case kOptCsv:
-        o.csvPath = arg;
-        break;
-      case kOptSim:
-        o.sim = true;
-        break;
-      case kOptTopo:
-        o.topoFile = arg;
-        break;
-      case kOptInjectError:
-        o.injectError = true;
-        break;
-      case kOptCompare:
-        o.compare = splitList(arg);
-        for (const std::string& name : o.compare) ok = ok && (name == "mpi" || name == "gloo");
-        break;
-      case kOptRace: {
-        o.race = splitList(arg);
-        for (size_t i = 0; i < o.race.size(); ++i) {
-          ok = ok && !o.race[i].empty() &&
-               std::find(o.race.begin(), o.race.begin() + long(i), o.race[i]) ==
-                   o.race.begin() + long(i);
-        }
-        ok = ok && o.race.size() >= 2;
-        break;
-      }
-      case 'o': {
-        o.allOps = std::strcmp(arg, "all") == 0;
-        if (o.allOps) break;
-        std::optional<loomRedOp_t> v = parseOp(arg);
-        ok = v.has_value();
-        if (ok) o.op = *v;
-        break;
-      }
-      case 'd': {
-        o.allDtypes = std::strcmp(arg, "all") == 0;
-        if (o.allDtypes) break;
-        std::optional<loomDataType_t> v = parseDtype(arg);
-        ok = v.has_value();
-        if (ok) o.dtype = *v;
-        break;
-      }
-      case kOptBind:
-        ok = std::strcmp(arg, "core") == 0 || std::strcmp(arg, "none") == 0;
-        o.bindCores = std::strcmp(arg, "core") == 0;
-        break;
-      case kOptMem:
-        ok = std::strcmp(arg, "shared") == 0 || std::strcmp(arg, "plain") == 0;
-        o.sharedBuffers = std::strcmp(arg, "shared") == 0;
-        break;
-      case 'A':
-        o.algorithm = arg;
-        break;
-      case 'h':
-        return false;
-      default:
-        *error = "unknown option or missing value near '" +
-                 std::string(optind > 0 && optind <= n ? args[optind - 1] : "?") + "'";
-        return false;
+  while ((ch = getopt_long(n, args.data(), kShort, kLong, nullptr)) != -1) {
+    if (ch == 'h') return false;
+    if (ch == '?' || ch == ':') {
+      *error = "unknown option or missing value near '" +
+               std::string(optind > 0 && optind <= n ? args[optind - 1] : "?") + "'";
+      return false;
     }
-    if (!ok) {
-      *error = std::string("bad value '") + arg + "' for -" + longName(ch);
+    if (!applyOption(ch, optarg, &o, &sawStepBytes)) {
+      *error = std::string("bad value '") + optarg + "' for -" + longName(ch);
       return false;
     }
   }
@@ -285,18 +329,8 @@ bool parseOptions(int argc, char** argv, Options* options, std::string* error) {
     *error = std::string("unexpected argument '") + args[optind] + "'";
     return false;
   }
-  if (!o.race.empty() && (!o.compare.empty() || !o.algorithm.empty())) {
-    *error = "--race names the algorithms itself: not with -A or --compare";
-    return false;
-  }
-  if (o.minBytes > o.maxBytes) {
-    *error = "minbytes is larger than maxbytes";
-    return false;
-  }
-  if (o.stepFactor <= 1 && o.stepBytes == 0 && o.minBytes != o.maxBytes) {
-    *error = sawStepBytes ? "stepbytes 0 would never reach maxbytes" : "no step";
-    return false;
-  }
+  *error = contradiction(o, sawStepBytes);
+  if (!error->empty()) return false;
   *options = o;
   return true;
 }

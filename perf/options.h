@@ -48,7 +48,7 @@ struct Options {
   // --race A,B,...: algorithms to run interleaved in one run (the backend says what an entry
   // means: loom-perf takes NAME, NAME:LANES, auto and autotune).
   std::vector<std::string> race;
-  bool sim = false;                     // --sim: the tuner's predictions beside the numbers
+  bool sim = false;  // --sim: the tuner's predictions beside the numbers
   // --topo FILE: --sim's topology model (default LOOM_TOPO_FILE, else a uniform model of the
   // run's hosts and ranks).
   std::string topoFile;

@@ -52,8 +52,8 @@ struct ResultRow {
   std::string algorithm;  // the forced algorithm, or "auto" when the library picks
   std::string ran;        // what the library says it ran (Backend::lastAlgorithm), or ""
   Measurement outOfPlace, inPlace;
-  std::vector<double> roundsUs;  // with --race: the out-of-place time of each round, in the
-                                 // order they ran (JSON only; outOfPlace has their median)
+  std::vector<double> roundsUs;         // with --race: the out-of-place time of each round, in the
+                                        // order they ran (JSON only; outOfPlace has their median)
   std::optional<Prediction> simulated;  // with --sim (JSON only)
 };
 

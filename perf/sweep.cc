@@ -24,7 +24,6 @@ int itersForSize(int iters, size_t bytes, size_t budgetBytes) {
   return fit < 1 ? 1 : static_cast<int>(fit);
 }
 
-
 double aggregateTimes(Aggregate a, const std::vector<double>& t) {
   if (t.empty()) return 0;
   switch (a) {
@@ -178,7 +177,8 @@ SizeResult takeTurn(Backend& backend, const Options& o, const CollSizes& s, loom
                           : static_cast<char*>(call.recv);
       const bool hasOutput = s.recvCount > 0 && (c != Collective::Reduce || rank == o.root);
       if (o.injectError && rank == 0 && hasOutput) out[0] = static_cast<char>(out[0] ^ 0x55);
-      mine.wrong[placement] = static_cast<int64_t>(countWrong(c, dtype, op, n, rank, o.root, s, out));
+      mine.wrong[placement] =
+          static_cast<int64_t>(countWrong(c, dtype, op, n, rank, o.root, s, out));
     }
     if (!ok) mine.failed = 1;
   }
@@ -228,17 +228,28 @@ class RaceRun {
  public:
   RaceRun(const std::vector<Contestant>& contestants, const Options& o, const std::string& program,
           const std::string& gitCommit)
-      : contestants_(contestants), o_(o), program_(program), gitCommit_(gitCommit),
-        backend_(*contestants[0].backend), racers_(contestants.size()), race_(racers_ > 1),
-        rounds_(race_ ? o.repeats : 1), n_(backend_.nranks()),
-        leader_(backend_.rank() == 0), meta_(racers_), results_(racers_), wrongOf_(racers_, 0),
+      : contestants_(contestants),
+        o_(o),
+        program_(program),
+        gitCommit_(gitCommit),
+        backend_(*contestants[0].backend),
+        racers_(contestants.size()),
+        race_(racers_ > 1),
+        rounds_(race_ ? o.repeats : 1),
+        n_(backend_.nranks()),
+        leader_(backend_.rank() == 0),
+        meta_(racers_),
+        results_(racers_),
+        wrongOf_(racers_, 0),
         busBwSum_(racers_, 0.0) {}
 
   int run() {
     const Blocks blocks = planBlocks(backend_, o_);
     std::string why;
-    if (blocks.combos.empty()) why = blocks.skipped.empty() ? "nothing to run" : blocks.skipped.front();
-    if (why.empty() && collectiveHasRoot(o_.collective) && o_.root >= n_) why = "root is not a rank";
+    if (blocks.combos.empty())
+      why = blocks.skipped.empty() ? "nothing to run" : blocks.skipped.front();
+    if (why.empty() && collectiveHasRoot(o_.collective) && o_.root >= n_)
+      why = "root is not a rank";
     if (!why.empty()) {
       if (leader_)
         std::fprintf(stderr, "%s: %s: %s\n", program_.c_str(), ncclTestsName(o_.collective),
@@ -320,9 +331,10 @@ class RaceRun {
               : std::string();
     for (size_t i = 0; i < racers_; ++i) {
       const Backend& b = *contestants_[i].backend;
-      meta_[i] = RunMetadata{program_,     b.library(),    b.version(), gitCommit_,
-                             b.describe(), o_.collective, n_,          hosts,
-                             contestantEnvironment(contestants_[i]), raceName};
+      meta_[i] = RunMetadata{program_,   b.library(),  b.version(),
+                             gitCommit_, b.describe(), o_.collective,
+                             n_,         hosts,        contestantEnvironment(contestants_[i]),
+                             raceName};
     }
   }
 
@@ -371,8 +383,9 @@ class RaceRun {
     // Warm-up only has to build connections and plans and fault in pages: at large sizes
     // one or two calls do that, so it gets a smaller share of the budget than the timed
     // batch.
-    const int warmup = itersForSize(
-        o_.warmup, bytes, o_.bytesPerSize ? std::max<size_t>(o_.bytesPerSize / kWarmupShare, 1) : 0);
+    const int warmup =
+        itersForSize(o_.warmup, bytes,
+                     o_.bytesPerSize ? std::max<size_t>(o_.bytesPerSize / kWarmupShare, 1) : 0);
     const int iters = itersForSize(o_.iters, bytes, o_.bytesPerSize);
     SizeTally tally;
     tally.times[0].resize(racers_);
@@ -436,7 +449,7 @@ class RaceRun {
     if (!leader_) return;
     if (o_.sim) {
       Prediction p;
-      const CollCall call{c, dtype, op, o_.root, sendBuf_.get(), recvBuf_.get(), s.paramCount,
+      const CollCall call{c,    dtype, op, o_.root, sendBuf_.get(), recvBuf_.get(), s.paramCount,
                           false};
       if (contestants_[who].backend->predict(call, &p))
         p.time = makeMeasurement(c, bytes, n_, p.time.timeUs, -1);
@@ -463,7 +476,8 @@ class RaceRun {
     double avgSum = 0;
     for (double sum : busBwSum_) avgSum += rows_ ? sum / rows_ : 0.0;
     std::fputs(formatFooter(wrongTotal, avgSum / double(racers_), o_.check).c_str(), stdout);
-    if (race_) std::fputs(formatRegrets(contestants_, o_.collective, results_, rounds_).c_str(), stdout);
+    if (race_)
+      std::fputs(formatRegrets(contestants_, o_.collective, results_, rounds_).c_str(), stdout);
     std::fflush(stdout);
     for (size_t who = 0; who < racers_; ++who) {
       const std::string& label = contestants_[who].label;
@@ -494,7 +508,7 @@ class RaceRun {
   std::vector<RunMetadata> meta_;
   Buffer sendBuf_, recvBuf_;
   std::vector<std::vector<ResultRow>> results_;  // rank 0: each contestant's rows
-  std::vector<int64_t> wrongOf_;  // wrong elements of each contestant's checks
+  std::vector<int64_t> wrongOf_;                 // wrong elements of each contestant's checks
   std::vector<double> busBwSum_;
   int rows_ = 0;
 };

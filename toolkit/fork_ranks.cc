@@ -70,9 +70,7 @@ void bindToCpu(int index) {
   }
 }
 
-bool failed(const RankResult& r, int aboveExit) {
-  return r.signal != 0 || r.exitCode > aboveExit;
-}
+bool failed(const RankResult& r, int aboveExit) { return r.signal != 0 || r.exitCode > aboveExit; }
 
 }  // namespace
 
@@ -88,8 +86,15 @@ std::vector<std::string> RankContext::allgather(const std::string& mine) {
 // stderr and reaps them until all have exited (or the deadline or a failure stops them).
 struct ForkRunner {
   ForkRunner(int n, const ForkOptions& options)
-      : options_(options), results_(n), pids_(n, -1), up_(n, -1), down_(n, -1), err_(n, -1),
-        pending_(n), has_(n, false), alive_(n, false) {}
+      : options_(options),
+        results_(n),
+        pids_(n, -1),
+        up_(n, -1),
+        down_(n, -1),
+        err_(n, -1),
+        pending_(n),
+        has_(n, false),
+        alive_(n, false) {}
 
   std::vector<RankResult> run(const std::function<int(RankContext&)>& fn) {
     fflush(stdout);
@@ -245,8 +250,7 @@ std::vector<RankResult> runRanks(int n, const std::function<int(RankContext&)>& 
   return ForkRunner(n, options).run(fn);
 }
 
-std::string describeFailures(const std::vector<RankResult>& results,
-                             const ForkOptions& options) {
+std::string describeFailures(const std::vector<RankResult>& results, const ForkOptions& options) {
   std::string out;
   for (size_t r = 0; r < results.size(); ++r) {
     bool expected = false;

@@ -26,14 +26,14 @@ class RankContext {
 };
 
 struct RankResult {
-  int exitCode = -1;      // the function's return value (0 = pass); -1 if killed
-  int signal = 0;         // non-zero when the rank died of a signal
-  bool stopped = false;   // killed by the launcher: past the deadline, or another rank failed
-  std::string output;     // what it wrote to stderr (its failure messages), when captured
+  int exitCode = -1;     // the function's return value (0 = pass); -1 if killed
+  int signal = 0;        // non-zero when the rank died of a signal
+  bool stopped = false;  // killed by the launcher: past the deadline, or another rank failed
+  std::string output;    // what it wrote to stderr (its failure messages), when captured
 };
 
 struct ForkOptions {
-  int timeoutSec = 120;   // the whole run; ranks still alive then are killed. 0: no deadline
+  int timeoutSec = 120;  // the whole run; ranks still alive then are killed. 0: no deadline
   // Ranks whose exit is expected not to be 0 (fault tests): their status is not an error.
   std::vector<int> expectedToDie;
   // Whether the ranks' stderr goes into RankResult::output (else to the launcher's stderr).

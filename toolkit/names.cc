@@ -24,12 +24,18 @@ struct DtypeAliases {
   const char* aliases[2];
 };
 constexpr DtypeAliases kDtypeAliases[] = {
-    {loomInt8, {"char", "i8"}},          {loomUint8, {"u8", nullptr}},
-    {loomInt32, {"int", "i32"}},         {loomUint32, {"u32", nullptr}},
-    {loomInt64, {"i64", nullptr}},       {loomUint64, {"u64", nullptr}},
-    {loomFloat16, {"float16", "fp16"}},  {loomBfloat16, {"bf16", nullptr}},
-    {loomFloat32, {"float32", "fp32"}},  {loomFloat64, {"float64", "fp64"}},
-    {loomFloat8e4m3, {"fp8e4m3", "e4m3"}}, {loomFloat8e5m2, {"fp8e5m2", "e5m2"}},
+    {loomInt8, {"char", "i8"}},
+    {loomUint8, {"u8", nullptr}},
+    {loomInt32, {"int", "i32"}},
+    {loomUint32, {"u32", nullptr}},
+    {loomInt64, {"i64", nullptr}},
+    {loomUint64, {"u64", nullptr}},
+    {loomFloat16, {"float16", "fp16"}},
+    {loomBfloat16, {"bf16", nullptr}},
+    {loomFloat32, {"float32", "fp32"}},
+    {loomFloat64, {"float64", "fp64"}},
+    {loomFloat8e4m3, {"fp8e4m3", "e4m3"}},
+    {loomFloat8e5m2, {"fp8e5m2", "e5m2"}},
 };
 
 bool isAlias(std::string_view name, const char* const (&aliases)[2]) {
