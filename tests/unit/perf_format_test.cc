@@ -1,4 +1,4 @@
-// perf_common: the units loom-perf and its peers report in (nccl-tests' conventions), the
+// perf/ and toolkit/units: the units loom-perf and its peers report in (nccl-tests' conventions), the
 // table they print, and the result check.
 #include <gtest/gtest.h>
 
