@@ -1,4 +1,4 @@
-// perf/ and toolkit/units: the units loom-perf and its peers report in (nccl-tests' conventions), the
+// The units loom-perf and its peers report in (nccl-tests' conventions, toolkit/units.h), the
 // table they print, and the result check.
 #include <gtest/gtest.h>
 
