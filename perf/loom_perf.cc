@@ -40,7 +40,6 @@
 namespace loom::perf {
 namespace {
 
-// The collective's key in LOOM_ALGO's grammar.
 class LoomBackend : public Backend {
  public:
   explicit LoomBackend(loomComm_t comm) : comm_(comm) {
