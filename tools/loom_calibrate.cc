@@ -60,9 +60,8 @@ const char kUsage[] =
     "  --markdown FILE     write the report as Markdown too (it always goes to stdout)\n";
 
 struct Args {
-  std::string topoFile, name, outFile, markdownFile, machine;
-  loom::tuner::UniformCluster uniform;
-  bool useUniform = false;
+  loom::tools::ModelChoice model;
+  std::string name, outFile, markdownFile, machine;
   int cores = 0;
   uint64_t cacheBytes = 0, privateCacheBytes = 0;
   loom::tuner::CalibrationOptions options;
@@ -118,12 +117,11 @@ const option kOptions[] = {{"topo", required_argument, nullptr, kTopo},
 bool applyOption(int opt, const std::string& v, Args* a) {
   switch (opt) {
     case kTopo:
-      a->topoFile = v;
+      a->model.topoFile = v;
       break;
     case kUniform:
-      if (!loom::tools::parseUniformShape(v, &a->uniform))
-        return fail("--uniform wants HOSTSxRANKS, e.g. 1x4, not '" + v + "'");
-      a->useUniform = true;
+      if (std::string error; !loom::tools::chooseUniform(v, &a->model, &error))
+        return fail(error);
       break;
     case kCores:
       if (!parseCount(v.c_str(), 1, &a->cores))
@@ -166,7 +164,7 @@ bool applyOption(int opt, const std::string& v, Args* a) {
       break;
     case kNetBurst: {
       std::string error;
-      if (!loom::tools::parseNetBurst(v, &a->uniform, &error)) return fail(error);
+      if (!loom::tools::parseNetBurst(v, &a->model.uniform, &error)) return fail(error);
       break;
     }
     case kHelp:
@@ -183,7 +181,8 @@ bool parseArgs(int argc, char** argv, Args* a) {
     if (!applyOption(opt, optarg ? optarg : "", a)) return false;
   }
   for (int i = optind; i < argc; ++i) a->inputs.push_back(argv[i]);
-  if (a->topoFile.empty() == !a->useUniform) return fail("give one of --topo and --uniform");
+  if (std::string error = loom::tools::modelChoiceError(a->model); !error.empty())
+    return fail(error);
   if (a->inputs.empty()) return fail("no loom-perf --json files given");
   return true;
 }
@@ -538,7 +537,7 @@ int main(int argc, char** argv) {
   if (!parseArgs(argc, argv, &a)) return 2;
   topology::Topology base;
   std::string error;
-  if (!loom::tools::loadModel(a.topoFile, a.useUniform ? &a.uniform : nullptr, 0, &base, &error)) {
+  if (!loom::tools::loadModel(a.model, 0, &base, &error)) {
     fprintf(stderr, "loom-calibrate: %s\n", error.c_str());
     return 1;
   }

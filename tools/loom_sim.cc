@@ -46,9 +46,7 @@ const char kUsage[] =
     "  --net-burst BYTES   the --uniform host links' shaper burst (Link burstBytes)\n";
 
 struct Args {
-  std::string topoFile;
-  loom::tuner::UniformCluster uniform;
-  bool useUniform = false;
+  loom::tools::ModelChoice model;
   Collective collective = Collective::AllReduce;
   size_t minBytes = 8, maxBytes = size_t(256) << 20;
   int factor = 4;
@@ -92,17 +90,16 @@ bool parseArgs(int argc, char** argv, Args* a) {
       {"no-tuner", no_argument, nullptr, kNoTuner},
       {"help", no_argument, nullptr, kHelp},
       {nullptr, 0, nullptr, 0}};
-  double* uniformField[] = {&a->uniform.intraBandwidth, &a->uniform.intraLatency,
-                            &a->uniform.netBandwidth, &a->uniform.netLatency};
+  loom::tuner::UniformCluster& u = a->model.uniform;
+  double* uniformField[] = {&u.intraBandwidth, &u.intraLatency, &u.netBandwidth, &u.netLatency};
   for (int opt; (opt = getopt_long(argc, argv, "", kOptions, nullptr)) != -1;) {
     std::string v = optarg ? optarg : "";
     switch (opt) {
-      case kTopo: a->topoFile = v; break;
+      case kTopo: a->model.topoFile = v; break;
       case kNoTuner: a->useTuner = false; break;
       case kUniform:
-        if (!loom::tools::parseUniformShape(v, &a->uniform))
-          return fail("--uniform wants HOSTSxRANKS, e.g. 4x8, not '" + v + "'");
-        a->useUniform = true;
+        if (std::string error; !loom::tools::chooseUniform(v, &a->model, &error))
+          return fail(error);
         break;
       case kColl: {
         auto c = toolkit::parseCollective(v);
@@ -135,7 +132,7 @@ bool parseArgs(int argc, char** argv, Args* a) {
         break;
       case kNetBurst: {
         std::string error;
-        if (!loom::tools::parseNetBurst(v, &a->uniform, &error)) return fail(error);
+        if (!loom::tools::parseNetBurst(v, &a->model.uniform, &error)) return fail(error);
         break;
       }
       case kHelp: printf("%s", kUsage); exit(0);
@@ -143,7 +140,8 @@ bool parseArgs(int argc, char** argv, Args* a) {
     }
   }
   if (optind < argc) return fail(std::string("unexpected argument '") + argv[optind] + "'");
-  if (a->topoFile.empty() == !a->useUniform) return fail("give one of --topo and --uniform");
+  if (std::string error = loom::tools::modelChoiceError(a->model); !error.empty())
+    return fail(error);
   if (a->sim.elemSize == 0 || a->lanes < 1 || a->sim.slices < 1)
     return fail("--elem-size, --lanes and --slices must be positive");
   return true;
@@ -232,8 +230,7 @@ int main(int argc, char** argv) {
   if (!parseArgs(argc, argv, &a)) return 2;
   loom::topology::Topology topo;
   std::string error;
-  if (!loom::tools::loadModel(a.topoFile, a.useUniform ? &a.uniform : nullptr, a.ranks, &topo,
-                              &error)) {
+  if (!loom::tools::loadModel(a.model, a.ranks, &topo, &error)) {
     fprintf(stderr, "loom-sim: %s\n", error.c_str());
     return 1;
   }

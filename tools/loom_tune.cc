@@ -40,9 +40,7 @@ const char kUsage[] =
     "read from the environment, as loom would.\n";
 
 struct Args {
-  std::string topoFile;
-  loom::tuner::UniformCluster uniform;
-  bool useUniform = false;
+  loom::tools::ModelChoice model;
   std::string tune;
   bool tableOnly = false;
   std::vector<Collective> collectives = {Collective::AllReduce,     Collective::AllGather,
@@ -76,12 +74,11 @@ bool parseArgs(int argc, char** argv, Args* a) {
     const std::string v = optarg ? optarg : "";
     switch (opt) {
       case kTopo:
-        a->topoFile = v;
+        a->model.topoFile = v;
         break;
       case kUniform:
-        if (!loom::tools::parseUniformShape(v, &a->uniform))
-          return fail("--uniform wants HOSTSxRANKS, e.g. 4x8, not '" + v + "'");
-        a->useUniform = true;
+        if (std::string error; !loom::tools::chooseUniform(v, &a->model, &error))
+          return fail(error);
         break;
       case kTune:
         a->tune = v;
@@ -114,7 +111,8 @@ bool parseArgs(int argc, char** argv, Args* a) {
     }
   }
   if (optind < argc) return fail(std::string("unexpected argument '") + argv[optind] + "'");
-  if (a->topoFile.empty() == !a->useUniform) return fail("give one of --topo and --uniform");
+  if (std::string error = loom::tools::modelChoiceError(a->model); !error.empty())
+    return fail(error);
   if (a->elemSize == 0 || a->elemSize > 8) return fail("--elem-size must be 1 to 8");
   return true;
 }
@@ -137,8 +135,7 @@ int main(int argc, char** argv) {
   if (!parseArgs(argc, argv, &a)) return 2;
   loom::topology::Topology topo;
   std::string error;
-  if (!loom::tools::loadModel(a.topoFile, a.useUniform ? &a.uniform : nullptr, a.ranks, &topo,
-                              &error)) {
+  if (!loom::tools::loadModel(a.model, a.ranks, &topo, &error)) {
     fprintf(stderr, "loom-tune: %s\n", error.c_str());
     return 1;
   }

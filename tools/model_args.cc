@@ -24,9 +24,19 @@ bool parseSizeSweep(const std::string& s, size_t* minBytes, size_t* maxBytes, in
   return true;
 }
 
-bool parseUniformShape(const std::string& text, tuner::UniformCluster* out) {
-  return sscanf(text.c_str(), "%dx%d", &out->hosts, &out->ranksPerHost) == 2 && out->hosts >= 1 &&
-         out->ranksPerHost >= 1;
+bool chooseUniform(const std::string& text, ModelChoice* out, std::string* error) {
+  tuner::UniformCluster& u = out->uniform;
+  if (sscanf(text.c_str(), "%dx%d", &u.hosts, &u.ranksPerHost) != 2 || u.hosts < 1 ||
+      u.ranksPerHost < 1) {
+    *error = "--uniform wants HOSTSxRANKS, e.g. 4x8, not '" + text + "'";
+    return false;
+  }
+  out->useUniform = true;
+  return true;
+}
+
+std::string modelChoiceError(const ModelChoice& choice) {
+  return choice.topoFile.empty() == !choice.useUniform ? "give one of --topo and --uniform" : "";
 }
 
 bool parseNetBurst(const std::string& text, tuner::UniformCluster* out, std::string* error) {
@@ -60,12 +70,11 @@ Status loadFileOrCorpus(const std::string& topoFile, topology::Topology* out) {
 
 }  // namespace
 
-bool loadModel(const std::string& topoFile, const tuner::UniformCluster* uniform, int ranks,
-               topology::Topology* out, std::string* error) {
-  if (uniform != nullptr) {
-    *out = tuner::uniformTopology(*uniform);
+bool loadModel(const ModelChoice& choice, int ranks, topology::Topology* out, std::string* error) {
+  if (choice.useUniform) {
+    *out = tuner::uniformTopology(choice.uniform);
   } else {
-    Status st = loadFileOrCorpus(topoFile, out);
+    Status st = loadFileOrCorpus(choice.topoFile, out);
     if (!st.isOk()) {
       *error = st.message();
       return false;
