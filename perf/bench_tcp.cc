@@ -20,7 +20,7 @@
 
 #include "base/clock.h"
 #include "base/params.h"
-#include "tests/support/fork_ranks.h"
+#include "toolkit/fork_ranks.h"
 #include "transports/transport.h"
 
 namespace loom::transports {
@@ -242,7 +242,7 @@ BENCHMARK(BM_Stream)->Arg(1 << 20)->Arg(64 << 20)->UseRealTime();
 BENCHMARK(BM_Exchange)->Arg(1 << 20)->Arg(64 << 20)->UseRealTime();
 BENCHMARK(BM_Allreduce)->Arg(8)->Arg(1 << 20)->Arg(16 << 20)->Arg(64 << 20)->UseRealTime();
 
-int rankMain(testing::RankContext& rc) {
+int rankMain(toolkit::RankContext& rc) {
   Rank r;
   r.ctx.rank = rc.rank();
   r.ctx.nranks = 2;
@@ -276,10 +276,10 @@ int rankMain(testing::RankContext& rc) {
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  loom::testing::ForkOptions options;
+  loom::toolkit::ForkOptions options;
   options.timeoutSec = 1800;
-  auto results = loom::testing::runRanks(2, loom::transports::rankMain, options);
-  std::string failures = loom::testing::describeFailures(results, options);
+  auto results = loom::toolkit::runRanks(2, loom::transports::rankMain, options);
+  std::string failures = loom::toolkit::describeFailures(results, options);
   if (!failures.empty()) fprintf(stderr, "%s", failures.c_str());
   benchmark::Shutdown();
   return failures.empty() ? 0 : 1;

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "base/clock.h"
-#include "tests/support/fork_ranks.h"
+#include "toolkit/fork_ranks.h"
 #include "transports/shm/shm_transport.h"
 
 namespace loom::transports {
@@ -236,7 +236,7 @@ void BM_Memcpy(benchmark::State& state) {
 }
 BENCHMARK(BM_Memcpy)->Arg(1 << 20)->Arg(64 << 20)->UseRealTime();
 
-int rankMain(testing::RankContext& rc, uint64_t commHash) {
+int rankMain(toolkit::RankContext& rc, uint64_t commHash) {
   Rank r;
   r.rank = rc.rank();
   for (int path = 0; path < kPaths; ++path) {
@@ -282,12 +282,12 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   uint64_t commHash = (uint64_t(getpid()) << 32) ^ loom::nowNs();
-  loom::testing::ForkOptions options;
+  loom::toolkit::ForkOptions options;
   options.timeoutSec = 1800;
-  auto results = loom::testing::runRanks(
-      2, [&](loom::testing::RankContext& rc) { return loom::transports::rankMain(rc, commHash); },
+  auto results = loom::toolkit::runRanks(
+      2, [&](loom::toolkit::RankContext& rc) { return loom::transports::rankMain(rc, commHash); },
       options);
-  std::string failures = loom::testing::describeFailures(results, options);
+  std::string failures = loom::toolkit::describeFailures(results, options);
   if (!failures.empty()) fprintf(stderr, "%s", failures.c_str());
   benchmark::Shutdown();
   return failures.empty() ? 0 : 1;

@@ -12,6 +12,8 @@
 #include <map>
 #include <sstream>
 
+#include "perf/output.h"
+
 namespace loom::perf {
 namespace {
 
@@ -49,7 +51,7 @@ std::string cell(const char* format, double v, const char* missing) {
 }  // namespace
 
 std::string formatComparison(const std::vector<LibraryRuns>& libs, const Options& o, int nranks) {
-  std::string t = "#\n# Comparison: " + std::string(collectiveName(o.collective)) + ", " +
+  std::string t = "#\n# Comparison: " + std::string(ncclTestsName(o.collective)) + ", " +
                   std::to_string(nranks) + " ranks, busbw in GB/s (out-of-place), median of " +
                   std::to_string(o.repeats) + (o.repeats == 1 ? " run\n" : " runs\n");
   for (const LibraryRuns& lib : libs) {
@@ -164,82 +166,105 @@ int runProgram(const std::vector<std::string>& argv, bool show, const std::strin
 
 }  // namespace
 
-int runComparison(const Options& o, const std::string& selfPath) {
+namespace {
+
+// The command that runs one library's sweep, writing its --json to `json`; empty when the
+// library's program was not built (the peers live next to loom-perf).
+std::vector<std::string> libraryCommand(const Options& o, const std::string& selfPath,
+                                        const std::string& name, const std::string& json) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::path(selfPath).parent_path();
+  const std::string n = std::to_string(o.nranks);
+  std::vector<std::string> argv;
+  if (name == "loom") {
+    argv = {selfPath};
+  } else if (name == "mpi") {
+    if (!fs::exists(dir / "loom-mpi-perf")) return argv;
+    argv = {"mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to",
+            o.bindCores ? "core" : "none", "-np", n, (dir / "loom-mpi-perf").string()};
+  } else {
+    if (!fs::exists(dir / "loom-gloo-perf")) return argv;
+    argv = {(dir / "loom-gloo-perf").string()};
+  }
+  const std::vector<std::string> common = sweepArgs(o);
+  argv.insert(argv.end(), common.begin(), common.end());
+  if (name != "mpi") argv.insert(argv.end(), {"-N", n});
+  if (name == "loom" && !o.algorithm.empty()) argv.insert(argv.end(), {"-A", o.algorithm});
+  argv.insert(argv.end(), {"--json", json});
+  return argv;
+}
+
+// One run of one library, its files under `base` (.json, .err): its JSON is kept in lib->runs
+// and its text in *documents, or the library is marked unavailable, or the failure reported.
+// Returns loom-perf's exit code for this run.
+int runLibrary(const Options& o, const std::string& selfPath, int rep, const std::string& base,
+               LibraryRuns* lib, std::vector<std::string>* documents) {
+  const std::vector<std::string> argv = libraryCommand(o, selfPath, lib->name, base + ".json");
+  if (argv.empty()) {
+    lib->unavailable = "not built (no loom-" + lib->name + "-perf next to loom-perf)";
+    return 0;
+  }
+  // loom's first table is shown as loom-perf alone would show it; the rest go to JSON.
+  const int status = runProgram(argv, lib->name == "loom" && rep == 0, base + ".err");
+  std::string error;
+  const std::string text = readText(base + ".json");
+  std::optional<JsonValue> json = parseJson(text, &error);
+  if (status == 0 && json) {
+    lib->runs.push_back(std::move(*json));
+    documents->push_back(text);
+    return 0;
+  }
+  const std::string why = lastLine(base + ".err");
+  if (status == 2) {
+    // The program refused the call (no such collective, dtype or op): the same every run.
+    lib->unavailable = why.empty() ? "refused the sweep" : why;
+    return 0;
+  }
+  std::fprintf(stderr, "loom-perf: %s run %d failed (exit %d): %s\n", lib->name.c_str(), rep + 1,
+               status, why.c_str());
+  return lib->name == "loom" ? (status == 1 ? 1 : 3) : 0;
+}
+
+}  // namespace
+
+std::string formatRunSet(const std::vector<std::string>& documents) {
+  std::string out = "{\n  \"schema\": \"loom-perf-set/1\",\n  \"runs\": [";
+  for (size_t i = 0; i < documents.size(); ++i) {
+    std::string doc = documents[i];
+    while (!doc.empty() && doc.back() == '\n') doc.pop_back();
+    out += (i ? ",\n" : "\n") + doc;
+  }
+  return out + (documents.empty() ? "]\n}\n" : "\n  ]\n}\n");
+}
+
+int runComparison(const Options& o, const std::string& selfPath) {
   char tmpl[] = "/tmp/loom-perf-compare.XXXXXX";
   if (!mkdtemp(tmpl)) {
     std::perror("loom-perf: mkdtemp");
     return 3;
   }
   const std::string tmp = tmpl;
-  const std::vector<std::string> common = sweepArgs(o);
-  const std::string n = std::to_string(o.nranks);
-
   std::vector<LibraryRuns> libs(1 + o.compare.size());
   libs[0].name = "loom";
   for (size_t i = 0; i < o.compare.size(); ++i) libs[i + 1].name = o.compare[i];
-  // The command of each library; empty when its program was not built.
-  const auto command = [&](const std::string& name, const std::string& json) {
-    std::vector<std::string> argv;
-    if (name == "loom") {
-      argv = {selfPath};
-    } else if (name == "mpi") {
-      if (!fs::exists(dir / "loom-mpi-perf")) return argv;
-      argv = {"mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to",
-              o.bindCores ? "core" : "none", "-np", n, (dir / "loom-mpi-perf").string()};
-    } else {
-      if (!fs::exists(dir / "loom-gloo-perf")) return argv;
-      argv = {(dir / "loom-gloo-perf").string()};
-    }
-    argv.insert(argv.end(), common.begin(), common.end());
-    if (name != "mpi") argv.insert(argv.end(), {"-N", n});
-    if (name == "loom" && !o.algorithm.empty()) argv.insert(argv.end(), {"-A", o.algorithm});
-    argv.insert(argv.end(), {"--json", json});
-    return argv;
-  };
+  std::vector<std::string> documents;  // every run's --json, for --json FILE
   int rc = 0;
   for (int rep = 0; rep < o.repeats; ++rep) {
     for (LibraryRuns& lib : libs) {
       if (!lib.unavailable.empty()) continue;  // not built, or it refused the collective
       const std::string base = tmp + "/" + lib.name + "." + std::to_string(rep);
-      const std::vector<std::string> argv = command(lib.name, base + ".json");
-      if (argv.empty()) {
-        lib.unavailable = "not built (no loom-" + lib.name + "-perf next to loom-perf)";
-        continue;
-      }
-      // loom's first table is shown as loom-perf alone would show it; the rest go to JSON.
-      const int status = runProgram(argv, lib.name == "loom" && rep == 0, base + ".err");
-      std::string error;
-      std::optional<JsonValue> json = parseJson(readText(base + ".json"), &error);
-      if (status == 0 && json) {
-        lib.runs.push_back(std::move(*json));
-        // --json PREFIX keeps every run's file for perf/plot.py: PREFIX.<library>.<run>.json
-        if (!o.jsonPath.empty()) {
-          std::error_code e;
-          fs::copy_file(base + ".json", o.jsonPath + "." + lib.name + "." + std::to_string(rep) +
-                        ".json", fs::copy_options::overwrite_existing, e);
-          if (e) std::fprintf(stderr, "loom-perf: cannot keep %s's JSON: %s\n",
-                              lib.name.c_str(), e.message().c_str());
-        }
-        continue;
-      }
-      const std::string why = lastLine(base + ".err");
-      if (status == 2) {
-        // The program refused the call (no such collective, dtype or op): the same every run.
-        lib.unavailable = why.empty() ? "refused the sweep" : why;
-      } else {
-        std::fprintf(stderr, "loom-perf: %s run %d failed (exit %d): %s\n", lib.name.c_str(),
-                     rep + 1, status, why.c_str());
-        if (lib.name == "loom") rc = status == 1 ? 1 : 3;
-      }
+      const int status = runLibrary(o, selfPath, rep, base, &lib, &documents);
+      if (status != 0) rc = status;
     }
     if (o.repeats > 1) std::fprintf(stderr, "loom-perf: round %d of %d done\n", rep + 1, o.repeats);
   }
   std::fputs(formatComparison(libs, o, o.nranks).c_str(), stdout);
   std::fflush(stdout);
+  // --json FILE: one document holding every library's runs (perf/plot.py reads it).
+  if (!o.jsonPath.empty() && !writeTextFile(o.jsonPath, formatRunSet(documents), "loom-perf"))
+    rc = 3;
   std::error_code ignored;
-  fs::remove_all(tmp, ignored);
+  std::filesystem::remove_all(tmp, ignored);
   return rc;
 }
 

@@ -4,11 +4,13 @@
 // Each library runs as its own program (loom-perf -N, mpirun loom-mpi-perf, loom-gloo-perf -N)
 // writing --json to a temporary file; -R K repeats the round K times, the libraries taking
 // turns so that a noisy spell of the machine hits them alike, and the table shows medians.
+// --json FILE gathers every run's document into FILE.
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "perf/options.h"
 #include "perf/perf_common.h"
 
 namespace loom::perf {
@@ -25,8 +27,12 @@ struct LibraryRuns {
 std::string formatComparison(const std::vector<LibraryRuns>& libraries, const Options& options,
                              int nranks);
 
+/** --compare --json FILE's document: {"schema": "loom-perf-set/1", "runs": [...]}, each run
+ *  one of the documents (loom-perf/1, as --json writes for a single run) in the given order. */
+std::string formatRunSet(const std::vector<std::string>& documents);
+
 /** Runs the comparison: selfPath is this loom-perf binary, next to which the peers live.
- *  With --json PREFIX every run's JSON is kept as PREFIX.<library>.<run>.json. */
+ *  With --json FILE, FILE is one document holding every run of every library (formatRunSet). */
 int runComparison(const Options& options, const std::string& selfPath);
 
 }  // namespace loom::perf

@@ -23,8 +23,8 @@
 #include "base/params.h"
 #include "loom/loom.h"
 #include "perf/compare.h"
-#include "perf/perf_common.h"
-#include "tools/model_args.h"
+#include "perf/launch.h"
+#include "perf/sweep.h"
 #include "topology/topology.h"
 #include "tuner/calibrate.h"
 #include "tuner/tuner.h"
@@ -39,27 +39,6 @@
 
 namespace loom::perf {
 namespace {
-
-// The collective's key in LOOM_ALGO's grammar.
-const char* algoKey(Collective c) {
-  switch (c) {
-    case Collective::kAllReduce:
-      return "allreduce";
-    case Collective::kAllGather:
-      return "allgather";
-    case Collective::kReduceScatter:
-      return "reducescatter";
-    case Collective::kAllToAll:
-      return "alltoall";
-    case Collective::kBroadcast:
-      return "broadcast";
-    case Collective::kReduce:
-      return "reduce";
-    case Collective::kSendRecv:
-      return "sendrecv";
-  }
-  return "";
-}
 
 class LoomBackend : public Backend {
  public:
@@ -97,7 +76,7 @@ class LoomBackend : public Backend {
   // What --algo (or LOOM_ALGO) forces for this collective; "auto" when loom picks.
   std::string algorithm(Collective c) const override {
     const std::string setting = "," + algorithmSetting() + ",";
-    const std::string key = std::string(",") + algoKey(c) + "=";
+    const std::string key = std::string(",") + collectives::collectiveName(c) + "=";
     const size_t at = setting.find(key);
     if (at == std::string::npos) return "auto";
     const size_t from = at + key.size();
@@ -143,15 +122,14 @@ class LoomBackend : public Backend {
   // communicator's tuner picks on the same model (the communicator's own topology is the same
   // one when LOOM_TOPO_FILE names it).
   bool predict(const CollCall& call, Prediction* out) override {
-    collectives::Collective coll;
-    if (model_.ranks.empty() || !tools::planCollective(call.collective, &coll)) {
+    if (model_.ranks.empty() || !toolkit::hasPlanBuilders(call.collective)) {
       out->algorithm = model_.ranks.empty() ? "no model" : "no plan builders";
       return false;
     }
     tuner::MeasuredPoint p;
-    p.coll = coll;
+    p.coll = call.collective;
     p.count = call.count;
-    p.elemSize = uint32_t(dtypeBytes(call.dtype));
+    p.elemSize = uint32_t(dtypeSize(call.dtype));
     p.nranks = nranks_;
     p.algorithm = algorithm(call.collective);
     tuner::CalibrationOptions options;
@@ -182,25 +160,25 @@ class LoomBackend : public Backend {
     const loomDataType_t t = call.dtype;
     loomResult_t r = loomSuccess;
     switch (call.collective) {
-      case Collective::kAllReduce:
+      case Collective::AllReduce:
         r = loomAllReduce(call.send, call.recv, n, t, call.op, comm_, nullptr);
         break;
-      case Collective::kAllGather:
+      case Collective::AllGather:
         r = loomAllGather(call.send, call.recv, n, t, comm_, nullptr);
         break;
-      case Collective::kReduceScatter:
+      case Collective::ReduceScatter:
         r = loomReduceScatter(call.send, call.recv, n, t, call.op, comm_, nullptr);
         break;
-      case Collective::kAllToAll:
+      case Collective::AlltoAll:
         r = loomAlltoAll(call.send, call.recv, n, t, comm_, nullptr);
         break;
-      case Collective::kBroadcast:
+      case Collective::Broadcast:
         r = loomBroadcast(call.send, call.recv, n, t, call.root, comm_, nullptr);
         break;
-      case Collective::kReduce:
+      case Collective::Reduce:
         r = loomReduce(call.send, call.recv, n, t, call.op, call.root, comm_, nullptr);
         break;
-      case Collective::kSendRecv: {
+      case Collective::SendRecv: {
         // The nccl-tests pattern: send to the next rank, receive from the previous one,
         // grouped so that the ring cannot deadlock.
         const int next = (rank_ + 1) % nranks_;
@@ -212,10 +190,13 @@ class LoomBackend : public Backend {
         r = r != loomSuccess ? r : s != loomSuccess ? s : v != loomSuccess ? v : e;
         break;
       }
+      case Collective::AlltoAllv:  // not one of nccl-tests' collectives: never parsed
+        r = loomInvalidArgument;
+        break;
     }
     if (r == loomSuccess) return true;
     std::fprintf(stderr, "loom-perf: rank %d: %s of %zu elements failed: %s: %s\n", rank_,
-                 collectiveName(call.collective), n, loomGetErrorString(r),
+                 ncclTestsName(call.collective), n, loomGetErrorString(r),
                  loomGetLastError(comm_));
     return false;
   }
@@ -292,7 +273,7 @@ bool parseRaceEntry(Collective c, const std::string& label, RaceEntry* out, std:
     return true;
   }
   const size_t colon = label.find(':');
-  out->algorithms = std::string(algoKey(c)) + "=" + label.substr(0, colon);
+  out->algorithms = std::string(collectives::collectiveName(c)) + "=" + label.substr(0, colon);
   if (colon == std::string::npos) return true;
   char* end = nullptr;
   const long lanes = std::strtol(label.c_str() + colon + 1, &end, 10);
@@ -399,7 +380,7 @@ int main(int argc, char** argv) {
   // -A ring means "ring for this collective"; text with '=' is passed on as it is.
   std::string algorithms = options.algorithm;
   if (!algorithms.empty() && algorithms.find('=') == std::string::npos) {
-    algorithms = std::string(algoKey(options.collective)) + "=" + algorithms;
+    algorithms = std::string(loom::collectives::collectiveName(options.collective)) + "=" + algorithms;
   }
   loomConfig_t config = LOOM_CONFIG_INITIALIZER;
   config.algorithms = algorithms.empty() ? nullptr : algorithms.c_str();
@@ -448,14 +429,14 @@ int main(int argc, char** argv) {
     return runRank(comm, options, algorithms, race);
   }
   // Fork first: loomGetUniqueId starts a bootstrap thread, which a fork would not carry.
-  return forkRanks(options.nranks, options.bindCores, [&](ForkedRank& self) {
+  return runForkedRanks(options, [&](loom::toolkit::RankContext& self) {
     loomUniqueId id{};
     if (self.rank() == 0) {
       const loomResult_t r = loomGetUniqueId(&id);
       // On failure rank 0 exits; the others then read end-of-file and exit too.
       if (r != loomSuccess) return initFailed("loomGetUniqueId", r, 0);
     }
-    if (!self.shareFromRank0(&id, sizeof(id))) return 3;
+    if (!shareFromRank0(self, &id, sizeof(id))) return 3;
     loomComm_t comm = nullptr;
     const loomResult_t r = loomCommInitRankConfig(&comm, self.nranks(), id, self.rank(), &config);
     if (r != loomSuccess) return initFailed("loomCommInitRankConfig", r, self.rank());

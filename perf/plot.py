@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """Bus bandwidth against size from loom-perf --json results (loom-perf, loom-mpi-perf,
-loom-gloo-perf all write the same schema): one line per library and algorithm, sizes on a
-log-2 axis, written as PNG and SVG.
+loom-gloo-perf all write the same schema, and loom-perf --compare --json one document of all
+their runs): one line per library and algorithm, sizes on a log-2 axis, written as PNG and SVG.
 
   perf/plot.py -o docs/perf/allreduce_4ranks loom.json mpi.json gloo.json
+  perf/plot.py -o docs/perf/allreduce_4ranks compare.json
   perf/plot.py -o out --place in_place --title "all_reduce, 4 ranks" *.json
 
 Runs with Debian's python3 and python3-matplotlib (hence /usr/bin/python3, not the first python3
@@ -41,6 +42,11 @@ def label(run):
     return f"{name} {'/'.join(algos)}" if algos != ["auto"] else name
 
 
+def runs_of(doc):
+    """A --json file's runs: itself, or every run of a --compare document."""
+    return doc["runs"] if doc.get("schema") == "loom-perf-set/1" else [doc]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("json", nargs="+", help="files written by --json")
@@ -53,12 +59,13 @@ def main():
     meta = None
     for path in args.json:
         with open(path) as f:
-            run = json.load(f)
-        meta = meta or run
-        series = lines.setdefault(label(run), {})
-        for row in run["rows"]:
-            if row["size"] > 0:
-                series.setdefault(row["size"], []).append(row[args.place]["busbw_gbs"])
+            doc = json.load(f)
+        for run in runs_of(doc):
+            meta = meta or run
+            series = lines.setdefault(label(run), {})
+            for row in run["rows"]:
+                if row["size"] > 0:
+                    series.setdefault(row["size"], []).append(row[args.place]["busbw_gbs"])
     if not lines:
         sys.exit("plot.py: no rows")
 

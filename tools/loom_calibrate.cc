@@ -16,7 +16,9 @@
 #include <tuple>
 #include <vector>
 
-#include "perf/perf_common.h"
+#include "toolkit/json.h"
+#include "toolkit/names.h"
+#include "toolkit/units.h"
 #include "tools/model_args.h"
 #include "topology/topology.h"
 #include "tuner/calibrate.h"
@@ -25,7 +27,7 @@
 
 namespace {
 
-namespace perf = loom::perf;
+namespace toolkit = loom::toolkit;
 namespace topology = loom::topology;
 using loom::Status;
 using loom::strprintf;
@@ -58,9 +60,8 @@ const char kUsage[] =
     "  --markdown FILE     write the report as Markdown too (it always goes to stdout)\n";
 
 struct Args {
-  std::string topoFile, name, outFile, markdownFile, machine;
-  loom::tuner::UniformCluster uniform;
-  bool useUniform = false;
+  loom::tools::ModelChoice model;
+  std::string name, outFile, markdownFile, machine;
   int cores = 0;
   uint64_t cacheBytes = 0, privateCacheBytes = 0;
   loom::tuner::CalibrationOptions options;
@@ -80,102 +81,108 @@ bool parseCount(const char* text, int lo, int* out) {
   return true;
 }
 
-bool parseArgs(int argc, char** argv, Args* a) {
-  enum {
-    kTopo = 1,
-    kUniform,
-    kCores,
-    kMachine,
-    kCache,
-    kPrivateCache,
-    kSlices,
-    kMaxEvals,
-    kNoFit,
-    kName,
-    kOut,
-    kMarkdown,
-    kNetBurst,
-    kHelp
-  };
-  static const option kOptions[] = {{"topo", required_argument, nullptr, kTopo},
-                                    {"uniform", required_argument, nullptr, kUniform},
-                                    {"cores", required_argument, nullptr, kCores},
-                                    {"machine", required_argument, nullptr, kMachine},
-                                    {"cache", required_argument, nullptr, kCache},
-                                    {"private-cache", required_argument, nullptr, kPrivateCache},
-                                    {"slices", required_argument, nullptr, kSlices},
-                                    {"max-evals", required_argument, nullptr, kMaxEvals},
-                                    {"no-fit", no_argument, nullptr, kNoFit},
-                                    {"name", required_argument, nullptr, kName},
-                                    {"out", required_argument, nullptr, kOut},
-                                    {"markdown", required_argument, nullptr, kMarkdown},
-                                    {"net-burst", required_argument, nullptr, kNetBurst},
-                                    {"help", no_argument, nullptr, kHelp},
-                                    {nullptr, 0, nullptr, 0}};
-  for (int opt; (opt = getopt_long(argc, argv, "", kOptions, nullptr)) != -1;) {
-    const std::string v = optarg ? optarg : "";
-    switch (opt) {
-      case kTopo:
-        a->topoFile = v;
-        break;
-      case kUniform:
-        if (!loom::tools::parseUniformShape(v, &a->uniform))
-          return fail("--uniform wants HOSTSxRANKS, e.g. 1x4, not '" + v + "'");
-        a->useUniform = true;
-        break;
-      case kCores:
-        if (!parseCount(optarg, 1, &a->cores))
-          return fail("--cores wants a count >= 1, not '" + v + "'");
-        break;
-      case kMachine:
-        if (v.empty()) return fail("--machine wants the machine's name");
-        a->machine = v;
-        break;
-      case kCache:
-      case kPrivateCache: {
-        const char* name = opt == kCache ? "--cache" : "--private-cache";
-        auto bytes = perf::parseSize(v);
-        if (!bytes || *bytes == 0)
-          return fail(std::string(name) + " wants a size such as 2M, not '" + v + "'");
-        (opt == kCache ? a->cacheBytes : a->privateCacheBytes) = *bytes;
-        break;
-      }
-      case kSlices:
-        if (!parseCount(optarg, 1, &a->options.sim.slices) ||
-            a->options.sim.slices > loom::tuner::SimOptions::kMaxSlices)
-          return fail(strprintf("--slices wants 1..%d, not '%s'",
-                                loom::tuner::SimOptions::kMaxSlices, v.c_str()));
-        break;
-      case kMaxEvals:
-        if (!parseCount(optarg, 1, &a->options.maxEvaluations))
-          return fail("--max-evals wants a count >= 1, not '" + v + "'");
-        break;
-      case kNoFit:
-        a->options.fit = false;
-        break;
-      case kName:
-        a->name = v;
-        break;
-      case kOut:
-        a->outFile = v;
-        break;
-      case kMarkdown:
-        a->markdownFile = v;
-        break;
-      case kNetBurst: {
-        std::string error;
-        if (!loom::tools::parseNetBurst(v, &a->uniform, &error)) return fail(error);
-        break;
-      }
-      case kHelp:
-        printf("%s", kUsage);
-        exit(0);
-      default:
-        return fail("unknown option");
+enum Option {
+  kTopo = 1,
+  kUniform,
+  kCores,
+  kMachine,
+  kCache,
+  kPrivateCache,
+  kSlices,
+  kMaxEvals,
+  kNoFit,
+  kName,
+  kOut,
+  kMarkdown,
+  kNetBurst,
+  kHelp
+};
+const option kOptions[] = {{"topo", required_argument, nullptr, kTopo},
+                           {"uniform", required_argument, nullptr, kUniform},
+                           {"cores", required_argument, nullptr, kCores},
+                           {"machine", required_argument, nullptr, kMachine},
+                           {"cache", required_argument, nullptr, kCache},
+                           {"private-cache", required_argument, nullptr, kPrivateCache},
+                           {"slices", required_argument, nullptr, kSlices},
+                           {"max-evals", required_argument, nullptr, kMaxEvals},
+                           {"no-fit", no_argument, nullptr, kNoFit},
+                           {"name", required_argument, nullptr, kName},
+                           {"out", required_argument, nullptr, kOut},
+                           {"markdown", required_argument, nullptr, kMarkdown},
+                           {"net-burst", required_argument, nullptr, kNetBurst},
+                           {"help", no_argument, nullptr, kHelp},
+                           {nullptr, 0, nullptr, 0}};
+
+// Applies one option (its value v) to *a; false, after saying why, on a bad value.
+bool applyOption(int opt, const std::string& v, Args* a) {
+  switch (opt) {
+    case kTopo:
+      a->model.topoFile = v;
+      break;
+    case kUniform:
+      if (std::string error; !loom::tools::chooseUniform(v, &a->model, &error))
+        return fail(error);
+      break;
+    case kCores:
+      if (!parseCount(v.c_str(), 1, &a->cores))
+        return fail("--cores wants a count >= 1, not '" + v + "'");
+      break;
+    case kMachine:
+      if (v.empty()) return fail("--machine wants the machine's name");
+      a->machine = v;
+      break;
+    case kCache:
+    case kPrivateCache: {
+      const char* name = opt == kCache ? "--cache" : "--private-cache";
+      auto bytes = toolkit::parseSize(v);
+      if (!bytes || *bytes == 0)
+        return fail(std::string(name) + " wants a size such as 2M, not '" + v + "'");
+      (opt == kCache ? a->cacheBytes : a->privateCacheBytes) = *bytes;
+      break;
     }
+    case kSlices:
+      if (!parseCount(v.c_str(), 1, &a->options.sim.slices) ||
+          a->options.sim.slices > loom::tuner::SimOptions::kMaxSlices)
+        return fail(strprintf("--slices wants 1..%d, not '%s'",
+                              loom::tuner::SimOptions::kMaxSlices, v.c_str()));
+      break;
+    case kMaxEvals:
+      if (!parseCount(v.c_str(), 1, &a->options.maxEvaluations))
+        return fail("--max-evals wants a count >= 1, not '" + v + "'");
+      break;
+    case kNoFit:
+      a->options.fit = false;
+      break;
+    case kName:
+      a->name = v;
+      break;
+    case kOut:
+      a->outFile = v;
+      break;
+    case kMarkdown:
+      a->markdownFile = v;
+      break;
+    case kNetBurst: {
+      std::string error;
+      if (!loom::tools::parseNetBurst(v, &a->model.uniform, &error)) return fail(error);
+      break;
+    }
+    case kHelp:
+      printf("%s", kUsage);
+      exit(0);
+    default:
+      return fail("unknown option");
+  }
+  return true;
+}
+
+bool parseArgs(int argc, char** argv, Args* a) {
+  for (int opt; (opt = getopt_long(argc, argv, "", kOptions, nullptr)) != -1;) {
+    if (!applyOption(opt, optarg ? optarg : "", a)) return false;
   }
   for (int i = optind; i < argc; ++i) a->inputs.push_back(argv[i]);
-  if (a->topoFile.empty() == !a->useUniform) return fail("give one of --topo and --uniform");
+  if (std::string error = loom::tools::modelChoiceError(a->model); !error.empty())
+    return fail(error);
   if (a->inputs.empty()) return fail("no loom-perf --json files given");
   return true;
 }
@@ -189,34 +196,30 @@ Status readFile(const std::string& path, std::string* text) {
   return Status::ok();
 }
 
-double number(const perf::JsonValue* v) {
-  return v && v->kind == perf::JsonValue::Kind::kNumber ? v->number : -1;
+double number(const toolkit::JsonValue* v) {
+  return v && v->kind == toolkit::JsonValue::Kind::kNumber ? v->number : -1;
 }
-std::string text(const perf::JsonValue* v) {
-  return v && v->kind == perf::JsonValue::Kind::kString ? v->text : std::string();
+std::string text(const toolkit::JsonValue* v) {
+  return v && v->kind == toolkit::JsonValue::Kind::kString ? v->text : std::string();
 }
 
-// The rows of one loom-perf --json file: those of a forced algorithm into *forced, those where
-// loom picked it into *chosen (algorithm "auto", or "autotune" where the run set
-// LOOM_AUTOTUNE=1); *ranks and *hosts get the run's rank and host counts.
-Status readMeasurements(const std::string& path, std::vector<MeasuredPoint>* forced,
-                        std::vector<MeasuredPoint>* chosen, int* ranks, int* hosts) {
-  std::string body, error;
-  LOOM_TRY(readFile(path, &body));
-  auto doc = perf::parseJson(body, &error);
-  if (!doc) return Status(loomInvalidArgument, path + ": not JSON: " + error);
+// The rows of one loom-perf run (`path` names it in messages): those of a forced algorithm into
+// *forced, those where loom picked it into *chosen (algorithm "auto", or "autotune" where the
+// run set LOOM_AUTOTUNE=1); *ranks and *hosts get the run's rank and host counts.
+Status readRun(const toolkit::JsonValue* doc, const std::string& path,
+               std::vector<MeasuredPoint>* forced, std::vector<MeasuredPoint>* chosen, int* ranks,
+               int* hosts) {
   if (text(doc->find("schema")) != "loom-perf/1")
     return Status(loomInvalidArgument, path + ": not loom-perf --json output (schema loom-perf/1)");
   const std::string collName = text(doc->find("collective"));
-  auto perfColl = perf::parseCollective(collName);
-  loom::collectives::Collective coll;
-  if (!perfColl || !loom::tools::planCollective(*perfColl, &coll))
+  const auto coll = toolkit::parseCollective(collName);
+  if (!coll || !toolkit::hasPlanBuilders(*coll))
     return Status(loomInvalidArgument,
                   path + ": collective '" + collName + "' has no builders to calibrate");
   *ranks = int(number(doc->find("ranks")));
   *hosts = int(number(doc->find("hosts")));
   // The run's lanes shape its plans: the file records the LOOM_* parameters it ran with.
-  const perf::JsonValue* env = doc->find("env");
+  const toolkit::JsonValue* env = doc->find("env");
   const std::string lanesText = env ? text(env->find("LOOM_LANES")) : std::string();
   int lanes = 0;
   if (!lanesText.empty() && (!parseCount(lanesText.c_str(), 0, &lanes) || lanes > 1024))
@@ -224,36 +227,56 @@ Status readMeasurements(const std::string& path, std::vector<MeasuredPoint>* for
                   path + ": env.LOOM_LANES is \"" + lanesText + "\"; want a lane count");
   const bool autotuned = env && text(env->find("LOOM_AUTOTUNE")) == "1";
   const std::string race = text(doc->find("race"));
-  const perf::JsonValue* rows = doc->find("rows");
-  if (*ranks < 1 || !rows || rows->kind != perf::JsonValue::Kind::kArray)
+  const toolkit::JsonValue* rows = doc->find("rows");
+  if (*ranks < 1 || !rows || rows->kind != toolkit::JsonValue::Kind::kArray)
     return Status(loomInvalidArgument, path + ": no 'ranks' or no 'rows'");
   for (size_t i = 0; i < rows->items.size(); ++i) {
-    const perf::JsonValue& row = rows->items[i];
+    const toolkit::JsonValue& row = rows->items[i];
     const std::string where = strprintf("%s: rows[%zu]", path.c_str(), i);
     MeasuredPoint p;
-    p.coll = coll;
+    p.coll = *coll;
     p.lanes = lanes;
     p.algorithm = text(row.find("algorithm"));
     const bool loomChose = p.algorithm == "auto";
     if (loomChose) p.ran = text(row.find("ran"));  // what loom ran, where the run says
     if (loomChose && autotuned) p.algorithm = "autotune";
-    auto dtype = perf::parseDtype(text(row.find("type")));
-    const perf::JsonValue* oop = row.find("out_of_place");
+    auto dtype = toolkit::parseDtype(text(row.find("type")));
+    const toolkit::JsonValue* oop = row.find("out_of_place");
     const double timeUs = number(oop ? oop->find("time_us") : nullptr);
     const double bytes = number(row.find("size")), count = number(row.find("count"));
     if (p.algorithm.empty() || !dtype || timeUs <= 0 || bytes < 0 || count < 0)
       return Status(loomInvalidArgument,
                     where + ": needs algorithm, type, size, count and out_of_place.time_us");
     if (count == 0) continue;  // moves nothing: the API's overhead is not in the model
-    p.elemSize = uint32_t(perf::dtypeBytes(*dtype));
+    p.elemSize = uint32_t(loom::dtypeSize(*dtype));
     p.count = uint64_t(count);
     p.bytes = uint64_t(bytes);
     p.nranks = *ranks;
     p.time = timeUs * 1e-6;
     p.race = race;
-    if (const perf::JsonValue* rounds = row.find("rounds_us"); rounds && !race.empty())
-      for (const perf::JsonValue& t : rounds->items) p.rounds.push_back(number(&t) * 1e-6);
+    if (const toolkit::JsonValue* rounds = row.find("rounds_us"); rounds && !race.empty())
+      for (const toolkit::JsonValue& t : rounds->items) p.rounds.push_back(number(&t) * 1e-6);
     (loomChose ? chosen : forced)->push_back(p);
+  }
+  return Status::ok();
+}
+
+// The rows of one loom-perf --json file: one run, or loom's runs of a --compare document (its
+// peers' runs are not loom's to calibrate).
+Status readMeasurements(const std::string& path, std::vector<MeasuredPoint>* forced,
+                        std::vector<MeasuredPoint>* chosen, int* ranks, int* hosts) {
+  std::string body, error;
+  LOOM_TRY(readFile(path, &body));
+  auto doc = toolkit::parseJson(body, &error);
+  if (!doc) return Status(loomInvalidArgument, path + ": not JSON: " + error);
+  if (text(doc->find("schema")) != "loom-perf-set/1")
+    return readRun(&*doc, path, forced, chosen, ranks, hosts);
+  const toolkit::JsonValue* runs = doc->find("runs");
+  for (size_t i = 0; runs && i < runs->items.size(); ++i) {
+    const toolkit::JsonValue& run = runs->items[i];
+    if (text(run.find("library")) != "loom") continue;
+    LOOM_TRY(readRun(&run, strprintf("%s: runs[%zu]", path.c_str(), i), forced, chosen, ranks,
+                     hosts));
   }
   return Status::ok();
 }
@@ -315,7 +338,7 @@ std::string linkFigures(const topology::Topology& t) {
   return s;
 }
 
-// Round by round (perf::pairedRatio): how much `chosen` trails the forced run of its call and
+// Round by round (toolkit::pairedRatio): how much `chosen` trails the forced run of its call and
 // race that it trails most, in the median over their rounds (negative: it is ahead of them
 // all), and *against names that run; "" there where no forced run shares its race's rounds.
 double pairedRegret(const MeasuredPoint& chosen, const std::vector<MeasuredPoint>& forced,
@@ -326,7 +349,7 @@ double pairedRegret(const MeasuredPoint& chosen, const std::vector<MeasuredPoint
     if (chosen.race.empty() || f.race != chosen.race || f.coll != chosen.coll ||
         f.nranks != chosen.nranks || f.bytes != chosen.bytes)
       continue;
-    const double ratio = perf::pairedRatio(chosen.rounds, f.rounds);
+    const double ratio = toolkit::pairedRatio(chosen.rounds, f.rounds);
     if (ratio > 0 && (against->empty() || ratio - 1 > most)) {
       most = ratio - 1;
       *against = loom::tuner::variantName(f);
@@ -335,16 +358,22 @@ double pairedRegret(const MeasuredPoint& chosen, const std::vector<MeasuredPoint
   return most;
 }
 
-std::string report(const Args& a, const loom::tuner::Calibration& c, size_t runs,
-                   const std::vector<MeasuredPoint>& chosen) {
-  // A sweep of one rank count names the collective; one of several says how many ranks too.
+// A collective in the report's tables: a sweep of one rank count names the collective; one of
+// several says how many ranks too.
+struct CollLabel {
   bool severalRankCounts = false;
-  for (const auto& p : c.points)
-    severalRankCounts = severalRankCounts || p.point.nranks != c.points[0].point.nranks;
-  const auto collName = [&](loom::collectives::Collective x, int nranks) {
+  explicit CollLabel(const loom::tuner::Calibration& c) {
+    for (const auto& p : c.points)
+      severalRankCounts = severalRankCounts || p.point.nranks != c.points[0].point.nranks;
+  }
+  std::string operator()(loom::collectives::Collective x, int nranks) const {
     std::string name = loom::collectives::collectiveName(x);
     return severalRankCounts ? strprintf("%s, %d ranks", name.c_str(), nranks) : name;
-  };
+  }
+};
+
+// The model's figures: what was fitted (or given), the hosts' cores and the links.
+std::string modelSection(const Args& a, const loom::tuner::Calibration& c, size_t runs) {
   std::string s = strprintf("## Model '%s'\n\n", c.topo.name.c_str());
   s += strprintf(
       "%zu points (medians of %zu measured rows of forced algorithms), %d simulations of the "
@@ -363,7 +392,12 @@ std::string report(const Args& a, const loom::tuner::Calibration& c, size_t runs
       s += strprintf("| cores of machine '%s', which the hosts share (given) | %d |\n",
                      cpu.machine.c_str(), cpu.cores);
   }
-  s += "\n" + linkFigures(c.topo);
+  return s + "\n" + linkFigures(c.topo);
+}
+
+// Each point's measured time against the prediction, and the error's summary.
+std::string validationSection(const loom::tuner::Calibration& c, const CollLabel& collName) {
+  std::string s;
   s += "\n## Validation\n\n| collective | algorithm | size | measured (us) | predicted (us) | "
        "error |\n| --- | --- | ---: | ---: | ---: | ---: |\n";
   size_t within = 0, predicted = 0;
@@ -384,6 +418,12 @@ std::string report(const Args& a, const loom::tuner::Calibration& c, size_t runs
       "\nMedian |error| **%.1f%%** (target ≤ 15%%), worst ratio **%.2f×** (target ≤ "
       "2×), %zu of %zu points within 15%%.\n",
       c.medianAbsError * 100, c.maxRatio, within, predicted);
+  return s;
+}
+
+// The regret of choosing, per size, the algorithm of the lowest prediction.
+std::string predictedRegretSection(const loom::tuner::Calibration& c, const CollLabel& collName) {
+  std::string s;
   s += "\n## Regret of choosing the lowest prediction\n\n| collective | size | best measured | "
        "lowest predicted | regret |\n| --- | ---: | --- | --- | ---: |\n";
   double worst = 0;
@@ -399,59 +439,17 @@ std::string report(const Args& a, const loom::tuner::Calibration& c, size_t runs
       "\n%zu of %zu sizes within 10%% of the best measured algorithm; worst regret "
       "%.0f%%.\n",
       fine, regrets.size(), worst * 100);
-  if (chosen.empty()) return s;
-  // What loom chose in runs of its own, measured: the regret the tuner really has.
-  std::vector<MeasuredPoint> forced;
-  for (const auto& p : c.points) forced.push_back(p.point);
-  const auto measured = loom::tuner::measuredRegrets(forced, chosen);
-  std::map<std::tuple<int, int, uint64_t, std::string>, const MeasuredPoint*> chosenOf;
-  for (const MeasuredPoint& p : chosen)
-    chosenOf[{int(p.coll), p.nranks, p.bytes, loom::tuner::variantName(p)}] = &p;
-  s += "\n## Loom's own choice, measured\n\n"
-       "\"ran\": what the run says it ran; \"forced\": the same sweep's forced run of that "
-       "algorithm (and lanes), where there is one; \"by choice\": what choosing it costs by the "
-       "forced runs alone, which leaves out the drift between runs in separate processes; \"by "
-       "round\": where it ran in a loom-perf --race, the median over the race's rounds of its "
-       "time over a forced run's in the same round, against the forced run it trails most, which "
-       "leaves out the machine's drift between rounds.\n\n"
-       "| collective | size | run | ran | measured (us) | forced (us) | best forced | "
-       "measured (us) | regret | by choice | by round |\n"
-       "| --- | ---: | --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |\n";
-  struct Tally {
-    size_t fine = 0, fineByChoice = 0, byChoice = 0, sizes = 0, fineByRound = 0, byRound = 0;
-    double worst = -1, worstByChoice = -1, worstByRound = -1;
-  };
-  std::map<std::string, Tally> tallies;  // per kind of run: "auto", "autotune"
-  for (const auto& r : measured) {
-    const bool known = r.ranTime > 0;
-    std::string against;
-    const double byRound =
-        pairedRegret(*chosenOf.at({int(r.coll), r.nranks, r.bytes, r.chosen}), forced, &against);
-    s += strprintf("| %s | %s | %s | %s | %.1f | %s | %s | %.1f | %+.0f%% | %s | %s |\n",
-                   collName(r.coll, r.nranks).c_str(), sizeText(r.bytes).c_str(),
-                   r.chosen.c_str(), r.ran.empty() ? "-" : r.ran.c_str(), r.chosenTime * 1e6,
-                   known ? strprintf("%.1f", r.ranTime * 1e6).c_str() : "-", r.best.c_str(),
-                   r.bestTime * 1e6, r.regret * 100,
-                   known ? strprintf("%+.0f%%", r.ranRegret * 100).c_str() : "-",
-                   against.empty()
-                       ? "-"
-                       : strprintf("%+.0f%% (%s)", byRound * 100, against.c_str()).c_str());
-    Tally& t = tallies[r.chosen];
-    ++t.sizes;
-    t.fine += r.regret <= 0.10;
-    t.worst = std::max(t.worst, r.regret);
-    if (known) {
-      ++t.byChoice;
-      t.fineByChoice += r.ranRegret <= 0.10;
-      t.worstByChoice = std::max(t.worstByChoice, r.ranRegret);
-    }
-    if (!against.empty()) {
-      ++t.byRound;
-      t.fineByRound += byRound <= 0.10;
-      t.worstByRound = std::max(t.worstByRound, byRound);
-    }
-  }
-  s += "\n";
+  return s;
+}
+
+// How loom's own choices (runs without -A) did, per kind of run ("auto", "autotune").
+struct ChoiceTally {
+  size_t fine = 0, fineByChoice = 0, byChoice = 0, sizes = 0, fineByRound = 0, byRound = 0;
+  double worst = -1, worstByChoice = -1, worstByRound = -1;
+};
+
+std::string choiceSummary(const std::map<std::string, ChoiceTally>& tallies) {
+  std::string s = "\n";
   for (const auto& [run, t] : tallies) {
     s += strprintf("%s: %zu of %zu sizes within 10%% of the best forced algorithm; worst "
                    "%+.0f%%.",
@@ -468,6 +466,69 @@ std::string report(const Args& a, const loom::tuner::Calibration& c, size_t runs
   return s;
 }
 
+// What loom chose in runs of its own, measured: the regret the tuner really has.
+std::string measuredChoiceSection(const loom::tuner::Calibration& c,
+                                  const std::vector<MeasuredPoint>& chosen,
+                                  const CollLabel& collName) {
+  std::string s;
+  std::vector<MeasuredPoint> forced;
+  for (const auto& p : c.points) forced.push_back(p.point);
+  const auto measured = loom::tuner::measuredRegrets(forced, chosen);
+  std::map<std::tuple<int, int, uint64_t, std::string>, const MeasuredPoint*> chosenOf;
+  for (const MeasuredPoint& p : chosen)
+    chosenOf[{int(p.coll), p.nranks, p.bytes, loom::tuner::variantName(p)}] = &p;
+  s += "\n## Loom's own choice, measured\n\n"
+       "\"ran\": what the run says it ran; \"forced\": the same sweep's forced run of that "
+       "algorithm (and lanes), where there is one; \"by choice\": what choosing it costs by the "
+       "forced runs alone, which leaves out the drift between runs in separate processes; \"by "
+       "round\": where it ran in a loom-perf --race, the median over the race's rounds of its "
+       "time over a forced run's in the same round, against the forced run it trails most, which "
+       "leaves out the machine's drift between rounds.\n\n"
+       "| collective | size | run | ran | measured (us) | forced (us) | best forced | "
+       "measured (us) | regret | by choice | by round |\n"
+       "| --- | ---: | --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |\n";
+  std::map<std::string, ChoiceTally> tallies;  // per kind of run: "auto", "autotune"
+  for (const auto& r : measured) {
+    const bool known = r.ranTime > 0;
+    std::string against;
+    const double byRound =
+        pairedRegret(*chosenOf.at({int(r.coll), r.nranks, r.bytes, r.chosen}), forced, &against);
+    s += strprintf("| %s | %s | %s | %s | %.1f | %s | %s | %.1f | %+.0f%% | %s | %s |\n",
+                   collName(r.coll, r.nranks).c_str(), sizeText(r.bytes).c_str(),
+                   r.chosen.c_str(), r.ran.empty() ? "-" : r.ran.c_str(), r.chosenTime * 1e6,
+                   known ? strprintf("%.1f", r.ranTime * 1e6).c_str() : "-", r.best.c_str(),
+                   r.bestTime * 1e6, r.regret * 100,
+                   known ? strprintf("%+.0f%%", r.ranRegret * 100).c_str() : "-",
+                   against.empty()
+                       ? "-"
+                       : strprintf("%+.0f%% (%s)", byRound * 100, against.c_str()).c_str());
+    ChoiceTally& t = tallies[r.chosen];
+    ++t.sizes;
+    t.fine += r.regret <= 0.10;
+    t.worst = std::max(t.worst, r.regret);
+    if (known) {
+      ++t.byChoice;
+      t.fineByChoice += r.ranRegret <= 0.10;
+      t.worstByChoice = std::max(t.worstByChoice, r.ranRegret);
+    }
+    if (!against.empty()) {
+      ++t.byRound;
+      t.fineByRound += byRound <= 0.10;
+      t.worstByRound = std::max(t.worstByRound, byRound);
+    }
+  }
+  return s + choiceSummary(tallies);
+}
+
+std::string report(const Args& a, const loom::tuner::Calibration& c, size_t runs,
+                   const std::vector<MeasuredPoint>& chosen) {
+  const CollLabel collName(c);
+  std::string s = modelSection(a, c, runs) + validationSection(c, collName) +
+                  predictedRegretSection(c, collName);
+  if (!chosen.empty()) s += measuredChoiceSection(c, chosen, collName);
+  return s;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -476,7 +537,7 @@ int main(int argc, char** argv) {
   if (!parseArgs(argc, argv, &a)) return 2;
   topology::Topology base;
   std::string error;
-  if (!loom::tools::loadModel(a.topoFile, a.useUniform ? &a.uniform : nullptr, 0, &base, &error)) {
+  if (!loom::tools::loadModel(a.model, 0, &base, &error)) {
     fprintf(stderr, "loom-calibrate: %s\n", error.c_str());
     return 1;
   }

@@ -1,6 +1,6 @@
 // loom-sim: simulated time and busbw of every algorithm of a collective, over a sweep of sizes,
 // on a topology file or a uniform cluster (docs/SIMULATOR.md). Sizes, counts and busbw follow
-// nccl-tests, through perf/'s shared code, so the numbers read like loom-perf's.
+// nccl-tests, through the toolkit's units, so the numbers read like loom-perf's.
 #include <getopt.h>
 
 #include <chrono>
@@ -11,7 +11,8 @@
 #include <vector>
 
 #include "collectives/builders.h"
-#include "perf/perf_common.h"
+#include "toolkit/names.h"
+#include "toolkit/units.h"
 #include "tools/model_args.h"
 #include "topology/topology.h"
 #include "tuner/simulator.h"
@@ -23,7 +24,7 @@ namespace {
 using loom::collectives::Builder;
 using loom::collectives::CollArgs;
 using loom::collectives::Collective;
-namespace perf = loom::perf;
+namespace toolkit = loom::toolkit;
 
 const char kUsage[] =
     "usage: loom-sim (--topo FILE | --uniform HxR) [options]\n"
@@ -45,10 +46,8 @@ const char kUsage[] =
     "  --net-burst BYTES   the --uniform host links' shaper burst (Link burstBytes)\n";
 
 struct Args {
-  std::string topoFile;
-  loom::tuner::UniformCluster uniform;
-  bool useUniform = false;
-  perf::Collective collective = perf::Collective::kAllReduce;
+  loom::tools::ModelChoice model;
+  Collective collective = Collective::AllReduce;
   size_t minBytes = 8, maxBytes = size_t(256) << 20;
   int factor = 4;
   std::vector<std::string> algos;
@@ -91,22 +90,20 @@ bool parseArgs(int argc, char** argv, Args* a) {
       {"no-tuner", no_argument, nullptr, kNoTuner},
       {"help", no_argument, nullptr, kHelp},
       {nullptr, 0, nullptr, 0}};
-  double* uniformField[] = {&a->uniform.intraBandwidth, &a->uniform.intraLatency,
-                            &a->uniform.netBandwidth, &a->uniform.netLatency};
+  loom::tuner::UniformCluster& u = a->model.uniform;
+  double* uniformField[] = {&u.intraBandwidth, &u.intraLatency, &u.netBandwidth, &u.netLatency};
   for (int opt; (opt = getopt_long(argc, argv, "", kOptions, nullptr)) != -1;) {
     std::string v = optarg ? optarg : "";
     switch (opt) {
-      case kTopo: a->topoFile = v; break;
+      case kTopo: a->model.topoFile = v; break;
       case kNoTuner: a->useTuner = false; break;
       case kUniform:
-        if (!loom::tools::parseUniformShape(v, &a->uniform))
-          return fail("--uniform wants HOSTSxRANKS, e.g. 4x8, not '" + v + "'");
-        a->useUniform = true;
+        if (std::string error; !loom::tools::chooseUniform(v, &a->model, &error))
+          return fail(error);
         break;
       case kColl: {
-        auto c = perf::parseCollective(v);
-        Collective ignored;
-        if (!c || !loom::tools::planCollective(*c, &ignored))
+        auto c = toolkit::parseCollective(v);
+        if (!c || !toolkit::hasPlanBuilders(*c))
           return fail("unknown collective '" + v + "'");
         a->collective = *c;
         break;
@@ -135,7 +132,7 @@ bool parseArgs(int argc, char** argv, Args* a) {
         break;
       case kNetBurst: {
         std::string error;
-        if (!loom::tools::parseNetBurst(v, &a->uniform, &error)) return fail(error);
+        if (!loom::tools::parseNetBurst(v, &a->model.uniform, &error)) return fail(error);
         break;
       }
       case kHelp: printf("%s", kUsage); exit(0);
@@ -143,7 +140,8 @@ bool parseArgs(int argc, char** argv, Args* a) {
     }
   }
   if (optind < argc) return fail(std::string("unexpected argument '") + argv[optind] + "'");
-  if (a->topoFile.empty() == !a->useUniform) return fail("give one of --topo and --uniform");
+  if (std::string error = loom::tools::modelChoiceError(a->model); !error.empty())
+    return fail(error);
   if (a->sim.elemSize == 0 || a->lanes < 1 || a->sim.slices < 1)
     return fail("--elem-size, --lanes and --slices must be positive");
   return true;
@@ -156,6 +154,74 @@ bool wanted(const Args& a, const Builder& b) {
   return false;
 }
 
+// The call every row simulates, but its count: what a communicator on this model gives its
+// calls (the incast lead, the shared arena of one host's ranks, LOOM_* parameters), but the
+// lanes hint of --lanes.
+CollArgs callOnModel(const Args& a, const loom::topology::Topology& topo) {
+  CollArgs args;
+  args.settings() = loom::tuner::callSettings({}, topo);
+  args.coll = a.collective;
+  args.nranks = int(topo.ranks.size());
+  args.lanes = a.lanes;
+  args.elemSize = a.sim.elemSize;
+  args.hostOf = loom::tools::hostsByFirstAppearance(topo);
+  return args;
+}
+
+void printHeader(const Args& a, const loom::topology::Topology& topo, const CollArgs& args) {
+  printf("# loom-sim: %s, %d ranks on %d hosts, %s, %u-byte elements, %d lane(s), %d slice(s)\n",
+         topo.name.c_str(), args.nranks, loom::tuner::hostCount(args),
+         loom::collectives::collectiveName(args.coll), a.sim.elemSize, a.lanes, a.sim.slices);
+  printf("# * fastest at that size; t = the tuner's choice (loom-tune shows its parameters)%s\n",
+         a.useTuner ? "" : " -- not asked (--no-tuner)");
+  printf("# sim(s): wall seconds this machine took to simulate the row\n");
+  printf("#%11s %12s  %-18s %12s %12s %12s %9s\n", "size(B)", "count", "algorithm", "time(us)",
+         "algbw(GB/s)", "busbw(GB/s)", "sim(s)");
+}
+
+// One builder's simulated call of one size.
+struct Row {
+  const Builder* builder;
+  std::string refusal;
+  double time = 0;
+  double wall = 0;  // seconds this machine took to simulate it
+};
+
+Row simulateRow(const Builder* b, const CollArgs& args, const loom::topology::Topology& topo,
+                const loom::tuner::SimOptions& sim) {
+  Row row{b, b->refuse ? b->refuse(args) : std::string()};
+  if (!row.refusal.empty()) return row;
+  const auto start = std::chrono::steady_clock::now();
+  auto result = loom::tuner::simulateBuilt(
+      args.nranks, [&](int r) { return b->build(args, r); }, topo, sim);
+  row.wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (result.ok) {
+    row.time = result.time;
+  } else {
+    row.refusal = "simulation failed: " + result.message;
+  }
+  return row;
+}
+
+// One size's rows: the fastest marked *, the tuner's choice t.
+void printRows(const std::vector<Row>& rows, size_t bytes, size_t count, double busBwFactor,
+               const Builder* chosen) {
+  const Row* best = nullptr;
+  for (const Row& row : rows)
+    if (row.refusal.empty() && (!best || row.time < best->time)) best = &row;
+  for (const Row& row : rows) {
+    printf("%12zu %12zu  %-15s %c%c ", bytes, count, row.builder->name,
+           &row == best ? '*' : ' ', row.builder == chosen ? 't' : ' ');
+    if (!row.refusal.empty()) {
+      printf("skipped: %s\n", row.refusal.c_str());
+      continue;
+    }
+    const double algbw = row.time > 0 ? double(bytes) / row.time / 1e9 : 0;
+    printf("%12.2f %12.3f %12.3f %9.2f\n", row.time * 1e6, algbw, algbw * busBwFactor,
+           row.wall);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -164,86 +230,35 @@ int main(int argc, char** argv) {
   if (!parseArgs(argc, argv, &a)) return 2;
   loom::topology::Topology topo;
   std::string error;
-  if (!loom::tools::loadModel(a.topoFile, a.useUniform ? &a.uniform : nullptr, a.ranks, &topo,
-                              &error)) {
+  if (!loom::tools::loadModel(a.model, a.ranks, &topo, &error)) {
     fprintf(stderr, "loom-sim: %s\n", error.c_str());
     return 1;
   }
-  const int nranks = int(topo.ranks.size());
-  Collective coll{};
-  loom::tools::planCollective(a.collective, &coll);
-  CollArgs args;
-  // What a communicator on this model gives its calls (the incast lead, the shared arena of
-  // one host's ranks, LOOM_* parameters), but the lanes hint of --lanes.
-  args.settings() = loom::tuner::callSettings({}, topo);
-  args.coll = coll;
-  args.nranks = nranks;
-  args.lanes = a.lanes;
-  args.elemSize = a.sim.elemSize;
-  args.hostOf = loom::tools::hostsByFirstAppearance(topo);
-
+  CollArgs args = callOnModel(a, topo);
   std::vector<const Builder*> builders;
   for (const Builder& b : loom::collectives::allBuilders())
-    if (b.coll == coll && b.build && wanted(a, b)) builders.push_back(&b);
+    if (b.coll == args.coll && b.build && wanted(a, b)) builders.push_back(&b);
   if (builders.empty()) {
     fprintf(stderr, "loom-sim: no builder of %s matches --algos\n",
-            loom::collectives::collectiveName(coll));
+            loom::collectives::collectiveName(args.coll));
     return 2;
   }
-  printf("# loom-sim: %s, %d ranks on %d hosts, %s, %u-byte elements, %d lane(s), %d slice(s)\n",
-         topo.name.c_str(), nranks, loom::tuner::hostCount(args),
-         loom::collectives::collectiveName(coll), a.sim.elemSize, a.lanes, a.sim.slices);
-  printf("# * fastest at that size; t = the tuner's choice (loom-tune shows its parameters)%s\n",
-         a.useTuner ? "" : " -- not asked (--no-tuner)");
-  printf("# sim(s): wall seconds this machine took to simulate the row\n");
-  printf("#%11s %12s  %-18s %12s %12s %12s %9s\n", "size(B)", "count", "algorithm", "time(us)",
-         "algbw(GB/s)", "busbw(GB/s)", "sim(s)");
-  const double factor = perf::busBwFactor(a.collective, nranks);
+  printHeader(a, topo, args);
+  const double factor = toolkit::busBwFactor(a.collective, args.nranks);
   loom::tuner::TunerConfig tunerConfig;
   tunerConfig.sim = a.sim;
   loom::tuner::Tuner tuner(topo, std::move(tunerConfig));
-  for (size_t size : perf::sizeSweep(a.minBytes, a.maxBytes, a.factor, 0)) {
-    const perf::CollSizes sizes = perf::collSizes(a.collective, size, a.sim.elemSize, nranks);
+  for (size_t size : toolkit::sizeSweep(a.minBytes, a.maxBytes, a.factor, 0)) {
+    const toolkit::CollSizes sizes =
+        toolkit::collSizes(a.collective, size, a.sim.elemSize, args.nranks);
     args.count = sizes.paramCount;
     const size_t bytes = sizes.bytes(a.sim.elemSize);
     loom::tuner::Decision decision;
     const Builder* chosen =
         a.useTuner && tuner.decide(args, &decision).isOk() ? decision.choice.builder : nullptr;
-    struct Row {
-      const Builder* builder;
-      std::string refusal;
-      double time = 0;
-      double wall = 0;  // seconds this machine took to simulate it
-    };
     std::vector<Row> rows;
-    const Row* best = nullptr;
-    for (const Builder* b : builders) {
-      Row row{b, b->refuse ? b->refuse(args) : std::string()};
-      if (row.refusal.empty()) {
-        const auto start = std::chrono::steady_clock::now();
-        auto result = loom::tuner::simulateBuilt(
-            nranks, [&](int r) { return b->build(args, r); }, topo, a.sim);
-        row.wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        if (result.ok) {
-          row.time = result.time;
-        } else {
-          row.refusal = "simulation failed: " + result.message;
-        }
-      }
-      rows.push_back(row);
-    }
-    for (const Row& row : rows)
-      if (row.refusal.empty() && (!best || row.time < best->time)) best = &row;
-    for (const Row& row : rows) {
-      printf("%12zu %12zu  %-15s %c%c ", bytes, sizes.paramCount, row.builder->name,
-             &row == best ? '*' : ' ', row.builder == chosen ? 't' : ' ');
-      if (!row.refusal.empty()) {
-        printf("skipped: %s\n", row.refusal.c_str());
-        continue;
-      }
-      const double algbw = row.time > 0 ? double(bytes) / row.time / 1e9 : 0;
-      printf("%12.2f %12.3f %12.3f %9.2f\n", row.time * 1e6, algbw, algbw * factor, row.wall);
-    }
+    for (const Builder* b : builders) rows.push_back(simulateRow(b, args, topo, a.sim));
+    printRows(rows, bytes, sizes.paramCount, factor, chosen);
     // The rows above run each algorithm as --lanes asks; the tuner also tries other lane
     // counts and torus shapes, so its full choice is shown.
     if (chosen)

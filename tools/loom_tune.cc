@@ -10,7 +10,8 @@
 #include <vector>
 
 #include "base/params.h"
-#include "perf/perf_common.h"
+#include "toolkit/names.h"
+#include "toolkit/units.h"
 #include "tools/model_args.h"
 #include "transports/shm/shm_arena.h"
 #include "tuner/tuner.h"
@@ -19,7 +20,7 @@ namespace {
 
 using loom::collectives::CollArgs;
 using loom::collectives::Collective;
-namespace perf = loom::perf;
+namespace toolkit = loom::toolkit;
 namespace tuner = loom::tuner;
 
 const char kUsage[] =
@@ -39,14 +40,12 @@ const char kUsage[] =
     "read from the environment, as loom would.\n";
 
 struct Args {
-  std::string topoFile;
-  loom::tuner::UniformCluster uniform;
-  bool useUniform = false;
+  loom::tools::ModelChoice model;
   std::string tune;
   bool tableOnly = false;
-  std::vector<perf::Collective> collectives = {
-      perf::Collective::kAllReduce, perf::Collective::kAllGather, perf::Collective::kReduceScatter,
-      perf::Collective::kAllToAll,  perf::Collective::kBroadcast, perf::Collective::kReduce};
+  std::vector<Collective> collectives = {Collective::AllReduce,     Collective::AllGather,
+                                         Collective::ReduceScatter, Collective::AlltoAll,
+                                         Collective::Broadcast,     Collective::Reduce};
   size_t minBytes = 8, maxBytes = size_t(1) << 30;
   int factor = 2;
   int ranks = 0;
@@ -75,12 +74,11 @@ bool parseArgs(int argc, char** argv, Args* a) {
     const std::string v = optarg ? optarg : "";
     switch (opt) {
       case kTopo:
-        a->topoFile = v;
+        a->model.topoFile = v;
         break;
       case kUniform:
-        if (!loom::tools::parseUniformShape(v, &a->uniform))
-          return fail("--uniform wants HOSTSxRANKS, e.g. 4x8, not '" + v + "'");
-        a->useUniform = true;
+        if (std::string error; !loom::tools::chooseUniform(v, &a->model, &error))
+          return fail(error);
         break;
       case kTune:
         a->tune = v;
@@ -89,9 +87,8 @@ bool parseArgs(int argc, char** argv, Args* a) {
         a->tableOnly = true;
         break;
       case kColl: {
-        auto c = perf::parseCollective(v);
-        Collective ignored;
-        if (!c || !loom::tools::planCollective(*c, &ignored))
+        auto c = toolkit::parseCollective(v);
+        if (!c || !toolkit::hasPlanBuilders(*c))
           return fail("unknown collective '" + v + "'");
         a->collectives = {*c};
         break;
@@ -114,7 +111,8 @@ bool parseArgs(int argc, char** argv, Args* a) {
     }
   }
   if (optind < argc) return fail(std::string("unexpected argument '") + argv[optind] + "'");
-  if (a->topoFile.empty() == !a->useUniform) return fail("give one of --topo and --uniform");
+  if (std::string error = loom::tools::modelChoiceError(a->model); !error.empty())
+    return fail(error);
   if (a->elemSize == 0 || a->elemSize > 8) return fail("--elem-size must be 1 to 8");
   return true;
 }
@@ -137,8 +135,7 @@ int main(int argc, char** argv) {
   if (!parseArgs(argc, argv, &a)) return 2;
   loom::topology::Topology topo;
   std::string error;
-  if (!loom::tools::loadModel(a.topoFile, a.useUniform ? &a.uniform : nullptr, a.ranks, &topo,
-                              &error)) {
+  if (!loom::tools::loadModel(a.model, a.ranks, &topo, &error)) {
     fprintf(stderr, "loom-tune: %s\n", error.c_str());
     return 1;
   }
@@ -165,12 +162,12 @@ int main(int argc, char** argv) {
       "choice's\n#   (negative: a rule's choice is predicted slower than the model's)\n");
   printf("#%-13s %12s  %-24s %-12s %11s %11s  %-24s %8s\n", "collective", "size(B)", "choice",
          "from", "time(us)", "busbw(GB/s)", "runner-up", "margin");
-  for (perf::Collective pc : a.collectives) {
+  for (Collective pc : a.collectives) {
     CollArgs call = base;
-    loom::tools::planCollective(pc, &call.coll);
-    const double busFactor = perf::busBwFactor(pc, nranks);
+    call.coll = pc;
+    const double busFactor = toolkit::busBwFactor(pc, nranks);
     uint64_t previous = 0;
-    for (size_t size : perf::sizeSweep(a.minBytes, a.maxBytes, a.factor, 0)) {
+    for (size_t size : toolkit::sizeSweep(a.minBytes, a.maxBytes, a.factor, 0)) {
       call.count = tuner::countForBytes(call, size);
       const uint64_t bytes = tuner::callBytes(call);
       if (bytes == previous) continue;  // below one element per rank: the same call again

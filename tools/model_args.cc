@@ -6,41 +6,15 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "toolkit/units.h"
 #include "topology/builders.h"
 
 namespace loom::tools {
 
-bool planCollective(perf::Collective c, collectives::Collective* out) {
-  using collectives::Collective;
-  switch (c) {
-    case perf::Collective::kAllReduce:
-      *out = Collective::AllReduce;
-      return true;
-    case perf::Collective::kAllGather:
-      *out = Collective::AllGather;
-      return true;
-    case perf::Collective::kReduceScatter:
-      *out = Collective::ReduceScatter;
-      return true;
-    case perf::Collective::kAllToAll:
-      *out = Collective::AlltoAll;
-      return true;
-    case perf::Collective::kBroadcast:
-      *out = Collective::Broadcast;
-      return true;
-    case perf::Collective::kReduce:
-      *out = Collective::Reduce;
-      return true;
-    case perf::Collective::kSendRecv:
-      return false;
-  }
-  return false;
-}
-
 bool parseSizeSweep(const std::string& s, size_t* minBytes, size_t* maxBytes, int* factor) {
   size_t c1 = s.find(':'), c2 = s.find(':', c1 == std::string::npos ? c1 : c1 + 1);
   if (c1 == std::string::npos || c2 == std::string::npos) return false;
-  auto lo = perf::parseSize(s.substr(0, c1)), hi = perf::parseSize(s.substr(c1 + 1, c2 - c1 - 1));
+  auto lo = toolkit::parseSize(s.substr(0, c1)), hi = toolkit::parseSize(s.substr(c1 + 1, c2 - c1 - 1));
   char* end = nullptr;
   long f = strtol(s.c_str() + c2 + 1, &end, 10);
   if (!lo || !hi || *end || f < 2 || *lo > *hi) return false;
@@ -50,13 +24,23 @@ bool parseSizeSweep(const std::string& s, size_t* minBytes, size_t* maxBytes, in
   return true;
 }
 
-bool parseUniformShape(const std::string& text, tuner::UniformCluster* out) {
-  return sscanf(text.c_str(), "%dx%d", &out->hosts, &out->ranksPerHost) == 2 && out->hosts >= 1 &&
-         out->ranksPerHost >= 1;
+bool chooseUniform(const std::string& text, ModelChoice* out, std::string* error) {
+  tuner::UniformCluster& u = out->uniform;
+  if (sscanf(text.c_str(), "%dx%d", &u.hosts, &u.ranksPerHost) != 2 || u.hosts < 1 ||
+      u.ranksPerHost < 1) {
+    *error = "--uniform wants HOSTSxRANKS, e.g. 4x8, not '" + text + "'";
+    return false;
+  }
+  out->useUniform = true;
+  return true;
+}
+
+std::string modelChoiceError(const ModelChoice& choice) {
+  return choice.topoFile.empty() == !choice.useUniform ? "give one of --topo and --uniform" : "";
 }
 
 bool parseNetBurst(const std::string& text, tuner::UniformCluster* out, std::string* error) {
-  auto bytes = perf::parseSize(text);
+  auto bytes = toolkit::parseSize(text);
   if (!bytes) {
     *error = "--net-burst wants bytes such as 18K, not '" + text + "'";
     return false;
@@ -86,12 +70,11 @@ Status loadFileOrCorpus(const std::string& topoFile, topology::Topology* out) {
 
 }  // namespace
 
-bool loadModel(const std::string& topoFile, const tuner::UniformCluster* uniform, int ranks,
-               topology::Topology* out, std::string* error) {
-  if (uniform != nullptr) {
-    *out = tuner::uniformTopology(*uniform);
+bool loadModel(const ModelChoice& choice, int ranks, topology::Topology* out, std::string* error) {
+  if (choice.useUniform) {
+    *out = tuner::uniformTopology(choice.uniform);
   } else {
-    Status st = loadFileOrCorpus(topoFile, out);
+    Status st = loadFileOrCorpus(choice.topoFile, out);
     if (!st.isOk()) {
       *error = st.message();
       return false;

@@ -1,5 +1,5 @@
 // loom-gloo-perf: the Gloo baseline for loom-perf (Gloo's TCP transport on 127.0.0.1), measured
-// and printed the same way (perf_common).
+// and printed the same way (perf/sweep.h).
 //
 //   loom-gloo-perf all_reduce -N 4 -b 8 -e 256M -f 4 [-A ring|bcube|hd|ring_chunked]
 //
@@ -32,7 +32,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "perf/perf_common.h"
+#include "perf/launch.h"
+#include "perf/sweep.h"
 
 namespace loom::perf {
 namespace {
@@ -130,24 +131,24 @@ class GlooBackend : public Backend {
 
   // Only allreduce has a choice of algorithm in Gloo.
   std::string algorithm(Collective c) const override {
-    if (c != Collective::kAllReduce) return "auto";
+    if (c != Collective::AllReduce) return "auto";
     return algorithm_.empty() ? "ring" : algorithm_;
   }
 
   std::string unsupported(Collective c, loomDataType_t dtype, loomRedOp_t op) const override {
     switch (c) {
-      case Collective::kAllReduce:
-      case Collective::kAllGather:
-      case Collective::kBroadcast:
-      case Collective::kReduce:
-      case Collective::kAllToAll:
+      case Collective::AllReduce:
+      case Collective::AllGather:
+      case Collective::Broadcast:
+      case Collective::Reduce:
+      case Collective::AlltoAll:
         break;
       default:
         return "not in Gloo's collective API";
     }
     if (!withGlooType(dtype, [](auto) {})) return "Gloo has no such datatype";
     if (collectiveHasOp(c) && op == loomAvg) return "Gloo has no average";
-    if (c == Collective::kAllReduce && !algorithm_.empty() && algorithm_ != "ring" &&
+    if (c == Collective::AllReduce && !algorithm_.empty() && algorithm_ != "ring" &&
         algorithm_ != "bcube" && algorithm_ != "hd" && algorithm_ != "ring_chunked") {
       return "unknown allreduce algorithm '" + algorithm_ + "' (ring, bcube, hd, ring_chunked)";
     }
@@ -191,7 +192,7 @@ class GlooBackend : public Backend {
     const size_t n = static_cast<size_t>(nranks());
     if (count == 0) return [] {};  // nothing to move; Gloo would reject empty buffers
     switch (call.collective) {
-      case Collective::kAllReduce: {
+      case Collective::AllReduce: {
         if (algorithm_ == "hd" || algorithm_ == "ring_chunked") {
           // These classes reduce in place only: out of place costs the copy a caller would
           // make.
@@ -220,7 +221,7 @@ class GlooBackend : public Backend {
         opts->setTimeout(kTimeout);
         return [opts] { gloo::allreduce(*opts); };
       }
-      case Collective::kAllGather: {
+      case Collective::AllGather: {
         // Without an input Gloo gathers in place, from this rank's block of the output.
         auto opts = std::make_shared<gloo::AllgatherOptions>(context_);
         if (!call.inPlace) opts->setInput(send, count);
@@ -228,7 +229,7 @@ class GlooBackend : public Backend {
         opts->setTimeout(kTimeout);
         return [opts] { gloo::allgather(*opts); };
       }
-      case Collective::kBroadcast: {
+      case Collective::Broadcast: {
         auto opts = std::make_shared<gloo::BroadcastOptions>(context_);
         if (!call.inPlace && rank() == call.root) opts->setInput(send, count);
         opts->setOutput(recv, count);
@@ -236,7 +237,7 @@ class GlooBackend : public Backend {
         opts->setTimeout(kTimeout);
         return [opts] { gloo::broadcast(*opts); };
       }
-      case Collective::kReduce: {
+      case Collective::Reduce: {
         auto opts = std::make_shared<gloo::ReduceOptions>(context_);
         if (!call.inPlace) opts->setInput(send, count);
         opts->setOutput(recv, count);
@@ -245,7 +246,7 @@ class GlooBackend : public Backend {
         opts->setTimeout(kTimeout);
         return [opts] { gloo::reduce(*opts); };
       }
-      case Collective::kAllToAll: {
+      case Collective::AlltoAll: {
         // Gloo's alltoall needs distinct buffers: in place costs a copy into scratch space,
         // made here so the timed loop allocates nothing.
         const size_t bytes = count * n * sizeof(T);
@@ -273,7 +274,7 @@ class GlooBackend : public Backend {
       return true;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "loom-gloo-perf: rank %d: %s failed: %s\n", rank(),
-                   call ? collectiveName(call->collective) : "exchange", e.what());
+                   call ? ncclTestsName(call->collective) : "exchange", e.what());
       return false;
     }
   }
@@ -287,7 +288,7 @@ class GlooBackend : public Backend {
   std::function<void()> op_;  // the prepared call
 };
 
-int runRank(ForkedRank& self, const Options& options, const std::string& storeDir) {
+int runRank(toolkit::RankContext& self, const Options& options, const std::string& storeDir) {
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = "127.0.0.1";
@@ -326,8 +327,8 @@ int main(int argc, char** argv) {
     std::perror("loom-gloo-perf: mkdtemp");
     return 3;
   }
-  const int rc = forkRanks(options.nranks, options.bindCores,
-                           [&](ForkedRank& self) { return runRank(self, options, dir); });
+  const int rc = runForkedRanks(
+      options, [&](loom::toolkit::RankContext& self) { return runRank(self, options, dir); });
   std::error_code ignored;
   std::filesystem::remove_all(dir, ignored);
   return rc;

@@ -1,4 +1,4 @@
-// loom-mpi-perf: the MPI baseline for loom-perf, measured and printed the same way (perf_common).
+// loom-mpi-perf: the MPI baseline for loom-perf, measured and printed the same way (perf/sweep.h).
 //
 //   mpirun --allow-run-as-root --oversubscribe -np 4 loom-mpi-perf all_reduce -b 8 -e 256M -f 4
 #include <mpi.h>
@@ -8,7 +8,7 @@
 #include <cstring>
 #include <string>
 
-#include "perf/perf_common.h"
+#include "perf/sweep.h"
 
 namespace loom::perf {
 namespace {
@@ -94,35 +94,35 @@ class MpiBackend : public Backend {
     void* send = const_cast<void*>(call.send);
     int rc = MPI_SUCCESS;
     switch (call.collective) {
-      case Collective::kAllReduce:
+      case Collective::AllReduce:
         rc = MPI_Allreduce(in, call.recv, count, type, op, comm_);
         break;
-      case Collective::kAllGather:
+      case Collective::AllGather:
         // In place, MPI finds this rank's block inside recv, where nccl-tests puts it.
         rc = MPI_Allgather(in, count, type, call.recv, count, type, comm_);
         break;
-      case Collective::kReduceScatter:
+      case Collective::ReduceScatter:
         // In place, MPI reduces the whole buffer and leaves the result at its start
         // (inPlaceOutputOffset says so to the check).
         rc = call.inPlace ? MPI_Reduce_scatter_block(MPI_IN_PLACE, send, count, type, op, comm_)
                           : MPI_Reduce_scatter_block(send, call.recv, count, type, op, comm_);
         break;
-      case Collective::kAllToAll:
+      case Collective::AlltoAll:
         rc = MPI_Alltoall(in, count, type, call.recv, count, type, comm_);
         break;
-      case Collective::kBroadcast:
+      case Collective::Broadcast:
         // MPI broadcasts one buffer; out of place the root's own output must be filled too,
         // as nccl's out-of-place broadcast does.
         if (!call.inPlace && rank_ == call.root) {
-          std::memcpy(call.recv, call.send, call.count * dtypeBytes(call.dtype));
+          std::memcpy(call.recv, call.send, call.count * dtypeSize(call.dtype));
         }
         rc = MPI_Bcast(call.recv, count, type, call.root, comm_);
         break;
-      case Collective::kReduce:
+      case Collective::Reduce:
         rc = MPI_Reduce(call.inPlace && rank_ == call.root ? MPI_IN_PLACE : call.send, call.recv,
                         count, type, op, call.root, comm_);
         break;
-      case Collective::kSendRecv: {
+      case Collective::SendRecv: {
         // The nccl-tests pattern: send to the next rank, receive from the previous one.
         const int next = (rank_ + 1) % nranks_;
         const int prev = (rank_ + nranks_ - 1) % nranks_;
@@ -132,6 +132,9 @@ class MpiBackend : public Backend {
                                          prev, 0, comm_, MPI_STATUS_IGNORE);
         break;
       }
+      case Collective::AlltoAllv:  // not one of nccl-tests' collectives: never parsed
+        rc = MPI_ERR_OP;
+        break;
     }
     return rc == MPI_SUCCESS || fail(call, rc);
   }
@@ -144,7 +147,7 @@ class MpiBackend : public Backend {
   bool barrier() override { return MPI_Barrier(comm_) == MPI_SUCCESS; }
 
   size_t inPlaceOutputOffset(Collective c, const CollSizes& sizes) const override {
-    return c == Collective::kReduceScatter ? 0 : Backend::inPlaceOutputOffset(c, sizes);
+    return c == Collective::ReduceScatter ? 0 : Backend::inPlaceOutputOffset(c, sizes);
   }
 
  private:
@@ -153,7 +156,7 @@ class MpiBackend : public Backend {
     int length = 0;
     MPI_Error_string(rc, text, &length);
     std::fprintf(stderr, "loom-mpi-perf: rank %d: %s of %zu elements failed: %.*s\n", rank_,
-                 collectiveName(call.collective), call.count, length, text);
+                 ncclTestsName(call.collective), call.count, length, text);
     return false;
   }
 

@@ -1,4 +1,4 @@
-// perf_common: the units loom-perf and its peers report in (nccl-tests' conventions), the
+// The units loom-perf and its peers report in (nccl-tests' conventions, toolkit/units.h), the
 // table they print, and the result check.
 #include <gtest/gtest.h>
 
@@ -7,15 +7,18 @@
 #include <string>
 #include <vector>
 
-#include "perf/perf_common.h"
+#include "perf/check.h"
+#include "perf/options.h"
+#include "perf/output.h"
+#include "perf/sweep.h"
 
 namespace loom::perf {
 namespace {
 
-constexpr Collective kAll[] = {Collective::kAllReduce,     Collective::kAllGather,
-                               Collective::kReduceScatter, Collective::kAllToAll,
-                               Collective::kBroadcast,     Collective::kReduce,
-                               Collective::kSendRecv};
+constexpr Collective kAll[] = {Collective::AllReduce,     Collective::AllGather,
+                               Collective::ReduceScatter, Collective::AlltoAll,
+                               Collective::Broadcast,     Collective::Reduce,
+                               Collective::SendRecv};
 
 std::vector<std::string> fields(const std::string& line) {
   std::istringstream in(line);
@@ -27,38 +30,38 @@ std::vector<std::string> fields(const std::string& line) {
 TEST(PerfUnits, BusBwFactorsMatchNcclTests) {
   for (int n = 1; n <= 64; ++n) {
     const double d = n;
-    EXPECT_DOUBLE_EQ(busBwFactor(Collective::kAllReduce, n), 2 * (d - 1) / d) << n;
-    EXPECT_DOUBLE_EQ(busBwFactor(Collective::kAllGather, n), (d - 1) / d) << n;
-    EXPECT_DOUBLE_EQ(busBwFactor(Collective::kReduceScatter, n), (d - 1) / d) << n;
-    EXPECT_DOUBLE_EQ(busBwFactor(Collective::kAllToAll, n), (d - 1) / d) << n;
-    EXPECT_DOUBLE_EQ(busBwFactor(Collective::kBroadcast, n), 1.0) << n;
-    EXPECT_DOUBLE_EQ(busBwFactor(Collective::kReduce, n), 1.0) << n;
-    EXPECT_DOUBLE_EQ(busBwFactor(Collective::kSendRecv, n), 1.0) << n;
+    EXPECT_DOUBLE_EQ(busBwFactor(Collective::AllReduce, n), 2 * (d - 1) / d) << n;
+    EXPECT_DOUBLE_EQ(busBwFactor(Collective::AllGather, n), (d - 1) / d) << n;
+    EXPECT_DOUBLE_EQ(busBwFactor(Collective::ReduceScatter, n), (d - 1) / d) << n;
+    EXPECT_DOUBLE_EQ(busBwFactor(Collective::AlltoAll, n), (d - 1) / d) << n;
+    EXPECT_DOUBLE_EQ(busBwFactor(Collective::Broadcast, n), 1.0) << n;
+    EXPECT_DOUBLE_EQ(busBwFactor(Collective::Reduce, n), 1.0) << n;
+    EXPECT_DOUBLE_EQ(busBwFactor(Collective::SendRecv, n), 1.0) << n;
   }
-  EXPECT_DOUBLE_EQ(busBwFactor(Collective::kAllReduce, 1), 0.0);
+  EXPECT_DOUBLE_EQ(busBwFactor(Collective::AllReduce, 1), 0.0);
 }
 
 TEST(PerfUnits, AlgBwIsSizeOverTime) {
   // 1 GB in 1 s (1e6 us) is 1 GB/s; allreduce on 4 ranks moves 1.5x that on the bus.
-  const Measurement m = makeMeasurement(Collective::kAllReduce, 1000000000, 4, 1e6, 0);
+  const Measurement m = makeMeasurement(Collective::AllReduce, 1000000000, 4, 1e6, 0);
   EXPECT_DOUBLE_EQ(m.algBw, 1.0);
   EXPECT_DOUBLE_EQ(m.busBw, 1.5);
-  const Measurement a = makeMeasurement(Collective::kAllGather, 268435456, 8, 1000.0, 0);
+  const Measurement a = makeMeasurement(Collective::AllGather, 268435456, 8, 1000.0, 0);
   EXPECT_DOUBLE_EQ(a.algBw, 268435456 / 1e9 / 1e-3);
   EXPECT_DOUBLE_EQ(a.busBw, a.algBw * 7 / 8);
-  EXPECT_EQ(makeMeasurement(Collective::kReduce, 8, 2, 0.0, 0).algBw, 0.0);
+  EXPECT_EQ(makeMeasurement(Collective::Reduce, 8, 2, 0.0, 0).algBw, 0.0);
 }
 
 TEST(PerfUnits, CountsPerCollectiveFollowNcclTests) {
   // 1 MiB of floats on 4 ranks: 262144 elements.
   const size_t size = 1 << 20, f = 4;
-  CollSizes s = collSizes(Collective::kAllReduce, size, f, 4);
+  CollSizes s = collSizes(Collective::AllReduce, size, f, 4);
   EXPECT_EQ(s.sendCount, 262144u);
   EXPECT_EQ(s.recvCount, 262144u);
   EXPECT_EQ(s.paramCount, 262144u);
   EXPECT_EQ(s.bytes(f), size);
 
-  s = collSizes(Collective::kAllGather, size, f, 4);
+  s = collSizes(Collective::AllGather, size, f, 4);
   EXPECT_EQ(s.sendCount, 65536u);
   EXPECT_EQ(s.recvCount, 262144u);
   EXPECT_EQ(s.paramCount, 65536u);  // the count argument: per rank
@@ -66,7 +69,7 @@ TEST(PerfUnits, CountsPerCollectiveFollowNcclTests) {
   EXPECT_EQ(s.recvInPlaceOffset, 0u);
   EXPECT_EQ(s.bytes(f), size);  // the size column: the gathered buffer
 
-  s = collSizes(Collective::kReduceScatter, size, f, 4);
+  s = collSizes(Collective::ReduceScatter, size, f, 4);
   EXPECT_EQ(s.sendCount, 262144u);
   EXPECT_EQ(s.recvCount, 65536u);
   EXPECT_EQ(s.paramCount, 65536u);
@@ -74,13 +77,13 @@ TEST(PerfUnits, CountsPerCollectiveFollowNcclTests) {
   EXPECT_EQ(s.recvInPlaceOffset, 65536u);
   EXPECT_EQ(s.bytes(f), size);
 
-  s = collSizes(Collective::kAllToAll, size, f, 4);
+  s = collSizes(Collective::AlltoAll, size, f, 4);
   EXPECT_EQ(s.sendCount, 262144u);
   EXPECT_EQ(s.recvCount, 262144u);
   EXPECT_EQ(s.paramCount, 65536u);
   EXPECT_EQ(s.bytes(f), size);
 
-  for (Collective c : {Collective::kBroadcast, Collective::kReduce, Collective::kSendRecv}) {
+  for (Collective c : {Collective::Broadcast, Collective::Reduce, Collective::SendRecv}) {
     s = collSizes(c, size, f, 4);
     EXPECT_EQ(s.paramCount, 262144u) << collectiveName(c);
     EXPECT_EQ(s.bytes(f), size) << collectiveName(c);
@@ -89,14 +92,14 @@ TEST(PerfUnits, CountsPerCollectiveFollowNcclTests) {
 
 TEST(PerfUnits, CountsRoundDownToWholeElementsPerRank) {
   // 1000 B of floats = 250 elements; on 3 ranks, 83 each (996 B in all).
-  CollSizes s = collSizes(Collective::kAllGather, 1000, 4, 3);
+  CollSizes s = collSizes(Collective::AllGather, 1000, 4, 3);
   EXPECT_EQ(s.paramCount, 83u);
   EXPECT_EQ(s.bytes(4), 996u);
-  s = collSizes(Collective::kAllReduce, 1001, 4, 3);
+  s = collSizes(Collective::AllReduce, 1001, 4, 3);
   EXPECT_EQ(s.paramCount, 250u);
   EXPECT_EQ(s.bytes(4), 1000u);
   // Fewer elements than ranks: an empty call, as in nccl-tests.
-  s = collSizes(Collective::kReduceScatter, 8, 4, 4);
+  s = collSizes(Collective::ReduceScatter, 8, 4, 4);
   EXPECT_EQ(s.paramCount, 0u);
   EXPECT_EQ(s.bytes(4), 0u);
 }
@@ -142,7 +145,7 @@ TEST(PerfOptions, ParsesTheIssueCommandLine) {
   Options o;
   std::string error;
   ASSERT_TRUE(parseOptions(14, const_cast<char**>(argv), &o, &error)) << error;
-  EXPECT_EQ(o.collective, Collective::kAllReduce);
+  EXPECT_EQ(o.collective, Collective::AllReduce);
   EXPECT_EQ(o.minBytes, 8u);
   EXPECT_EQ(o.maxBytes, 256u << 20);
   EXPECT_EQ(o.stepFactor, 4);
@@ -180,7 +183,7 @@ TEST(PerfOptions, ParsesEveryFlagAndLongForms) {
   Options o;
   std::string error;
   ASSERT_TRUE(parseOptions(22, const_cast<char**>(argv), &o, &error)) << error;
-  EXPECT_EQ(o.collective, Collective::kBroadcast);
+  EXPECT_EQ(o.collective, Collective::Broadcast);
   EXPECT_EQ(o.minBytes, 1024u);
   EXPECT_EQ(o.maxBytes, 1u << 20);
   EXPECT_EQ(o.stepBytes, 4096u);
@@ -223,7 +226,7 @@ TEST(PerfOptions, NamesRoundTrip) {
   for (int d = 0; d < loomNumTypes; ++d) {
     const auto t = static_cast<loomDataType_t>(d);
     EXPECT_EQ(parseDtype(dtypeName(t)), t) << dtypeName(t);
-    EXPECT_GT(dtypeBytes(t), 0u);
+    EXPECT_GT(dtypeSize(t), 0u);
   }
   for (int op = 0; op < loomNumOps; ++op) {
     const auto o = static_cast<loomRedOp_t>(op);
@@ -232,10 +235,10 @@ TEST(PerfOptions, NamesRoundTrip) {
 }
 
 TEST(PerfTable, RowHasNcclTestsColumns) {
-  const CollSizes s = collSizes(Collective::kAllReduce, 1 << 20, 4, 4);
-  const Measurement oop = makeMeasurement(Collective::kAllReduce, s.bytes(4), 4, 123.456, 0);
-  const Measurement ip = makeMeasurement(Collective::kAllReduce, s.bytes(4), 4, 12345.6, 3);
-  const std::string row = formatRow(Collective::kAllReduce, s, loomFloat32, loomSum, 0, oop, ip);
+  const CollSizes s = collSizes(Collective::AllReduce, 1 << 20, 4, 4);
+  const Measurement oop = makeMeasurement(Collective::AllReduce, s.bytes(4), 4, 123.456, 0);
+  const Measurement ip = makeMeasurement(Collective::AllReduce, s.bytes(4), 4, 12345.6, 3);
+  const std::string row = formatRow(Collective::AllReduce, s, loomFloat32, loomSum, 0, oop, ip);
   const std::vector<std::string> f = fields(row);
   ASSERT_EQ(f.size(), 13u) << row;
   EXPECT_EQ(f[0], "1048576");  // size (B)
@@ -259,10 +262,10 @@ TEST(PerfTable, RowHasNcclTestsColumns) {
 }
 
 TEST(PerfTable, RowForRootedAndUncheckedCollectives) {
-  const CollSizes s = collSizes(Collective::kBroadcast, 64, 8, 2);
-  const Measurement m = makeMeasurement(Collective::kBroadcast, 64, 2, 5.0, -1);
+  const CollSizes s = collSizes(Collective::Broadcast, 64, 8, 2);
+  const Measurement m = makeMeasurement(Collective::Broadcast, 64, 2, 5.0, -1);
   const std::vector<std::string> f =
-      fields(formatRow(Collective::kBroadcast, s, loomFloat64, loomSum, 1, m, m));
+      fields(formatRow(Collective::Broadcast, s, loomFloat64, loomSum, 1, m, m));
   ASSERT_EQ(f.size(), 13u);
   EXPECT_EQ(f[1], "8");
   EXPECT_EQ(f[2], "double");
@@ -273,17 +276,17 @@ TEST(PerfTable, RowForRootedAndUncheckedCollectives) {
 }
 
 TEST(PerfTable, SimulatedColumnsFollowTheMeasuredOnes) {
-  const CollSizes s = collSizes(Collective::kAllReduce, 1 << 20, 4, 4);
-  const Measurement m = makeMeasurement(Collective::kAllReduce, s.bytes(4), 4, 200.0, 0);
-  Prediction p{makeMeasurement(Collective::kAllReduce, s.bytes(4), 4, 160.0, -1), "ring"};
+  const CollSizes s = collSizes(Collective::AllReduce, 1 << 20, 4, 4);
+  const Measurement m = makeMeasurement(Collective::AllReduce, s.bytes(4), 4, 200.0, 0);
+  Prediction p{makeMeasurement(Collective::AllReduce, s.bytes(4), 4, 160.0, -1), "ring"};
   std::vector<std::string> f =
-      fields(formatRow(Collective::kAllReduce, s, loomFloat32, loomSum, 0, m, m, &p));
+      fields(formatRow(Collective::AllReduce, s, loomFloat32, loomSum, 0, m, m, &p));
   ASSERT_EQ(f.size(), 16u);
   EXPECT_EQ(f[13], "160.0");  // simulated time (us)
   EXPECT_EQ(f[14], "9.83");   // its busbw: 1048576 B / 160 us * 1.5
   EXPECT_EQ(f[15], "ring");   // the algorithm simulated
   const Prediction none{{}, "no prediction: why"};
-  f = fields(formatRow(Collective::kAllReduce, s, loomFloat32, loomSum, 0, m, m, &none));
+  f = fields(formatRow(Collective::AllReduce, s, loomFloat32, loomSum, 0, m, m, &none));
   ASSERT_EQ(f.size(), 18u);
   EXPECT_EQ(f[13], "-");
   EXPECT_EQ(f[15], "no");
@@ -345,7 +348,7 @@ TEST(PerfCheck, CatchesACorruptedElement) {
         const auto redop = static_cast<loomRedOp_t>(op);
         for (int n : {1, 2, 3, 8, 17}) {
           const int root = n - 1;
-          const size_t elem = dtypeBytes(dtype);
+          const size_t elem = dtypeSize(dtype);
           const CollSizes s = collSizes(c, 997 * elem * static_cast<size_t>(n), elem, n);
           for (int rank : {0, n - 1}) {
             SCOPED_TRACE(std::string(collectiveName(c)) + " " + dtypeName(dtype) + " " +
@@ -354,7 +357,7 @@ TEST(PerfCheck, CatchesACorruptedElement) {
             std::vector<unsigned char> out(s.recvCount * elem);
             writeExpected(c, dtype, redop, n, rank, root, s, out.data());
             EXPECT_EQ(countWrong(c, dtype, redop, n, rank, root, s, out.data()), 0u);
-            const bool hasOutput = c != Collective::kReduce || rank == root;
+            const bool hasOutput = c != Collective::Reduce || rank == root;
             // 0xff is NaN or a value the inputs never produce.
             const size_t at = s.recvCount / 2 * elem;
             std::memset(&out[at], 0xff, elem);
@@ -419,23 +422,24 @@ void checkAgainstReference(loomDataType_t dtype) {
             for (size_t i = 0; i < s.recvCount; ++i) {
               const size_t block = cnt ? i / cnt : 0, off = cnt ? i % cnt : 0;
               switch (c) {
-                case Collective::kAllReduce:
-                case Collective::kReduce:
+                case Collective::AllReduce:
+                case Collective::Reduce:
                   out[i] = reduced(i);
                   break;
-                case Collective::kReduceScatter:
+                case Collective::ReduceScatter:
                   out[i] = reduced(r * cnt + i);
                   break;
-                case Collective::kAllGather:
+                case Collective::AllGather:
                   out[i] = in[block][off];
                   break;
-                case Collective::kAllToAll:
+                case Collective::AlltoAll:
+                case Collective::AlltoAllv:  // not in kAll
                   out[i] = in[block][r * cnt + off];
                   break;
-                case Collective::kBroadcast:
+                case Collective::Broadcast:
                   out[i] = in[root][i];
                   break;
-                case Collective::kSendRecv:
+                case Collective::SendRecv:
                   out[i] = in[(r + n - 1) % n][i];
                   break;
               }
@@ -470,10 +474,10 @@ TEST(PerfCheck, EncodesSmallFloatsExactly) {
       {loomFloat8e5m2, {0x3C, 0x40, 0x42}},
   };
   for (const Case& k : cases) {
-    const size_t elem = dtypeBytes(k.dtype);
-    const CollSizes s = collSizes(Collective::kBroadcast, 8 * elem, elem, 1);
+    const size_t elem = dtypeSize(k.dtype);
+    const CollSizes s = collSizes(Collective::Broadcast, 8 * elem, elem, 1);
     std::vector<unsigned char> buf(s.sendCount * elem);
-    fillInput(Collective::kBroadcast, k.dtype, loomSum, 1, 0, 0, s, buf.data());
+    fillInput(Collective::Broadcast, k.dtype, loomSum, 1, 0, 0, s, buf.data());
     for (size_t i = 0; i < 3; ++i) {
       unsigned got = 0;
       std::memcpy(&got, &buf[(i + 1) * elem], elem);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -16,7 +17,10 @@
 #include <vector>
 
 #include "perf/compare.h"
-#include "perf/perf_common.h"
+#include "perf/check.h"
+#include "perf/options.h"
+#include "perf/output.h"
+#include "perf/sweep.h"
 
 namespace loom::perf {
 namespace {
@@ -97,6 +101,39 @@ TEST(PerfLaunch, ForksOneToFourRanksAndWritesJson) {
     EXPECT_EQ(j->find("wrong_total")->number, 0);
     std::remove(json.c_str());
   }
+}
+
+// --compare with --json FILE: FILE is the one file written, one document holding every run of
+// loom and of each peer that is built (-R 2: two of each).
+TEST(PerfLaunch, CompareWritesOneDocumentWithEveryRun) {
+  char dir[] = "/tmp/loom-perf-test.compare.XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string json = std::string(dir) + "/r.json";
+  const Result r = runCommand(std::string("LOOM_TIMEOUT_MS=60000 ") + LOOM_PERF_BINARY +
+                              " all_reduce -b 1K -e 1K -n 2 -w 1 -N 2 -R 2 --compare mpi,gloo "
+                              "--json " + json);
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    files.push_back(entry.path().filename().string());
+  EXPECT_EQ(files, std::vector<std::string>{"r.json"});
+  std::string error;
+  const std::optional<JsonValue> j = parseJson(readFile(json), &error);
+  ASSERT_TRUE(j) << error;
+  EXPECT_EQ(j->find("schema")->text, "loom-perf-set/1");
+  const JsonValue* runs = j->find("runs");
+  ASSERT_NE(runs, nullptr);
+  std::map<std::string, int> runsOf;
+  for (const JsonValue& run : runs->items) {
+    expectSchema(run, 2, 1);
+    ++runsOf[run.find("library")->text];
+  }
+  const std::filesystem::path bin = std::filesystem::path(LOOM_PERF_BINARY).parent_path();
+  std::map<std::string, int> expected = {{"loom", 2}};
+  if (std::filesystem::exists(bin / "loom-mpi-perf")) expected["mpi"] = 2;
+  if (std::filesystem::exists(bin / "loom-gloo-perf")) expected["gloo"] = 2;
+  EXPECT_EQ(runsOf, expected);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(PerfLaunch, CheckCatchesACorruptedResult) {
@@ -284,15 +321,15 @@ TEST(PerfLaunch, TwoHostsThroughNetnsCluster) {
 
 TEST(PerfJson, WritesWhatItsReaderParses) {
   RunMetadata meta{"loom-perf", "loom", "0.1.0", "abc123", "Backend: \"q\"\n",
-                   Collective::kReduceScatter, 4, 2, {{"LOOM_ALGO", "a=b,c"}}, ""};
+                   Collective::ReduceScatter, 4, 2, {{"LOOM_ALGO", "a=b,c"}}, ""};
   Options o;
   o.check = false;
   ResultRow row;
   row.bytes = 4096;
   row.count = 256;
   row.algorithm = "ring";
-  row.outOfPlace = makeMeasurement(Collective::kReduceScatter, 4096, 4, 10.0, -1);
-  row.inPlace = makeMeasurement(Collective::kReduceScatter, 4096, 4, 20.0, -1);
+  row.outOfPlace = makeMeasurement(Collective::ReduceScatter, 4096, 4, 10.0, -1);
+  row.inPlace = makeMeasurement(Collective::ReduceScatter, 4096, 4, 20.0, -1);
   std::string error;
   const std::optional<JsonValue> j = parseJson(formatJson(meta, o, {row, row}, 0, 1.5), &error);
   ASSERT_TRUE(j) << error;
@@ -350,7 +387,7 @@ TEST(PerfOptions, SweepArgsRoundTrip) {
   for (std::string& a : args) ptrs.push_back(a.data());
   Options back;
   ASSERT_TRUE(parseOptions(int(ptrs.size()), ptrs.data(), &back, &error)) << error;
-  EXPECT_EQ(back.collective, Collective::kBroadcast);
+  EXPECT_EQ(back.collective, Collective::Broadcast);
   EXPECT_EQ(back.minBytes, 1024u);
   EXPECT_EQ(back.stepFactor, 2);
   EXPECT_EQ(back.root, 1);
@@ -418,14 +455,14 @@ TEST(PerfCompare, TableShowsMediansRatiosAndMissingPeers) {
 TEST(PerfCalibrate, PairsRoundsWithinOneRaceOnly) {
   const auto write = [](const std::string& algorithm, const std::string& race,
                         std::vector<double> rounds) {
-    RunMetadata meta{"loom-perf", "loom", "0.1.0", "abc", "test", Collective::kAllReduce, 4, 1,
+    RunMetadata meta{"loom-perf", "loom", "0.1.0", "abc", "test", Collective::AllReduce, 4, 1,
                      {}, race};
     ResultRow row;
     row.bytes = 1024;
     row.count = 256;
     row.algorithm = algorithm;
     if (algorithm == "auto") row.ran = "rd lanes=1";
-    row.outOfPlace = makeMeasurement(Collective::kAllReduce, 1024, 4, medianOf(rounds), -1);
+    row.outOfPlace = makeMeasurement(Collective::AllReduce, 1024, 4, medianOf(rounds), -1);
     row.inPlace = row.outOfPlace;
     row.roundsUs = std::move(rounds);
     Options o;
