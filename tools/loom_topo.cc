@@ -88,9 +88,10 @@ void printFigureMatrix(const Topology& t) {
   printf("cells: one-way latency of a small message, bandwidth of one stream in GB/s\n");
 }
 
-// The model a communicator of `ranks` ranks on this host gets at init (comm/comm_topology.cc),
-// with this host's cached figures where init measured them before, else the defaults. Ranks
-// are spread over the NUMA nodes, as when a launcher binds them round-robin.
+// The model a communicator of `ranks` ranks on this host gets at init
+// (topology/comm_discovery.h), with this host's cached figures where init measured them before,
+// else the defaults. Ranks are spread over the NUMA nodes, as when a launcher binds them
+// round-robin.
 void showCommunicator(const HostInfo& info, int ranks) {
   std::string hostname;
   uint64_t hostId = hostIdentity(&hostname);
