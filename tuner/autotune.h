@@ -38,9 +38,8 @@ struct AutotuneEntry {
   std::vector<Candidate> others;  // the rest of the candidates tried, in the order tried
   // Candidates that read their peers' buffers (`peer`), measured on buffers from loomMemAlloc,
   // which peers read through a mapping (one host only; empty when none of the model's fastest
-  // for mapped buffers reads peers). On heap buffers they read through the kernel instead: 4
-  // ranks on the 2-core VM, `peer` 2 MiB alltoall took 258-362 us on heap buffers in stop 29's
-  // races and 126 on loomMemAlloc ones, where `direct` took 228-275 on either.
+  // for mapped buffers reads peers). On heap buffers they read through the kernel instead, which
+  // can cost them twice the time: measured on one kind of buffer, they say little of the other.
   std::vector<Candidate> mapped;
   uint64_t bytes = 0;  // the size of the call that was measured
 };
