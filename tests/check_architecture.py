@@ -21,6 +21,7 @@ Prints each mismatch and exits 1 if there is any.
 """
 import os
 import re
+import subprocess
 import sys
 
 ROOT = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else
@@ -35,7 +36,15 @@ errors = []
 
 
 def tree_files():
-    """Paths of the source tree's files, relative to ROOT (build folders and .git left out)."""
+    """Paths of the source tree's files, relative to ROOT: git's tracked and untracked files
+    that it does not ignore, or, outside a git checkout, every file but build folders'."""
+    try:
+        listed = subprocess.run(["git", "-C", ROOT, "ls-files", "--cached", "--others",
+                                 "--exclude-standard", "-z"], capture_output=True, check=True)
+        return sorted(p for p in set(listed.stdout.decode().split("\0"))
+                      if p and os.path.isfile(os.path.join(ROOT, p)))
+    except (OSError, subprocess.CalledProcessError):
+        pass
     out = []
     for folder, dirs, files in os.walk(ROOT):
         rel = os.path.relpath(folder, ROOT)
