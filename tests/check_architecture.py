@@ -16,6 +16,7 @@ Usage: tests/check_architecture.py [SOURCE_ROOT]   (default: the folder above th
 3. Every path a source file, script or doc names (`comm/comm.h`, `docs/TUNING.md`) exists in
    the tree: relative to the source root, to the naming file's folder, or as the tail of a
    path in the tree (`shm/shm_arena.h`).
+4. The program the README shows is examples/two_ranks.c as it is (which ctest builds and runs).
 
 Prints each mismatch and exits 1 if there is any.
 """
@@ -219,10 +220,20 @@ def check_citations(files):
                     errors.append(f"{path}:{number}: names {cited}, which is not in the tree")
 
 
+def check_readme_example():
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    with open(os.path.join(ROOT, "examples/two_ranks.c")) as f:
+        example = f.read()
+    if "```c\n" + example + "```" not in readme:
+        errors.append("README.md does not show examples/two_ranks.c as it is")
+
+
 def main():
     files = tree_files()
     check_layers(files)
     check_citations(files)
+    check_readme_example()
     for e in errors:
         print(e)
     if errors:
