@@ -123,14 +123,8 @@ def include_edges(files, top_folders):
     return edges
 
 
-def check_layers(files):
-    with open(os.path.join(ROOT, "docs/ARCHITECTURE.md")) as f:
-        library, upper = parse_layers_section(f.read())
-    with open(os.path.join(ROOT, "CMakeLists.txt")) as f:
-        cmake = parse_cmake_layers(f.read())
-    top_folders = {p.split("/")[0] for p in files if "/" in p}
-
-    # (1) The library's rows against the build's declarations.
+def check_against_build(library, cmake):
+    """(1) The library's rows against the build's loom_layer declarations."""
     for layer in sorted(set(library) | set(cmake)):
         if layer not in cmake:
             errors.append(f"layer {layer}/: in docs/ARCHITECTURE.md, not a loom_layer in "
@@ -138,17 +132,18 @@ def check_layers(files):
         elif layer not in library:
             errors.append(f"layer {layer}/: a loom_layer in CMakeLists.txt, not in "
                           f"docs/ARCHITECTURE.md's table of layers")
-        else:
-            documented = set(library[layer]) | {layer}
-            if documented != cmake[layer]:
-                errors.append(f"layer {layer}/: docs/ARCHITECTURE.md allows {sorted(documented)}, "
-                              f"CMakeLists.txt compiles it against {sorted(cmake[layer])}")
+        elif set(library[layer]) | {layer} != cmake[layer]:
+            errors.append(f"layer {layer}/: docs/ARCHITECTURE.md allows "
+                          f"{sorted(set(library[layer]) | {layer})}, CMakeLists.txt compiles it "
+                          f"against {sorted(cmake[layer])}")
     for layer, uses in library.items():
         for used in uses:
             if used not in library:
                 errors.append(f"layer {layer}/ may use {used}/, which is not a layer")
 
-    # Who may use what, as folders.
+
+def allowed_folders(library, upper, top_folders):
+    """Folder -> the folders it may include, "the library" spelled out."""
     allowed = {layer: set(uses) | {PUBLIC} for layer, uses in library.items()}
     for folder, uses in upper.items():
         if folder in library:
@@ -165,9 +160,11 @@ def check_layers(files):
     for folder in sorted(allowed):
         if folder not in top_folders:
             errors.append(f"{folder}/: in docs/ARCHITECTURE.md, not in the source tree")
+    return allowed
 
-    # (2) Every include edge.
-    edges = include_edges(files, top_folders)
+
+def check_includes(edges, allowed):
+    """(2) Every folder -> folder include edge against what the tables allow."""
     for (source, target), path in sorted(edges.items()):
         if source not in allowed:
             errors.append(f"{source}/ holds sources ({path}) but has no row in "
@@ -176,8 +173,10 @@ def check_layers(files):
             errors.append(f"{path} includes {target}/: docs/ARCHITECTURE.md does not let "
                           f"{source}/ use {target}/")
 
-    # The library's layers point one way. (The folders above it may still use each other: perf/
-    # and tools/ do, until they share a library of their own.)
+
+def check_one_way(allowed, folders):
+    """No cycle through `folders` in what the tables allow. Only the library's layers are
+    checked: the folders above it may still use each other (perf/ and tools/ do)."""
     state = {}
 
     def visit(folder, trail):
@@ -192,8 +191,20 @@ def check_layers(files):
             visit(used, trail + [folder])
         state[folder] = "done"
 
-    for folder in sorted(library):
+    for folder in sorted(folders):
         visit(folder, [])
+
+
+def check_layers(files):
+    with open(os.path.join(ROOT, "docs/ARCHITECTURE.md")) as f:
+        library, upper = parse_layers_section(f.read())
+    with open(os.path.join(ROOT, "CMakeLists.txt")) as f:
+        cmake = parse_cmake_layers(f.read())
+    top_folders = {p.split("/")[0] for p in files if "/" in p}
+    check_against_build(library, cmake)
+    allowed = allowed_folders(library, upper, top_folders)
+    check_includes(include_edges(files, top_folders), allowed)
+    check_one_way(allowed, library)
 
 
 # A path with a folder and a file name of a kind the tree holds, e.g. comm/comm.h.
