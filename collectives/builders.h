@@ -1,4 +1,4 @@
-// Plan builders (shared/DESIGN.md §2): one pure function per algorithm, building the plan of
+// Plan builders (docs/ARCHITECTURE.md): one pure function per algorithm, building the plan of
 // one rank. Every builder works for any nranks N ≥ 1 and any count (0, fewer elements than
 // ranks, odd sizes), and every rank's plan matches its peers' plans built from the same call.
 //

@@ -1,4 +1,4 @@
-// The plan IR (shared/DESIGN.md §2). Every algorithm is a pure function that builds, for one
+// The plan IR (docs/ARCHITECTURE.md). Every algorithm is a pure function that builds, for one
 // rank, ordered lists of steps over regions of the call's buffers. The executor runs plans,
 // the verifier (tests/) executes them symbolically, the simulator (tuner/) costs them.
 #pragma once

@@ -78,7 +78,7 @@ trap 'exit 130' INT TERM  # runs cleanup through EXIT
 # Shapes egress of dev (run with `ip -n NS` prefix or none): htb at the link rate, its queue a
 # bfifo of `queue` bytes, so bursts queue and then drop as on a real switch port. The token
 # bucket holds two packets: tc's default (rate / HZ, 1375 B at 1 Gbit) is less than one jumbo
-# frame, and each packet then waited for htb's timer, which on this VM made a 2 x 2-rank
+# frame, and each packet then waited for htb's timer, which made a 2 x 2-rank
 # alltoall of 1.5-2 KB messages take twice its wire time (8 and 16 KiB alike, ~165 us);
 # with the two-packet bucket every size runs at the line rate, as on a real link.
 shape() {

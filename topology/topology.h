@@ -1,4 +1,4 @@
-// The topology model (shared/DESIGN.md §6): a graph of hosts, devices, switches and links,
+// The topology model (docs/TOPOLOGY.md): a graph of hosts, devices, switches and links,
 // each link with a bandwidth and a latency, and where every rank sits. It is what the probe
 // finds, what JSON files describe (so a user can model a cluster that is not the machine in
 // front of them), and what the simulator replays plans over. No CUDA, no sockets: it builds and

@@ -1,4 +1,4 @@
-// The one narrow interface every transport implements (shared/DESIGN.md §3).
+// The one narrow interface every transport implements.
 //
 // A Connection joins this rank to one peer on one lane, both directions. Transfers are posted
 // as TransferOps and advanced by progress() without blocking; in each direction they complete

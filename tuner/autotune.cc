@@ -61,7 +61,7 @@ std::string parseEntry(const json& j, AutotuneKey* key, AutotuneEntry* entry) {
     }
   };
   parseList(j.at("others"), &entry->others);
-  if (j.contains("mapped")) parseList(j.at("mapped"), &entry->mapped);  // none before stop 29
+  if (j.contains("mapped")) parseList(j.at("mapped"), &entry->mapped);  // older files: none
   return why;
 }
 

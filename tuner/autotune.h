@@ -39,9 +39,8 @@ struct AutotuneEntry {
   std::vector<Candidate> others;  // the rest of the candidates tried, in the order tried
   // Candidates that read their peers' buffers (`peer`), measured on buffers from loomMemAlloc,
   // which peers read through a mapping (one host only; empty when none of the model's fastest
-  // for mapped buffers reads peers). On heap buffers they read through the kernel instead: 4
-  // ranks on the 2-core VM, `peer` 2 MiB alltoall took 258-362 us on heap buffers in stop 29's
-  // races and 126 on loomMemAlloc ones, where `direct` took 228-275 on either.
+  // for mapped buffers reads peers). On heap buffers they read through the kernel instead, which
+  // can cost them twice the time: measured on one kind of buffer, they say little of the other.
   std::vector<Candidate> mapped;
   uint64_t bytes = 0;  // the size of the call that was measured
 };
@@ -51,9 +50,8 @@ struct AutotuneEntry {
 // among them by `predicted` (the same list with the model's times; all 0 without a model)
 // measured within kAutotuneModelMargin of it. Short turns on scratch buffers are not the long
 // loops a program runs, and where they differ by less than that they are not to be trusted over
-// the model: 4 ranks on the 2-core VM, turns of 16 timed `xor` 2 MiB alltoall at 221 us ahead
-// of the model's `direct` at 239, and `pairwise` 8 MiB allgather at 1552 ahead of `direct` at
-// 1671, where the same run's loops took 285 against 242 and 2005 against 1734.
+// the model: turns can rank two candidates 10% apart the other way round from loops of the
+// same calls (docs/TUNING.md, "Every rank picks the same winner").
 constexpr double kAutotuneModelMargin = 0.10;
 size_t autotuneWinner(const std::vector<Candidate>& predicted,
                       const std::vector<Candidate>& measured);
@@ -73,14 +71,12 @@ bool autotuneApplies(const collectives::CollArgs& a, uint64_t maxBytes);
 // fastest, 2·limit − 1 at most (where fewer algorithms serve the call, their next variants fill
 // up), then up to limit − 1 other variants of the model's fastest algorithm; each part in the
 // model's order. The band because a model that is 6–12% off in the median cannot rank
-// algorithms 25% apart (4 ranks, 8 MiB allreduce: a communicator's model on the 2-core VM put
-// `direct` fourth, 23% behind `peer`; measured, it was 4% ahead). Distinct algorithms first
-// because where the model is least sure (small calls, a few µs between candidates) its top few
-// are often one algorithm on 1, 2 and 4 lanes, and measuring those alone cannot find that
-// another algorithm is faster; the top one's other variants too because the variant is what
-// the model is least sure of across hosts (on the 2-host netns testbed it gave hierarchical
-// allgather 4 lanes from 32 KiB, where one lane ran 8 MiB in three quarters of the time). When the model is off: every builder that does not
-// refuse the call (with the communicator's parameters).
+// algorithms 25% apart (docs/CALIBRATION.md). Distinct algorithms first because where the model
+// is least sure (small calls, a few µs between candidates) its top few are often one algorithm
+// on 1, 2 and 4 lanes, and measuring those alone cannot find that another algorithm is faster;
+// the top one's other variants too because the variant (lanes above all) is what the model is
+// least sure of across hosts (docs/TUNING.md, "Autotune"). When the model is off: every builder
+// that does not refuse the call (with the communicator's parameters).
 constexpr double kAutotuneBand = 1.25;
 std::vector<Candidate> autotuneCandidates(Tuner& tuner, const collectives::CollArgs& a, int limit);
 
@@ -92,30 +88,19 @@ std::vector<Candidate> autotuneCandidates(Tuner& tuner, const collectives::CollA
 // call is one wake-up away from the wrong winner. Where even that many rounds leave budget, a
 // candidate's turn is a batch of calls back to back (up to kAutotuneMaxBatch), timed together:
 // a call that follows another candidate's starts with the ranks as that one left them, apart,
-// and a few-µs call then measures mostly that skew (4 ranks on 2 cores, 8 bytes: single calls
-// had rd 5.4 µs ahead of direct 6.2, which in a loop take 5.2 and 2.7). A batch is at least
-// kAutotuneMinBatch calls where the rounds so batched take at most kAutotuneMinBatchSeconds,
-// with fewer rounds if need be (not fewer than minRounds), and else as many as fit in that
-// time: on the 2-host netns testbed, rounds of single calls of 3 allgather candidates of ~30 µs
-// put `rd` (41 µs in a loop) ahead of `hierarchical` (31); on the 2-core VM, 4 ranks, turns of
-// 2 calls of 8 MiB alltoall put `xor` at 1164-1331 µs ahead of `direct` at 1450-1600 in 3 first
-// uses of 3 (turns of 4: 1 of 2), where loops take 2325 and 1634; turns of 8 and of 10-16
-// chose `direct` in 5 of 5 (and `direct` itself takes 319, 280 and 250 µs a call at 2 MiB in
-// loops of 4, 16 and 64).
+// and a few-µs call then measures mostly that skew. A batch is at least kAutotuneMinBatch calls
+// where the rounds so batched take at most kAutotuneMinBatchSeconds, with fewer rounds if need
+// be (not fewer than minRounds), and else as many as fit in that time: turns of one or two
+// calls ranked candidates the other way round from loops of them, at a few µs and at several
+// MiB alike (docs/TUNING.md, "Rounds, and medians").
 // Every batch, even of one call, follows one untimed call of the candidate (the lead call): the
 // ranks of a loop of one algorithm fall into a rhythm that its first call after another's does
-// not have — on 2 network-namespace hosts × 2 ranks sharing 2 cores, single calls timed
-// `hierarchical` allgather at 36–45 µs beside `rd` at 38–45, where loops take 22 and 39;
-// batches of 4 after a lead call gave 21–37 against 31–56, the loops' order — and a large call
-// right after another candidate's finds its buffers and arena evicted by it (4 ranks on the
-// 2-core VM, 8 MiB allgather: single calls timed `direct` at 1556 µs beside `pairwise` at 1227,
-// where loops in the same run took 739 and 1141). A batch is never less than
-// kAutotuneBackToBack calls, however large they are: what a loop of calls does to the next
-// call (a rank that finished starts the next call's sends while the others still receive)
-// is part of a candidate's time — on the netns testbed, `hierarchical` allgather at 512 KiB,
-// single calls timed 4 lanes 7% ahead of one lane, while loops of 2 calls ran one lane 7% ahead
-// (2.18 against 2.34 ms) and of 50 calls 28% ahead. The predictions are the same on every rank,
-// and so are the counts (candidates without one: minRounds, batches of kAutotuneBackToBack).
+// not have, and a large call right after another candidate's finds its buffers and arena
+// evicted by it. A batch is never less than kAutotuneBackToBack calls, however large they are:
+// what a loop of calls does to the next call (a rank that finished starts the next call's sends
+// while the others still receive) is part of a candidate's time. The predictions are the same
+// on every rank, and so are the counts (candidates without one: minRounds, batches of
+// kAutotuneBackToBack).
 constexpr int kAutotuneMaxRounds = 64;
 constexpr int kAutotuneMaxBatch = 32;
 constexpr int kAutotuneMinBatch = 16;

@@ -1,4 +1,4 @@
-// The plan simulator (shared/DESIGN.md §6, docs/SIMULATOR.md): replays every rank's plan of one
+// The plan simulator (docs/SIMULATOR.md): replays every rank's plan of one
 // call over a topology at flow level and predicts how long it takes.
 //
 // Model, in short (docs/SIMULATOR.md has the details and why):

@@ -15,7 +15,7 @@ using collectives::Builder;
 using collectives::CollArgs;
 using collectives::Collective;
 
-// Today's defaults, in the grammar. Up to 16 KiB per rank buffer the algorithms with the fewest
+// The defaults, in the grammar. Up to 16 KiB per rank buffer the algorithms with the fewest
 // rounds (log N instead of N) win, above it the bandwidth-optimal ring, chain and pairwise;
 // hierarchical allreduce serves several hosts of equal size (the rule is skipped on unequal
 // hosts, where it refuses). The thresholds are where the measured crossover sits on one host.

@@ -1,4 +1,4 @@
-// The tuner (shared/DESIGN.md §6, docs/TUNING.md): for each call, the algorithm and parameters
+// The tuner (docs/TUNING.md): for each call, the algorithm and parameters
 // to run. Precedence, highest first:
 //   1. LOOM_ALGO / loomConfig_t.algorithms (the communicator applies it before asking here);
 //   2. the user's rules (LOOM_TUNE);

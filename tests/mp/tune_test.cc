@@ -1,7 +1,8 @@
 // The tuner inside a communicator (comm/comm.cc, tuner/tuner.h): LOOM_TUNE picks the
 // algorithm a call runs, the cost model decides the rest, and a bad LOOM_TUNE fails init with
-// its parse error on every rank. Each call's choice is read from the TRACE log, which the
-// harness captures from every rank's stderr.
+// its parse error on every rank. What each call ran comes from loomCommGetLastAlgorithm; why
+// (which rule, or the model) only the TRACE log says, which the harness captures from every
+// rank's stderr.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -35,15 +36,21 @@ TEST(Tune, LoomTunePicksTheAlgorithmAndTheModelTheRest) {
     loomComm_t comm = nullptr;
     RANK_LOOM(initComm(ctx, &comm));
     const size_t counts[] = {1001, size_t(1) << 19};  // 4004 B (rule 1), 2 MiB (the model)
+    const char* algorithm = nullptr;
     for (size_t count : counts) {
       std::vector<float> in(count, float(ctx.rank() + 1)), out(count, 0);
       RANK_LOOM(loomAllReduce(in.data(), out.data(), count, loomFloat32, loomSum, comm, nullptr));
       for (float v : out) RANK_CHECK(v == 10.0f, "allreduce of %zu: %g, not 10", count, v);
+      RANK_LOOM(loomCommGetLastAlgorithm(comm, &algorithm));
+      if (count == 1001)
+        RANK_CHECK(std::string(algorithm) == "tree lanes=2", "count 1001 ran %s", algorithm);
     }
     std::vector<int32_t> mine(7, ctx.rank()), all(7 * kRanks, -1);
     RANK_LOOM(loomAllGather(mine.data(), all.data(), 7, loomInt32, comm, nullptr));
     for (size_t i = 0; i < all.size(); ++i)
       RANK_CHECK(all[i] == int32_t(i / 7), "allgather element %zu: %d", i, all[i]);
+    RANK_LOOM(loomCommGetLastAlgorithm(comm, &algorithm));
+    RANK_CHECK(std::string(algorithm).rfind("rd", 0) == 0, "allgather ran %s", algorithm);
     RANK_LOOM(loomCommDestroy(comm));
     return 0;
   });

@@ -25,6 +25,12 @@ class TwoHostsTest : public ::testing::Test {
   virtual int hostCount() const { return 2; }
 
   void SetUp() override {
+    // ctest labels these tests netns by their suites' names (tests/CMakeLists.txt).
+    const std::string suite =
+        ::testing::UnitTest::GetInstance()->current_test_info()->test_suite_name();
+    if (!suite.ends_with("TwoHosts") && !suite.ends_with("FourHosts"))
+      FAIL() << "suite " << suite << " runs on network namespaces: its name must end in "
+             << "TwoHosts or FourHosts, so that ctest labels it netns";
     if (geteuid() != 0) GTEST_SKIP() << "needs root to create network namespaces";
     if (system("ip -V > /dev/null 2>&1") != 0) GTEST_SKIP() << "needs iproute2 (ip)";
     const std::string id = std::to_string(getpid() % 100000);

@@ -1,4 +1,4 @@
-// The symbolic plan verifier (shared/DESIGN.md §2): runs every rank's plan of one call in one
+// The symbolic plan verifier (docs/ARCHITECTURE.md): runs every rank's plan of one call in one
 // process, with symbolic values instead of data. Each element carries the index of the input
 // element it derives from and the set of ranks that contributed to it; buffers are stored as
 // runs of consecutive elements and rank sets as interval lists, so a plan over a million

@@ -128,7 +128,7 @@ TEST_F(AutotuneFile, DigestFollowsTheDecisionsOnly) {
 }
 
 TEST_F(AutotuneFile, FilesWithoutMappedMeasurementsLoad) {
-  // As stop 28 and before wrote them: no "mapped" list.
+  // As autotune wrote them before it measured on mapped buffers: no "mapped" list.
   const std::string old = replaced(sampleCache().toJson(kSignature), "\"mapped\"", "\"unused\"");
   write(old);
   AutotuneCache cache;
@@ -255,8 +255,8 @@ TEST(Autotune, SmallCallsGetRoundsEnoughToFillTheBudget) {
   EXPECT_EQ(rounds(autotuneSchedule(predicted({1e-6}), 100)), 100);
 }
 
-// Autotune takes the model's lane margin over what it measured: times from the netns sweep of
-// stop 22, where hierarchical allgather on 2 lanes measured 1.6% ahead of one lane at 512 KiB
+// Autotune takes the model's lane margin over what it measured: times from a netns sweep, where
+// hierarchical allgather on 2 lanes measured 1.6% ahead of one lane at 512 KiB
 // (and ran 36% slower in a loop), and on 4 lanes 28% ahead of one at 128 KiB.
 TEST(Autotune, FewerLanesWithinTheMarginWin) {
   const collectives::Builder* hierarchical = findBuilder(Collective::AllGather, "hierarchical");
@@ -286,7 +286,7 @@ TEST(Autotune, FewerLanesWithinTheMarginWin) {
 }
 
 // The measurement replaces the model's choice only where it beats it by more than
-// kAutotuneModelMargin (times of stop 29's local sweep: alltoall 2 MiB and 8 MiB, µs).
+// kAutotuneModelMargin (times of a local sweep: alltoall 2 MiB and 8 MiB, µs).
 TEST(Autotune, MeasuredWinnerMustBeatTheModelsChoiceByTheMargin) {
   const collectives::Builder* direct = findBuilder(Collective::AlltoAll, "direct");
   const collectives::Builder* xorBuilder = findBuilder(Collective::AlltoAll, "xor");

@@ -164,16 +164,31 @@ TEST(TopologyProbe, CacheClaimWithinReachStands) {
   EXPECT_TRUE(m.known());
 }
 
+// measureLocalLinks stops each figure's passes when its share of the budget runs out, after
+// each has taken its fewest: a measurement on a budget takes at most that budget beyond one on
+// no budget at all (the fewest passes), give or take a pass per figure. Both measure every
+// figure.
 TEST(TopologyProbe, MeasurementStaysInItsBudget) {
+  constexpr uint64_t kCache = 32 << 20;
+  measureLocalLinks(kCache, 1e-6);  // the process's first buffers and sockets cost extra
   auto start = std::chrono::steady_clock::now();
-  LinkMeasurement m = measureLocalLinks(32 << 20, 0.1);
-  double took = secondsSince(start);
-  EXPECT_LT(took, 0.5);  // the few passes each figure takes at least, faults and all
-  EXPECT_GT(m.memcpyLatency, 0);
-  EXPECT_GE(m.tcpLatency, 0);
-  printf("measured in %.0f ms: memcpy %.2f GB/s in cache, %.2f GB/s beyond, tcp one-way %.2f us\n",
-         took * 1e3, m.memory.cacheBandwidth / 1e9, m.memory.memBandwidth / 1e9,
-         m.tcpLatency * 1e6);
+  const LinkMeasurement fewest = measureLocalLinks(kCache, 1e-6);
+  const double least = secondsSince(start);
+  constexpr double kBudget = 0.25;
+  start = std::chrono::steady_clock::now();
+  const LinkMeasurement m = measureLocalLinks(kCache, kBudget);
+  const double took = secondsSince(start);
+  printf("fewest passes in %.0f ms; on a %.0f ms budget %.0f ms: memcpy %.2f GB/s in cache, "
+         "%.2f GB/s beyond, tcp one-way %.2f us\n",
+         least * 1e3, kBudget * 1e3, took * 1e3, m.memory.cacheBandwidth / 1e9,
+         m.memory.memBandwidth / 1e9, m.tcpLatency * 1e6);
+  // A pass beyond the share is at most the fewest passes again; 50 ms for a loaded machine.
+  EXPECT_LE(took, kBudget + 2 * least + 0.05);
+  for (const LinkMeasurement* x : {&fewest, &m}) {
+    EXPECT_TRUE(x->memory.known());
+    EXPECT_GT(x->memcpyLatency, 0);
+  }
+  EXPECT_GT(m.tcpLatency, 0);  // loopback answers well within 40% of the budget
 }
 
 // One core's copy rates: plausible for any machine loom runs on, and consistent with each

@@ -174,8 +174,8 @@ TEST(Tuner, AllReduceChoiceIsTheArgminOnTheWholeDgxRail16) {
 }
 
 // kLaneMargin on the model a communicator built on 2 network-namespace hosts x 2 ranks at
-// 1 Gbit/s (stop 21's docs/calibration/netns-own-model.json, dumped with LOOM_TOPO_DUMP during
-// its calibration sweep; kept in tests/unit/data): it predicts more lanes a hair faster, and
+// 1 Gbit/s (docs/calibration/netns-own-model.json, dumped with LOOM_TOPO_DUMP during a
+// calibration sweep; kept in tests/unit/data): it predicts more lanes a hair faster, and
 // they measured far slower, so the choice is on one lane: hierarchical's own at 512 KiB, rhd
 // at 8 KiB where torus on 2 lanes is predicted 0.1% ahead of it.
 TEST(Tuner, MoreLanesMustBePredictedFasterByTheMargin) {

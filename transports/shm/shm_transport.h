@@ -1,4 +1,4 @@
-// The shared-memory transport (shared/DESIGN.md §3): ranks on one host exchange data through
+// The shared-memory transport: ranks on one host exchange data through
 // a ring of slots per direction in a POSIX shared-memory segment per (pair, lane), and large
 // messages move with a single copy (process_vm_readv) straight from the sender's buffer.
 // The transport starts no threads; a connection is driven by one thread at a time.

@@ -2,7 +2,7 @@
 // caller pages of a memfd (shared, but otherwise plain memory), and a peer that learns where a
 // buffer lies in such a segment maps the same pages through /proc/<pid>/fd and reads them
 // with plain loads. Buffers elsewhere are read with process_vm_readv (one copy in the kernel,
-// which pins the pages first and costs about half as much again per byte on this VM).
+// which pins the pages first and can cost half as much again per byte as a plain copy).
 #pragma once
 
 #include <sys/types.h>

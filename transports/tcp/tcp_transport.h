@@ -1,4 +1,4 @@
-// The TCP transport (shared/DESIGN.md §3): several non-blocking sockets per peer and lane, each
+// The TCP transport: several non-blocking sockets per peer and lane, each
 // direction one byte stream cut in chunks striped round-robin over the sockets.
 //
 // Connection setup: the lower rank of a pair opens the sockets to the higher rank's listener and

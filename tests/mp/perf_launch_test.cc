@@ -1,7 +1,7 @@
 // loom-perf end to end (the built binary, run as a subprocess): the -N launcher with 1-4
 // ranks, the --json schema, -c catching a corrupted result, and a 2-host run through
-// perf/netns-cluster.sh where root is available. Also the JSON/CSV writers, the JSON reader,
-// -a's aggregation and --compare's merged table, in process.
+// perf/netns-cluster.sh where root is available; loom-calibrate on files loom-perf's writer
+// made. The pieces that run in process are tests/unit/perf_options_test.cc.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -292,7 +292,7 @@ TEST(PerfLaunch, RaceRunsEveryEntryInOneRunAndReportsTheRegret) {
   EXPECT_EQ(system(("rm -rf " + cache).c_str()), 0);
 }
 
-TEST(PerfLaunch, TwoHostsThroughNetnsCluster) {
+TEST(PerfLaunchTwoHosts, ThroughNetnsCluster) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to create network namespaces";
   if (system("ip -V > /dev/null 2>&1 && tc -V > /dev/null 2>&1") != 0) {
     GTEST_SKIP() << "needs iproute2 (ip, tc)";
@@ -318,134 +318,6 @@ TEST(PerfLaunch, TwoHostsThroughNetnsCluster) {
   std::remove(json.c_str());
 }
 #endif  // LOOM_PERF_BINARY
-
-TEST(PerfJson, WritesWhatItsReaderParses) {
-  RunMetadata meta{"loom-perf", "loom", "0.1.0", "abc123", "Backend: \"q\"\n",
-                   Collective::ReduceScatter, 4, 2, {{"LOOM_ALGO", "a=b,c"}}, ""};
-  Options o;
-  o.check = false;
-  ResultRow row;
-  row.bytes = 4096;
-  row.count = 256;
-  row.algorithm = "ring";
-  row.outOfPlace = makeMeasurement(Collective::ReduceScatter, 4096, 4, 10.0, -1);
-  row.inPlace = makeMeasurement(Collective::ReduceScatter, 4096, 4, 20.0, -1);
-  std::string error;
-  const std::optional<JsonValue> j = parseJson(formatJson(meta, o, {row, row}, 0, 1.5), &error);
-  ASSERT_TRUE(j) << error;
-  EXPECT_EQ(j->find("backend")->text, "Backend: \"q\"\n");
-  EXPECT_EQ(j->find("env")->find("LOOM_ALGO")->text, "a=b,c");
-  EXPECT_EQ(j->find("wrong_total")->kind, JsonValue::Kind::kNull);
-  const JsonValue& r0 = j->find("rows")->items.at(1);
-  EXPECT_EQ(r0.find("size")->number, 4096);
-  // busbw = size / time * (n-1)/n, kept at full precision.
-  EXPECT_DOUBLE_EQ(r0.find("out_of_place")->find("busbw_gbs")->number, 4096 / 10e3 * 0.75);
-  EXPECT_EQ(r0.find("in_place")->find("wrong")->kind, JsonValue::Kind::kNull);
-  // CSV: a header and one line per row, the same number of fields in each (quoted env).
-  const std::string csv = formatCsv(meta, {row});
-  EXPECT_EQ(csv.substr(0, 8), "library,");
-  EXPECT_NE(csv.find(",\"LOOM_ALGO=a=b,c\"\n"), std::string::npos) << csv;
-  EXPECT_FALSE(parseJson("{\"a\": [1, 2,]}", &error));
-  EXPECT_FALSE(parseJson("{} x", &error));
-}
-
-TEST(PerfOptions, AggregatesRankTimesAsNcclTestsA) {
-  const std::vector<double> t = {4, 1, 7};
-  EXPECT_EQ(aggregateTimes(Aggregate::kRank0, t), 4);
-  EXPECT_EQ(aggregateTimes(Aggregate::kAvg, t), 4);
-  EXPECT_EQ(aggregateTimes(Aggregate::kMin, t), 1);
-  EXPECT_EQ(aggregateTimes(Aggregate::kMax, t), 7);
-  Options o;
-  EXPECT_EQ(o.average, Aggregate::kAvg);  // nccl-tests' default
-}
-
-// Round by round: the median of the per-round ratios, which a slow spell that slows every entry
-// of its round alike does not move, where the ratio of the medians does.
-TEST(PerfOptions, PairedRatioIsTheMedianOfTheRoundsRatios) {
-  const std::vector<double> a = {10, 22, 11, 24, 12};  // rounds 2 and 4 in a slow spell
-  const std::vector<double> b = {10, 20, 10, 20, 10};
-  EXPECT_DOUBLE_EQ(pairedRatio(a, b), 1.1);                 // 1, 1.1, 1.1, 1.2, 1.2
-  EXPECT_DOUBLE_EQ(medianOf(a) / medianOf(b), 1.2);         // 12 against 10
-  EXPECT_DOUBLE_EQ(pairedRatio({3, 8}, {2, 4}), 1.75);      // even: the mean of 1.5 and 2
-  EXPECT_EQ(pairedRatio({1, 2}, {1}), -1);                  // not the same rounds
-  EXPECT_EQ(pairedRatio({}, {}), -1);
-}
-
-TEST(PerfOptions, SweepArgsRoundTrip) {
-  const char* argv[] = {"x", "broadcast", "-b", "1K", "-e", "1M", "-f", "2", "-r", "1", "-a",
-                        "3", "-z", "1", "-d", "all", "-c", "0", "--compare", "mpi,gloo", "-R",
-                        "5", "--sim"};
-  Options o;
-  std::string error;
-  ASSERT_TRUE(parseOptions(23, const_cast<char**>(argv), &o, &error)) << error;
-  EXPECT_EQ(o.compare, (std::vector<std::string>{"mpi", "gloo"}));
-  EXPECT_EQ(o.repeats, 5);
-  EXPECT_TRUE(o.sim && o.allDtypes && !o.check);
-  std::vector<std::string> args = sweepArgs(o);
-  args.insert(args.begin(), "x");
-  std::vector<char*> ptrs;
-  for (std::string& a : args) ptrs.push_back(a.data());
-  Options back;
-  ASSERT_TRUE(parseOptions(int(ptrs.size()), ptrs.data(), &back, &error)) << error;
-  EXPECT_EQ(back.collective, Collective::Broadcast);
-  EXPECT_EQ(back.minBytes, 1024u);
-  EXPECT_EQ(back.stepFactor, 2);
-  EXPECT_EQ(back.root, 1);
-  EXPECT_EQ(back.average, Aggregate::kMax);
-  EXPECT_EQ(back.blocking, 1);
-  EXPECT_TRUE(back.allDtypes);
-  EXPECT_TRUE(back.compare.empty());
-  const char* bad[] = {"x", "all_reduce", "--compare", "nccl"};
-  EXPECT_FALSE(parseOptions(4, const_cast<char**>(bad), &o, &error));
-}
-
-TEST(PerfOptions, RaceTakesTwoOrMoreDistinctEntries) {
-  const auto parse = [](std::vector<const char*> args, Options* o, std::string* error) {
-    args.insert(args.begin(), {"x", "alltoall"});
-    return parseOptions(int(args.size()), const_cast<char**>(args.data()), o, error);
-  };
-  Options o;
-  std::string error;
-  ASSERT_TRUE(parse({"--race", "pairwise:2,xor,auto", "-R", "3"}, &o, &error)) << error;
-  EXPECT_EQ(o.race, (std::vector<std::string>{"pairwise:2", "xor", "auto"}));
-  EXPECT_EQ(o.repeats, 3);
-  for (const char* list : {"ring", "ring,ring", "ring,,auto", ""}) {
-    EXPECT_FALSE(parse({"--race", list}, &o, &error)) << list;
-    EXPECT_EQ(error, std::string("bad value '") + list + "' for --race");
-  }
-  EXPECT_FALSE(parse({"--race", "ring,auto", "-A", "ring"}, &o, &error));
-  EXPECT_EQ(error, "--race names the algorithms itself: not with -A or --compare");
-  EXPECT_FALSE(parse({"--race", "ring,auto", "--compare", "mpi"}, &o, &error));
-}
-
-TEST(PerfCompare, TableShowsMediansRatiosAndMissingPeers) {
-  const auto run = [](double busBw) {
-    std::string error;
-    return *parseJson("{\"rows\": [{\"size\": 1024, \"type\": \"float\", \"redop\": \"sum\", "
-                      "\"out_of_place\": {\"busbw_gbs\": " + std::to_string(busBw) + "}}]}",
-                      &error);
-  };
-  std::vector<LibraryRuns> libs(3);
-  libs[0] = {"loom", "", {run(4), run(100), run(6)}};  // median 6, whatever the outlier
-  libs[1] = {"mpi", "", {run(3), run(3), run(2)}};
-  libs[2] = {"gloo", "gloo: reduce_scatter: not in Gloo's collective API", {}};
-  Options o;
-  o.repeats = 3;
-  const std::string t = formatComparison(libs, o, 4);
-  EXPECT_NE(t.find("median of 3 runs"), std::string::npos) << t;
-  EXPECT_NE(t.find("# gloo: gloo: reduce_scatter: not in Gloo's collective API"),
-            std::string::npos) << t;
-  std::string row;
-  std::istringstream lines(t);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.find("1024") != std::string::npos) row = line;
-  }
-  std::istringstream f(row);
-  std::vector<std::string> cells;
-  for (std::string c; f >> c;) cells.push_back(c);
-  EXPECT_EQ(cells, (std::vector<std::string>{"1024", "float", "sum", "6", "3", "2.00", "n/a",
-                                             "n/a"}));
-}
 
 #ifdef LOOM_CALIBRATE_BINARY
 // loom-calibrate pairs a chosen run's rounds with the forced runs' of the same race only: round
