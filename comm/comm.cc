@@ -319,7 +319,10 @@ const char* Comm::lastAlgorithm() {
   return lastAlgorithmShown_.c_str();
 }
 
-void Comm::leave() { boot_.leave(); }
+void Comm::leave() {
+  if (arena_) arena_->leave();
+  boot_.leave();
+}
 
 void Comm::abortPeers(const std::string& reason) { boot_.sendAbort(reason); }
 

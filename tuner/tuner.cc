@@ -113,8 +113,10 @@ std::vector<Candidate> Tuner::candidates(const CollArgs& a) {
   std::vector<Candidate> out;
   if (!modelApplies(a)) return out;
   const CollArgs s = modelCall(a);
-  // The fastest candidate if every rank's buffers were mapped: plans that read peers cost less
-  // then (simulated again), the others the same.
+  // The fastest plan that reads its peers' buffers, simulated as if every rank's buffers were
+  // mapped (they then cost less): only such a plan gains from the answer. Another plan would
+  // run the same either way, and asking would map the arena for nothing (under
+  // LOOM_TRANSPORT=tcp, where no plan reads peers, it must not be mapped at all).
   CollArgs mapped = a;
   mapped.buffersMapped = true;
   Candidate fastestMapped;
@@ -143,8 +145,9 @@ std::vector<Candidate> Tuner::candidates(const CollArgs& a) {
           const double t = predict(a, b, p);
           if (t < 0) continue;
           out.push_back({&b, p, t});
-          const double tMapped = first.readByPeers && !a.buffersMapped ? predict(mapped, b, p) : t;
-          if (fastestMapped.builder == nullptr || tMapped < fastestMapped.time)
+          if (!first.readByPeers || a.buffersMapped) continue;
+          const double tMapped = predict(mapped, b, p);
+          if (tMapped >= 0 && (fastestMapped.builder == nullptr || tMapped < fastestMapped.time))
             fastestMapped = {&b, p, tMapped};
         }
       }
@@ -165,7 +168,7 @@ std::vector<Candidate> Tuner::candidates(const CollArgs& a) {
     }
     // Asking costs every call a barrier, so it is worth it only where mapped buffers would save
     // more than that (on the 2-core VM, asking cost a 32-byte direct allreduce 24%).
-    if (!a.buffersMapped &&
+    if (fastestMapped.builder != nullptr &&
         (fastestMapped.builder != d.choice.builder ||
          !(fastestMapped.params == d.choice.params)) &&
         fastestMapped.time + agreementSeconds() < d.choice.time)

@@ -20,6 +20,7 @@
 
 #include "tests/support/fork_ranks.h"
 #include "transports/shm/shm_transport.h"
+#include "transports/shm/shm_util.h"
 
 namespace loom::transports {
 namespace {
@@ -240,6 +241,40 @@ TEST(ShmArena, ADeadMemberIsNoticed) {
       options);
   munmap(shared, sizeof(std::atomic<int>));
   EXPECT_EQ(testing::describeFailures(results, options), "");
+  EXPECT_TRUE(leftovers(hash).empty());
+}
+
+// A member that left on purpose (its communicator destroyed after its last call) may exit
+// while the others still run calls of their own: its exit is no death.
+TEST(ShmArena, AMemberThatLeftMayExit) {
+  const uint64_t hash = newCommHash();
+  const auto results = runRanks(
+      2,
+      [&](RankContext& rc) {
+        const CommContext ctx = context(rc, hash);
+        std::unique_ptr<ShmArena> arena;
+        const Status st = ShmArena::open(ctx, kDataBytes, Deadline(20000), &arena);
+        RANK_CHECK(st.isOk(), "%s", st.message().c_str());
+        rc.allgather("");
+        if (rc.rank() == 1) {
+          arena->leave();
+          return 0;
+        }
+        const pid_t left = ctx.peers[1].pid;
+        const int pidfd = pidfdOpen(left);
+        const auto start = std::chrono::steady_clock::now();
+        bool exited = false;
+        while (!(exited = processExited(pidfd, left)) &&
+               std::chrono::steady_clock::now() - start < std::chrono::seconds(20))
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        if (pidfd >= 0) close(pidfd);
+        RANK_CHECK(exited, "rank 1 (pid %d) has not exited", int(left));
+        const Status alive = arena->checkAlive();
+        RANK_CHECK(alive.isOk(), "%s", alive.message().c_str());
+        return 0;
+      },
+      ForkOptions::timeout(60));
+  EXPECT_EQ(testing::describeFailures(results), "");
   EXPECT_TRUE(leftovers(hash).empty());
 }
 

@@ -203,6 +203,26 @@ TEST(Tuner, MoreLanesMustBePredictedFasterByTheMargin) {
   }
 }
 
+// Where the lane margin passes over a faster variant on more lanes, mapped buffers would not
+// make that variant any faster: the decision names no choice for them, so the communicator
+// does not ask the ranks (and maps no arena; under LOOM_TRANSPORT=tcp it must not).
+TEST(Tuner, AVariantTheLaneMarginPassedOverIsNoChoiceForMappedBuffers) {
+  Topology netns;
+  const std::string file =
+      (std::filesystem::path(__FILE__).parent_path() / "data/netns-own-model-stop21.json")
+          .string();
+  ASSERT_TRUE(topology::loadTopology(file, &netns).isOk()) << file;
+  Tuner tuner(netns, TunerConfig{});
+  for (auto [coll, bytes] : {std::pair{Collective::AllGather, uint64_t(512) << 10},
+                             std::pair{Collective::AllReduce, uint64_t(8) << 10}}) {
+    const CollArgs a = callOn(netns, coll, bytes);
+    Decision d;
+    ASSERT_TRUE(tuner.decide(a, &d).isOk());
+    const std::string what = std::string(collectiveName(coll)) + " " + std::to_string(bytes);
+    EXPECT_EQ(d.whenMapped.builder, nullptr) << what << ": " << describe(d.whenMapped);
+  }
+}
+
 TEST(Tuner, DecisionsAreDeterministicAndCachedPerSizeBucket) {
   const Topology topo = uniformTopology({2, 2});
   Tuner a(topo, TunerConfig{}), b(topo, TunerConfig{});
