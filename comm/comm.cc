@@ -13,7 +13,6 @@
 #include "base/reduce_kernels.h"
 #include "base/dtype.h"
 #include "base/log.h"
-#include "base/params.h"
 #include "topology/discover.h"
 #include "transports/shm/shm_arena.h"
 #include "transports/shm/user_memory.h"
@@ -29,42 +28,6 @@ uint64_t fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull) 
   return h;
 }
 
-// Parses "allreduce=ring,allgather=ring" into the builder forced per collective, checking every
-// name.
-Status parseAlgorithms(const std::string& text, Comm::ForcedBuilders* out) {
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t comma = text.find(',', start);
-    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos
-                                                                     : comma - start);
-    start = comma == std::string::npos ? text.size() : comma + 1;
-    if (item.empty()) continue;
-    size_t eq = item.find('=');
-    if (eq == std::string::npos)
-      return errorf(loomInvalidArgument,
-                    "LOOM_ALGO: \"%s\" is not collective=algorithm (e.g. allreduce=ring)",
-                    item.c_str());
-    std::string coll = item.substr(0, eq), algo = item.substr(eq + 1);
-    bool knownColl = false;
-    for (int c = 0; c <= int(Collective::SendRecv); ++c)
-      if (coll == collectives::collectiveName(Collective(c))) {
-        knownColl = true;
-        (*out)[size_t(c)] = collectives::findBuilder(Collective(c), algo);
-        if ((*out)[size_t(c)] == nullptr) {
-          std::string known;
-          for (auto n : collectives::builderNames(Collective(c)))
-            known += (known.empty() ? "" : ", ") + std::string(n);
-          return errorf(loomInvalidArgument, "LOOM_ALGO: %s has no algorithm \"%s\" (known: %s)",
-                        coll.c_str(), algo.c_str(), known.c_str());
-        }
-      }
-    if (!knownColl)
-      return errorf(loomInvalidArgument, "LOOM_ALGO: unknown collective \"%s\"", coll.c_str());
-  }
-  return Status::ok();
-}
-
-// LOOM_TUNE's rules and LOOM_TUNER's mode.
 }  // namespace
 
 bool rangesOverlap(const void* a, size_t an, const void* b, size_t bn) {
@@ -99,26 +62,13 @@ Status Comm::init(int nranks, const loomUniqueId& id, int rank, const loomConfig
   log::setThreadRank(rank);
   ctx_.rank = rank;
   ctx_.nranks = nranks;
-  ctx_.timeoutMs = params::getInt("LOOM_TIMEOUT_MS");
-  transportMode_ = params::getString("LOOM_TRANSPORT");
-  std::string algos = params::getString("LOOM_ALGO");
-  // Fields of a config from an older (smaller) struct are absent: read only what it has.
-  if (config != nullptr) {
-    if (config->size < offsetof(loomConfig_t, timeoutMs) + sizeof(int))
-      return errorf(loomInvalidArgument, "config: size %zu is too small (initialise it with "
-                                         "LOOM_CONFIG_INITIALIZER)", config->size);
-    if (config->timeoutMs >= 0) ctx_.timeoutMs = config->timeoutMs;
-    if (config->size >= offsetof(loomConfig_t, algorithms) + sizeof(char*) && config->algorithms)
-      algos = config->algorithms;
-    if (config->size >= offsetof(loomConfig_t, transport) + sizeof(char*) && config->transport)
-      transportMode_ = config->transport;
-  }
-  if (transportMode_ != "auto" && transportMode_ != "shm" && transportMode_ != "tcp")
-    return errorf(loomInvalidArgument, "LOOM_TRANSPORT=\"%s\": expected auto, shm or tcp",
-                  transportMode_.c_str());
-  LOOM_TRY(parseAlgorithms(algos, &forcedBuilders_));
-  tuner::TunerConfig tuning;  // a bad LOOM_TUNE fails here, before any rank connects
-  LOOM_TRY(tuner::tunerConfigFromParams(&tuning));
+  CommOptions options;  // a bad setting fails here, before any rank connects
+  LOOM_TRY(readCommOptions(config, &options));
+  ctx_.timeoutMs = options.timeoutMs;
+  transportMode_ = options.transport;
+  forcedBuilders_ = options.forcedBuilders;
+  directBytes_ = options.directBytes;
+  cacheDir_ = options.cacheDir;
 
   Deadline deadline(ctx_.timeoutMs);
   LOOM_TRY(boot_.connect(id, rank, nranks, deadline));
@@ -136,9 +86,10 @@ Status Comm::init(int nranks, const loomUniqueId& id, int rank, const loomConfig
   me.machineId = topology::machineIdentity();
   if (sched_getaffinity(0, sizeof(me.cpus), &me.cpus) != 0) CPU_SET(sched_getcpu(), &me.cpus);
   snprintf(me.hostname, sizeof(me.hostname), "%s", hostname.c_str());
-  if (transportMode_ != "tcp") LOOM_TRY(transports::createShmTransport(&ctx_, &shm_));
+  if (transportMode_ != "tcp")
+    LOOM_TRY(transports::createShmTransport(&ctx_, options.shm, &shm_));
   if (transportMode_ != "shm") {
-    LOOM_TRY(transports::createTcpTransport(&ctx_, &tcp_));
+    LOOM_TRY(transports::tcp::createTcpTransport(&ctx_, options.tcp, &tcp_));
     transports::tcpListenAddress(*tcp_, &me);
   }
   std::vector<std::string> all;
@@ -166,7 +117,6 @@ Status Comm::init(int nranks, const loomUniqueId& id, int rank, const loomConfig
     if (pos == hostIds.end()) hostIds.push_back(p.hostId);
   }
   hostCount_ = int(hostIds.size());
-  directBytes_ = uint64_t(std::max<int64_t>(0, params::getInt("LOOM_SHM_DIRECT_BYTES")));
   // Ranks beyond the machine's usable cores must not spin: the peer they wait for may need the
   // very core they would be burning. Ranks in other network namespaces (or containers) of the
   // same kernel count too: they are other hosts to the plans, but they share these cores. The
@@ -182,17 +132,15 @@ Status Comm::init(int nranks, const loomUniqueId& id, int rank, const loomConfig
     CPU_OR(&machineCpus, &machineCpus, &p.cpus);
   }
   const int usableCores = std::max(1, CPU_COUNT(&machineCpus));
-  spinCount_ = params::getInt("LOOM_SPIN_COUNT");
+  spinCount_ = options.spinCount;
   if (spinCount_ < 0) spinCount_ = machineRanks_ > usableCores ? 0 : 2000;
-  yieldNs_ = uint64_t(std::max<int64_t>(0, params::getInt("LOOM_YIELD_USEC"))) * 1000;
+  yieldNs_ = options.yieldNs;
   LOOM_TRY(discoverTopology(deadline));
   if (tcp_ && transports::tcpPacesPerPeer(*tcp_)) setTcpPacing();
-  settings_ = tuner::callSettings(tuning.fixed, topo_);
-  // LOOM_TRANSPORT=tcp means no shared memory at all, so no direct (arena) algorithms either.
-  if (transportMode_ == "tcp") settings_.sharedBytes = 0;
+  settings_ = tuner::callSettings(options.tuning.fixed, options.tuning.call, topo_);
   // After the measurement, whose pairs of ranks share one core on purpose (comm_topology.cc).
-  LOOM_TRY(spreadOverCores(machineCpus, usableCores));
-  initTuner(std::move(tuning));
+  if (options.bindToCores) LOOM_TRY(spreadOverCores(machineCpus, usableCores));
+  initTuner(std::move(options.tuning));
   LOOM_TRY(initAutotune(deadline));
   LOOM_INFO("INIT",
             "rank %d of %d on %s (pid %d): %d host(s), %d local rank(s), %d on this machine's "
@@ -207,13 +155,11 @@ Status Comm::init(int nranks, const loomUniqueId& id, int rank, const loomConfig
 // three ranks on one core and one on another, and every call then waits for the crowded core to
 // take turns among three: on the 2-core dev VM a 4-rank 32-byte allgather took 2.7 us in such
 // runs against 1.9 us with two ranks on each core, and which one a run got was chance. So each
-// rank binds its thread to one CPU, the machine's ranks (by rank order) spread evenly.
+// rank binds its thread to one CPU, the machine's ranks (by rank order) spread evenly (unless
+// LOOM_BIND=none).
 Status Comm::spreadOverCores(const cpu_set_t& machineCpus, int usableCores) {
-  const std::string mode = params::getString("LOOM_BIND");
-  if (mode != "auto" && mode != "none")
-    return errorf(loomInvalidArgument, "LOOM_BIND=\"%s\": expected auto or none", mode.c_str());
   const transports::PeerInfo& me = ctx_.peers[size_t(rank())];
-  if (mode == "none" || machineRanks_ <= usableCores) return Status::ok();
+  if (machineRanks_ <= usableCores) return Status::ok();
   int index = 0;
   for (int r = 0; r < nranks(); ++r) {
     const transports::PeerInfo& p = ctx_.peers[size_t(r)];

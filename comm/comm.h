@@ -15,6 +15,7 @@
 #include "collectives/builders.h"
 #include "collectives/executor.h"
 #include "comm/bootstrap.h"
+#include "comm/options.h"
 #include "base/dtype.h"
 #include "base/status.h"
 #include "topology/topology.h"
@@ -45,10 +46,6 @@ struct P2PCall {
 
 class Comm final : public collectives::ExecHost {
  public:
-  // LOOM_ALGO: the builder forced for each collective (null: the tuner chooses).
-  using ForcedBuilders =
-      std::array<const collectives::Builder*, size_t(collectives::Collective::SendRecv) + 1>;
-
   static Status create(int nranks, const loomUniqueId& id, int rank, const loomConfig_t* config,
                        std::unique_ptr<Comm>* out);
   ~Comm() override;
@@ -222,6 +219,7 @@ class Comm final : public collectives::ExecHost {
   collectives::CallSettings settings_;
   std::vector<int32_t> hostOf_;  // host index of every rank (CollArgs::hostOf)
   uint64_t directBytes_ = 0;  // LOOM_SHM_DIRECT_BYTES: the direct allreduce's arena
+  std::string cacheDir_;      // topology and autotune caches (CommOptions::cacheDir); "": none
   std::unique_ptr<transports::ShmArena> arena_;  // mapped at the first call that uses it
   int machineRanks_ = 0;     // ranks on this rank's machine (PeerInfo::machineId), itself too
   int64_t spinCount_ = 2000;  // executor waiting, see LOOM_SPIN_COUNT / LOOM_YIELD_USEC

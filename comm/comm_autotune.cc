@@ -23,7 +23,7 @@ Status Comm::initAutotune(const Deadline& deadline) {
   autotuneMaxBytes_ = uint64_t(std::max<int64_t>(0, params::getInt("LOOM_AUTOTUNE_MAX_BYTES")));
   autotune_ = std::make_unique<tuner::AutotuneCache>();
   const std::string signature = topology::topologySignature(topo_);
-  if (const std::string dir = topology::cacheDirectory(); !dir.empty())
+  if (const std::string& dir = cacheDir_; !dir.empty())
     autotunePath_ = tuner::autotuneCachePath(dir, signature);
   if (!autotunePath_.empty()) {
     std::vector<std::string> skipped;

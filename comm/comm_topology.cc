@@ -460,7 +460,7 @@ Status Comm::detectTopology(const Deadline& deadline) {
     return topology::linkCacheKey(k, "tcp", peer(firstRank[size_t(1 - host)]).hostId);
   };
 
-  const std::string cacheDir = topology::cacheDirectory();
+  const std::string& cacheDir = cacheDir_;
   const std::string signature = topology::hostSignature(peer(me).hostname, peer(me).hostId);
   topology::HostCache cache;
   if (!cacheDir.empty()) {

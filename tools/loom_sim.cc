@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "collectives/builders.h"
+#include "comm/options.h"
 #include "perf/perf_common.h"
 #include "tools/model_args.h"
 #include "topology/topology.h"
@@ -160,7 +161,7 @@ bool wanted(const Args& a, const Builder& b) {
 
 int main(int argc, char** argv) {
   Args a;
-  a.sim = loom::tuner::communicatorSimOptions();  // the options below may change it
+  a.sim = loom::communicatorTuning().sim;  // the options below may change it
   if (!parseArgs(argc, argv, &a)) return 2;
   loom::topology::Topology topo;
   std::string error;
@@ -175,7 +176,7 @@ int main(int argc, char** argv) {
   CollArgs args;
   // What a communicator on this model gives its calls (the incast lead, the shared arena of
   // one host's ranks, LOOM_* parameters), but the lanes hint of --lanes.
-  args.settings() = loom::tuner::callSettings({}, topo);
+  args.settings() = loom::tuner::callSettings({}, loom::communicatorTuning().call, topo);
   args.coll = coll;
   args.nranks = nranks;
   args.lanes = a.lanes;

@@ -5,9 +5,7 @@
 #include <cstdio>
 #include <map>
 
-#include "base/params.h"
 #include "topology/analysis.h"
-#include "transports/shm/shm_arena.h"
 
 namespace loom::tuner {
 
@@ -186,37 +184,6 @@ double Tuner::agreementSeconds() const {
   return barrierSeconds(cpu, config_.sim) + cpu.stepOverhead;
 }
 
-Status tunerConfigFromParams(TunerConfig* out) {
-  LOOM_TRY(TuneTable::fromSetting(params::getString("LOOM_TUNE"), &out->rules));
-  const std::string mode = params::getString("LOOM_TUNER");
-  if (mode != "model" && mode != "table")
-    return errorf(loomInvalidArgument, "LOOM_TUNER=\"%s\": expected model or table", mode.c_str());
-  out->useModel = mode == "model";
-  out->sim.singleCopyBytes =
-      uint64_t(std::max<int64_t>(0, params::getInt("LOOM_SHM_CMA_THRESHOLD")));
-  AlgoParams& fixed = out->fixed;
-  fixed.lanes = int(std::max<int64_t>(0, params::getInt("LOOM_LANES")));
-  fixed.fanIn = int(std::max<int64_t>(0, params::getInt("LOOM_ALLTOALL_FANIN")));
-  if (const int64_t lead = params::getInt("LOOM_ALLTOALL_LEAD"); lead < -1)
-    return errorf(loomInvalidArgument,
-                  "LOOM_ALLTOALL_LEAD=%lld: expected bytes (0 or more), or -1 for the model's",
-                  (long long)lead);
-  const std::string dims = params::getString("LOOM_TORUS_DIMS");
-  fixed.torusX = fixed.torusY = 0;
-  if (!dims.empty() && (sscanf(dims.c_str(), "%dx%d", &fixed.torusX, &fixed.torusY) != 2 ||
-                        fixed.torusX < 1 || fixed.torusY < 1)) {
-    return errorf(loomInvalidArgument, "LOOM_TORUS_DIMS=\"%s\": expected XxY, e.g. 4x2",
-                  dims.c_str());
-  }
-  return Status::ok();
-}
-
-SimOptions communicatorSimOptions() {
-  TunerConfig config;
-  (void)tunerConfigFromParams(&config);
-  return config.sim;
-}
-
 uint64_t defaultFanInLead(const topology::Topology& topo) {
   std::map<int32_t, uint64_t> ranksOf;
   uint64_t perHost = 1;
@@ -224,16 +191,16 @@ uint64_t defaultFanInLead(const topology::Topology& topo) {
   return std::max(topology::roundTripBytes(topo), kLinkQueueBytes / (2 * perHost));
 }
 
-CallSettings callSettings(const AlgoParams& fixed, const topology::Topology& topo) {
+CallSettings callSettings(const AlgoParams& fixed, const CallSettingsInput& input,
+                          const topology::Topology& topo) {
   CallSettings a;
-  const int64_t lead = params::getInt("LOOM_ALLTOALL_LEAD");
-  a.fanInLeadBytes = lead >= 0 ? uint64_t(lead) : defaultFanInLead(topo);
+  a.fanInLeadBytes =
+      input.fanInLeadBytes >= 0 ? uint64_t(input.fanInLeadBytes) : defaultFanInLead(topo);
   a.lanes = std::max(1, fixed.lanes);
   a.torusX = fixed.torusX;
   a.torusY = fixed.torusY;
   a.fanIn = std::max(1, fixed.fanIn);
-  a.sharedBytes = transports::ShmArena::callBytes(
-      uint64_t(std::max<int64_t>(0, params::getInt("LOOM_SHM_DIRECT_BYTES"))));
+  a.sharedBytes = input.sharedBytes;
   return a;
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "base/params.h"
+#include "comm/options.h"
 #include "topology/analysis.h"
 #include "topology/builders.h"
 #include "tuner/uniform_topology.h"
@@ -413,8 +414,8 @@ TEST(Tuner, TheIncastLeadIsTheSettingOrTheQueueShareOrTheRoundTrip) {
     }
     params::reloadFromEnvironment();
     TunerConfig config;
-    *st = tunerConfigFromParams(&config);
-    return callSettings(config.fixed, t).fanInLeadBytes;
+    *st = readTuning(&config);
+    return callSettings(config.fixed, config.call, t).fanInLeadBytes;
   };
   Status st;
   EXPECT_EQ(leadWith(nullptr, &st), defaultFanInLead(t));
