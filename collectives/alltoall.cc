@@ -252,6 +252,112 @@ void addPieces(Lane& lane, StepKind kind, int peer, Region r, uint64_t head) {
 
 // Positions: the sender at position p of receiver R is R − p − 1; the receiver at which this
 // rank has position p is r + p + 1. See buildIncastAlltoAll in builders_exchange.h.
+struct Positions {
+  int rank, n;
+  int senderAt(int p) const { return wrap(rank - p - 1, n); }
+  int receiverAt(int p) const { return wrap(rank + p + 1, n); }
+};
+
+// What each position makes of the message this rank receives there (recv) and sends there
+// (send), with k slots.
+struct Turns {
+  std::vector<Turn> recv, send;
+};
+
+// Alltoall: every position's turn as equalTurn gives it, both ways.
+Turns equalTurns(const CollArgs& a, int k, uint64_t lead) {
+  const int n = a.nranks;
+  Turns t{std::vector<Turn>(size_t(n - 1)), std::vector<Turn>(size_t(n - 1))};
+  for (int p = 0; p < n - 1 && a.count > 0; ++p)
+    t.recv[size_t(p)] = t.send[size_t(p)] = equalTurn(p, k, n, a.count, lead);
+  return t;
+}
+
+// Alltoallv: as a receiver, every non-empty position in a slot, least loaded slot first; a
+// later one waits for the last element of the slot's previous message (none: the request). As
+// a sender, a message past the first k positions is gated and goes whole.
+Turns varyingTurns(const Blocks& b, const Positions& at, int k) {
+  const int n = at.n;
+  Turns t{std::vector<Turn>(size_t(n - 1)), std::vector<Turn>(size_t(n - 1))};
+  std::vector<int> last(size_t(k), -1);
+  std::vector<uint64_t> load(size_t(k), 0);
+  for (int p = 0; p < n - 1; ++p) {
+    const uint64_t count = b.recv(at.senderAt(p)).count;
+    Turn& in = t.recv[size_t(p)];
+    in.head = count;
+    if (count == 0) continue;
+    const size_t slot = p < k ? size_t(p) : size_t(std::min_element(load.begin(), load.end()) -
+                                                   load.begin());
+    in.gated = p >= k;
+    in.tokenPos = last[slot];
+    if (in.tokenPos >= 0) in.tokenElem = b.recv(at.senderAt(in.tokenPos)).count - 1;
+    last[slot] = p;
+    load[slot] += count;
+  }
+  for (int p = 0; p < n - 1; ++p) {
+    const uint64_t count = b.send(at.receiverAt(p)).count;
+    t.send[size_t(p)] = {p >= k && count > 0, -1, 0, count};
+  }
+  return t;
+}
+
+// As a sender: a staging slot in Scratch for every gated send (their offsets, by position);
+// *scratch: the elements they take.
+std::vector<uint64_t> stagingSlots(const Blocks& b, const Positions& at, const Turns& turns,
+                                   uint64_t* scratch) {
+  std::vector<uint64_t> stageAt(size_t(at.n - 1), 0);
+  *scratch = 0;
+  for (int p = 0; p < at.n - 1; ++p) {
+    if (!turns.send[size_t(p)].gated) continue;
+    stageAt[size_t(p)] = *scratch;
+    *scratch += b.send(at.receiverAt(p)).count;
+  }
+  return stageAt;
+}
+
+// Alltoallv: every gated sender first sends its receiver one element, its request for a turn;
+// each receiver takes the requests of its gated senders into Scratch at requestAt, one element
+// per position.
+void addRequests(Lane& lane, const Blocks& b, const Positions& at, const Turns& turns,
+                 uint64_t requestAt) {
+  for (int p = 0; p < at.n - 1; ++p) {
+    const int to = at.receiverAt(p);
+    if (turns.send[size_t(p)].gated) addSend(lane, to, {kInput, b.send(to).offset, 1});
+  }
+  for (int p = 0; p < at.n - 1; ++p) {
+    const Region request{kScratch, requestAt + uint64_t(p), 1};
+    if (turns.recv[size_t(p)].gated) addRecv(lane, at.senderAt(p), request);
+  }
+}
+
+// Position p of both roles: the token this rank gives its sender there (once the gating
+// receive's element has arrived), its own message (after the receiver's token, from its
+// staging slot, if gated), and the message it receives.
+void addPosition(Lane& lane, const Blocks& b, const Positions& at, const Turns& turns, int p,
+                 uint64_t stage, uint64_t requestAt) {
+  const int from = at.senderAt(p), to = at.receiverAt(p);
+  const Turn& in = turns.recv[size_t(p)];
+  if (in.gated) {
+    // The token leaves once element tokenElem of the gating receive has arrived.
+    Region token{kScratch, requestAt + uint64_t(p), 1};
+    if (in.tokenPos >= 0) {
+      const Region prev = b.recv(at.senderAt(in.tokenPos));
+      token = {prev.buf, prev.offset + in.tokenElem, 1};
+    }
+    addSend(lane, from, token);
+  }
+  const Turn& out = turns.send[size_t(p)];
+  Region data = b.send(to);
+  if (out.gated) {
+    const Region staged{kScratch, stage, data.count};
+    addRecv(lane, to, {kScratch, staged.offset, 1});
+    addCopy(lane, data, staged);  // overwrites the token, so it waits for it
+    data = staged;
+  }
+  addPieces(lane, StepKind::Send, to, data, out.head);
+  addPieces(lane, StepKind::Recv, from, b.recv(from), in.head);
+}
+
 RankPlan incast(const CollArgs& a, int rank) {
   const int n = a.nranks;
   const Blocks b{a};
@@ -265,80 +371,16 @@ RankPlan incast(const CollArgs& a, int rank) {
   Lane& lane = plan.lanes[0];
   addCopy(lane, b.send(rank), b.recv(rank));
   if (n == 1) return plan;
-  auto senderAt = [&](int p) { return wrap(rank - p - 1, n); };
-  auto receiverAt = [&](int p) { return wrap(rank + p + 1, n); };
-
-  std::vector<Turn> recvTurn(size_t(n - 1)), sendTurn(size_t(n - 1));
-  if (!b.varying()) {
-    for (int p = 0; p < n - 1 && a.count > 0; ++p)
-      recvTurn[size_t(p)] = sendTurn[size_t(p)] = equalTurn(p, k, n, a.count, lead);
-  } else {
-    // As a receiver: every non-empty position in a slot, least loaded slot first; a later one
-    // waits for the last element of the slot's previous message (none: the request).
-    std::vector<int> last(size_t(k), -1);
-    std::vector<uint64_t> load(size_t(k), 0);
-    for (int p = 0; p < n - 1; ++p) {
-      const uint64_t count = b.recv(senderAt(p)).count;
-      Turn& t = recvTurn[size_t(p)];
-      t.head = count;
-      if (count == 0) continue;
-      const size_t slot = p < k ? size_t(p) : size_t(std::min_element(load.begin(), load.end()) -
-                                                     load.begin());
-      t.gated = p >= k;
-      t.tokenPos = last[slot];
-      if (t.tokenPos >= 0) t.tokenElem = b.recv(senderAt(t.tokenPos)).count - 1;
-      last[slot] = p;
-      load[slot] += count;
-    }
-    for (int p = 0; p < n - 1; ++p) {
-      const uint64_t count = b.send(receiverAt(p)).count;
-      sendTurn[size_t(p)] = {p >= k && count > 0, -1, 0, count};
-    }
-  }
-  // As a sender: a staging slot in Scratch for every gated send, then (alltoallv) one element
-  // per position for the requests of gated senders.
-  std::vector<uint64_t> stageAt(size_t(n - 1), 0);
-  uint64_t scratch = 0;
-  for (int p = 0; p < n - 1; ++p) {
-    if (!sendTurn[size_t(p)].gated) continue;
-    stageAt[size_t(p)] = scratch;
-    scratch += b.send(receiverAt(p)).count;
-  }
-  const uint64_t requestAt = scratch;
-  plan.scratchCount = scratch + (b.varying() ? uint64_t(n - 1) : 0);
-  if (b.varying()) {
-    for (int p = 0; p < n - 1; ++p) {
-      const int to = receiverAt(p);
-      if (sendTurn[size_t(p)].gated) addSend(lane, to, {kInput, b.send(to).offset, 1});
-    }
-    for (int p = 0; p < n - 1; ++p) {
-      const Region request{kScratch, requestAt + uint64_t(p), 1};
-      if (recvTurn[size_t(p)].gated) addRecv(lane, senderAt(p), request);
-    }
-  }
-  for (int p = 0; p < n - 1; ++p) {
-    const int from = senderAt(p), to = receiverAt(p);
-    const Turn& in = recvTurn[size_t(p)];
-    if (in.gated) {
-      // The token leaves once element tokenElem of the gating receive has arrived.
-      Region token{kScratch, requestAt + uint64_t(p), 1};
-      if (in.tokenPos >= 0) {
-        const Region prev = b.recv(senderAt(in.tokenPos));
-        token = {prev.buf, prev.offset + in.tokenElem, 1};
-      }
-      addSend(lane, from, token);
-    }
-    const Turn& out = sendTurn[size_t(p)];
-    Region data = b.send(to);
-    if (out.gated) {
-      const Region stage{kScratch, stageAt[size_t(p)], data.count};
-      addRecv(lane, to, {kScratch, stage.offset, 1});
-      addCopy(lane, data, stage);  // overwrites the token, so it waits for it
-      data = stage;
-    }
-    addPieces(lane, StepKind::Send, to, data, out.head);
-    addPieces(lane, StepKind::Recv, from, b.recv(from), in.head);
-  }
+  const Positions at{rank, n};
+  const Turns turns = b.varying() ? varyingTurns(b, at, k) : equalTurns(a, k, lead);
+  // Scratch: the staging slots, then (alltoallv) one element per position for the requests of
+  // gated senders.
+  uint64_t requestAt = 0;
+  const std::vector<uint64_t> stageAt = stagingSlots(b, at, turns, &requestAt);
+  plan.scratchCount = requestAt + (b.varying() ? uint64_t(n - 1) : 0);
+  if (b.varying()) addRequests(lane, b, at, turns, requestAt);
+  for (int p = 0; p < n - 1; ++p)
+    addPosition(lane, b, at, turns, p, stageAt[size_t(p)], requestAt);
   return plan;
 }
 

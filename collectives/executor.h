@@ -20,18 +20,6 @@
 
 namespace loom::collectives {
 
-// Bytes a local step handles per pass, so that later steps can start on its output early; a
-// read of an unmapped peer's buffer is one process_vm_readv per pass (the simulator charges
-// HostCpu::singleCopyOverhead per such call).
-constexpr uint64_t kLocalChunkBytes = 256 << 10;
-
-// A Copy step of at least this many bytes whose destination its lane does not touch again
-// writes it with streaming stores (copyBypassingCache): a destination beyond the private
-// cache costs a third less memory traffic so. Measured on the 2-vCPU dev VM, one 64 MiB copy:
-// 7-8 GB/s with memcpy, 13-14 GB/s streaming; at 1 MiB, which stays in the 2 MiB L2, memcpy
-// is faster.
-constexpr uint64_t kStreamingCopyBytes = 2 << 20;
-
 // A plan prepared for execution: buffers that alias each other folded into one, and for every
 // step the earlier steps whose regions it conflicts with. Built once, cached by the caller.
 struct PreparedPlan {

@@ -53,7 +53,7 @@ Status Comm::initAutotune(const Deadline& deadline) {
   settings.runs = std::max<int>(1, int(params::getInt("LOOM_AUTOTUNE_RUNS")));
   settings.maxBytes =
       uint64_t(std::max<int64_t>(0, params::getInt("LOOM_AUTOTUNE_MAX_BYTES")));
-  settings.cacheDir = topology::cacheDirectory();
+  settings.cacheDir = cacheDir_;
   const bool firstOfHost =
       std::find(hostOf_.begin(), hostOf_.end(), hostOf_[size_t(rank())]) - hostOf_.begin() ==
       rank();

@@ -28,42 +28,6 @@ uint64_t fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull) 
   return h;
 }
 
-// Parses "allreduce=ring,allgather=ring" into the builder forced per collective, checking every
-// name.
-Status parseAlgorithms(const std::string& text, Comm::ForcedBuilders* out) {
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t comma = text.find(',', start);
-    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos
-                                                                     : comma - start);
-    start = comma == std::string::npos ? text.size() : comma + 1;
-    if (item.empty()) continue;
-    size_t eq = item.find('=');
-    if (eq == std::string::npos)
-      return errorf(loomInvalidArgument,
-                    "LOOM_ALGO: \"%s\" is not collective=algorithm (e.g. allreduce=ring)",
-                    item.c_str());
-    std::string coll = item.substr(0, eq), algo = item.substr(eq + 1);
-    bool knownColl = false;
-    for (int c = 0; c <= int(Collective::SendRecv); ++c)
-      if (coll == collectives::collectiveName(Collective(c))) {
-        knownColl = true;
-        (*out)[size_t(c)] = collectives::findBuilder(Collective(c), algo);
-        if ((*out)[size_t(c)] == nullptr) {
-          std::string known;
-          for (auto n : collectives::builderNames(Collective(c)))
-            known += (known.empty() ? "" : ", ") + std::string(n);
-          return errorf(loomInvalidArgument, "LOOM_ALGO: %s has no algorithm \"%s\" (known: %s)",
-                        coll.c_str(), algo.c_str(), known.c_str());
-        }
-      }
-    if (!knownColl)
-      return errorf(loomInvalidArgument, "LOOM_ALGO: unknown collective \"%s\"", coll.c_str());
-  }
-  return Status::ok();
-}
-
-// LOOM_TUNE's rules and LOOM_TUNER's mode.
 }  // namespace
 
 bool rangesOverlap(const void* a, size_t an, const void* b, size_t bn) {
@@ -98,24 +62,23 @@ Status Comm::init(int nranks, const loomUniqueId& id, int rank, const loomConfig
   log::setThreadRank(rank);
   ctx_.rank = rank;
   ctx_.nranks = nranks;
-  tuner::TunerConfig tuning;
-  LOOM_TRY(readOptions(config, &tuning));
+  CommOptions options;  // a bad setting fails here, before any rank connects
+  LOOM_TRY(readCommOptions(config, &options));
+  useOptions(options);
   Deadline deadline(ctx_.timeoutMs);
   transports::PeerInfo me;
-  LOOM_TRY(exchangePeers(id, deadline, &me));
+  LOOM_TRY(exchangePeers(id, deadline, options, &me));
   numberHosts();
   cpu_set_t machineCpus;
   shareMachine(me, &machineCpus);
   const int usableCores = std::max(1, CPU_COUNT(&machineCpus));
   LOOM_TRY(discoverTopology(deadline));
   if (connections_.tcpPacedPerPeer()) connections_.paceTcp(topo_);
-  settings_ = tuner::callSettings(tuning.fixed, topo_);
-  // LOOM_TRANSPORT=tcp means no shared memory at all, so no direct (arena) algorithms either.
-  if (transportMode_ == "tcp") settings_.sharedBytes = 0;
+  settings_ = tuner::callSettings(options.tuning.fixed, options.tuning.call, topo_);
   // After the measurement, whose pairs of ranks share one core on purpose
   // (topology/link_measure.h).
-  LOOM_TRY(spreadOverCores(machineCpus, usableCores));
-  initTuner(std::move(tuning));
+  if (options.bindToCores) LOOM_TRY(spreadOverCores(machineCpus, usableCores));
+  initTuner(std::move(options.tuning));
   LOOM_TRY(initAutotune(deadline));
   int localRanks = 0;
   for (const auto& p : ctx_.peers) localRanks += p.hostId == me.hostId;
@@ -128,33 +91,18 @@ Status Comm::init(int nranks, const loomUniqueId& id, int rank, const loomConfig
   return Status::ok();
 }
 
-Status Comm::readOptions(const loomConfig_t* config, tuner::TunerConfig* tuning) {
-  ctx_.timeoutMs = params::getInt("LOOM_TIMEOUT_MS");
-  transportMode_ = params::getString("LOOM_TRANSPORT");
-  std::string algos = params::getString("LOOM_ALGO");
-  directBytes_ = uint64_t(std::max<int64_t>(0, params::getInt("LOOM_SHM_DIRECT_BYTES")));
-  wait_.spinCount = params::getInt("LOOM_SPIN_COUNT");
-  wait_.yieldNs = uint64_t(std::max<int64_t>(0, params::getInt("LOOM_YIELD_USEC"))) * 1000;
-  // Fields of a config from an older (smaller) struct are absent: read only what it has.
-  if (config != nullptr) {
-    if (config->size < offsetof(loomConfig_t, timeoutMs) + sizeof(int))
-      return errorf(loomInvalidArgument, "config: size %zu is too small (initialise it with "
-                                         "LOOM_CONFIG_INITIALIZER)", config->size);
-    if (config->timeoutMs >= 0) ctx_.timeoutMs = config->timeoutMs;
-    if (config->size >= offsetof(loomConfig_t, algorithms) + sizeof(char*) && config->algorithms)
-      algos = config->algorithms;
-    if (config->size >= offsetof(loomConfig_t, transport) + sizeof(char*) && config->transport)
-      transportMode_ = config->transport;
-  }
-  if (transportMode_ != "auto" && transportMode_ != "shm" && transportMode_ != "tcp")
-    return errorf(loomInvalidArgument, "LOOM_TRANSPORT=\"%s\": expected auto, shm or tcp",
-                  transportMode_.c_str());
-  LOOM_TRY(parseAlgorithms(algos, &forcedBuilders_));
-  return tuner::tunerConfigFromParams(tuning);  // LOOM_TUNE's rules, LOOM_TUNER's mode
+void Comm::useOptions(const CommOptions& options) {
+  ctx_.timeoutMs = options.timeoutMs;
+  transportMode_ = options.transport;
+  forcedBuilders_ = options.forcedBuilders;
+  directBytes_ = options.directBytes;
+  cacheDir_ = options.cacheDir;
+  wait_.spinCount = options.spinCount;
+  wait_.yieldNs = options.yieldNs;
 }
 
 Status Comm::exchangePeers(const loomUniqueId& id, const Deadline& deadline,
-                           transports::PeerInfo* me) {
+                           const CommOptions& options, transports::PeerInfo* me) {
   LOOM_TRY(boot_.connect(id, rank(), nranks(), deadline));
   UniqueIdData idData;
   net::Address rootAddr;
@@ -169,7 +117,7 @@ Status Comm::exchangePeers(const loomUniqueId& id, const Deadline& deadline,
   me->machineId = topology::machineIdentity();
   if (sched_getaffinity(0, sizeof(me->cpus), &me->cpus) != 0) CPU_SET(sched_getcpu(), &me->cpus);
   snprintf(me->hostname, sizeof(me->hostname), "%s", hostname.c_str());
-  LOOM_TRY(connections_.open(&ctx_, transportMode_, me));
+  LOOM_TRY(connections_.open(&ctx_, transportMode_, options.shm, options.tcp, me));
   std::vector<std::string> all;
   LOOM_TRY(boot_.allgather(std::string(reinterpret_cast<const char*>(me), sizeof(*me)), &all,
                            deadline));
@@ -214,13 +162,11 @@ void Comm::shareMachine(const transports::PeerInfo& me, cpu_set_t* machineCpus) 
 // three ranks on one core and one on another, and every call then waits for the crowded core to
 // take turns among three: on the 2-core dev VM a 4-rank 32-byte allgather took 2.7 us in such
 // runs against 1.9 us with two ranks on each core, and which one a run got was chance. So each
-// rank binds its thread to one CPU, the machine's ranks (by rank order) spread evenly.
+// rank binds its thread to one CPU, the machine's ranks (by rank order) spread evenly (unless
+// LOOM_BIND=none).
 Status Comm::spreadOverCores(const cpu_set_t& machineCpus, int usableCores) {
-  const std::string mode = params::getString("LOOM_BIND");
-  if (mode != "auto" && mode != "none")
-    return errorf(loomInvalidArgument, "LOOM_BIND=\"%s\": expected auto or none", mode.c_str());
   const transports::PeerInfo& me = ctx_.peers[size_t(rank())];
-  if (mode == "none" || machineRanks_ <= usableCores) return Status::ok();
+  if (machineRanks_ <= usableCores) return Status::ok();
   int index = 0;
   for (int r = 0; r < nranks(); ++r) {
     const transports::PeerInfo& p = ctx_.peers[size_t(r)];
@@ -272,7 +218,10 @@ const char* Comm::lastAlgorithm() {
   return lastAlgorithmShown_.c_str();
 }
 
-void Comm::leave() { boot_.leave(); }
+void Comm::leave() {
+  if (arena_) arena_->leave();
+  boot_.leave();
+}
 
 void Comm::abortPeers(const std::string& reason) { boot_.sendAbort(reason); }
 

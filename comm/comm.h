@@ -20,6 +20,7 @@
 #include "comm/connections.h"
 #include "comm/cpu_binding.h"
 #include "comm/error_state.h"
+#include "comm/options.h"
 #include "base/status.h"
 #include "topology/topology.h"
 #include "transports/transport.h"
@@ -30,10 +31,6 @@ namespace loom {
 
 class Comm final : public collectives::ExecHost {
  public:
-  // LOOM_ALGO: the builder forced for each collective (null: the tuner chooses).
-  using ForcedBuilders =
-      std::array<const collectives::Builder*, size_t(collectives::Collective::SendRecv) + 1>;
-
   static Status create(int nranks, const loomUniqueId& id, int rank, const loomConfig_t* config,
                        std::unique_ptr<Comm>* out);
   ~Comm() override;
@@ -78,12 +75,12 @@ class Comm final : public collectives::ExecHost {
   Comm() = default;
   // init runs its phases, in this order, then the topology's, the tuner's and autotune's.
   Status init(int nranks, const loomUniqueId& id, int rank, const loomConfig_t* config);
-  // The options of the environment and of config (which wins); a bad one fails here, before
-  // any rank connects.
-  Status readOptions(const loomConfig_t* config, tuner::TunerConfig* tuning);
-  // Joins the bootstrap and learns every rank's PeerInfo (ctx_.peers), *me this rank's.
+  // Keeps what the calls need of the options readCommOptions read.
+  void useOptions(const CommOptions& options);
+  // Joins the bootstrap, opens the transports and learns every rank's PeerInfo (ctx_.peers),
+  // *me this rank's.
   Status exchangePeers(const loomUniqueId& id, const Deadline& deadline,
-                       transports::PeerInfo* me);
+                       const CommOptions& options, transports::PeerInfo* me);
   // Numbers the hosts by first appearance (hostOf_, hostCount_), for hierarchical plans.
   void numberHosts();
   // The ranks of this rank's machine (machineRanks_), the CPUs they may run on together, and
@@ -151,6 +148,7 @@ class Comm final : public collectives::ExecHost {
   // the user fixed (else 1 / derived / 1), the incast lead, the direct arena's bytes per call.
   collectives::CallSettings settings_;
   uint64_t directBytes_ = 0;  // LOOM_SHM_DIRECT_BYTES: the direct allreduce's arena
+  std::string cacheDir_;      // topology and autotune caches (CommOptions::cacheDir); "": none
   // The group's layout.
   std::vector<int32_t> hostOf_;  // host index of every rank (CollArgs::hostOf)
   int hostCount_ = 1;

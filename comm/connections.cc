@@ -7,12 +7,13 @@
 namespace loom {
 
 Status Connections::open(const transports::CommContext* ctx, const std::string& mode,
-                         transports::PeerInfo* me) {
+                         const transports::ShmOptions& shm,
+                         const transports::tcp::TcpOptions& tcp, transports::PeerInfo* me) {
   ctx_ = ctx;
   mode_ = mode;
-  if (mode_ != "tcp") LOOM_TRY(transports::createShmTransport(ctx_, &shm_));
+  if (mode_ != "tcp") LOOM_TRY(transports::createShmTransport(ctx_, shm, &shm_));
   if (mode_ != "shm") {
-    LOOM_TRY(transports::createTcpTransport(ctx_, &tcp_));
+    LOOM_TRY(transports::tcp::createTcpTransport(ctx_, tcp, &tcp_));
     transports::tcpListenAddress(*tcp_, me);
   }
   return Status::ok();

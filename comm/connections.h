@@ -7,15 +7,18 @@
 
 #include "base/status.h"
 #include "topology/topology.h"
+#include "transports/shm/shm_transport.h"
+#include "transports/tcp/tcp_transport.h"
 #include "transports/transport.h"
 
 namespace loom {
 
 class Connections {
  public:
-  // Creates the transports LOOM_TRANSPORT's mode (auto, shm, tcp) allows; tcp's listen address
-  // goes into *me, which the peers then learn. ctx outlives this.
+  // Creates the transports LOOM_TRANSPORT's mode (auto, shm, tcp) allows, with their options;
+  // tcp's listen address goes into *me, which the peers then learn. ctx outlives this.
   Status open(const transports::CommContext* ctx, const std::string& mode,
+              const transports::ShmOptions& shm, const transports::tcp::TcpOptions& tcp,
               transports::PeerInfo* me);
   // The connection to peer on lane, made the first time (within timeoutMs), and its transport.
   Status get(int peer, int lane, int64_t timeoutMs, transports::Connection** out,

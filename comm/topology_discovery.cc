@@ -22,7 +22,7 @@ Status Comm::discoverTopology(const Deadline& deadline) {
   if (options.file.empty()) {  // what detection alone reads
     options.measureMode = params::getInt("LOOM_TOPO_MEASURE");
     options.measureMs = params::getInt("LOOM_TOPO_MEASURE_MS");
-    options.cacheDir = topology::cacheDirectory();
+    options.cacheDir = cacheDir_;
   }
   return topology::discoverCommTopology(setup, options, boot_, deadline, &topo_);
 }

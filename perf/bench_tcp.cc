@@ -20,6 +20,7 @@
 
 #include "base/clock.h"
 #include "base/params.h"
+#include "comm/options.h"
 #include "toolkit/fork_ranks.h"
 #include "transports/transport.h"
 
@@ -248,7 +249,7 @@ int rankMain(toolkit::RankContext& rc) {
   r.ctx.nranks = 2;
   r.ctx.timeoutMs = kTimeoutMs;
   memcpy(r.ctx.secret, "loom-bench-tcp!", 16);
-  Status st = createTcpTransport(&r.ctx, &r.transport);
+  Status st = tcp::createTcpTransport(&r.ctx, readTcpOptions(), &r.transport);
   if (!st.isOk()) return fprintf(stderr, "%s\n", st.message().c_str()), 1;
   PeerInfo me;
   me.rank = rc.rank();

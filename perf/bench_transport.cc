@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "comm/options.h"
 #include "toolkit/fork_ranks.h"
 #include "transports/shm/shm_transport.h"
 
@@ -245,7 +246,7 @@ int rankMain(toolkit::RankContext& rc, uint64_t commHash) {
     ctx.nranks = 2;
     ctx.commHash = commHash + path;
     ctx.timeoutMs = kTimeoutMs;
-    ShmOptions options = ShmOptions::fromParams();
+    ShmOptions options = readShmOptions();
     options.cmaThreshold = path == 0 ? 0 : 64 << 10;
     Status st = createShmTransport(&ctx, options, &r.transport[path]);
     if (!st.isOk()) die("create", st);

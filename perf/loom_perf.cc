@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "collectives/builders.h"
+#include "comm/options.h"
 #include "base/params.h"
 #include "loom/loom.h"
 #include "perf/compare.h"
@@ -108,7 +109,7 @@ class LoomBackend : public Backend {
       model_ = {};
       return why;
     }
-    settings_ = tuner::communicatorSettings(model_);
+    settings_ = communicatorSettings(model_);
     if (Status st = makeTuner(); !st.isOk()) {
       model_ = {};
       return "no predictions: " + st.message();
@@ -219,7 +220,7 @@ class LoomBackend : public Backend {
   // The tuner as the communicator configures it (Comm::initTuner), over --sim's model.
   Status makeTuner() {
     tuner::TunerConfig config;
-    LOOM_TRY(tuner::tunerConfigFromParams(&config));
+    LOOM_TRY(readTuning(&config));
     tuner_ = tuner::Tuner(model_, std::move(config));
     return Status::ok();
   }

@@ -16,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include "comm/options.h"
 #include "toolkit/json.h"
 #include "toolkit/names.h"
 #include "toolkit/units.h"
@@ -533,7 +534,7 @@ std::string report(const Args& a, const loom::tuner::Calibration& c, size_t runs
 
 int main(int argc, char** argv) {
   Args a;
-  a.options.sim = loom::tuner::communicatorSimOptions();  // --slices may change it
+  a.options.sim = loom::communicatorTuning().sim;  // --slices may change it
   if (!parseArgs(argc, argv, &a)) return 2;
   topology::Topology base;
   std::string error;
@@ -541,7 +542,7 @@ int main(int argc, char** argv) {
     fprintf(stderr, "loom-calibrate: %s\n", error.c_str());
     return 1;
   }
-  a.options.settings = loom::tuner::communicatorSettings(base);
+  a.options.settings = loom::communicatorSettings(base);
   for (topology::Node& n : base.nodes) {
     if (n.kind != topology::NodeKind::Host) continue;
     if (a.cores > 0) n.cpu.cores = a.cores;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "collectives/builders.h"
+#include "comm/options.h"
 #include "toolkit/names.h"
 #include "toolkit/units.h"
 #include "tools/model_args.h"
@@ -159,7 +160,7 @@ bool wanted(const Args& a, const Builder& b) {
 // lanes hint of --lanes.
 CollArgs callOnModel(const Args& a, const loom::topology::Topology& topo) {
   CollArgs args;
-  args.settings() = loom::tuner::callSettings({}, topo);
+  args.settings() = loom::tuner::callSettings({}, loom::communicatorTuning().call, topo);
   args.coll = a.collective;
   args.nranks = int(topo.ranks.size());
   args.lanes = a.lanes;
@@ -226,7 +227,7 @@ void printRows(const std::vector<Row>& rows, size_t bytes, size_t count, double 
 
 int main(int argc, char** argv) {
   Args a;
-  a.sim = loom::tuner::communicatorSimOptions();  // the options below may change it
+  a.sim = loom::communicatorTuning().sim;  // the options below may change it
   if (!parseArgs(argc, argv, &a)) return 2;
   loom::topology::Topology topo;
   std::string error;

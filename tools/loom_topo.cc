@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 
+#include "comm/options.h"
 #include "topology/analysis.h"
 #include "topology/builders.h"
 #include "topology/discover.h"
@@ -95,7 +96,7 @@ void printFigureMatrix(const Topology& t) {
 void showCommunicator(const HostInfo& info, int ranks) {
   std::string hostname;
   uint64_t hostId = hostIdentity(&hostname);
-  std::string dir = cacheDirectory(), signature = hostSignature(hostname, hostId);
+  std::string dir = loom::readCacheDirectory(), signature = hostSignature(hostname, hostId);
   HostCache cache;
   bool haveCache = !dir.empty() && loadHostCache(dir, signature, &cache).isOk();
   HostDescription host;

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "base/params.h"
+#include "comm/options.h"
 #include "toolkit/names.h"
 #include "toolkit/units.h"
 #include "tools/model_args.h"
-#include "transports/shm/shm_arena.h"
 #include "tuner/tuner.h"
 
 namespace {
@@ -121,7 +121,7 @@ bool parseArgs(int argc, char** argv, Args* a) {
 CollArgs baseCall(const loom::topology::Topology& topo, uint32_t elemSize,
                   const tuner::AlgoParams& fixed) {
   CollArgs a;
-  a.settings() = tuner::callSettings(fixed, topo);
+  a.settings() = tuner::callSettings(fixed, loom::communicatorTuning().call, topo);
   a.nranks = int(topo.ranks.size());
   a.hostOf = loom::tools::hostsByFirstAppearance(topo);
   a.elemSize = elemSize;
@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   tuner::TunerConfig config;
-  loom::Status st = tuner::tunerConfigFromParams(&config);
+  loom::Status st = loom::readTuning(&config);
   if (st.isOk()) st = tuner::TuneTable::fromSetting(a.tune, &config.rules);  // --tune
   if (!st.isOk()) {
     fprintf(stderr, "loom-tune: %s\n", st.message().c_str());

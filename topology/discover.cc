@@ -15,7 +15,6 @@
 #include <set>
 #include <sstream>
 
-#include "base/params.h"
 #include "topology/analysis.h"
 #include "topology/builders.h"
 #include "topology/probe.h"
@@ -384,9 +383,8 @@ Status saveHostCache(const std::string& dir, const HostCache& cache) {
   return writeFileAtomically(hostCachePath(dir, cache.signature), doc.dump(1) + "\n");
 }
 
-std::string cacheDirectory() {
-  std::string dir = params::getString("LOOM_CACHE_DIR");
-  if (!dir.empty()) return dir;
+std::string cacheDirectory(const std::string& setting) {
+  if (!setting.empty()) return setting;
   if (const char* xdg = getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0')
     return std::string(xdg) + "/loom";
   if (const char* home = getenv("HOME"); home != nullptr && *home != '\0')

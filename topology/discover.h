@@ -151,7 +151,8 @@ std::string hostCachePath(const std::string& dir, const std::string& signature);
 // Writes `text` to a temporary file beside `path` and renames it over `path` (creating the
 // directory when missing), so concurrent readers and writers never see half a file.
 Status writeFileAtomically(const std::string& path, const std::string& text);
-// LOOM_CACHE_DIR, else $XDG_CACHE_HOME/loom, else $HOME/.cache/loom; "" when none is set.
-std::string cacheDirectory();
+// The cache directory: `setting` (a communicator's LOOM_CACHE_DIR, comm/options.h) where it is
+// not empty, else $XDG_CACHE_HOME/loom, else $HOME/.cache/loom; "" when none is set.
+std::string cacheDirectory(const std::string& setting);
 
 }  // namespace loom::topology

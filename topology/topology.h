@@ -62,7 +62,7 @@ struct HostCpu {
   uint64_t privateCacheBytes = 0;
   double dirtyReadCopies = 0;
   // What a byte of a large final Copy (one that writes with streaming stores: collectives/
-  // executor.h, kStreamingCopyBytes) costs where it goes to memory, per byte a plain copy costs
+  // plan.h, kStreamingCopyBytes) costs where it goes to memory, per byte a plain copy costs
   // there: less, as the destination is not read into the cache first. 0: 1, not modelled.
   double streamingCopies = 0;
   // s from the last of the ranks reaching a Barrier until all of them go on: the arena's

@@ -103,10 +103,9 @@ class Transport {
   virtual Cost cost() const = 0;
 };
 
-// Factories (each transport's own folder). The TCP transport starts listening in create();
-// its address goes into PeerInfo before the peers are known, hence the two steps.
-Status createShmTransport(const CommContext* ctx, std::unique_ptr<Transport>* out);
-Status createTcpTransport(const CommContext* ctx, std::unique_ptr<Transport>* out);
+// The factories take each transport's options (its own folder's header). The TCP transport
+// starts listening when created; its address goes into PeerInfo before the peers are known,
+// hence the two steps.
 // Fills info->tcpAddr for the TCP transport (called between create and the exchange).
 void tcpListenAddress(const Transport& tcp, PeerInfo* info);
 // Whether the TCP transport paces each peer at a rate of its own (LOOM_TCP_PACING=-1,

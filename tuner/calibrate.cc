@@ -18,15 +18,6 @@ namespace loom::tuner {
 using collectives::Collective;
 using collectives::RankPlan;
 
-// A bad setting makes the communicator refuse to start, so no run was measured with one: what
-// parsed before the error is as good as anything.
-collectives::CallSettings communicatorSettings(const topology::Topology& topo) {
-  TunerConfig config;
-  (void)tunerConfigFromParams(&config);
-  return callSettings(config.fixed, topo);
-}
-
-
 collectives::CollArgs callOf(const MeasuredPoint& p, const topology::Topology& topo,
                              const collectives::CallSettings& settings) {
   collectives::CollArgs a;

@@ -35,11 +35,6 @@ struct MeasuredPoint {
   std::vector<double> rounds;
 };
 
-// The communicator settings that shape a call's plan besides its size (lanes, torus dims,
-// alltoall fan-in, direct arena bytes), from the LOOM_* parameters as comm/comm.cc reads them:
-// a prediction has to simulate the plan the measured run executed.
-collectives::CallSettings communicatorSettings(const topology::Topology& topo);
-
 // The call a builder gets for a point: `settings` with the point's collective, ranks, count,
 // element size and lanes (where the run set them), and the ranks' hosts from the topology.
 collectives::CollArgs callOf(const MeasuredPoint& p, const topology::Topology& topo,
@@ -76,7 +71,7 @@ topology::Topology applyKnobs(const topology::Topology& base, const std::vector<
 
 struct CalibrationOptions {
   SimOptions sim;                  // slices and the default memory bandwidth of the simulation
-  collectives::CallSettings settings;  // the runs' communicator settings (communicatorSettings())
+  collectives::CallSettings settings;  // the runs' communicator settings (comm/options.h)
   int maxEvaluations = 3000;       // of the whole prediction set, over the fit
   bool fit = true;                 // false: only validate the base topology
 };

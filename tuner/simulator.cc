@@ -13,9 +13,7 @@
 #include <queue>
 #include <unordered_map>
 
-#include "collectives/executor.h"
 #include "base/status.h"
-#include "transports/shm/shm_transport.h"
 
 namespace loom::tuner {
 namespace {
@@ -440,7 +438,7 @@ class Simulator {
         if (ss.singleCopy)
           ss.dirty = dirtyFraction(rank, ss.count, writtenElems(buffers[s.src.buf], s.src));
         // The receiver reads the sender's buffer.
-        if (!send && oneCopy) ss.kernelReads = pieces(ss.count, transports::kCmaPieceBytes);
+        if (!send && oneCopy) ss.kernelReads = pieces(ss.count, opt_.singleCopyPieceBytes);
         (send ? c.sends : c.recvs).push_back(g);
         if (send) {
           ++messages_;
@@ -478,9 +476,10 @@ class Simulator {
     return n;
   }
 
-  // Reads of at most pieceBytes each that count elements take.
+  // Reads of at most pieceBytes each (0: one read) that count elements take.
   uint32_t pieces(uint64_t count, uint64_t pieceBytes) const {
     const uint64_t bytes = count * opt_.elemSize;
+    if (pieceBytes == 0) return 1;
     return uint32_t(std::max<uint64_t>(1, (bytes + pieceBytes - 1) / pieceBytes));
   }
 
@@ -779,7 +778,7 @@ class Simulator {
   }
 
   // CPU bytes per byte of the connection's next slice (Route::cpuWeight, the slot path's
-  // copies and handshakes). A message of at least kNonTemporalBytes goes through the slots by
+  // copies and handshakes). A message of at least nonTemporalBytes goes through the slots by
   // way of memory (non-temporal stores), so its copies run at memory speed, however much of
   // the call's working set the cache holds. A single-copy message is instead the receiver's
   // one read of the sender's memory through the kernel, which costs what a peer read does
@@ -794,7 +793,7 @@ class Simulator {
     const double kernelRead = reader.peerReadCopies > 0 ? reader.peerReadCopies : 1;
     double slots = routes_[c.route].cpuWeight;
     if (routes_[c.route].cpuCopy && rc.memoryBandwidth > 0 && rc.bandwidth > rc.memoryBandwidth &&
-        send.count * opt_.elemSize >= transports::kNonTemporalBytes)
+        opt_.nonTemporalBytes > 0 && send.count * opt_.elemSize >= opt_.nonTemporalBytes)
       slots *= rc.bandwidth / rc.memoryBandwidth;
     return (send.singleCopy ? kernelRead + (recv ? 0 : 1) : slots) +
            send.dirty * reader.dirtyReadCopies;

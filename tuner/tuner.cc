@@ -5,9 +5,7 @@
 #include <cstdio>
 #include <map>
 
-#include "base/params.h"
 #include "topology/analysis.h"
-#include "transports/shm/shm_arena.h"
 
 namespace loom::tuner {
 
@@ -113,8 +111,10 @@ std::vector<Candidate> Tuner::candidates(const CollArgs& a) {
   std::vector<Candidate> out;
   if (!modelApplies(a)) return out;
   const CollArgs s = modelCall(a);
-  // The fastest candidate if every rank's buffers were mapped: plans that read peers cost less
-  // then (simulated again), the others the same.
+  // The fastest plan that reads its peers' buffers, simulated as if every rank's buffers were
+  // mapped (they then cost less): only such a plan gains from the answer. Another plan would
+  // run the same either way, and asking would map the arena for nothing (under
+  // LOOM_TRANSPORT=tcp, where no plan reads peers, it must not be mapped at all).
   CollArgs mapped = a;
   mapped.buffersMapped = true;
   Candidate fastestMapped;
@@ -143,8 +143,9 @@ std::vector<Candidate> Tuner::candidates(const CollArgs& a) {
           const double t = predict(a, b, p);
           if (t < 0) continue;
           out.push_back({&b, p, t});
-          const double tMapped = first.readByPeers && !a.buffersMapped ? predict(mapped, b, p) : t;
-          if (fastestMapped.builder == nullptr || tMapped < fastestMapped.time)
+          if (!first.readByPeers || a.buffersMapped) continue;
+          const double tMapped = predict(mapped, b, p);
+          if (tMapped >= 0 && (fastestMapped.builder == nullptr || tMapped < fastestMapped.time))
             fastestMapped = {&b, p, tMapped};
         }
       }
@@ -165,7 +166,7 @@ std::vector<Candidate> Tuner::candidates(const CollArgs& a) {
     }
     // Asking costs every call a barrier, so it is worth it only where mapped buffers would save
     // more than that (on the 2-core VM, asking cost a 32-byte direct allreduce 24%).
-    if (!a.buffersMapped &&
+    if (fastestMapped.builder != nullptr &&
         (fastestMapped.builder != d.choice.builder ||
          !(fastestMapped.params == d.choice.params)) &&
         fastestMapped.time + agreementSeconds() < d.choice.time)
@@ -183,37 +184,6 @@ double Tuner::agreementSeconds() const {
   return barrierSeconds(cpu, config_.sim) + cpu.stepOverhead;
 }
 
-Status tunerConfigFromParams(TunerConfig* out) {
-  LOOM_TRY(TuneTable::fromSetting(params::getString("LOOM_TUNE"), &out->rules));
-  const std::string mode = params::getString("LOOM_TUNER");
-  if (mode != "model" && mode != "table")
-    return errorf(loomInvalidArgument, "LOOM_TUNER=\"%s\": expected model or table", mode.c_str());
-  out->useModel = mode == "model";
-  out->sim.singleCopyBytes =
-      uint64_t(std::max<int64_t>(0, params::getInt("LOOM_SHM_CMA_THRESHOLD")));
-  AlgoParams& fixed = out->fixed;
-  fixed.lanes = int(std::max<int64_t>(0, params::getInt("LOOM_LANES")));
-  fixed.fanIn = int(std::max<int64_t>(0, params::getInt("LOOM_ALLTOALL_FANIN")));
-  if (const int64_t lead = params::getInt("LOOM_ALLTOALL_LEAD"); lead < -1)
-    return errorf(loomInvalidArgument,
-                  "LOOM_ALLTOALL_LEAD=%lld: expected bytes (0 or more), or -1 for the model's",
-                  (long long)lead);
-  const std::string dims = params::getString("LOOM_TORUS_DIMS");
-  fixed.torusX = fixed.torusY = 0;
-  if (!dims.empty() && (sscanf(dims.c_str(), "%dx%d", &fixed.torusX, &fixed.torusY) != 2 ||
-                        fixed.torusX < 1 || fixed.torusY < 1)) {
-    return errorf(loomInvalidArgument, "LOOM_TORUS_DIMS=\"%s\": expected XxY, e.g. 4x2",
-                  dims.c_str());
-  }
-  return Status::ok();
-}
-
-SimOptions communicatorSimOptions() {
-  TunerConfig config;
-  (void)tunerConfigFromParams(&config);
-  return config.sim;
-}
-
 uint64_t defaultFanInLead(const topology::Topology& topo) {
   std::map<int32_t, uint64_t> ranksOf;
   uint64_t perHost = 1;
@@ -221,16 +191,16 @@ uint64_t defaultFanInLead(const topology::Topology& topo) {
   return std::max(topology::roundTripBytes(topo), kLinkQueueBytes / (2 * perHost));
 }
 
-CallSettings callSettings(const AlgoParams& fixed, const topology::Topology& topo) {
+CallSettings callSettings(const AlgoParams& fixed, const CallSettingsInput& input,
+                          const topology::Topology& topo) {
   CallSettings a;
-  const int64_t lead = params::getInt("LOOM_ALLTOALL_LEAD");
-  a.fanInLeadBytes = lead >= 0 ? uint64_t(lead) : defaultFanInLead(topo);
+  a.fanInLeadBytes =
+      input.fanInLeadBytes >= 0 ? uint64_t(input.fanInLeadBytes) : defaultFanInLead(topo);
   a.lanes = std::max(1, fixed.lanes);
   a.torusX = fixed.torusX;
   a.torusY = fixed.torusY;
   a.fanIn = std::max(1, fixed.fanIn);
-  a.sharedBytes = transports::ShmArena::callBytes(
-      uint64_t(std::max<int64_t>(0, params::getInt("LOOM_SHM_DIRECT_BYTES"))));
+  a.sharedBytes = input.sharedBytes;
   return a;
 }
 

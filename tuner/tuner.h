@@ -51,29 +51,30 @@ struct Decision {
   Candidate whenMapped;
 };
 
+// What callSettings takes from a communicator's options besides the fixed parameters
+// (loom::readTuning, comm/options.h, reads them).
+struct CallSettingsInput {
+  int64_t fanInLeadBytes = -1;  // LOOM_ALLTOALL_LEAD; -1: defaultFanInLead of the topology
+  uint64_t sharedBytes = 0;     // what one call may use of the direct arena; 0: no arena
+};
+
+// The tuning a communicator reads (loom::readTuning, comm/options.h): every reader (the
+// communicator, loom-perf --sim, loom-tune, loom-calibrate) gets it there, so they all decide
+// alike.
 struct TunerConfig {
   TuneTable rules;       // LOOM_TUNE
   bool useModel = true;  // LOOM_TUNER=model (else table)
   AlgoParams fixed;      // parameters the user set; 0 = the tuner may choose
   SimOptions sim;        // how the model simulates (slices, memory bandwidth)
+  CallSettingsInput call;  // what callSettings takes (LOOM_ALLTOALL_LEAD, the arena's bytes)
 };
 
-// The tuning a communicator reads from the environment: LOOM_TUNE's rules, LOOM_TUNER's mode,
-// and as `fixed` the parameters the user set (LOOM_LANES, LOOM_TORUS_DIMS,
-// LOOM_ALLTOALL_FANIN; 0 = the tuner's to choose). Every reader (the communicator, loom-perf
-// --sim, loom-tune, loom-calibrate) goes through here, so they all decide alike. Errors name
-// the bad setting.
-Status tunerConfigFromParams(TunerConfig* out);
-// The simulator options of tunerConfigFromParams (the single-copy path of
-// LOOM_SHM_CMA_THRESHOLD), for the tools that simulate without a tuner: a prediction must cost
-// a plan as the communicator's tuner does, or a fit would describe another simulator than the
-// one that chooses. A bad setting is left out, as the communicator would refuse to start.
-SimOptions communicatorSimOptions();
 // The call settings every builder sees on a communicator whose cost model is `topo`, before a
 // decision applies its parameters: the fixed ones (else 1 lane, derived torus dims, fan-in 1),
-// the bytes of the direct arena a call may use (LOOM_SHM_DIRECT_BYTES) and the incast lead
-// (LOOM_ALLTOALL_LEAD, by default defaultFanInLead of `topo`).
-collectives::CallSettings callSettings(const AlgoParams& fixed, const topology::Topology& topo);
+// the bytes of the direct arena a call may use and the incast lead (by default
+// defaultFanInLead of `topo`).
+collectives::CallSettings callSettings(const AlgoParams& fixed, const CallSettingsInput& input,
+                                       const topology::Topology& topo);
 
 // What a host's network link is taken to queue before it drops, the models having no figure of
 // their own for it: a Linux interface's default queue of 1000 packets holds 1.5 MB at MTU 1500,

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "loom/loom.h"
 #include "tests/support/comm_harness.h"
 #include "tests/support/fork_ranks.h"
+#include "transports/shm/shm_util.h"
 
 namespace loom::testing {
 namespace {
@@ -85,6 +87,52 @@ TEST(Timeouts, APeerThatNeverCallsTimesOut) {
     RANK_LOOM(loomCommAbort(comm));
     return 0;
   }, ForkOptions::timeout(30));
+  EXPECT_EQ(describeFailures(results), "");
+}
+
+// A rank that destroys its communicator after its last call and exits is no dead rank: the
+// others go on with calls of their own, though the host's arena (mapped by a direct
+// allreduce) holds its record and every wait of theirs looks there for dead members.
+TEST(Leaving, ARankThatLeftAndExitedIsNotTakenForADeadOne) {
+  auto results = runRanks(3, [](RankContext& ctx) {
+    loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+    config.transport = "shm";
+    config.algorithms = "allreduce=direct";
+    loomComm_t comm = nullptr;
+    RANK_LOOM(initComm(ctx, &comm, &config));
+    const pid_t me = getpid();
+    const std::vector<std::string> pids =
+        ctx.allgather(std::string(reinterpret_cast<const char*>(&me), sizeof(me)));
+    float x = 1, sum = 0;
+    RANK_LOOM(loomAllReduce(&x, &sum, 1, loomFloat32, loomSum, comm, nullptr));
+    RANK_CHECK(sum == 3, "the allreduce gave %g", double(sum));
+    if (ctx.rank() == 2) {
+      RANK_LOOM(loomCommDestroy(comm));
+      return 0;
+    }
+    if (ctx.rank() == 1) {
+      // Sends once rank 2 has exited, while rank 0 waits in its receive.
+      pid_t left = 0;
+      memcpy(&left, pids[2].data(), sizeof(left));
+      const int pidfd = transports::pidfdOpen(left);
+      const auto start = std::chrono::steady_clock::now();
+      bool exited = false;
+      while (!(exited = transports::processExited(pidfd, left)) &&
+             std::chrono::steady_clock::now() - start < std::chrono::seconds(20))
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (pidfd >= 0) close(pidfd);
+      RANK_CHECK(exited, "rank 2 (pid %d) has not exited", int(left));
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 0 looks meanwhile
+      const float value = 7;
+      RANK_LOOM(loomSend(&value, 1, loomFloat32, 0, comm, nullptr));
+    } else {
+      float got = 0;
+      RANK_LOOM(loomRecv(&got, 1, loomFloat32, 1, comm, nullptr));
+      RANK_CHECK(got == 7, "received %g", double(got));
+    }
+    RANK_LOOM(loomCommDestroy(comm));
+    return 0;
+  }, ForkOptions::timeout(60));
   EXPECT_EQ(describeFailures(results), "");
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "comm/options.h"
 #include "loom/loom.h"
 #include "topology/topology.h"
 #include "tests/support/comm_harness.h"
@@ -234,11 +235,10 @@ void writePeerModel(const std::string& file) {
   // The test means something only where the answer changes the choice: check that first.
   {
     tuner::TunerConfig config;
-    ASSERT_TRUE(tuner::tunerConfigFromParams(&config).isOk());
-    config.sim = tuner::communicatorSimOptions();
+    ASSERT_TRUE(readTuning(&config).isOk());
     tuner::Tuner tuner(topo, config);
     collectives::CollArgs a;
-    a.settings() = tuner::callSettings(config.fixed, topo);
+    a.settings() = tuner::callSettings(config.fixed, config.call, topo);
     a.coll = collectives::Collective::AlltoAll;
     a.nranks = kRanks;
     a.count = kCount;

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <thread>
@@ -20,6 +21,7 @@
 
 #include "tests/support/fork_ranks.h"
 #include "transports/shm/shm_transport.h"
+#include "transports/shm/shm_util.h"
 
 namespace loom::transports {
 namespace {
@@ -72,6 +74,24 @@ bool waitBarrier(ShmArena& arena, uint64_t ticket, FlagWindow flags = {}) {
     arena.sleep(ticket, 10, flags);
   }
   return true;
+}
+
+// Runs body(rc, ctx, arena) on n forked ranks once every one of them has mapped the arena of
+// communicator `hash`.
+std::vector<testing::RankResult> runWithArena(
+    int n, uint64_t hash, const ForkOptions& options,
+    const std::function<int(RankContext&, const CommContext&, ShmArena&)>& body) {
+  return runRanks(
+      n,
+      [&](RankContext& rc) {
+        const CommContext ctx = context(rc, hash);
+        std::unique_ptr<ShmArena> arena;
+        const Status st = ShmArena::open(ctx, kDataBytes, Deadline(20000), &arena);
+        RANK_CHECK(st.isOk(), "%s", st.message().c_str());
+        rc.allgather("");
+        return body(rc, ctx, *arena);
+      },
+      options);
 }
 
 // Each round every rank writes its word of the round's half, passes the barrier and reads all
@@ -209,24 +229,18 @@ TEST(ShmArena, ADeadMemberIsNoticed) {
                       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(shared, MAP_FAILED);
   auto* checked = new (shared) std::atomic<int>(0);
-  const auto results = runRanks(
-      3,
-      [&](RankContext& rc) {
-        const CommContext ctx = context(rc, hash);
-        std::unique_ptr<ShmArena> arena;
-        const Status st = ShmArena::open(ctx, kDataBytes, Deadline(20000), &arena);
-        RANK_CHECK(st.isOk(), "%s", st.message().c_str());
-        rc.allgather("");
+  const auto results = runWithArena(
+      3, hash, options, [&](RankContext& rc, const CommContext&, ShmArena& arena) {
         if (rc.rank() == 1) raise(SIGKILL);
-        const uint32_t ticket = arena->arrive();
+        const uint32_t ticket = arena.arrive();
         const auto start = std::chrono::steady_clock::now();
         Status alive = Status::ok();
         while (alive.isOk() &&
                std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
-          arena->sleep(ticket, 10);
-          alive = arena->checkAlive();
+          arena.sleep(ticket, 10);
+          alive = arena.checkAlive();
         }
-        RANK_CHECK(!arena->passed(ticket), "the barrier passed without rank 1");
+        RANK_CHECK(!arena.passed(ticket), "the barrier passed without rank 1");
         const bool named = alive.code() == loomRemoteError &&
                            alive.message().find("rank 1 (pid") != std::string::npos;
         checked->fetch_add(1);
@@ -236,10 +250,37 @@ TEST(ShmArena, ADeadMemberIsNoticed) {
         }
         RANK_CHECK(named, "got: %s", alive.message().c_str());
         return 0;
-      },
-      options);
+      });
   munmap(shared, sizeof(std::atomic<int>));
   EXPECT_EQ(testing::describeFailures(results, options), "");
+  EXPECT_TRUE(leftovers(hash).empty());
+}
+
+// A member that left on purpose (its communicator destroyed after its last call) may exit
+// while the others still run calls of their own: its exit is no death.
+TEST(ShmArena, AMemberThatLeftMayExit) {
+  const uint64_t hash = newCommHash();
+  const auto results = runWithArena(
+      2, hash, ForkOptions::timeout(60),
+      [&](RankContext& rc, const CommContext& ctx, ShmArena& arena) {
+        if (rc.rank() == 1) {
+          arena.leave();
+          return 0;
+        }
+        const pid_t left = ctx.peers[1].pid;
+        const int pidfd = pidfdOpen(left);
+        const auto start = std::chrono::steady_clock::now();
+        bool exited = false;
+        while (!(exited = processExited(pidfd, left)) &&
+               std::chrono::steady_clock::now() - start < std::chrono::seconds(20))
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        if (pidfd >= 0) close(pidfd);
+        RANK_CHECK(exited, "rank 1 (pid %d) has not exited", int(left));
+        const Status alive = arena.checkAlive();
+        RANK_CHECK(alive.isOk(), "%s", alive.message().c_str());
+        return 0;
+      });
+  EXPECT_EQ(testing::describeFailures(results), "");
   EXPECT_TRUE(leftovers(hash).empty());
 }
 

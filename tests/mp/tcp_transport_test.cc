@@ -20,6 +20,7 @@
 #include "base/clock.h"
 #include "base/params.h"
 #include "base/socket.h"
+#include "comm/options.h"
 #include "tests/support/fork_ranks.h"
 #include "transports/transport.h"
 
@@ -62,7 +63,7 @@ Status startRank(RankContext& rc, const tcp::TcpOptions* options, TcpRank* r,
   r->ctx.timeoutMs = timeoutMs;
   fillSecret(r->ctx.secret, 1);
   LOOM_TRY(options != nullptr ? tcp::createTcpTransport(&r->ctx, *options, &r->transport)
-                              : createTcpTransport(&r->ctx, &r->transport));
+                              : tcp::createTcpTransport(&r->ctx, readTcpOptions(), &r->transport));
   PeerInfo me;
   me.rank = rc.rank();
   me.pid = getpid();

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "base/params.h"
+#include "comm/options.h"
 #include "topology/analysis.h"
 #include "topology/builders.h"
 #include "topology/discover.h"
@@ -285,7 +286,7 @@ class HostCacheTest : public ::testing::Test {
 TEST_F(HostCacheTest, RoundTripInACreatedDirectory) {
   setenv("LOOM_CACHE_DIR", dir_.c_str(), 1);
   params::reloadFromEnvironment();
-  ASSERT_EQ(cacheDirectory(), dir_);
+  ASSERT_EQ(readCacheDirectory(), dir_);
   std::string sig = hostSignature("testhost", 0x1234abcd);
   EXPECT_NE(sig.find("testhost"), std::string::npos);
   EXPECT_NE(sig.find("1234abcd"), std::string::npos);

@@ -12,9 +12,8 @@
 #include "collectives/builders.h"
 #include "collectives/builders_exchange.h"
 #include "collectives/builders_reduce.h"
-#include "collectives/executor.h"
+#include "comm/options.h"
 #include "topology/builders.h"
-#include "transports/shm/shm_transport.h"
 #include "tuner/uniform_topology.h"
 
 namespace loom::tuner {
@@ -374,22 +373,24 @@ TEST(Simulator, TheWorkingSetThatFitsTheCacheCopiesAtCacheSpeed) {
 }
 
 TEST(Simulator, SlotMessagesOfNonTemporalSizeCopyAtMemorySpeed) {
-  // A ring of shm messages on a host whose cache holds the whole working set: below
-  // kNonTemporalBytes a message's two copies run at cache speed; from there on at memory speed,
-  // as the transport's non-temporal stores send them through memory.
+  // A ring of shm messages on a host whose cache holds the whole working set: below the
+  // transport's nonTemporalBytes a message's two copies run at cache speed; from there on at
+  // memory speed, as the transport's non-temporal stores send them through memory.
   const int n = 2;
   const double mem = 1e9, cache = 4e9, alpha = 2 * kLatency;
+  const SimOptions options = withTransportFacts(whole());
   auto timeOf = [&](uint64_t count) {
     topology::Topology t = cpuHost(n, 1, mem);
     topology::HostCpu& cpu = t.nodes[size_t(t.hostNodes()[0])].cpu;
     cpu.cacheBytes = 1 << 30;
     cpu.cacheBandwidth = cache;
-    SimResult r = simulate(ringOfMessages(n, count), t, whole());
+    SimResult r = simulate(ringOfMessages(n, count), t, options);
     EXPECT_TRUE(r.ok) << r.message;
     return r.time;
   };
-  const uint64_t below = transports::kNonTemporalBytes / kElem - 1;
-  const uint64_t at = transports::kNonTemporalBytes / kElem;
+  ASSERT_GT(options.nonTemporalBytes, 0u);
+  const uint64_t below = options.nonTemporalBytes / kElem - 1;
+  const uint64_t at = options.nonTemporalBytes / kElem;
   expectTime(alpha + double(below * kElem) / (cache / n / 2), timeOf(below));
   expectTime(alpha + double(at * kElem) / (mem / n / 2), timeOf(at));
 }

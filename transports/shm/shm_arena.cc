@@ -48,6 +48,7 @@ struct alignas(kPad) ArenaMember {
   int32_t pid;
   uint64_t pidNamespace;
   std::atomic<uint32_t> present;   // 1 once rank, pid and pidNamespace are valid
+  std::atomic<uint32_t> left;      // 1 once the member has left on purpose (ShmArena::leave)
   std::atomic<uint64_t> arrivals;  // barriers this member has arrived at: its flag
   PublishedBuffer buffers[2];      // Input, Output
   std::atomic<uint32_t> votes[2];  // ShmArena::vote, by round parity
@@ -259,13 +260,17 @@ std::string ShmArena::absentRanks() const {
   return ranks;
 }
 
+void ShmArena::leave() { member_[localIndex_].left.store(1, std::memory_order_release); }
+
 Status ShmArena::checkAlive() {
   for (int i = 0; i < members_; ++i) {
     const ArenaMember& m = member_[i];
     // A member that has not mapped the arena yet has no pid here; the caller's deadline covers
-    // it. Pids from another pid namespace mean nothing in ours.
+    // it. Pids from another pid namespace mean nothing in ours. A member that left on purpose
+    // finished every call it had, and may exit while the others still run theirs.
     if (i == localIndex_ || m.present.load(std::memory_order_acquire) == 0 ||
-        m.pidNamespace != pidNamespace_ || pidNamespace_ == 0)
+        m.left.load(std::memory_order_acquire) != 0 || m.pidNamespace != pidNamespace_ ||
+        pidNamespace_ == 0)
       continue;
     if (pidfds_[size_t(i)] < 0) pidfds_[size_t(i)] = pidfdOpen(m.pid);
     if (processExited(pidfds_[size_t(i)], m.pid))

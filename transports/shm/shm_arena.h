@@ -83,8 +83,12 @@ class ShmArena {
   // The ranks of the host that have not reached this rank's latest barrier ("1, 3"), for
   // error messages.
   std::string absentRanks() const;
-  // loomRemoteError naming the member rank whose process has exited, if one has.
+  // loomRemoteError naming the member rank whose process has exited, if one has; a member that
+  // left first (leave) is not dead, whenever it exits.
   Status checkAlive();
+  // Tells the other members that this rank is done with the communicator on purpose (it
+  // destroys it after its last call), so that its exit is not taken for a death.
+  void leave();
 
  private:
   ShmArena() = default;

@@ -28,14 +28,13 @@ constexpr size_t kHeaderPayloadBytes = 40;
 // their bytes at memory speed.
 constexpr size_t kNonTemporalBytes = 4096;
 
-// Sizes of the rings and the single-copy threshold. createShmTransport(ctx, out) takes them
-// from the LOOM_SHM_* parameters; tests and benchmarks pass their own.
+// Sizes of the rings and the single-copy threshold (a communicator's: the LOOM_SHM_*
+// parameters, comm/options.h).
 struct ShmOptions {
   size_t slotBytes = 256 << 10;    // rounded up to a whole page
   int slots = 8;                   // per direction
   // Sends of at least this many bytes, all released when they start, go by CMA; 0: never.
   size_t cmaThreshold = 16 << 10;
-  static ShmOptions fromParams();
 };
 
 Status createShmTransport(const CommContext* ctx, const ShmOptions& options,

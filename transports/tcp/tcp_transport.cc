@@ -17,21 +17,10 @@
 #include "base/reduce_kernels.h"
 #include "base/dtype.h"
 #include "base/log.h"
-#include "base/params.h"
 #include "base/socket.h"
 
 namespace loom::transports {
 namespace tcp {
-
-TcpOptions TcpOptions::fromParams() {
-  TcpOptions o;
-  o.sockets = int(params::getInt("LOOM_TCP_SOCKETS"));
-  o.chunkBytes = size_t(std::max<int64_t>(params::getInt("LOOM_TCP_CHUNK_BYTES"), 0));
-  const int64_t pacing = params::getInt("LOOM_TCP_PACING");
-  o.pacingBytesPerSecond = uint64_t(std::max<int64_t>(pacing, 0));
-  o.pacingPerPeer = pacing < 0;
-  return o;
-}
 
 namespace {
 
@@ -668,10 +657,6 @@ std::vector<uint64_t> tcpSocketPacing(const Connection& conn) {
 }
 
 }  // namespace tcp
-
-Status createTcpTransport(const CommContext* ctx, std::unique_ptr<Transport>* out) {
-  return tcp::createTcpTransport(ctx, tcp::TcpOptions::fromParams(), out);
-}
 
 bool tcpPacesPerPeer(const Transport& transport) {
   const auto* t = dynamic_cast<const tcp::TcpTransportImpl*>(&transport);

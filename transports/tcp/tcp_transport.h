@@ -8,8 +8,7 @@
 //
 // A transport and its connections are driven from one thread at a time (the executor's).
 //
-// The createTcpTransport / tcpListenAddress factories are declared in transports/transport.h;
-// this header adds what tests and benchmarks need beyond them.
+// createTcpTransport is declared here, tcpListenAddress and the pacing in transports/transport.h.
 #pragma once
 
 #include <cstddef>
@@ -21,8 +20,8 @@
 
 namespace loom::transports::tcp {
 
-// Settings of one TCP transport; fromParams() reads LOOM_TCP_SOCKETS / LOOM_TCP_CHUNK_BYTES /
-// LOOM_TCP_PACING. The connecting (lower) rank's sockets and chunks govern a connection: they
+// Settings of one TCP transport (a communicator's: LOOM_TCP_SOCKETS / LOOM_TCP_CHUNK_BYTES /
+// LOOM_TCP_PACING, comm/options.h). The connecting (lower) rank's sockets and chunks govern a connection: they
 // travel in its hello, so two ranks configured differently still agree on every chunk boundary.
 struct TcpOptions {
   int sockets = 2;
@@ -36,7 +35,6 @@ struct TcpOptions {
   // one chunk goes whole on one socket, and must still have the link's rate.
   // pacingBytesPerSecond for peers it gives none.
   bool pacingPerPeer = false;
-  static TcpOptions fromParams();
 };
 
 // The pacing rate each of conn's sockets sends under, as the kernel reports it
@@ -60,7 +58,6 @@ struct TcpHello {
 static_assert(sizeof(TcpHello) == 48, "TcpHello is a wire format");
 inline constexpr uint64_t kTcpHelloMagic = 0x6c6f6f6d2d746370ull;  // "loom-tcp"
 
-// createTcpTransport with explicit settings instead of the parameters (tests, benchmarks).
 Status createTcpTransport(const CommContext* ctx, const TcpOptions& options,
                           std::unique_ptr<Transport>* out);
 
