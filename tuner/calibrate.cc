@@ -270,19 +270,12 @@ double hostFigure(const topology::Topology& t, double topology::HostCpu::*field,
   return fallback;
 }
 
-}  // namespace
-
-std::vector<double> predictPoints(const std::vector<MeasuredPoint>& points,
-                                  const topology::Topology& topo, const CalibrationOptions& options,
-                                  std::vector<std::string>* failures) {
-  return predictPrepared(prepareAll(points, topo, options.settings), topo, options.sim, failures);
-}
-
-Status calibrate(const std::vector<MeasuredPoint>& points, const topology::Topology& base,
-                 const CalibrationOptions& options, Calibration* out) {
-  LOOM_TRY(base.validate());
+// The measurements' checks: positive times, on no more ranks than the topology has. *nranks:
+// the most ranks any of them ran on.
+Status checkPoints(const std::vector<MeasuredPoint>& points, const topology::Topology& base,
+                   int* nranks) {
   if (points.empty()) return Status(loomInvalidArgument, "no measurements to calibrate with");
-  int nranks = 0;
+  *nranks = 0;
   for (const MeasuredPoint& p : points) {
     if (!(p.time > 0))
       return errorf(loomInvalidArgument, "%s %s at %llu bytes: measured time %g s is not positive",
@@ -292,46 +285,42 @@ Status calibrate(const std::vector<MeasuredPoint>& points, const topology::Topol
       return errorf(loomInvalidArgument,
                     "the measurements ran on %d ranks, but the topology '%s' has %zu", p.nranks,
                     base.name.c_str(), base.ranks.size());
-    nranks = std::max(nranks, p.nranks);
+    *nranks = std::max(*nranks, p.nranks);
   }
-  const std::vector<Prepared> prepared = prepareAll(points, base, options.settings);
+  return Status::ok();
+}
 
-  // Start from the base: link factors 1, the hosts' CPU figures or the simulator's default.
-  // Fitting needs something to scale: links of a fitted kind without a latency get 1 us, and
-  // a missing step overhead starts at 1 us.
-  topology::Topology start = base;
-  std::vector<Knob> knobs;
-  for (const std::string& kind : linkKindsUsed(base, nranks)) {
-    if (options.fit)
-      for (topology::Link& l : start.links)
-        if (l.kind == kind && l.latency <= 0) l.latency = 1e-6;
-    knobs.push_back({Knob::What::LinkLatency, kind, 1.0});
-    knobs.push_back({Knob::What::LinkBandwidth, kind, 1.0});
-  }
-  // A CPU figure is fitted from the base's value, or from `start` when the base has none; it is
-  // only validated (not fitted) when the base has it. The cache's bandwidth only where a host
-  // says how large its cache is, the cost of messages only where hosts say their core count
-  // (else messages do not touch the CPU), that of network messages only where the measured
-  // ranks span hosts, that of reading peers' buffers only where a peer algorithm was measured,
-  // that of reads through the kernel (as messages) only where hosts say their core count,
-  // that of reading what another core just wrote only where hosts say how large a core's
-  // private cache is, a barrier's latency only where a measured plan has a Barrier, and that of
-  // a message between ranks that share a core only where a machine (a host, or the hosts that
-  // name one HostCpu::machine) has more ranks than cores.
+// Which CPU figures the measurements can show. The cache's bandwidth only where a host says
+// how large its cache is, the cost of messages only where hosts say their core count (else
+// messages do not touch the CPU), that of network messages only where the measured ranks span
+// hosts, that of reading peers' buffers only where a peer algorithm was measured, that of reads
+// through the kernel (as messages) only where hosts say their core count, that of reading what
+// another core just wrote only where hosts say how large a core's private cache is, a barrier's
+// latency only where a measured plan has a Barrier, and that of a message between ranks that
+// share a core only where a machine (a host, or the hosts that name one HostCpu::machine) has
+// more ranks than cores.
+struct Shows {
   bool cached = false, cores = false, hosts = false, peer = false, privateCache = false;
   bool barriers = false, sharedCores = false;
-  for (const MeasuredPoint& p : points) peer = peer || p.algorithm == "peer";
+};
+
+Shows whatTheyShow(const std::vector<MeasuredPoint>& points,
+                   const std::vector<Prepared>& prepared, const topology::Topology& base,
+                   int nranks) {
+  Shows s;
+  for (const MeasuredPoint& p : points) s.peer = s.peer || p.algorithm == "peer";
   for (const Prepared& p : prepared)
     for (const RankPlan& plan : p.plans)
       for (const collectives::Lane& lane : plan.lanes)
-        for (const collectives::Step& s : lane.steps)
-          barriers = barriers || s.kind == collectives::StepKind::Barrier;
+        for (const collectives::Step& step : lane.steps)
+          s.barriers = s.barriers || step.kind == collectives::StepKind::Barrier;
   for (const topology::Node& n : base.nodes) {
-    cached = cached || n.cpu.cacheBytes > 0;
-    cores = cores || n.cpu.cores > 0;
-    privateCache = privateCache || n.cpu.privateCacheBytes > 0;
+    s.cached = s.cached || n.cpu.cacheBytes > 0;
+    s.cores = s.cores || n.cpu.cores > 0;
+    s.privateCache = s.privateCache || n.cpu.privateCacheBytes > 0;
   }
-  for (int r = 1; r < nranks; ++r) hosts = hosts || base.ranks[size_t(r)].host != base.ranks[0].host;
+  for (int r = 1; r < nranks; ++r)
+    s.hosts = s.hosts || base.ranks[size_t(r)].host != base.ranks[0].host;
   const std::vector<int32_t> hostNode = base.hostNodes();
   const std::vector<int32_t> machineOf = base.hostMachines();
   std::vector<int> machineRanks(hostNode.size(), 0);  // at each machine's first host
@@ -339,14 +328,34 @@ Status calibrate(const std::vector<MeasuredPoint>& points, const topology::Topol
     const int32_t host = base.ranks[size_t(r)].host;
     if (host < 0 || size_t(host) >= hostNode.size()) continue;
     const int cores = base.nodes[size_t(hostNode[size_t(host)])].cpu.cores;
-    sharedCores =
-        sharedCores || (cores > 0 && ++machineRanks[size_t(machineOf[size_t(host)])] > cores);
+    s.sharedCores =
+        s.sharedCores || (cores > 0 && ++machineRanks[size_t(machineOf[size_t(host)])] > cores);
+  }
+  return s;
+}
+
+// The knobs a calibration turns, and *start, the topology they scale: link factors 1, the
+// hosts' CPU figures or the simulator's default. Fitting needs something to scale: links of a
+// fitted kind without a latency get 1 us, and a missing step overhead starts at 1 us. A CPU
+// figure is fitted from the base's value, or from its start when the base has none; it is only
+// validated (not fitted) when the base has it. *neutral: per knob, for the figures the older
+// models lack, its neutral value in the staged fit (0: none; the link knobs have none).
+std::vector<Knob> knobsToTurn(const topology::Topology& base, int nranks, const Shows& shows,
+                              const CalibrationOptions& options, topology::Topology* start,
+                              std::vector<double>* neutral) {
+  *start = base;
+  std::vector<Knob> knobs;
+  for (const std::string& kind : linkKindsUsed(base, nranks)) {
+    if (options.fit)
+      for (topology::Link& l : start->links)
+        if (l.kind == kind && l.latency <= 0) l.latency = 1e-6;
+    knobs.push_back({Knob::What::LinkLatency, kind, 1.0});
+    knobs.push_back({Knob::What::LinkBandwidth, kind, 1.0});
   }
   const double memBandwidth =
       hostFigure(base, &topology::HostCpu::memBandwidth, options.sim.memBandwidth);
   const double memStart = memBandwidth > 0 ? memBandwidth : 10e9;
-  // Per CPU figure: its start, whether the measurements can show it (as above), and for the
-  // figures the older models lack, its neutral value in the staged fit below (0: none).
+  // Per CPU figure: its start, whether the measurements can show it, and its neutral value.
   struct CpuKnob {
     Knob::What what;
     double start;
@@ -356,85 +365,80 @@ Status calibrate(const std::vector<MeasuredPoint>& points, const topology::Topol
   const CpuKnob cpuKnobs[] = {
       {Knob::What::MemBandwidth, memStart, true, 0},
       {Knob::What::StepOverhead, 1e-6, true, 0},
-      {Knob::What::CacheBandwidth, 2 * memStart, cached, 0},
-      {Knob::What::MessageCopies, 2, cores, 0},
-      {Knob::What::NetMessageOverhead, 1e-6, hosts, 0},
-      {Knob::What::PeerReadCopies, 1, peer, 1},                 // a plain copy
-      {Knob::What::SingleCopyOverhead, 1e-6, cores, 1e-9},      // a nanosecond per kernel read
-      {Knob::What::DirtyReadCopies, 1, cores && privateCache, 1e-3},  // a thousandth of a copy
-      {Knob::What::BarrierLatency, options.sim.barrierLatency, barriers,
+      {Knob::What::CacheBandwidth, 2 * memStart, shows.cached, 0},
+      {Knob::What::MessageCopies, 2, shows.cores, 0},
+      {Knob::What::NetMessageOverhead, 1e-6, shows.hosts, 0},
+      {Knob::What::PeerReadCopies, 1, shows.peer, 1},             // a plain copy
+      {Knob::What::SingleCopyOverhead, 1e-6, shows.cores, 1e-9},  // a nanosecond per kernel read
+      {Knob::What::DirtyReadCopies, 1, shows.cores && shows.privateCache,
+       1e-3},  // a thousandth of a copy
+      {Knob::What::BarrierLatency, options.sim.barrierLatency, shows.barriers,
        options.sim.barrierLatency},  // what the simulator charged before
-      {Knob::What::SharedCoreLatency, 1e-6, sharedCores, 1e-9}};  // a nanosecond
-  std::vector<double> neutral(knobs.size(), 0);  // per knob; the link knobs have none
+      {Knob::What::SharedCoreLatency, 1e-6, shows.sharedCores, 1e-9}};  // a nanosecond
+  neutral->assign(knobs.size(), 0);
   for (const CpuKnob& k : cpuKnobs) {
     if (!k.shows) continue;
     const double value =
         k.what == Knob::What::MemBandwidth ? memBandwidth : hostFigure(base, hostField(k.what), 0);
     if (!options.fit && value <= 0) continue;
     knobs.push_back({k.what, "", value > 0 ? value : k.start});
-    neutral.push_back(k.neutral);
+    neutral->push_back(k.neutral);
   }
+  return knobs;
+}
 
-  auto withX = [&](const std::vector<double>& x) {
-    std::vector<Knob> k = knobs;
-    for (size_t i = 0; i < k.size(); ++i) k[i].value = std::exp(x[i]);
-    return k;
-  };
-  auto objective = [&](const std::vector<double>& x) {
-    const topology::Topology t = applyKnobs(start, withX(x));
-    return loss(points, predictPrepared(prepared, t, options.sim, nullptr));
-  };
-  std::vector<double> x;
-  for (const Knob& k : knobs) x.push_back(std::log(k.value));
-  out->evaluations = 0;
-  if (options.fit) {
-    // All figures at once from the start, and (where there are figures the older models lack:
-    // the costs of peer reads and of reading what another core just wrote) also in two stages:
-    // first the older figures with the new ones at their neutral start (cpuKnobs), then all
-    // from there, which ends at least as well as a fit without the new figures (Nelder-Mead
-    // never gives up its best point). The lower loss wins; neither alone is best on every sweep measured here.
-    const std::vector<double> x0 = x;
-    double bestLoss = 0, stagedLoss = 0;
-    x = nelderMead(objective, x0, std::log(2.0), options.maxEvaluations, &out->evaluations,
-                   &bestLoss);
-    std::vector<size_t> first;
-    std::vector<double> staged = x0, y;
-    for (size_t i = 0; i < knobs.size(); ++i) {
-      if (neutral[i] > 0) {
-        staged[i] = std::log(neutral[i]);
-      } else {
-        first.push_back(i);
-      }
-    }
-    if (first.size() < knobs.size()) {
-      for (size_t i : first) y.push_back(x0[i]);
-      auto sub = [&](const std::vector<double>& v) {
-        std::vector<double> z = staged;
-        for (size_t j = 0; j < first.size(); ++j) z[first[j]] = v[j];
-        return objective(z);
-      };
-      int evaluations = 0, more = 0;
-      y = nelderMead(sub, y, std::log(2.0), options.maxEvaluations / 2, &evaluations);
-      for (size_t j = 0; j < first.size(); ++j) staged[first[j]] = y[j];
-      staged = nelderMead(objective, staged, std::log(2.0), options.maxEvaluations - evaluations,
-                          &more, &stagedLoss);
-      out->evaluations += evaluations + more;
-      if (stagedLoss < bestLoss) x = staged;
+// The fit, in log space from x0: all figures at once from the start, and (where there are
+// figures the older models lack: the costs of peer reads and of reading what another core just
+// wrote) also in two stages: first the older figures with the new ones at their neutral start,
+// then all from there, which ends at least as well as a fit without the new figures
+// (Nelder-Mead never gives up its best point). The lower loss wins; neither alone is best on
+// every sweep.
+std::vector<double> fitKnobs(const std::function<double(const std::vector<double>&)>& objective,
+                             const std::vector<double>& x0, const std::vector<double>& neutral,
+                             int maxEvaluations, int* evaluations) {
+  double bestLoss = 0, stagedLoss = 0;
+  std::vector<double> x =
+      nelderMead(objective, x0, std::log(2.0), maxEvaluations, evaluations, &bestLoss);
+  std::vector<size_t> first;
+  std::vector<double> staged = x0, y;
+  for (size_t i = 0; i < x0.size(); ++i) {
+    if (neutral[i] > 0) {
+      staged[i] = std::log(neutral[i]);
+    } else {
+      first.push_back(i);
     }
   }
-  out->knobs = withX(x);
+  if (first.size() == x0.size()) return x;
+  for (size_t i : first) y.push_back(x0[i]);
+  auto sub = [&](const std::vector<double>& v) {
+    std::vector<double> z = staged;
+    for (size_t j = 0; j < first.size(); ++j) z[first[j]] = v[j];
+    return objective(z);
+  };
+  int firstStage = 0, more = 0;
+  y = nelderMead(sub, y, std::log(2.0), maxEvaluations / 2, &firstStage);
+  for (size_t j = 0; j < first.size(); ++j) staged[first[j]] = y[j];
+  staged = nelderMead(objective, staged, std::log(2.0), maxEvaluations - firstStage, &more,
+                      &stagedLoss);
+  *evaluations += firstStage + more;
+  return stagedLoss < bestLoss ? staged : x;
+}
+
+// Three significant digits: the measurements do not pin the figures down any closer, and the
+// model file then reads "3.67us" rather than 17 digits of fitting noise.
+void roundFigures(const topology::Topology& start, Calibration* out) {
+  for (Knob& k : out->knobs) k.value = threeDigits(k.value);
   out->topo = applyKnobs(start, out->knobs);
-  // Three significant digits: the measurements do not pin the figures down any closer, and the
-  // model file then reads "3.67us" rather than 17 digits of fitting noise.
-  if (options.fit) {
-    for (Knob& k : out->knobs) k.value = threeDigits(k.value);
-    out->topo = applyKnobs(start, out->knobs);
-    for (topology::Link& l : out->topo.links) {
-      l.latency = threeDigits(l.latency);
-      l.bandwidth = threeDigits(l.bandwidth);
-    }
+  for (topology::Link& l : out->topo.links) {
+    l.latency = threeDigits(l.latency);
+    l.bandwidth = threeDigits(l.bandwidth);
   }
+}
 
+// Each point's prediction on the calibrated model, and the errors over them.
+Status scorePredictions(const std::vector<MeasuredPoint>& points,
+                        const std::vector<Prepared>& prepared, const CalibrationOptions& options,
+                        Calibration* out) {
   std::vector<std::string> failures;
   const std::vector<double> predicted =
       predictPrepared(prepared, out->topo, options.sim, &failures);
@@ -455,6 +459,43 @@ Status calibrate(const std::vector<MeasuredPoint>& points, const topology::Topol
   out->medianAbsError = m % 2 ? errors[m / 2] : (errors[m / 2 - 1] + errors[m / 2]) / 2;
   out->objective = loss(points, predicted);
   return Status::ok();
+}
+
+}  // namespace
+
+std::vector<double> predictPoints(const std::vector<MeasuredPoint>& points,
+                                  const topology::Topology& topo, const CalibrationOptions& options,
+                                  std::vector<std::string>* failures) {
+  return predictPrepared(prepareAll(points, topo, options.settings), topo, options.sim, failures);
+}
+
+Status calibrate(const std::vector<MeasuredPoint>& points, const topology::Topology& base,
+                 const CalibrationOptions& options, Calibration* out) {
+  LOOM_TRY(base.validate());
+  int nranks = 0;
+  LOOM_TRY(checkPoints(points, base, &nranks));
+  const std::vector<Prepared> prepared = prepareAll(points, base, options.settings);
+  topology::Topology start;
+  std::vector<double> neutral;
+  const std::vector<Knob> knobs = knobsToTurn(
+      base, nranks, whatTheyShow(points, prepared, base, nranks), options, &start, &neutral);
+  auto withX = [&](const std::vector<double>& x) {
+    std::vector<Knob> k = knobs;
+    for (size_t i = 0; i < k.size(); ++i) k[i].value = std::exp(x[i]);
+    return k;
+  };
+  auto objective = [&](const std::vector<double>& x) {
+    const topology::Topology t = applyKnobs(start, withX(x));
+    return loss(points, predictPrepared(prepared, t, options.sim, nullptr));
+  };
+  std::vector<double> x;
+  for (const Knob& k : knobs) x.push_back(std::log(k.value));
+  out->evaluations = 0;
+  if (options.fit) x = fitKnobs(objective, x, neutral, options.maxEvaluations, &out->evaluations);
+  out->knobs = withX(x);
+  out->topo = applyKnobs(start, out->knobs);
+  if (options.fit) roundFigures(start, out);
+  return scorePredictions(points, prepared, options, out);
 }
 
 std::vector<Regret> regrets(const std::vector<PointResult>& points) {
