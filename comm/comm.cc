@@ -160,8 +160,8 @@ void Comm::shareMachine(const transports::PeerInfo& me, cpu_set_t* machineCpus) 
 
 // Where the machine's ranks outnumber its cores and nothing bound them, the scheduler may leave
 // three ranks on one core and one on another, and every call then waits for the crowded core to
-// take turns among three: on the 2-core dev VM a 4-rank 32-byte allgather took 2.7 us in such
-// runs against 1.9 us with two ranks on each core, and which one a run got was chance. So each
+// take turns among three, which makes a small call's time depend on where the scheduler put
+// the ranks: about 40% slower in such runs, and which one a run got was chance. So each
 // rank binds its thread to one CPU, the machine's ranks (by rank order) spread evenly (unless
 // LOOM_BIND=none).
 Status Comm::spreadOverCores(const cpu_set_t& machineCpus, int usableCores) {

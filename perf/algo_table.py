@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Which loom algorithm wins where, measured (issue 4, point 8).
+"""Which loom algorithm wins where, measured.
 
 Runs loom-perf once per forced algorithm (--algo NAME) for allreduce, allgather and alltoall,
 plus loom's own choice ("auto") and Open MPI (loom-mpi-perf under mpirun) as a reference, in two

@@ -190,8 +190,8 @@ Topology dgxRail(const std::string& name, int nodes, int spines, double oversubs
 
 std::vector<Topology> corpusModels(bool includeHuge) {
   std::vector<Topology> models;
-  // This machine class: one host, two cores, four ranks over shared memory (the calibration
-  // runs of issue 5 use four ranks).
+  // A small machine: one host, two cores, four ranks over shared memory (as the local
+  // calibration sweep runs, docs/CALIBRATION.md).
   CpuHostSpec local = cpuHost(1, 4);
   local.memory = {8 * kGB, 1e-6, "shm"};
   models.push_back(uniformHosts("local-1host-2core-shm", 1, local, {}));

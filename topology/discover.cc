@@ -72,8 +72,8 @@ constexpr double kNetMessageOverhead = 6.5e-6;
 // CPU bytes a byte read out of another core's private cache adds (docs/CALIBRATION.md).
 constexpr double kDirtyReadCopies = 0.66;
 // A streamed copy to memory moves 2 bytes (read, write) where a plain one moves 3 (the
-// destination is read first); measured on the dev VM, one 64-128 MiB copy takes 0.55-0.7 of
-// memcpy's time (collectives/executor.h).
+// destination is read first), so a large streamed copy takes about two thirds of memcpy's time
+// (collectives/plan.h, kStreamingCopyBytes).
 constexpr double kStreamingCopies = 0.67;
 
 LinkFigures orDefault(const LinkFigures& f, LinkKind k) {

@@ -43,7 +43,7 @@ struct MemoryFigures {
   double cacheBandwidth = 0;  // bytes/s of memcpy between buffers in the last-level cache
   double memBandwidth = 0;    // bytes/s of memcpy between buffers beyond it
   // A byte read through the kernel (process_vm_readv, ordinary pages), in cached memcpy bytes:
-  // the page pinning makes it several here (~4 on the 2-core dev VM).
+  // the page pinning makes it several.
   double kernelReadCopies = 0;
   double kernelReadOverhead = 0;  // s each such read costs besides its bytes
   // The last-level cache the copies show (one instance, shared by every core), where they fall

@@ -165,7 +165,7 @@ std::vector<Candidate> Tuner::candidates(const CollArgs& a) {
       }
     }
     // Asking costs every call a barrier, so it is worth it only where mapped buffers would save
-    // more than that (on the 2-core VM, asking cost a 32-byte direct allreduce 24%).
+    // more than that (for a small call, the barrier is a large share of its time).
     if (fastestMapped.builder != nullptr &&
         (fastestMapped.builder != d.choice.builder ||
          !(fastestMapped.params == d.choice.params)) &&

@@ -115,7 +115,7 @@ TEST(TopologyProbe, PrivateCacheIsTheOutermostCacheEveryCoreHas) {
 
 TEST(TopologyProbe, CachedReachIsTheLastWorkingSetAtHalfThePeakRate) {
   const uint64_t MiB = 1 << 20;
-  // A 32 MiB cache: 38 GB/s up to its size, memory's 14 GB/s beyond (the dev VM's figures).
+  // A 32 MiB cache: 38 GB/s up to its size, memory's 14 GB/s beyond.
   EXPECT_EQ(cachedReach({{4 * MiB, 38e9}, {8 * MiB, 37e9}, {16 * MiB, 36e9}, {32 * MiB, 25e9},
                          {64 * MiB, 14e9}, {128 * MiB, 14e9}}),
             32 * MiB);

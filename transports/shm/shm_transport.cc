@@ -56,9 +56,9 @@ constexpr size_t kRecvBudgetBytes = 4 << 20;
 // Larger chunks bypass the cache: with ordinary stores each line of the slot is first pulled
 // out of the receiver's cache (its last read left it there) and then pulled back by the
 // receiver, and where the two cores sit far apart (another chiplet or socket, or vCPUs the
-// hypervisor placed so) that traffic of dirty lines dominates. Measured on the 2-vCPU dev VM:
-// 1 MiB messages at 2 GB/s with memcpy against 12-16 GB/s with streaming stores, while
-// costing ~30% where the cores share a cache; tiny messages stay in the cache for latency.
+// hypervisor placed so) that traffic of dirty lines dominates, several times the cost of the
+// copy itself; where the cores share a cache streaming costs some bandwidth instead, the
+// smaller loss. Tiny messages stay in the cache for latency.
 void copyToSlot(char* dst, const char* src, size_t n) {
   if (n >= kNonTemporalBytes)
     copyBypassingCache(dst, src, n);  // fenced: visible before the release of head
@@ -99,7 +99,7 @@ enum class SlotKind : uint32_t { Inline = 1, Cma = 2, Header = 3 };
 // sender's memory that the receiver reads itself (Cma), or, for a whole message of at most
 // kHeaderPayloadBytes, the data in the header's own line (Header): the receiver then takes one
 // cache line from the sender's core instead of two in a row (the header, then the slot's
-// data), ~140 ns less per small message between the dev VM's two cores.
+// data): one cross-core transfer less per small message.
 struct alignas(kLine) SlotHeader {
   // 1 + the slot's position in the direction's stream once the chunk is there, stored last.
   // The receiver polls the header itself rather than a ring index, so that a small message
