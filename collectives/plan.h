@@ -148,10 +148,6 @@ struct CollArgs : CallSettings {
   std::vector<int32_t> hostOf;
   // Bytes per element: plans are in elements, but choosing an algorithm depends on bytes.
   uint32_t elemSize = 4;
-  // Every rank's Input and Output of this call are from loomMemAlloc, as the ranks of the host
-  // agreed (Comm::agreeBuffersMapped): the peer algorithms read them with plain loads. Builders
-  // ignore it; the tuner's model costs such reads as plain copies.
-  bool buffersMapped = false;
   // Alltoallv, this rank's view, in elements (size nranks each).
   std::vector<uint64_t> sendCounts, sendDispls, recvCounts, recvDispls;
 };

@@ -300,7 +300,7 @@ void Comm::completeArgs(CallDesc* call) const {
   a.settings() = settings_;
   if (hostCount_ > 1) a.hostOf = hostOf_;  // empty means one host: no copy per call
   a.elemSize = uint32_t(dtypeSize(call->dtype));
-  a.buffersMapped = false;  // until the ranks agree otherwise (chooseBuilder)
+  call->buffersMapped = false;  // until the ranks agree otherwise (chooseBuilder)
 }
 
 bool Comm::asksBuffersMapped(const collectives::CollArgs& a,
@@ -335,8 +335,8 @@ Status Comm::chooseBuilder(CallDesc* call, const tuner::Decision** out) {
   }
   *out = last;
   if (asksBuffersMapped(*args, *last)) {
-    LOOM_TRY(agreeBuffersMapped(*call, *last->whenMapped.builder, &args->buffersMapped));
-    if (args->buffersMapped) {
+    LOOM_TRY(agreeBuffersMapped(*call, *last->whenMapped.builder, &call->buffersMapped));
+    if (call->buffersMapped) {
       adjustedDecision_ = *last;
       adjustedDecision_.choice = last->whenMapped;
       *out = &adjustedDecision_;
@@ -402,7 +402,7 @@ Status Comm::resolve(const CallDesc& call, const tuner::Decision& decision, Reso
   size_t es = dtypeSize(call.dtype);
   out->input = call.input;
   out->decision = decision;
-  out->buffersMapped = a.buffersMapped;
+  out->buffersMapped = call.buffersMapped;
   // Filled on every call (cheap, no allocation), read only when the plan is not cached yet.
   std::array<collectives::BufferAlias, 3> aliases = {{{0, 0}, {1, 0}, {2, 0}}};
   CallKey& key = callKey_;

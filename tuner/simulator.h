@@ -54,7 +54,7 @@ struct SimOptions {
   // instead of messageCopies. 0: no such path; every such message is pipelined in slices and
   // costs messageCopies.
   uint64_t singleCopyBytes = 0;
-  // Every rank's buffers are from loomMemAlloc (CollArgs::buffersMapped): a read of a peer's
+  // Every rank's buffers are from loomMemAlloc (Tuner::decide's buffersMapped): a read of a peer's
   // buffer in place is a plain copy, not a process_vm_readv (HostCpu::peerReadCopies and
   // singleCopyOverhead do not apply to it).
   bool peersMapped = false;

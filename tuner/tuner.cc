@@ -78,8 +78,8 @@ Tuner::Tuner(topology::Topology topo, TunerConfig config)
 
 int Tuner::sizeBucket(uint64_t bytes) { return bytes <= 1 ? 0 : int(std::bit_width(bytes - 1)); }
 
-uint64_t Tuner::cacheKey(const CollArgs& a) {
-  return (uint64_t(a.buffersMapped) << 48) | (uint64_t(a.coll) << 40) |
+uint64_t Tuner::cacheKey(const CollArgs& a, bool buffersMapped) {
+  return (uint64_t(buffersMapped) << 48) | (uint64_t(a.coll) << 40) |
          (uint64_t(a.elemSize) << 8) | uint64_t(sizeBucket(callBytes(a)));
 }
 
@@ -96,27 +96,26 @@ CollArgs Tuner::modelCall(const CollArgs& a) const {
   return s;
 }
 
-double Tuner::predict(const CollArgs& a, const Builder& b, const AlgoParams& params) const {
+double Tuner::predict(const CollArgs& a, const Builder& b, const AlgoParams& params,
+                      bool buffersMapped) const {
   if (!modelApplies(a) || b.build == nullptr) return -1;
   CollArgs s = modelCall(a);
   applyParams(params, &s);
   if (!refusal(b, s, params).empty()) return -1;
   SimOptions sim = config_.sim;
   if (params.slices > 0) sim.slices = params.slices;
-  sim.peersMapped = a.buffersMapped;
+  sim.peersMapped = buffersMapped;
   SimResult r = simulateBuilt(
       s.nranks, [&](int rank) { return b.build(s, rank); }, topo_, sim);
   return r.ok ? r.time : -1;
 }
 
-std::vector<Candidate> Tuner::candidates(const CollArgs& a) {
+std::vector<Candidate> Tuner::candidates(const CollArgs& a, bool buffersMapped) {
   std::vector<Candidate> out;
   if (!modelApplies(a)) return out;
   const CollArgs s = modelCall(a);
   // The fastest candidate if every rank's buffers were mapped: plans that read peers cost less
   // then (simulated again), the others the same.
-  CollArgs mapped = a;
-  mapped.buffersMapped = true;
   Candidate fastestMapped;
   const AlgoParams& fixed = config_.fixed;
   const int n = s.nranks;
@@ -140,10 +139,11 @@ std::vector<Candidate> Tuner::candidates(const CollArgs& a) {
           const size_t used = first.lanes.size();
           if (std::find(laneCounts.begin(), laneCounts.end(), used) != laneCounts.end()) continue;
           laneCounts.push_back(used);
-          const double t = predict(a, b, p);
+          const double t = predict(a, b, p, buffersMapped);
           if (t < 0) continue;
           out.push_back({&b, p, t});
-          const double tMapped = first.readByPeers && !a.buffersMapped ? predict(mapped, b, p) : t;
+          const double tMapped =
+              first.readByPeers && !buffersMapped ? predict(a, b, p, /*buffersMapped=*/true) : t;
           if (fastestMapped.builder == nullptr || tMapped < fastestMapped.time)
             fastestMapped = {&b, p, tMapped};
         }
@@ -165,12 +165,12 @@ std::vector<Candidate> Tuner::candidates(const CollArgs& a) {
     }
     // Asking costs every call a barrier, so it is worth it only where mapped buffers would save
     // more than that (on the 2-core VM, asking cost a 32-byte direct allreduce 24%).
-    if (!a.buffersMapped &&
+    if (!buffersMapped &&
         (fastestMapped.builder != d.choice.builder ||
          !(fastestMapped.params == d.choice.params)) &&
         fastestMapped.time + agreementSeconds() < d.choice.time)
       d.whenMapped = fastestMapped;
-    modelCache_[cacheKey(a)] = d;
+    modelCache_[cacheKey(a, buffersMapped)] = d;
     lastCached_.reset();
   }
   return out;
@@ -260,7 +260,7 @@ size_t chooseWithLaneMargin(const std::vector<Candidate>& candidates) {
   return chosen;
 }
 
-Status Tuner::decide(const CollArgs& a, Decision* out) {
+Status Tuner::decide(const CollArgs& a, Decision* out, bool buffersMapped) {
   const CallShape shape = callShape(a);
   if (const TuneRule* rule = config_.rules.match(a, shape)) {
     *out = Decision{
@@ -271,10 +271,10 @@ Status Tuner::decide(const CollArgs& a, Decision* out) {
   // LOOM_AUTOTUNE's measured decisions beat what follows but not the user's rules; the
   // communicator applies them to this decision (Comm::chooseBuilder).
   if (modelApplies(a)) {
-    const uint64_t key = cacheKey(a);
+    const uint64_t key = cacheKey(a, buffersMapped);
     const Decision* d = cached(key);
     if (d == nullptr) {
-      candidates(a);  // fills the cache unless no candidate could be simulated
+      candidates(a, buffersMapped);  // fills the cache unless no candidate could be simulated
       d = cached(key);
     }
     if (d != nullptr) {
