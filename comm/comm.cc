@@ -106,7 +106,6 @@ Status Comm::init(int nranks, const loomUniqueId& id, int rank, const loomConfig
   numberHosts();
   cpu_set_t machineCpus;
   shareMachine(me, &machineCpus);
-  const int usableCores = std::max(1, CPU_COUNT(&machineCpus));
   LOOM_TRY(discoverTopology(deadline));
   if (connections_.tcpPacedPerPeer()) connections_.paceTcp(topo_);
   settings_ = tuner::callSettings(tuning.fixed, topo_);
@@ -114,7 +113,7 @@ Status Comm::init(int nranks, const loomUniqueId& id, int rank, const loomConfig
   if (transportMode_ == "tcp") settings_.sharedBytes = 0;
   // After the measurement, whose pairs of ranks share one core on purpose
   // (topology/link_measure.h).
-  LOOM_TRY(spreadOverCores(machineCpus, usableCores));
+  LOOM_TRY(spreadOverCores(machineCpus, machineCores_));
   initTuner(std::move(tuning));
   LOOM_TRY(initAutotune(deadline));
   int localRanks = 0;
@@ -123,7 +122,7 @@ Status Comm::init(int nranks, const loomUniqueId& id, int rank, const loomConfig
             "rank %d of %d on %s (pid %d): %d host(s), %d local rank(s), %d on this machine's "
             "%d core(s), transport %s, lanes %d, spin %lld, incast lead %llu B",
             rank, nranks, me.hostname, me.pid, hostCount_, localRanks, machineRanks_,
-            usableCores, transportMode_.c_str(), settings_.lanes, (long long)wait_.spinCount,
+            machineCores_, transportMode_.c_str(), settings_.lanes, (long long)wait_.spinCount,
             (unsigned long long)settings_.fanInLeadBytes);
   return Status::ok();
 }
@@ -207,7 +206,8 @@ void Comm::shareMachine(const transports::PeerInfo& me, cpu_set_t* machineCpus) 
     ++machineRanks_;
     CPU_OR(machineCpus, machineCpus, &p.cpus);
   }
-  wait_.chooseSpin(machineRanks_, std::max(1, CPU_COUNT(machineCpus)));
+  machineCores_ = std::max(1, CPU_COUNT(machineCpus));
+  wait_.chooseSpin(machineRanks_, machineCores_);
 }
 
 // Where the machine's ranks outnumber its cores and nothing bound them, the scheduler may leave
