@@ -132,7 +132,9 @@ struct CallSettings {
   uint64_t sharedBytes = 0;
 };
 
-// Everything a builder needs to know about one rank's call.
+// Everything a builder needs to know about one rank's call: its shape and, as CallSettings,
+// the algorithm's parameters. Every field is one that builders read; what only the tuner or
+// the communicator needs of a call lives with them (comm's CallDesc, Tuner::decide).
 struct CollArgs : CallSettings {
   CallSettings& settings() { return *this; }
   const CallSettings& settings() const { return *this; }
