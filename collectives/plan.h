@@ -144,7 +144,9 @@ struct CallSettings {
   uint64_t sharedBytes = 0;
 };
 
-// Everything a builder needs to know about one rank's call.
+// Everything a builder needs to know about one rank's call: its shape and, as CallSettings,
+// the algorithm's parameters. Every field is one that builders read; what only the tuner or
+// the communicator needs of a call lives with them (comm's CallDesc, Tuner::decide).
 struct CollArgs : CallSettings {
   CallSettings& settings() { return *this; }
   const CallSettings& settings() const { return *this; }
@@ -160,10 +162,6 @@ struct CollArgs : CallSettings {
   std::vector<int32_t> hostOf;
   // Bytes per element: plans are in elements, but choosing an algorithm depends on bytes.
   uint32_t elemSize = 4;
-  // Every rank's Input and Output of this call are from loomMemAlloc, as the ranks of the host
-  // agreed (Comm::agreeBuffersMapped): the peer algorithms read them with plain loads. Builders
-  // ignore it; the tuner's model costs such reads as plain copies.
-  bool buffersMapped = false;
   // Alltoallv, this rank's view, in elements (size nranks each).
   std::vector<uint64_t> sendCounts, sendDispls, recvCounts, recvDispls;
 };

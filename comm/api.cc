@@ -172,6 +172,9 @@ CallDesc& describe(loomComm* comm, Collective coll, size_t count, const void* in
 }
 
 }  // namespace
+
+Comm& commOf(loomComm_t comm) { return *comm->impl; }
+
 }  // namespace loom
 
 using namespace loom;

@@ -25,6 +25,7 @@ class Comm::AutotuneTrials final : public tuner::AutotuneRunner {
       run.output = t.output;
       run.inputBytes = t.inputBytes;
       run.outputBytes = t.outputBytes;
+      run.buffersMapped = t.buffersMapped;
       decisions_.push_back(t.decision);
     }
   }

@@ -21,6 +21,10 @@ struct CallDesc {
   loomRedOp_t op = loomSum;
   // Bytes of input and output (to detect in-place calls and aliasing).
   size_t inputBytes = 0, outputBytes = 0;
+  // Every rank's Input and Output of this call are from loomMemAlloc, as the ranks of the host
+  // agreed (Comm::agreeBuffersMapped): the peer algorithms read them with plain loads. The
+  // tuner's model costs such reads as plain copies (Tuner::decide); builders do not read it.
+  bool buffersMapped = false;
 };
 
 // Whether two byte ranges share a byte (empty ranges share none).

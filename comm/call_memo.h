@@ -18,7 +18,7 @@ struct ResolvedCall {
   const void* input = nullptr;  // an in-place alltoall's: the copy of its input
   tuner::Decision decision;
   bool copiesInput = false;    // input is that copy, refreshed by resolve on every call
-  bool buffersMapped = false;  // CollArgs::buffersMapped: as the ranks agreed for the call
+  bool buffersMapped = false;  // CallDesc::buffersMapped: as the ranks agreed for the call
 };
 
 class CallMemo {

@@ -71,13 +71,12 @@ Status Comm::init(int nranks, const loomUniqueId& id, int rank, const loomConfig
   numberHosts();
   cpu_set_t machineCpus;
   shareMachine(me, &machineCpus);
-  const int usableCores = std::max(1, CPU_COUNT(&machineCpus));
   LOOM_TRY(discoverTopology(deadline));
   if (connections_.tcpPacedPerPeer()) connections_.paceTcp(topo_);
   settings_ = tuner::callSettings(options.tuning.fixed, options.tuning.call, topo_);
   // After the measurement, whose pairs of ranks share one core on purpose
   // (topology/link_measure.h).
-  if (options.bindToCores) LOOM_TRY(spreadOverCores(machineCpus, usableCores));
+  if (options.bindToCores) LOOM_TRY(spreadOverCores(machineCpus, machineCores_));
   initTuner(std::move(options.tuning));
   LOOM_TRY(initAutotune(deadline));
   int localRanks = 0;
@@ -86,7 +85,7 @@ Status Comm::init(int nranks, const loomUniqueId& id, int rank, const loomConfig
             "rank %d of %d on %s (pid %d): %d host(s), %d local rank(s), %d on this machine's "
             "%d core(s), transport %s, lanes %d, spin %lld, incast lead %llu B",
             rank, nranks, me.hostname, me.pid, hostCount_, localRanks, machineRanks_,
-            usableCores, transportMode_.c_str(), settings_.lanes, (long long)wait_.spinCount,
+            machineCores_, transportMode_.c_str(), settings_.lanes, (long long)wait_.spinCount,
             (unsigned long long)settings_.fanInLeadBytes);
   return Status::ok();
 }
@@ -155,7 +154,8 @@ void Comm::shareMachine(const transports::PeerInfo& me, cpu_set_t* machineCpus) 
     ++machineRanks_;
     CPU_OR(machineCpus, machineCpus, &p.cpus);
   }
-  wait_.chooseSpin(machineRanks_, std::max(1, CPU_COUNT(machineCpus)));
+  machineCores_ = std::max(1, CPU_COUNT(machineCpus));
+  wait_.chooseSpin(machineRanks_, machineCores_);
 }
 
 // Where the machine's ranks outnumber its cores and nothing bound them, the scheduler may leave
@@ -249,7 +249,7 @@ void Comm::completeArgs(CallDesc* call) const {
   a.settings() = settings_;
   if (hostCount_ > 1) a.hostOf = hostOf_;  // empty means one host: no copy per call
   a.elemSize = uint32_t(dtypeSize(call->dtype));
-  a.buffersMapped = false;  // until the ranks agree otherwise (chooseBuilder)
+  call->buffersMapped = false;  // until the ranks agree otherwise (chooseBuilder)
 }
 
 bool Comm::asksBuffersMapped(const collectives::CollArgs& a,
@@ -284,8 +284,8 @@ Status Comm::chooseBuilder(CallDesc* call, const tuner::Decision** out) {
   }
   *out = last;
   if (asksBuffersMapped(*args, *last)) {
-    LOOM_TRY(agreeBuffersMapped(*call, *last->whenMapped.builder, &args->buffersMapped));
-    if (args->buffersMapped) {
+    LOOM_TRY(agreeBuffersMapped(*call, *last->whenMapped.builder, &call->buffersMapped));
+    if (call->buffersMapped) {
       adjustedDecision_ = *last;
       adjustedDecision_.choice = last->whenMapped;
       *out = &adjustedDecision_;
@@ -351,7 +351,7 @@ Status Comm::resolve(const CallDesc& call, const tuner::Decision& decision, Reso
   size_t es = dtypeSize(call.dtype);
   out->input = call.input;
   out->decision = decision;
-  out->buffersMapped = a.buffersMapped;
+  out->buffersMapped = call.buffersMapped;
   // Filled on every call (cheap, no allocation), read only when the plan is not cached yet.
   std::array<collectives::BufferAlias, 3> aliases = {{{0, 0}, {1, 0}, {2, 0}}};
   CallKey& key = callKey_;

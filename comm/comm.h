@@ -42,6 +42,11 @@ class Comm final : public collectives::ExecHost {
   int64_t timeoutMs() const { return ctx_.timeoutMs; }
   // Identical on every rank (docs/TOPOLOGY.md, "Discovery at init").
   const topology::Topology& topology() const { return topo_; }
+  // How this rank shares its machine (shareMachine): the communicator's ranks on it, in any
+  // network namespace, the cores they may run on together, and how its executor waits.
+  int machineRanks() const { return machineRanks_; }
+  int machineCores() const { return machineCores_; }
+  const WaitPolicy& waitPolicy() const { return wait_; }
 
   // Runs one collective to completion (host buffers, in this thread); call.args takes the
   // chosen algorithm's parameters. By reference: a small call's whole budget is ~0.1 us.
@@ -83,8 +88,8 @@ class Comm final : public collectives::ExecHost {
                        const CommOptions& options, transports::PeerInfo* me);
   // Numbers the hosts by first appearance (hostOf_, hostCount_), for hierarchical plans.
   void numberHosts();
-  // The ranks of this rank's machine (machineRanks_), the CPUs they may run on together, and
-  // whether they spin while they wait (wait_).
+  // The ranks of this rank's machine (machineRanks_), the CPUs they may run on together
+  // (*machineCpus, machineCores_ their count), and whether they spin while they wait (wait_).
   void shareMachine(const transports::PeerInfo& me, cpu_set_t* machineCpus);
   // Builds tuner_ from the rules and mode read at init, the fixed parameters and topo_; logs
   // its decision table (INFO, rank 0).
@@ -153,6 +158,7 @@ class Comm final : public collectives::ExecHost {
   std::vector<int32_t> hostOf_;  // host index of every rank (CollArgs::hostOf)
   int hostCount_ = 1;
   int machineRanks_ = 0;  // ranks on this rank's machine (PeerInfo::machineId), itself too
+  int machineCores_ = 1;  // the CPUs those ranks may run on together (at least 1)
   topology::Topology topo_;  // the communicator's topology (discoverTopology)
   // Parts.
   Bootstrap boot_;
@@ -184,5 +190,8 @@ class Comm final : public collectives::ExecHost {
   tuner::Candidate lastChoice_;
   std::string lastAlgorithmShown_;
 };
+
+// The communicator behind an API handle (comm/api.cc), for tests of what it chose at init.
+Comm& commOf(loomComm_t comm);
 
 }  // namespace loom

@@ -83,8 +83,9 @@ bool autotuneApplies(const CollArgs& a, uint64_t maxBytes) {
          bytes > 0 && bytes <= maxBytes;
 }
 
-std::vector<Candidate> autotuneCandidates(Tuner& tuner, const CollArgs& a, int limit) {
-  const std::vector<Candidate> ranked = tuner.candidates(a);  // fastest first
+std::vector<Candidate> autotuneCandidates(Tuner& tuner, const CollArgs& a, int limit,
+                                          bool buffersMapped) {
+  const std::vector<Candidate> ranked = tuner.candidates(a, buffersMapped);  // fastest first
   std::vector<Candidate> out;
   if (!ranked.empty()) {
     const size_t wanted = size_t(std::max(1, limit));

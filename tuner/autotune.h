@@ -76,9 +76,11 @@ bool autotuneApplies(const collectives::CollArgs& a, uint64_t maxBytes);
 // on 1, 2 and 4 lanes, and measuring those alone cannot find that another algorithm is faster;
 // the top one's other variants too because the variant (lanes above all) is what the model is
 // least sure of across hosts (docs/TUNING.md, "Autotune"). When the model is off: every builder
-// that does not refuse the call (with the communicator's parameters).
+// that does not refuse the call (with the communicator's parameters). `buffersMapped`: the
+// model's view of the call's buffers (Tuner::decide).
 constexpr double kAutotuneBand = 1.25;
-std::vector<Candidate> autotuneCandidates(Tuner& tuner, const collectives::CollArgs& a, int limit);
+std::vector<Candidate> autotuneCandidates(Tuner& tuner, const collectives::CollArgs& a, int limit,
+                                          bool buffersMapped = false);
 
 // How a measurement runs: timed rounds, each running every candidate in turn, so that a slow
 // spell of the machine (a rank descheduled, another tenant) falls on all of them alike rather

@@ -20,10 +20,8 @@ using collectives::CollArgs;
 std::vector<Candidate> mappedCandidates(Tuner& tuner, const CollArgs& args, int limit) {
   std::vector<Candidate> mapped;
   if (!args.hostOf.empty()) return mapped;  // several hosts
-  CollArgs mappedArgs = args;
-  mappedArgs.buffersMapped = true;
-  for (const Candidate& c : autotuneCandidates(tuner, mappedArgs, limit)) {
-    CollArgs a = mappedArgs;
+  for (const Candidate& c : autotuneCandidates(tuner, args, limit, /*buffersMapped=*/true)) {
+    CollArgs a = args;
     applyParams(c.params, &a);
     if (c.builder->build(a, 0).readByPeers) mapped.push_back(c);
   }
@@ -68,7 +66,7 @@ class ScratchBuffers {
     t.output = base + outAt_;
     t.inputBytes = inBytes_;
     t.outputBytes = outBytes_;
-    t.args.buffersMapped = onMapped;
+    t.buffersMapped = onMapped;
     applyParams(c.params, &t.args);
     t.decision = {c, Source::Autotune, 0, {}, {}};
     return t;

@@ -35,7 +35,8 @@ struct AutotuneTrial {
   void* input = nullptr;
   void* output = nullptr;
   size_t inputBytes = 0, outputBytes = 0;
-  Decision decision;  // the candidate, as Source::Autotune
+  bool buffersMapped = false;  // the scratch buffers are from loomMemAlloc (Tuner::decide)
+  Decision decision;           // the candidate, as Source::Autotune
 };
 
 // What a measurement needs of the communicator.

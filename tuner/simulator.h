@@ -55,16 +55,16 @@ struct SimOptions {
   // costs messageCopies.
   uint64_t singleCopyBytes = 0;
   // The shm transport's ways with a message, as a communicator's options give them
-  // (loom::transportSimOptions, comm/options.h). A single-copy receive reads at most this many
+  // (loom::withTransportFacts, comm/options.h). A single-copy receive reads at most this many
   // bytes per system call, each costing HostCpu::singleCopyOverhead; 0: the whole message in
   // one.
   uint64_t singleCopyPieceBytes = 0;
   // A message of at least this many bytes goes through the slots with non-temporal stores, so
   // its copies run at memory speed whatever the cache holds; 0: none does.
   uint64_t nonTemporalBytes = 0;
-  // Every rank's buffers are from loomMemAlloc (CollArgs::buffersMapped): a read of a peer's
-  // buffer in place is a plain copy, not a process_vm_readv (HostCpu::peerReadCopies and
-  // singleCopyOverhead do not apply to it).
+  // Every rank's buffers are from loomMemAlloc (Tuner::decide's buffersMapped): a read of a
+  // peer's buffer in place is a plain copy, not a process_vm_readv (HostCpu::peerReadCopies
+  // and singleCopyOverhead do not apply to it).
   bool peersMapped = false;
   static constexpr int kMaxSlices = 16;
 };

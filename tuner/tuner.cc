@@ -76,8 +76,8 @@ Tuner::Tuner(topology::Topology topo, TunerConfig config)
 
 int Tuner::sizeBucket(uint64_t bytes) { return bytes <= 1 ? 0 : int(std::bit_width(bytes - 1)); }
 
-uint64_t Tuner::cacheKey(const CollArgs& a) {
-  return (uint64_t(a.buffersMapped) << 48) | (uint64_t(a.coll) << 40) |
+uint64_t Tuner::cacheKey(const CollArgs& a, bool buffersMapped) {
+  return (uint64_t(buffersMapped) << 48) | (uint64_t(a.coll) << 40) |
          (uint64_t(a.elemSize) << 8) | uint64_t(sizeBucket(callBytes(a)));
 }
 
@@ -94,20 +94,21 @@ CollArgs Tuner::modelCall(const CollArgs& a) const {
   return s;
 }
 
-double Tuner::predict(const CollArgs& a, const Builder& b, const AlgoParams& params) const {
+double Tuner::predict(const CollArgs& a, const Builder& b, const AlgoParams& params,
+                      bool buffersMapped) const {
   if (!modelApplies(a) || b.build == nullptr) return -1;
   CollArgs s = modelCall(a);
   applyParams(params, &s);
   if (!refusal(b, s, params).empty()) return -1;
   SimOptions sim = config_.sim;
   if (params.slices > 0) sim.slices = params.slices;
-  sim.peersMapped = a.buffersMapped;
+  sim.peersMapped = buffersMapped;
   SimResult r = simulateBuilt(
       s.nranks, [&](int rank) { return b.build(s, rank); }, topo_, sim);
   return r.ok ? r.time : -1;
 }
 
-std::vector<Candidate> Tuner::candidates(const CollArgs& a) {
+std::vector<Candidate> Tuner::candidates(const CollArgs& a, bool buffersMapped) {
   std::vector<Candidate> out;
   if (!modelApplies(a)) return out;
   const CollArgs s = modelCall(a);
@@ -115,8 +116,6 @@ std::vector<Candidate> Tuner::candidates(const CollArgs& a) {
   // mapped (they then cost less): only such a plan gains from the answer. Another plan would
   // run the same either way, and asking would map the arena for nothing (under
   // LOOM_TRANSPORT=tcp, where no plan reads peers, it must not be mapped at all).
-  CollArgs mapped = a;
-  mapped.buffersMapped = true;
   Candidate fastestMapped;
   const AlgoParams& fixed = config_.fixed;
   const int n = s.nranks;
@@ -140,11 +139,11 @@ std::vector<Candidate> Tuner::candidates(const CollArgs& a) {
           const size_t used = first.lanes.size();
           if (std::find(laneCounts.begin(), laneCounts.end(), used) != laneCounts.end()) continue;
           laneCounts.push_back(used);
-          const double t = predict(a, b, p);
+          const double t = predict(a, b, p, buffersMapped);
           if (t < 0) continue;
           out.push_back({&b, p, t});
-          if (!first.readByPeers || a.buffersMapped) continue;
-          const double tMapped = predict(mapped, b, p);
+          if (!first.readByPeers || buffersMapped) continue;
+          const double tMapped = predict(a, b, p, /*buffersMapped=*/true);
           if (tMapped >= 0 && (fastestMapped.builder == nullptr || tMapped < fastestMapped.time))
             fastestMapped = {&b, p, tMapped};
         }
@@ -171,7 +170,7 @@ std::vector<Candidate> Tuner::candidates(const CollArgs& a) {
          !(fastestMapped.params == d.choice.params)) &&
         fastestMapped.time + agreementSeconds() < d.choice.time)
       d.whenMapped = fastestMapped;
-    modelCache_[cacheKey(a)] = d;
+    modelCache_[cacheKey(a, buffersMapped)] = d;
     lastCached_.reset();
   }
   return out;
@@ -230,7 +229,7 @@ size_t chooseWithLaneMargin(const std::vector<Candidate>& candidates) {
   return chosen;
 }
 
-Status Tuner::decide(const CollArgs& a, Decision* out) {
+Status Tuner::decide(const CollArgs& a, Decision* out, bool buffersMapped) {
   const CallShape shape = callShape(a);
   if (const TuneRule* rule = config_.rules.match(a, shape)) {
     *out = Decision{
@@ -241,10 +240,10 @@ Status Tuner::decide(const CollArgs& a, Decision* out) {
   // LOOM_AUTOTUNE's measured decisions beat what follows but not the user's rules; the
   // communicator applies them to this decision (Comm::chooseBuilder).
   if (modelApplies(a)) {
-    const uint64_t key = cacheKey(a);
+    const uint64_t key = cacheKey(a, buffersMapped);
     const Decision* d = cached(key);
     if (d == nullptr) {
-      candidates(a);  // fills the cache unless no candidate could be simulated
+      candidates(a, buffersMapped);  // fills the cache unless no candidate could be simulated
       d = cached(key);
     }
     if (d != nullptr) {

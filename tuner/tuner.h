@@ -45,8 +45,8 @@ struct Decision {
   // Model decisions: the fastest candidate of another algorithm (builder null when none).
   Candidate runnerUp;
   // Model decisions for a call whose buffers are not known to be mapped: the choice if every
-  // rank's buffers are from loomMemAlloc (CollArgs::buffersMapped), where that differs from
-  // `choice` and saves more than asking the ranks costs (builder null otherwise: the
+  // rank's buffers are from loomMemAlloc (Tuner::decide's buffersMapped), where that differs
+  // from `choice` and saves more than asking the ranks costs (builder null otherwise: the
   // communicator then does not ask).
   Candidate whenMapped;
 };
@@ -119,19 +119,22 @@ class Tuner {
   const topology::Topology& topology() const { return topo_; }
   const TunerConfig& config() const { return config_; }
 
-  // The decision for a call. Reads a.coll, nranks, count, elemSize, hostOf and buffersMapped;
-  // a.lanes, torusX/Y and fanIn hold the communicator's values (fixed ones included). The
-  // model's decisions are cached per (collective, power-of-two size bucket, element size,
+  // The decision for a call. Reads a.coll, nranks, count, elemSize and hostOf; a.lanes,
+  // torusX/Y and fanIn hold the communicator's values (fixed ones included). `buffersMapped`:
+  // every rank's Input and Output of the call are from loomMemAlloc, as the ranks of the host
+  // agreed (Comm::agreeBuffersMapped), so the model costs a read of a peer's buffer as a plain
+  // copy (builders do not read it: it is the tuner's input, not CollArgs'). The model's
+  // decisions are cached per (collective, power-of-two size bucket, element size,
   // buffersMapped), so after the first call of a bucket this is a hash lookup (plus the user's
   // rules, when any). Errors only when no rule of the built-in table serves the call (a bug).
-  Status decide(const collectives::CollArgs& a, Decision* out);
+  Status decide(const collectives::CollArgs& a, Decision* out, bool buffersMapped = false);
 
   // Every candidate of the model for the size bucket of `a`, fastest first (ties keep registry
   // order, then fewer lanes); empty without a model or for alltoallv (no shared size).
-  std::vector<Candidate> candidates(const collectives::CollArgs& a);
+  std::vector<Candidate> candidates(const collectives::CollArgs& a, bool buffersMapped = false);
   // The model's prediction for one choice at a's size bucket; negative when it cannot simulate.
   double predict(const collectives::CollArgs& a, const collectives::Builder& b,
-                 const AlgoParams& params) const;
+                 const AlgoParams& params, bool buffersMapped = false) const;
 
   // Bucket of a size: 0 for 0 and 1 byte, else k with 2^(k-1) < bytes ≤ 2^k. The model
   // simulates a bucket at 2^k bytes, so nccl-tests' power-of-two sizes are simulated exactly.
@@ -147,7 +150,7 @@ class Tuner {
   bool modelApplies(const collectives::CollArgs& a) const;
   // The model cache's key: (collective, size bucket, element size, buffersMapped); the root
   // does not matter.
-  static uint64_t cacheKey(const collectives::CollArgs& a);
+  static uint64_t cacheKey(const collectives::CollArgs& a, bool buffersMapped);
 
   topology::Topology topo_;
   TunerConfig config_;

@@ -103,8 +103,8 @@ TEST(Autotuner, MeasuresThroughTheRunnerAndFilesTheWinner) {
   }
   // Those measured on loomMemAlloc scratch come last.
   for (size_t i = 1; i < ranks.trials.size(); ++i)
-    EXPECT_LE(ranks.trials[i - 1].args.buffersMapped, ranks.trials[i].args.buffersMapped);
-  EXPECT_FALSE(ranks.trials[0].args.buffersMapped);
+    EXPECT_LE(ranks.trials[i - 1].buffersMapped, ranks.trials[i].buffersMapped);
+  EXPECT_FALSE(ranks.trials[0].buffersMapped);
   const AutotuneSchedule schedule = autotuneSchedule(tried, AutotuneSettings{}.runs);
   for (int n : ranks.calls) EXPECT_EQ(n, 2 + schedule.rounds * (1 + schedule.batch));
   EXPECT_EQ(ranks.syncs, schedule.batch < kAutotuneMinBatch

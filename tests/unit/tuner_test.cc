@@ -233,8 +233,9 @@ TEST(Tuner, DecisionsAreDeterministicAndCachedPerSizeBucket) {
 }
 
 // Where peers read each other's memory through the kernel at a high price, a large alltoall
-// goes by messages or the arena unless every rank's buffers are mapped (CollArgs::buffersMapped): the
-// decision names that choice beside its own, so the communicator asks the ranks only then.
+// goes by messages or the arena unless every rank's buffers are mapped (decide's
+// buffersMapped): the decision names that choice beside its own, so the communicator asks the
+// ranks only then.
 TEST(Tuner, ADecisionNamesItsChoiceForMappedBuffers) {
   Topology topo = uniformTopology({1, 4});
   topology::HostCpu& cpu = topo.nodes[size_t(topo.hostNodes()[0])].cpu;
@@ -254,8 +255,7 @@ TEST(Tuner, ADecisionNamesItsChoiceForMappedBuffers) {
   ASSERT_NE(plain.whenMapped.builder, nullptr);
   EXPECT_STREQ(plain.whenMapped.builder->name, "peer");
   EXPECT_LT(plain.whenMapped.time, plain.choice.time);
-  call.buffersMapped = true;
-  ASSERT_TRUE(tuner.decide(call, &mapped).isOk());
+  ASSERT_TRUE(tuner.decide(call, &mapped, /*buffersMapped=*/true).isOk());
   EXPECT_EQ(mapped.choice.builder, plain.whenMapped.builder);
   EXPECT_EQ(mapped.choice.time, plain.whenMapped.time);
   EXPECT_EQ(mapped.whenMapped.builder, nullptr);
@@ -265,7 +265,6 @@ TEST(Tuner, ADecisionNamesItsChoiceForMappedBuffers) {
   slowBarriers.nodes[size_t(slowBarriers.hostNodes()[0])].cpu.barrierLatency =
       plain.choice.time - plain.whenMapped.time;
   Tuner notWorthIt(slowBarriers, config);
-  call.buffersMapped = false;
   Decision asked;
   ASSERT_TRUE(notWorthIt.decide(call, &asked).isOk());
   EXPECT_STRNE(asked.choice.builder->name, "peer");
@@ -277,7 +276,6 @@ TEST(Tuner, ADecisionNamesItsChoiceForMappedBuffers) {
   ASSERT_TRUE(tuner.decide(tiny, &small).isOk());
   EXPECT_EQ(small.whenMapped.builder, nullptr) << describe(small.whenMapped);
   // Without the arena (or across hosts) no plan reads peers.
-  call.buffersMapped = false;
   call.sharedBytes = 0;
   Tuner noArena(topo, config);
   ASSERT_TRUE(noArena.decide(call, &plain).isOk());
