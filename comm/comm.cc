@@ -96,8 +96,7 @@ void Comm::useOptions(const CommOptions& options) {
   forcedBuilders_ = options.forcedBuilders;
   directBytes_ = options.directBytes;
   cacheDir_ = options.cacheDir;
-  wait_.spinCount = options.spinCount;
-  wait_.yieldNs = options.yieldNs;
+  wait_ = options.wait;
 }
 
 Status Comm::exchangePeers(const loomUniqueId& id, const Deadline& deadline,
@@ -395,6 +394,7 @@ Status Comm::runResolved(const CallDesc& call, const ResolvedCall& r) {
   const collectives::CollArgs& a = call.args;
   const collectives::PreparedPlan& prepared = *r.plan;
   lastChoice_ = r.decision.choice;
+  lastSource_ = r.decision.source;
   size_t es = dtypeSize(call.dtype);
   LOOM_TRACE("COLL", "%s #%llu count %llu %s %s root %d: %s (%s%s), %zu lane(s)",
              collectives::collectiveName(a.coll), (unsigned long long)sequence_,

@@ -47,6 +47,11 @@ class Comm final : public collectives::ExecHost {
   int machineRanks() const { return machineRanks_; }
   int machineCores() const { return machineCores_; }
   const WaitPolicy& waitPolicy() const { return wait_; }
+  // Plans run so far: the user's calls and autotune's trials, not the buffer agreement's.
+  uint64_t callsRun() const { return sequence_; }
+  // Who decided the last collective's algorithm, and LOOM_AUTOTUNE's state (null: off).
+  tuner::Source lastSource() const { return lastSource_; }
+  const tuner::Autotuner* autotuner() const { return autotune_.get(); }
 
   // Runs one collective to completion (host buffers, in this thread); call.args takes the
   // chosen algorithm's parameters. By reference: a small call's whole budget is ~0.1 us.
@@ -188,6 +193,7 @@ class Comm final : public collectives::ExecHost {
   uint64_t sequence_ = 0;
   // What the last collective ran: kept as the decision's parts, described only when asked.
   tuner::Candidate lastChoice_;
+  tuner::Source lastSource_{};
   std::string lastAlgorithmShown_;
 };
 

@@ -75,8 +75,7 @@ Status readCallerChoices(const loomConfig_t* config, CommOptions* out) {
 
 // How the executor waits and where the ranks run: LOOM_SPIN_COUNT, LOOM_YIELD_USEC, LOOM_BIND.
 Status readWaitOptions(CommOptions* out) {
-  out->spinCount = params::getInt("LOOM_SPIN_COUNT");
-  out->yieldNs = nonNegative(params::getInt("LOOM_YIELD_USEC")) * 1000;
+  out->wait = readWaitPolicy();
   const std::string bind = params::getString("LOOM_BIND");
   if (bind != "auto" && bind != "none")
     return errorf(loomInvalidArgument, "LOOM_BIND=\"%s\": expected auto or none", bind.c_str());
@@ -175,6 +174,13 @@ tuner::SimOptions withTransportFacts(tuner::SimOptions sim) {
 
 std::string readCacheDirectory() {
   return topology::cacheDirectory(params::getString("LOOM_CACHE_DIR"));
+}
+
+WaitPolicy readWaitPolicy() {
+  WaitPolicy w;
+  w.spinCount = params::getInt("LOOM_SPIN_COUNT");
+  w.yieldNs = nonNegative(params::getInt("LOOM_YIELD_USEC")) * 1000;
+  return w;
 }
 
 }  // namespace loom

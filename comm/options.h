@@ -11,6 +11,7 @@
 
 #include "base/status.h"
 #include "collectives/builders.h"
+#include "comm/cpu_binding.h"
 #include "loom/loom.h"
 #include "topology/topology.h"
 #include "transports/shm/shm_transport.h"
@@ -32,10 +33,7 @@ struct CommOptions {
   transports::ShmOptions shm;       // readShmOptions
   transports::tcp::TcpOptions tcp;  // readTcpOptions
   uint64_t directBytes = 0;         // LOOM_SHM_DIRECT_BYTES: the direct arena's data
-  // Executor waiting: LOOM_SPIN_COUNT (< 0: the communicator chooses by the machine's cores)
-  // and LOOM_YIELD_USEC (here in ns).
-  int64_t spinCount = -1;
-  uint64_t yieldNs = 0;
+  WaitPolicy wait;                  // readWaitPolicy
   bool bindToCores = true;  // LOOM_BIND=auto (else none)
   std::string cacheDir;     // readCacheDirectory
 };
@@ -43,6 +41,9 @@ struct CommOptions {
 // All of them; `config` (loomCommInitRankConfig's, may be null) overrides what it sets. A bad
 // setting fails here, before any rank connects, with an error that names it.
 Status readCommOptions(const loomConfig_t* config, CommOptions* out);
+// How the executor waits: LOOM_SPIN_COUNT (negative: chooseSpin decides by the machine's cores)
+// and LOOM_YIELD_USEC.
+WaitPolicy readWaitPolicy();
 
 // The parts a tool or benchmark reads alone.
 // LOOM_SHM_SLOT_BYTES, LOOM_SHM_SLOTS, LOOM_SHM_CMA_THRESHOLD.

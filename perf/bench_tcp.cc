@@ -19,7 +19,6 @@
 #include <vector>
 
 #include "base/clock.h"
-#include "base/params.h"
 #include "comm/options.h"
 #include "toolkit/fork_ranks.h"
 #include "transports/transport.h"
@@ -55,15 +54,18 @@ TransferOp makeOp(TransferOp::Kind kind, const void* src, void* dst, size_t byte
   return op;
 }
 
-// Runs ops to completion the way the executor waits: LOOM_SPIN_COUNT polls (-1: 2000; two
-// ranks on this host's cores may spin), then sched_yield for LOOM_YIELD_USEC, then poll() in
-// the transport. onRound runs before every round.
+// Runs ops to completion the way the executor waits: the communicator's wait policy (its
+// LOOM_SPIN_COUNT polls, as for two ranks on two cores), then sched_yield for LOOM_YIELD_USEC,
+// then poll() in the transport. onRound runs before every round.
 void run(Rank& r, std::initializer_list<TransferOp*> ops,
          const std::function<void()>& onRound = nullptr) {
-  static const int64_t kSpins = std::max<int64_t>(
-      params::getInt("LOOM_SPIN_COUNT") < 0 ? 2000 : params::getInt("LOOM_SPIN_COUNT"), 0);
-  static const uint64_t kYieldNs =
-      uint64_t(std::max<int64_t>(params::getInt("LOOM_YIELD_USEC"), 0)) * 1000;
+  static const WaitPolicy kWait = [] {
+    WaitPolicy w = readWaitPolicy();
+    w.chooseSpin(2, 2);
+    return w;
+  }();
+  static const int64_t kSpins = kWait.spinCount;
+  static const uint64_t kYieldNs = kWait.yieldNs;
   for (TransferOp* op : ops) {
     Status st = r.conn->post(op);
     if (!st.isOk()) fprintf(stderr, "post: %s\n", st.message().c_str()), _exit(2);

@@ -185,8 +185,10 @@ Status Autotuner::init(const AutotuneSettings& settings, const std::string& sign
                 "rank ignores its cache file and measures afresh",
                 r, comm.peers[size_t(r)].hostname, path_.c_str());
     table_.clear();
+    filesDiffered_ = true;
     break;
   }
+  bucketsRead_ = table_.size();
   if (rank_ == 0 && table_.size() > 0)
     LOOM_INFO("TUNE", "autotune: %zu measured bucket(s) read from %s", table_.size(),
               path_.c_str());
@@ -203,6 +205,7 @@ Status Autotuner::decide(Tuner& tuner, const AutotuneCall& call, AutotuneRunner&
     if (rank_ == 0)
       LOOM_INFO("TUNE", "autotune: measured %s", describeEntry(key, measured).c_str());
     table_.insert(key, std::move(measured));
+    ++bucketsMeasured_;
     entry = table_.find(key);
     // One rank per host files the table (all hold the same one); a failure costs only the
     // next run's measurement.

@@ -79,6 +79,11 @@ class Autotuner {
   // The decision for a call it applies to: its bucket's entry, measured first (on every rank,
   // in the same call) where the table has none, then filed.
   Status decide(Tuner& tuner, const AutotuneCall& call, AutotuneRunner& runner, Decision* out);
+  // What it has done: the buckets read from the file that every rank agreed on, the buckets
+  // measured since, and whether the ranks' files differed (then none was trusted).
+  size_t bucketsRead() const { return bucketsRead_; }
+  size_t bucketsMeasured() const { return bucketsMeasured_; }
+  bool filesDiffered() const { return filesDiffered_; }
 
  private:
   // Runs each candidate twice, then in rounds (autotuneSchedule: settings_.runs or more for
@@ -95,6 +100,8 @@ class Autotuner {
   std::string path_;  // the table's file; "" when there is no cache directory
   int rank_ = 0;
   bool filesTable_ = false;
+  size_t bucketsRead_ = 0, bucketsMeasured_ = 0;
+  bool filesDiffered_ = false;
 };
 
 }  // namespace loom::tuner
