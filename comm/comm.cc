@@ -395,6 +395,7 @@ Status Comm::runResolved(const CallDesc& call, const ResolvedCall& r) {
   const collectives::PreparedPlan& prepared = *r.plan;
   lastChoice_ = r.decision.choice;
   lastSource_ = r.decision.source;
+  lastBuffersMapped_ = r.buffersMapped;
   size_t es = dtypeSize(call.dtype);
   LOOM_TRACE("COLL", "%s #%llu count %llu %s %s root %d: %s (%s%s), %zu lane(s)",
              collectives::collectiveName(a.coll), (unsigned long long)sequence_,

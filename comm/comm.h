@@ -51,6 +51,10 @@ class Comm final : public collectives::ExecHost {
   uint64_t callsRun() const { return sequence_; }
   // Who decided the last collective's algorithm, and LOOM_AUTOTUNE's state (null: off).
   tuner::Source lastSource() const { return lastSource_; }
+  // Whether the last call ran as on every rank's loomMemAlloc buffers, and how many times the
+  // ranks have voted on that so far (the asks it did not skip).
+  bool lastBuffersMapped() const { return lastBuffersMapped_; }
+  uint64_t buffersAgreements() const { return agreement_.round(); }
   const tuner::Autotuner* autotuner() const { return autotune_.get(); }
 
   // Runs one collective to completion (host buffers, in this thread); call.args takes the
@@ -194,6 +198,7 @@ class Comm final : public collectives::ExecHost {
   // What the last collective ran: kept as the decision's parts, described only when asked.
   tuner::Candidate lastChoice_;
   tuner::Source lastSource_{};
+  bool lastBuffersMapped_ = false;
   std::string lastAlgorithmShown_;
 };
 

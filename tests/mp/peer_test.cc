@@ -11,7 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "base/params.h"
 #include "base/status.h"
+#include "comm/comm.h"
 #include "comm/options.h"
 #include "loom/loom.h"
 #include "topology/topology.h"
@@ -250,6 +252,38 @@ void writePeerModel(const std::string& file) {
   }
 }
 
+// What a call of TheModelReadsPeersWhenEveryRanksBuffersAreMapped ran: peer reads or not, on
+// buffers the ranks agreed are all mapped or not, and the ranks' votes so far.
+struct PeerRun {
+  bool peer = false, mapped = false;
+  uint64_t votes = 0;
+};
+
+// Checks the calls' runs (one rank's) against the memory they ran on: peer exactly where the
+// ranks agreed every buffer is mapped; on calls 0 and 3; never on plain, mixed or in-place
+// buffers; back on loomMemAlloc buffers from some call on, and at every call after it; and
+// "not all" answers skip asks: of the calls from inPlace + 2 to the one that ran peer again,
+// every one could have asked, and fewer did.
+int checkPeerRuns(const std::vector<PeerRun>& ran, const std::vector<Memory>& kinds,
+                  size_t inPlace, size_t backAt) {
+  for (size_t i = 0; i < ran.size(); ++i)
+    RANK_CHECK(ran[i].peer == ran[i].mapped, "call %zu: %s on buffers %s mapped", i,
+               ran[i].peer ? "peer" : "not peer", ran[i].mapped ? "agreed" : "not agreed");
+  for (size_t i : {0, 3}) RANK_CHECK(ran[i].peer, "call %zu did not read peers", i);
+  for (size_t i = 0; i < backAt; ++i)
+    RANK_CHECK(!ran[i].peer || (kinds[i] == Memory::Loom && i != inPlace),
+               "call %zu read peers on %s buffers", i, memoryName(kinds[i]));
+  size_t first = backAt;
+  while (first < ran.size() && !ran[first].peer) ++first;
+  RANK_CHECK(first < ran.size(), "no call from %zu on read peers again", backAt);
+  for (size_t i = first; i < ran.size(); ++i)
+    RANK_CHECK(ran[i].peer, "call %zu did not read peers after call %zu did", i, first);
+  const uint64_t asks = ran[first].votes - ran[inPlace + 1].votes;
+  RANK_CHECK(asks >= 1 && asks < first - inPlace, "%llu asks in calls %zu to %zu",
+             (unsigned long long)asks, inPlace + 2, first);
+  return 0;
+}
+
 // With no algorithm forced, the model chooses peer reads for a large alltoall only when every
 // rank's buffers are from loomMemAlloc, which the ranks find out together (a vote at a barrier
 // of the host's ranks): on a model where reading plain memory through the kernel costs three
@@ -269,11 +303,12 @@ TEST(PeerMemory, TheModelReadsPeersWhenEveryRanksBuffersAreMapped) {
   kinds.resize(kBackAt + 8, Memory::Loom);
   auto results = runRanks(kRanks, [&](RankContext& ctx) {
     setenv("LOOM_TOPO_FILE", file.c_str(), 1);
-    logInRank("TRACE", "COLL");
+    params::reloadFromEnvironment();
     loomComm_t comm = nullptr;
     RANK_LOOM(initComm(ctx, &comm));
     const int rank = ctx.rank();
     int failures = 0;
+    std::vector<PeerRun> ran;
     for (size_t call = 0; call < kinds.size(); ++call) {
       const Memory m = kinds[call];
       Case c(comm, rank, kRanks, m == Memory::Loom || (m == Memory::Mixed && rank != 2),
@@ -283,43 +318,17 @@ TEST(PeerMemory, TheModelReadsPeersWhenEveryRanksBuffersAreMapped) {
         fprintf(stderr, "rank %d, %s memory:\n%s", rank, memoryName(m), c.failures().c_str());
         ++failures;
       }
+      const char* algorithm = nullptr;
+      RANK_LOOM(loomCommGetLastAlgorithm(comm, &algorithm));
+      const Comm& state = commOf(comm);
+      ran.push_back({std::string(algorithm).rfind("peer", 0) == 0, state.lastBuffersMapped(),
+                     state.buffersAgreements()});
     }
+    if (failures == 0) failures += checkPeerRuns(ran, kinds, kInPlace, kBackAt);
     RANK_LOOM(failures == 0 ? loomCommDestroy(comm) : loomCommAbort(comm));
     return failures == 0 ? 0 : 1;
   }, ForkOptions::timeout(120));
   ASSERT_EQ(describeFailures(results), "");
-  for (int r = 0; r < kRanks; ++r) {
-    const std::string& out = results[size_t(r)].output;
-    const std::vector<std::string> calls = linesWith(out, "COLL alltoall #");  // in order
-    ASSERT_EQ(calls.size(), kinds.size()) << out;
-    const auto ranPeer = [&](size_t i) {
-      const bool peer = calls[i].find(": peer") != std::string::npos;
-      EXPECT_EQ(peer, calls[i].find("every rank's buffers from loomMemAlloc") != std::string::npos)
-          << calls[i];
-      return peer;
-    };
-    for (size_t i : {0, 3}) EXPECT_TRUE(ranPeer(i)) << calls[i];
-    for (size_t i = 0; i < kBackAt; ++i) {
-      if (kinds[i] != Memory::Loom || i == kInPlace) {
-        EXPECT_FALSE(ranPeer(i)) << calls[i];
-      }
-    }
-    // Back on loomMemAlloc buffers: peer from some call on (once the skipped asks are used
-    // up), and at every call after that.
-    size_t first = kBackAt;
-    while (first < kinds.size() && !ranPeer(first)) ++first;
-    EXPECT_LT(first, kinds.size()) << out;
-    for (size_t i = first; i < kinds.size(); ++i) EXPECT_TRUE(ranPeer(i)) << calls[i];
-    // "Not all" answers skip asks: from call 4's answer to the call that ran peer again, every
-    // call could have asked, and fewer did.
-    size_t asks = 0, seen = 0;
-    for (const std::string& line : linesWith(out, "COLL ")) {
-      if (line.find("COLL alltoall #") != std::string::npos && seen++ == first) break;
-      if (seen > kInPlace + 1 && line.find("COLL buffer agreement #") != std::string::npos) ++asks;
-    }
-    EXPECT_GE(asks, 1u) << out;
-    EXPECT_LT(asks, first - kInPlace) << out;
-  }
 }
 
 // A rank that fails while the ranks agree on their buffers reports the call it was making:
