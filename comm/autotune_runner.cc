@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <memory>
 
-#include "base/params.h"
 #include "comm/comm.h"
 #include "topology/analysis.h"
 #include "topology/discover.h"
@@ -47,19 +46,13 @@ class Comm::AutotuneTrials final : public tuner::AutotuneRunner {
   std::vector<tuner::Decision> decisions_;
 };
 
-Status Comm::initAutotune(const Deadline& deadline) {
-  if (!params::getBool("LOOM_AUTOTUNE")) return Status::ok();
-  tuner::AutotuneSettings settings;
-  settings.candidates = std::max<int>(1, int(params::getInt("LOOM_AUTOTUNE_CANDIDATES")));
-  settings.runs = std::max<int>(1, int(params::getInt("LOOM_AUTOTUNE_RUNS")));
-  settings.maxBytes =
-      uint64_t(std::max<int64_t>(0, params::getInt("LOOM_AUTOTUNE_MAX_BYTES")));
-  settings.cacheDir = cacheDir_;
+Status Comm::initAutotune(const CommOptions& options, const Deadline& deadline) {
+  if (!options.autotune) return Status::ok();
   const bool firstOfHost =
       std::find(hostOf_.begin(), hostOf_.end(), hostOf_[size_t(rank())]) - hostOf_.begin() ==
       rank();
   autotune_ = std::make_unique<tuner::Autotuner>();
-  return autotune_->init(settings, topology::topologySignature(topo_), ctx_, firstOfHost, boot_,
+  return autotune_->init(options.autotuneSettings, topology::topologySignature(topo_), ctx_, firstOfHost, boot_,
                          deadline);
 }
 

@@ -71,14 +71,14 @@ Status Comm::init(int nranks, const loomUniqueId& id, int rank, const loomConfig
   numberHosts();
   cpu_set_t machineCpus;
   shareMachine(me, &machineCpus);
-  LOOM_TRY(discoverTopology(deadline));
+  LOOM_TRY(discoverTopology(options.discovery, deadline));
   if (connections_.tcpPacedPerPeer()) connections_.paceTcp(topo_);
   settings_ = tuner::callSettings(options.tuning.fixed, options.tuning.call, topo_);
   // After the measurement, whose pairs of ranks share one core on purpose
   // (topology/link_measure.h).
   if (options.bindToCores) LOOM_TRY(spreadOverCores(machineCpus, machineCores_));
   initTuner(std::move(options.tuning));
-  LOOM_TRY(initAutotune(deadline));
+  LOOM_TRY(initAutotune(options, deadline));
   int localRanks = 0;
   for (const auto& p : ctx_.peers) localRanks += p.hostId == me.hostId;
   LOOM_INFO("INIT",
@@ -95,7 +95,6 @@ void Comm::useOptions(const CommOptions& options) {
   transportMode_ = options.transport;
   forcedBuilders_ = options.forcedBuilders;
   directBytes_ = options.directBytes;
-  cacheDir_ = options.cacheDir;
   wait_ = options.wait;
 }
 

@@ -107,7 +107,7 @@ class Comm final : public collectives::ExecHost {
   // Topology (comm/topology_discovery.cc: topology::discoverCommTopology over the bootstrap and
   // the transports). discoverTopology fills topo_: LOOM_TOPO_FILE, or the probe, the per-host
   // cache and a short measurement, exchanged so that every rank builds the same model.
-  Status discoverTopology(const Deadline& deadline);
+  Status discoverTopology(const topology::DiscoveryOptions& options, const Deadline& deadline);
   Status spreadOverCores(const cpu_set_t& machineCpus, int usableCores);
   // The transport the measurement uses to reach peer: the one its connections will use.
   transports::Transport* transportFor(int peer) const { return connections_.transportFor(peer); }
@@ -115,7 +115,7 @@ class Comm final : public collectives::ExecHost {
   // LOOM_AUTOTUNE (comm/autotune_runner.cc, over tuner::Autotuner). Init reads the cache file,
   // and the ranks agree on it; a call of a bucket without an entry measures the candidates
   // first. Replaces *out with the measured winner when the call is one autotune measures.
-  Status initAutotune(const Deadline& deadline);
+  Status initAutotune(const CommOptions& options, const Deadline& deadline);
   Status autotuneDecision(const CallDesc& call, tuner::Decision* out);
   // Runs a measurement's trials as calls of this communicator (tuner::AutotuneRunner).
   class AutotuneTrials;
@@ -162,7 +162,6 @@ class Comm final : public collectives::ExecHost {
   // the user fixed (else 1 / derived / 1), the incast lead, the direct arena's bytes per call.
   collectives::CallSettings settings_;
   uint64_t directBytes_ = 0;  // LOOM_SHM_DIRECT_BYTES: the direct allreduce's arena
-  std::string cacheDir_;      // topology and autotune caches (CommOptions::cacheDir); "": none
   // The group's layout.
   std::vector<int32_t> hostOf_;  // host index of every rank (CollArgs::hostOf)
   int hostCount_ = 1;

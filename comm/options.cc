@@ -83,6 +83,28 @@ Status readWaitOptions(CommOptions* out) {
   return Status::ok();
 }
 
+// Discovery's and autotune's settings, each with the cache directory. Detection's are read only
+// where there is no LOOM_TOPO_FILE, and autotune's only under LOOM_AUTOTUNE, so that a setting
+// that does not apply is not warned about.
+void readDiscoveryAndAutotune(CommOptions* out) {
+  const std::string cacheDir = readCacheDirectory();
+  topology::DiscoveryOptions& d = out->discovery;
+  d.file = params::getString("LOOM_TOPO_FILE");
+  d.dump = params::getString("LOOM_TOPO_DUMP");
+  if (d.file.empty()) {
+    d.measureMode = params::getInt("LOOM_TOPO_MEASURE");
+    d.measureMs = params::getInt("LOOM_TOPO_MEASURE_MS");
+    d.cacheDir = cacheDir;
+  }
+  out->autotune = params::getBool("LOOM_AUTOTUNE");
+  if (!out->autotune) return;
+  tuner::AutotuneSettings& a = out->autotuneSettings;
+  a.candidates = std::max<int>(1, int(params::getInt("LOOM_AUTOTUNE_CANDIDATES")));
+  a.runs = std::max<int>(1, int(params::getInt("LOOM_AUTOTUNE_RUNS")));
+  a.maxBytes = nonNegative(params::getInt("LOOM_AUTOTUNE_MAX_BYTES"));
+  a.cacheDir = cacheDir;
+}
+
 // The parts of readTuning that cannot fail: the simulator's options and callSettings' input.
 void readTuningFacts(tuner::TunerConfig* out) {
   out->sim = withTransportFacts(out->sim);
@@ -128,7 +150,7 @@ Status readCommOptions(const loomConfig_t* config, CommOptions* out) {
   out->tcp = readTcpOptions();
   out->directBytes = nonNegative(params::getInt("LOOM_SHM_DIRECT_BYTES"));
   LOOM_TRY(readWaitOptions(out));
-  out->cacheDir = readCacheDirectory();
+  readDiscoveryAndAutotune(out);
   return Status::ok();
 }
 

@@ -13,9 +13,11 @@
 #include "collectives/builders.h"
 #include "comm/cpu_binding.h"
 #include "loom/loom.h"
+#include "topology/comm_discovery.h"
 #include "topology/topology.h"
 #include "transports/shm/shm_transport.h"
 #include "transports/tcp/tcp_transport.h"
+#include "tuner/autotuner.h"
 #include "tuner/simulator.h"
 #include "tuner/tuner.h"
 
@@ -35,7 +37,11 @@ struct CommOptions {
   uint64_t directBytes = 0;         // LOOM_SHM_DIRECT_BYTES: the direct arena's data
   WaitPolicy wait;                  // readWaitPolicy
   bool bindToCores = true;  // LOOM_BIND=auto (else none)
-  std::string cacheDir;     // readCacheDirectory
+  // Topology discovery's settings (LOOM_TOPO_*; those of detection only without a file) and
+  // autotune's (LOOM_AUTOTUNE_*, read only under LOOM_AUTOTUNE), both with the cache directory.
+  topology::DiscoveryOptions discovery;
+  bool autotune = false;
+  tuner::AutotuneSettings autotuneSettings;
 };
 
 // All of them; `config` (loomCommInitRankConfig's, may be null) overrides what it sets. A bad
