@@ -19,15 +19,11 @@ namespace {
 
 constexpr int kRanks = 4;
 
-const char* sourceName(tuner::Source s) {
-  switch (s) {
-    case tuner::Source::Forced: return "LOOM_ALGO";
-    case tuner::Source::Rule: return "a rule";
-    case tuner::Source::Autotune: return "autotune";
-    case tuner::Source::Model: return "the model";
-    case tuner::Source::Builtin: return "the built-in table";
-  }
-  return "?";
+// A source's name, as the tuner's decision table writes it.
+std::string sourceName(tuner::Source s) {
+  tuner::Decision d;
+  d.source = s;
+  return tuner::sourceText(d);
 }
 
 TEST(Tune, LoomTunePicksTheAlgorithmAndTheModelTheRest) {
@@ -46,7 +42,7 @@ TEST(Tune, LoomTunePicksTheAlgorithmAndTheModelTheRest) {
       const tuner::Source source = commOf(comm).lastSource();
       const tuner::Source want = count == 1001 ? tuner::Source::Rule : tuner::Source::Model;
       RANK_CHECK(source == want, "count %zu was decided by %s, not %s", count,
-                 sourceName(source), sourceName(want));
+                 sourceName(source).c_str(), sourceName(want).c_str());
       if (count == 1001)
         RANK_CHECK(std::string(algorithm) == "tree lanes=2", "count 1001 ran %s", algorithm);
     }
@@ -58,7 +54,7 @@ TEST(Tune, LoomTunePicksTheAlgorithmAndTheModelTheRest) {
     RANK_CHECK(std::string(algorithm).rfind("rd", 0) == 0, "allgather ran %s", algorithm);
     RANK_CHECK(commOf(comm).lastSource() == tuner::Source::Rule,
                "the allgather was decided by %s, not a rule",
-               sourceName(commOf(comm).lastSource()));
+               sourceName(commOf(comm).lastSource()).c_str());
     RANK_LOOM(loomCommDestroy(comm));
     return 0;
   });
