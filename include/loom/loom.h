@@ -53,7 +53,9 @@ typedef enum {
   loomMin = 2,
   loomMax = 3,
   loomAvg = 4,
-  loomNumOps = 5
+  loomNumOps = 5,
+  /** Ops from loomRedOpCreatePreMulSum are numbered from loomNumOps up, per communicator. */
+  loomMaxRedOp = 0x7fffffff
 } loomRedOp_t;
 
 /** Opaque communicator handle. */
@@ -65,7 +67,7 @@ typedef struct {
   char internal[LOOM_UNIQUE_ID_BYTES];
 } loomUniqueId;
 
-#define LOOM_CONFIG_VERSION 1
+#define LOOM_CONFIG_VERSION 2
 /** Communicator options. Initialise with LOOM_CONFIG_INITIALIZER; the size and version
  *  fields let the struct grow without breaking callers built against an older header.
  *  Fields left at their initializer value fall back to the LOOM_* parameters. */
@@ -75,10 +77,14 @@ typedef struct {
   int timeoutMs;         /**< deadline of every wait; -1: LOOM_TIMEOUT_MS */
   const char* algorithms; /**< e.g. "allreduce=ring"; NULL: LOOM_ALGO */
   const char* transport;  /**< "auto", "shm" or "tcp"; NULL: LOOM_TRANSPORT */
+  /** 1 (the default): init, split and shrink return once the communicator is ready. 0: they
+   *  return loomInProgress at once and finish in the background; loomCommGetAsyncError says
+   *  loomInProgress until then, and a call on the communicator waits for it. (Version 2.) */
+  int blocking;
 } loomConfig_t;
 
 #define LOOM_CONFIG_INITIALIZER \
-  { sizeof(loomConfig_t), LOOM_CONFIG_VERSION, -1, NULL, NULL }
+  { sizeof(loomConfig_t), LOOM_CONFIG_VERSION, -1, NULL, NULL, 1 }
 
 /** Text of a result code (never NULL). */
 const char* loomGetErrorString(loomResult_t result);
@@ -103,12 +109,25 @@ loomResult_t loomCommInitFromEnv(loomComm_t* comm, const loomConfig_t* config);
 #define LOOM_SPLIT_NOCOLOR (-1)
 loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t* newcomm,
                            const loomConfig_t* config);
+/** A communicator of comm's ranks but those in excludeRanks (which must not call it: they
+ *  may be dead), in the same order. Collective over the others, which must pass the same
+ *  list; it goes through comm's bootstrap root, so the process that made comm's unique id
+ *  must be alive. flags: LOOM_SHRINK_DEFAULT (comm must be healthy and idle) or
+ *  LOOM_SHRINK_ABORT (comm may have failed or be revoked; its in-flight calls end first). */
+#define LOOM_SHRINK_DEFAULT 0
+#define LOOM_SHRINK_ABORT 1
+loomResult_t loomCommShrink(loomComm_t comm, const int* excludeRanks, int excludeCount,
+                            loomComm_t* newcomm, const loomConfig_t* config, int flags);
+/** Ends every call in flight on comm, here and on every other rank, with loomRemoteError
+ *  (there) or loomInvalidUsage (here); later calls fail the same way. comm can then only be
+ *  shrunk (LOOM_SHRINK_ABORT), destroyed or aborted. Not collective; any thread may call it. */
+loomResult_t loomCommRevoke(loomComm_t comm);
 /** Frees comm. On the rank whose process made the unique id (and serves its rendezvous), it
  *  returns once every other rank has destroyed or aborted comm, or died, or after
  *  LOOM_TIMEOUT_MS: that process exiting earlier would fail the ranks still at work. */
 loomResult_t loomCommDestroy(loomComm_t comm);
-/** Stops every operation of comm, tells the peers, and frees it (waiting as loomCommDestroy
- *  does). */
+/** Stops every operation of comm (a call in flight in another thread returns an error
+ *  first), tells the peers, and frees it (waiting as loomCommDestroy does). */
 loomResult_t loomCommAbort(loomComm_t comm);
 loomResult_t loomCommCount(const loomComm_t comm, int* count);
 loomResult_t loomCommUserRank(const loomComm_t comm, int* rank);
@@ -127,6 +146,14 @@ loomResult_t loomCommGetLastAlgorithm(loomComm_t comm, const char** algorithm);
 loomResult_t loomMemAlloc(void** ptr, size_t size);
 /** Frees what loomMemAlloc returned (NULL is a no-op). */
 loomResult_t loomMemFree(void* ptr);
+
+/** A reduction op of comm that multiplies each rank's input by *scalar (one element of
+ *  datatype, read now) and sums: calls with it reduce as loomSum over the scaled inputs (fp16,
+ *  bf16 and fp8 scale in fp32 and round back). Valid with datatype only, until
+ *  loomRedOpDestroy. Local. */
+loomResult_t loomRedOpCreatePreMulSum(loomRedOp_t* op, const void* scalar,
+                                      loomDataType_t datatype, loomComm_t comm);
+loomResult_t loomRedOpDestroy(loomRedOp_t op, loomComm_t comm);
 
 /* Collectives. `stream` orders device work (cudaStream_t); NULL with host buffers is a
  * synchronous call. sendbuff == recvbuff is in place; for allgather in place means
@@ -152,14 +179,28 @@ loomResult_t loomAlltoAllv(const void* sendbuff, const size_t sendcounts[],
                            const size_t sdispls[], void* recvbuff, const size_t recvcounts[],
                            const size_t rdispls[], loomDataType_t datatype, loomComm_t comm,
                            void* stream);
+/** The root receives every rank's `count` elements, rank r's at recvbuff + r*count. In
+ *  place: sendbuff == recvbuff + root*count on the root. recvbuff is read on the root only. */
+loomResult_t loomGather(const void* sendbuff, void* recvbuff, size_t count,
+                        loomDataType_t datatype, int root, loomComm_t comm, void* stream);
+/** Rank r receives the root's sendbuff + r*count (count elements). In place:
+ *  recvbuff == sendbuff + root*count on the root. sendbuff is read on the root only. */
+loomResult_t loomScatter(const void* sendbuff, void* recvbuff, size_t count,
+                         loomDataType_t datatype, int root, loomComm_t comm, void* stream);
 loomResult_t loomSend(const void* sendbuff, size_t count, loomDataType_t datatype, int peer,
                       loomComm_t comm, void* stream);
 loomResult_t loomRecv(void* recvbuff, size_t count, loomDataType_t datatype, int peer,
                       loomComm_t comm, void* stream);
 /** Calls between GroupStart and GroupEnd are queued and run together at GroupEnd, so
- *  send/recv pairs in any order cannot deadlock. Groups nest. */
+ *  send/recv pairs in any order cannot deadlock. Groups nest. A group may hold calls of
+ *  several communicators (several ranks of one process included: each communicator's calls
+ *  run in a thread of their own), and loomCommInitRank* calls, which run, one thread each,
+ *  before the group's other calls: that is how one thread creates several ranks. */
 loomResult_t loomGroupStart(void);
 loomResult_t loomGroupEnd(void);
+/** Ends the group like loomGroupEnd but runs nothing: *estimatedUs is what loom's cost
+ *  model predicts the group's calls take, in microseconds, as the tuner would run them. */
+loomResult_t loomGroupSimulateEnd(float* estimatedUs);
 
 #ifdef __cplusplus
 }
