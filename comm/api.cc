@@ -6,76 +6,21 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
-#include <set>
+#include <thread>
 
-#include "comm/comm.h"
 #include "base/dtype.h"
+#include "base/reduce_kernels.h"
+#include "comm/comm.h"
+#include "comm/handle.h"
 #include "base/log.h"
 #include "base/params.h"
 #include "loom/loom.h"
 #include "transports/shm/user_memory.h"
 
-struct loomComm {
-  std::unique_ptr<loom::Comm> impl;
-};
-
 namespace loom {
 namespace {
 
 using collectives::Collective;
-
-thread_local std::string tLastError;
-
-// Live handles, so a call with a destroyed (or never created) communicator gets a clear error
-// instead of a crash. Every removal bumps the generation; a thread remembers the last handle
-// it found live and the generation then, so its next call on that handle (the common case)
-// needs no lock: nothing was destroyed since if the generation is the same.
-std::mutex gCommsMutex;
-std::set<const loomComm*> gComms;
-std::atomic<uint64_t> gCommsGeneration{0};
-// Read on every call: the initial-exec model makes each read one %fs-relative load instead of
-// a call to __tls_get_addr (~4% of a 1-rank 8-byte call); 20 bytes of static TLS.
-#define LOOM_HOT_TLS __attribute__((tls_model("initial-exec")))
-thread_local const loomComm* tLastLive LOOM_HOT_TLS = nullptr;
-thread_local uint64_t tLastLiveGeneration LOOM_HOT_TLS = 0;
-
-// isLive's look-up under the lock; out of line, so that the test before it inlines.
-[[gnu::noinline]] bool isLiveLocked(const loomComm* c) {
-  std::lock_guard<std::mutex> g(gCommsMutex);
-  if (gComms.count(c) == 0) return false;
-  tLastLive = c;
-  tLastLiveGeneration = gCommsGeneration.load(std::memory_order_relaxed);
-  return true;
-}
-
-bool isLive(const loomComm* c) {
-  if (c == tLastLive && tLastLiveGeneration == gCommsGeneration.load(std::memory_order_acquire))
-    return true;
-  return isLiveLocked(c);
-}
-
-void forget(const loomComm* c) {
-  std::lock_guard<std::mutex> g(gCommsMutex);
-  gComms.erase(c);
-  gCommsGeneration.fetch_add(1, std::memory_order_release);
-}
-
-loomResult_t finish(loomComm_t comm, const Status& st) {
-  if (st.isOk()) return loomSuccess;
-  tLastError = st.message();
-  if (comm != nullptr && isLive(comm)) comm->impl->setLastError(st.message());
-  LOOM_INFO("API", "%s: %s", loomGetErrorString(st.code()), st.message().c_str());
-  return st.code();
-}
-
-inline Status checkComm(const loomComm* comm, const char* fn) {
-  if (comm == nullptr) return errorf(loomInvalidArgument, "%s: comm is NULL", fn);
-  if (!isLive(comm))
-    return errorf(loomInvalidUsage,
-                  "%s: the communicator was destroyed (or never created); it cannot be used",
-                  fn);
-  return Status::ok();
-}
 
 inline Status checkStream(void* stream, const char* fn) {
   if (stream != nullptr)
@@ -93,11 +38,19 @@ inline Status checkType(int dtype, const char* fn) {
   return Status::ok();
 }
 
-inline Status checkOp(int op, const char* fn) {
-  if (!validOp(op))
-    return errorf(loomInvalidArgument, "%s: unknown reduction op %d (valid: 0..%d)", fn, op,
-                  loomNumOps - 1);
-  return Status::ok();
+// A built-in op, or a live pre-multiplied sum of comm created for dtype.
+inline Status checkOp(const loomComm* comm, int op, loomDataType_t dtype, const char* fn) {
+  if (validOp(op)) return Status::ok();
+  size_t i = size_t(op) - loomNumOps;
+  if (op >= loomNumOps && i < comm->preMulSums.size() && comm->preMulSums[i].live) {
+    if (comm->preMulSums[i].dtype == dtype) return Status::ok();
+    return errorf(loomInvalidArgument, "%s: op %d is a pre-multiplied sum of %s, not of %s", fn,
+                  op, dtypeName(comm->preMulSums[i].dtype), dtypeName(dtype));
+  }
+  return errorf(loomInvalidArgument,
+                "%s: unknown reduction op %d (valid: 0..%d, or one of loomRedOpCreatePreMulSum "
+                "on this communicator)",
+                fn, op, loomNumOps - 1);
 }
 
 // elements × multiplier × element size must fit in size_t (and in a signed 64-bit offset).
@@ -119,28 +72,44 @@ inline Status checkBuffer(const void* p, size_t bytes, const char* fn, const cha
   return Status::ok();
 }
 
-inline Status checkRank(int r, int nranks, const char* fn, const char* what) {
-  if (r < 0 || r >= nranks)
-    return errorf(loomInvalidArgument, "%s: %s %d is out of range (communicator has %d ranks)",
-                  fn, what, r, nranks);
+// A call with a pre-multiplied sum reduces as loomSum over its input scaled by the op's
+// scalar: the scaled copy (comm->scaledInputs) becomes the call's input. The scaling is the
+// product kernel against a block of the scalar, so every type rounds as a product does.
+Status applyPreMulSum(loomComm* comm, CallDesc& d) {
+  const PreMulSum& pm = comm->preMulSums[size_t(d.op) - loomNumOps];
+  const size_t es = dtypeSize(d.dtype);
+  const size_t count = d.inputBytes / es;
+  constexpr size_t kBlock = 1024;
+  alignas(64) unsigned char scalars[kBlock * 8];
+  for (size_t i = 0; i < kBlock; ++i) memcpy(scalars + i * es, pm.scalar, es);
+  std::vector<std::vector<char>>& copies = comm->scaledInputs;
+  if (!inGroup()) copies.resize(1);
+  else copies.emplace_back();  // kept until the group has run (comm/group.cc)
+  copies.back().resize(d.inputBytes);
+  const char* in = static_cast<const char*>(d.input);
+  char* out = copies.back().data();
+  for (size_t i = 0; i < count; i += kBlock) {
+    size_t n = std::min(kBlock, count - i);
+    reduce(out + i * es, in + i * es, scalars, n, d.dtype, loomProd);
+  }
+  d.input = out;
+  d.op = loomSum;
   return Status::ok();
 }
 
-// Calls queued between GroupStart and GroupEnd.
-struct GroupItem {
-  loomComm* comm;
-  bool p2p;
-  P2PCall p2pCall;
-  CallDesc coll;
-};
-thread_local int tGroupDepth LOOM_HOT_TLS = 0;
-thread_local std::vector<GroupItem> tGroup;
+// A split's or shrink's config: the caller's, or (NULL) one with the parent's deadline.
+const loomConfig_t* orParents(const loomConfig_t* config, const Comm& parent,
+                              loomConfig_t* storage) {
+  if (config != nullptr) return config;
+  *storage = LOOM_CONFIG_INITIALIZER;
+  storage->timeoutMs = int(parent.timeoutMs());
+  return storage;
+}
 
 Status submitCollective(loomComm* comm, CallDesc& call) {
-  if (tGroupDepth > 0) {
-    tGroup.push_back({comm, false, {}, call});
-    return Status::ok();
-  }
+  if (call.op >= loomNumOps) LOOM_TRY(applyPreMulSum(comm, call));
+  if (inGroup()) return queueCollective(comm, call);
+  CallHold hold(comm);
   return comm->impl->runCollective(call);
 }
 
@@ -205,8 +174,9 @@ loomResult_t loomCommGetLastAlgorithm(loomComm_t comm, const char** algorithm) {
 }
 
 const char* loomGetLastError(loomComm_t comm) {
-  if (comm != nullptr && isLive(comm)) return comm->impl->lastError();
-  return tLastError.c_str();
+  if (comm != nullptr && isLive(comm) && comm->ready.load() && comm->impl)
+    return comm->impl->lastError();
+  return threadLastError().c_str();
 }
 
 loomResult_t loomGetVersion(int* version) {
@@ -245,16 +215,30 @@ loomResult_t loomCommInitRankConfig(loomComm_t* comm, int nranks, loomUniqueId c
   else st = checkRank(rank, nranks, "loomCommInitRank", "rank");
   if (!st.isOk()) return finish(nullptr, st);
   *comm = nullptr;
-  std::unique_ptr<Comm> impl;
-  st = Comm::create(nranks, commId, rank, config, &impl);
-  if (!st.isOk())
+  auto* handle = new loomComm;
+  const bool blocking = config == nullptr ||
+                        config->size < offsetof(loomConfig_t, blocking) + sizeof(int) ||
+                        config->blocking != 0;
+  if (inGroup() || !blocking) {
+    // Made at the group's end, or in the background: the handle exists meanwhile.
+    handle->pending = std::make_unique<PendingInit>(nranks, rank, commId, config);
+    registerHandle(handle);
+    *comm = handle;
+    if (inGroup()) {
+      queueInit(handle);
+      return loomSuccess;
+    }
+    handle->pending->start();
+    return loomInProgress;
+  }
+  st = Comm::create(nranks, commId, rank, config, &handle->impl);
+  if (!st.isOk()) {
+    delete handle;
     return finish(nullptr, st.withContext(strprintf("loomCommInitRank (rank %d of %d)", rank,
                                                     nranks)));
-  auto* handle = new loomComm{std::move(impl)};
-  {
-    std::lock_guard<std::mutex> g(gCommsMutex);
-    gComms.insert(handle);
   }
+  handle->ready.store(true, std::memory_order_release);
+  registerHandle(handle);
   *comm = handle;
   return loomSuccess;
 }
@@ -353,7 +337,7 @@ loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t* newc
   if (newRank == 0) {
     loomUniqueId id;
     loomResult_t rc = loomGetUniqueId(&id);
-    if (rc != loomSuccess) return finish(comm, Status(rc, tLastError));
+    if (rc != loomSuccess) return finish(comm, Status(rc, threadLastError()));
     published.assign(id.internal, sizeof(id.internal));
   }
   st = c.bootstrap().allgather(published, &all, deadline);
@@ -361,25 +345,52 @@ loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t* newc
   if (color < 0) return loomSuccess;  // LOOM_SPLIT_NOCOLOR: this rank joins no group
   loomUniqueId id;
   memcpy(id.internal, all[members[0].second].data(), sizeof(id.internal));
-  return loomCommInitRankConfig(newcomm, int(members.size()), id, newRank, config);
+  loomConfig_t inherited;
+  return loomCommInitRankConfig(newcomm, int(members.size()), id, newRank,
+                                orParents(config, c, &inherited));
 }
 
-loomResult_t loomCommDestroy(loomComm_t comm) {
-  Status st = checkComm(comm, "loomCommDestroy");
-  if (!st.isOk()) return finish(nullptr, st);
+// Frees a handle: its communicator leaves (after telling the peers why, when aborted).
+// Waits for a pending init to end first, and for the calls of other threads to leave.
+static loomResult_t release(loomComm_t comm, const char* fn, const char* abortReason) {
+  if (comm == nullptr) return finish(nullptr, errorf(loomInvalidArgument, "%s: comm is NULL", fn));
+  if (!isLive(comm))
+    return finish(nullptr, errorf(loomInvalidUsage,
+                                  "%s: the communicator was destroyed (or never created)", fn));
+  if (!comm->ready.load() && comm->pending && comm->pending->started)
+    awaitReady(comm, fn, true).ignore();
   forget(comm);
-  comm->impl->leave();
+  if (comm->impl) {
+    if (abortReason != nullptr) comm->impl->revoke(abortReason);
+    Deadline deadline(comm->impl->timeoutMs());
+    while (comm->busy.load(std::memory_order_acquire) > 0 && !deadline.expired())
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    if (comm->busy.load() > 0) {
+      // A call that does not notice the revoke in time keeps the communicator: freeing it
+      // under that call would crash the process.
+      return finish(nullptr, errorf(loomInternalError,
+                                    "%s: a call in another thread did not end before the "
+                                    "deadline; the communicator is left allocated",
+                                    fn));
+    }
+    comm->impl->leave();
+  }
   delete comm;
   return loomSuccess;
 }
 
+loomResult_t loomCommDestroy(loomComm_t comm) {
+  return release(comm, "loomCommDestroy", nullptr);
+}
+
 loomResult_t loomCommAbort(loomComm_t comm) {
-  Status st = checkComm(comm, "loomCommAbort");
+  return release(comm, "loomCommAbort", "the communicator was aborted by the application");
+}
+
+loomResult_t loomCommRevoke(loomComm_t comm) {
+  Status st = checkComm(comm, "loomCommRevoke");
   if (!st.isOk()) return finish(nullptr, st);
-  forget(comm);
-  comm->impl->abortPeers("the communicator was aborted by the application");
-  comm->impl->leave();
-  delete comm;
+  comm->impl->revoke("loomCommRevoke on this rank");
   return loomSuccess;
 }
 
@@ -401,11 +412,21 @@ loomResult_t loomCommUserRank(const loomComm_t comm, int* rank) {
 }
 
 loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t* asyncError) {
-  Status st = checkComm(comm, "loomCommGetAsyncError");
-  if (st.isOk() && asyncError == nullptr)
-    st = errorf(loomInvalidArgument, "loomCommGetAsyncError: asyncError is NULL");
+  const char* fn = "loomCommGetAsyncError";
+  Status st;
+  if (comm == nullptr || !isLive(comm)) st = checkComm(comm, fn);
+  else if (asyncError == nullptr) st = errorf(loomInvalidArgument, "%s: asyncError is NULL", fn);
   if (!st.isOk()) return finish(nullptr, st);
-  *asyncError = comm->impl->asyncError();
+  // A communicator still being made is loomInProgress; one whose init failed, that failure.
+  if (!comm->ready.load(std::memory_order_acquire)) {
+    st = awaitReady(comm, fn, false);
+    if (st.code() == loomInProgress || (!st.isOk() && comm->ready.load())) {
+      *asyncError = st.code();
+      return loomSuccess;
+    }
+    if (!st.isOk()) return finish(nullptr, st);
+  }
+  *asyncError = comm->impl ? comm->impl->asyncError() : comm->initError.code();
   return loomSuccess;
 }
 
@@ -415,7 +436,7 @@ loomResult_t loomAllReduce(const void* sendbuff, void* recvbuff, size_t count,
   const char* fn = "loomAllReduce";
   size_t bytes = 0;
   Status st = prologue(comm, datatype, stream, fn);
-  if (st.isOk()) st = checkOp(op, fn);
+  if (st.isOk()) st = checkOp(comm, op, datatype, fn);
   if (st.isOk()) st = checkBytes(count, 1, datatype, fn, "a buffer", &bytes);
   if (st.isOk()) st = checkBuffer(sendbuff, bytes, fn, "sendbuff");
   if (st.isOk()) st = checkBuffer(recvbuff, bytes, fn, "recvbuff");
@@ -447,7 +468,7 @@ loomResult_t loomReduce(const void* sendbuff, void* recvbuff, size_t count,
   const char* fn = "loomReduce";
   size_t bytes = 0;
   Status st = prologue(comm, datatype, stream, fn);
-  if (st.isOk()) st = checkOp(op, fn);
+  if (st.isOk()) st = checkOp(comm, op, datatype, fn);
   if (st.isOk()) st = checkRank(root, comm->impl->nranks(), fn, "root");
   if (st.isOk()) st = checkBytes(count, 1, datatype, fn, "a buffer", &bytes);
   if (st.isOk()) st = checkBuffer(sendbuff, bytes, fn, "sendbuff");
@@ -481,7 +502,7 @@ loomResult_t loomReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
   const char* fn = "loomReduceScatter";
   size_t inBytes = 0, outBytes = 0;
   Status st = prologue(comm, datatype, stream, fn);
-  if (st.isOk()) st = checkOp(op, fn);
+  if (st.isOk()) st = checkOp(comm, op, datatype, fn);
   if (st.isOk()) st = checkBytes(recvcount, 1, datatype, fn, "recvcount", &outBytes);
   if (st.isOk())
     st = checkBytes(recvcount, comm->impl->nranks(), datatype, fn, "the input", &inBytes);
@@ -554,10 +575,8 @@ static loomResult_t pointToPoint(void* buff, size_t count, loomDataType_t dataty
   if (st.isOk()) st = checkBuffer(buff, bytes, fn, "the buffer");
   if (!st.isOk()) return finish(comm, st);
   P2PCall call{{peer, kind, bytes}, buff};
-  if (tGroupDepth > 0) {
-    tGroup.push_back({comm, true, call, {}});
-    return loomSuccess;
-  }
+  if (inGroup()) return finish(comm, queueP2P(comm, call));
+  CallHold hold(comm);
   return finish(comm, comm->impl->runP2P({call}));
 }
 
@@ -573,66 +592,114 @@ loomResult_t loomRecv(void* recvbuff, size_t count, loomDataType_t datatype, int
                       collectives::P2POp::Kind::Recv);
 }
 
-loomResult_t loomGroupStart(void) {
-  ++tGroupDepth;
+loomResult_t loomRedOpCreatePreMulSum(loomRedOp_t* op, const void* scalar,
+                                      loomDataType_t datatype, loomComm_t comm) {
+  const char* fn = "loomRedOpCreatePreMulSum";
+  Status st = checkComm(comm, fn);
+  if (st.isOk()) st = checkType(datatype, fn);
+  if (st.isOk() && (op == nullptr || scalar == nullptr))
+    st = errorf(loomInvalidArgument, "%s: %s is NULL", fn, op == nullptr ? "op" : "scalar");
+  if (!st.isOk()) return finish(comm, st);
+  std::vector<PreMulSum>& ops = comm->preMulSums;
+  size_t i = 0;
+  while (i < ops.size() && ops[i].live) ++i;
+  if (i == ops.size()) ops.emplace_back();
+  ops[i].live = true;
+  ops[i].dtype = datatype;
+  memcpy(ops[i].scalar, scalar, dtypeSize(datatype));
+  *op = loomRedOp_t(loomNumOps + int(i));
   return loomSuccess;
 }
 
-loomResult_t loomGroupEnd(void) {
-  if (tGroupDepth == 0)
-    return finish(nullptr, errorf(loomInvalidUsage, "loomGroupEnd without loomGroupStart"));
-  if (--tGroupDepth > 0) return loomSuccess;
-  // The lists below are cleared rather than freed (the group's items go back to tGroup at the
-  // end), so that a loop of like groups, a send/receive exchange per step, allocates nothing.
-  thread_local std::vector<GroupItem> items;
-  thread_local std::vector<loomComm*> comms;
-  thread_local std::vector<P2PCall> p2p;
-  items.clear();
-  items.swap(tGroup);
-  // Per communicator, in order of first appearance: its sends and receives together as one
-  // plan (so any order of calls completes), then its collectives in call order.
-  comms.clear();
-  for (const GroupItem& it : items)
-    if (std::find(comms.begin(), comms.end(), it.comm) == comms.end()) comms.push_back(it.comm);
-  for (loomComm* c : comms) {
-    Status st = checkComm(c, "loomGroupEnd");
-    if (!st.isOk()) return finish(nullptr, st);
-    p2p.clear();
-    for (const GroupItem& it : items)
-      if (it.comm == c && it.p2p) p2p.push_back(it.p2pCall);
-    if (!p2p.empty()) {
-      st = c->impl->runP2P(p2p);
-      if (!st.isOk()) return finish(c, st.withContext("loomGroupEnd"));
-    }
-    for (GroupItem& it : items) {
-      if (it.comm != c || it.p2p) continue;
-      st = c->impl->runCollective(it.coll);
-      if (!st.isOk()) return finish(c, st.withContext("loomGroupEnd"));
-    }
-  }
-  items.clear();
-  items.swap(tGroup);  // tGroup is empty: it takes the capacity
+loomResult_t loomRedOpDestroy(loomRedOp_t op, loomComm_t comm) {
+  const char* fn = "loomRedOpDestroy";
+  Status st = checkComm(comm, fn);
+  const size_t i = size_t(op) - loomNumOps;
+  if (st.isOk() && (op < loomNumOps || i >= comm->preMulSums.size() || !comm->preMulSums[i].live))
+    st = errorf(loomInvalidArgument,
+                "%s: op %d is not a live loomRedOpCreatePreMulSum op of this communicator", fn,
+                int(op));
+  if (!st.isOk()) return finish(comm, st);
+  comm->preMulSums[i].live = false;
   return loomSuccess;
+}
+
+// The ranks of comm but the excluded ones agree on the new communicator's unique id through
+// the key-value store of comm's bootstrap root, which works after a rank died: the lowest rank
+// left publishes it under a key that names the shrink and the excluded ranks, so ranks that
+// pass different lists never meet (they wait for a key nobody publishes, until the deadline).
+loomResult_t loomCommShrink(loomComm_t comm, const int* excludeRanks, int excludeCount,
+                            loomComm_t* newcomm, const loomConfig_t* config, int flags) {
+  const char* fn = "loomCommShrink";
+  if (comm == nullptr || !isLive(comm)) return finish(nullptr, checkComm(comm, fn));
+  Status st = awaitReady(comm, fn, true);
+  if (st.isOk() && newcomm == nullptr) st = errorf(loomInvalidArgument, "%s: newcomm is NULL", fn);
+  if (st.isOk() && flags != LOOM_SHRINK_DEFAULT && flags != LOOM_SHRINK_ABORT)
+    st = errorf(loomInvalidArgument, "%s: flags %d (valid: LOOM_SHRINK_DEFAULT, LOOM_SHRINK_ABORT)",
+                fn, flags);
+  if (st.isOk() && excludeCount < 0)
+    st = errorf(loomInvalidArgument, "%s: excludeCount %d is negative", fn, excludeCount);
+  if (st.isOk() && excludeCount > 0 && excludeRanks == nullptr)
+    st = errorf(loomInvalidArgument, "%s: excludeRanks is NULL", fn);
+  if (!st.isOk()) return finish(nullptr, st);
+  Comm& c = *comm->impl;
+  std::vector<bool> excluded(c.nranks(), false);
+  for (int i = 0; i < excludeCount && st.isOk(); ++i) {
+    st = checkRank(excludeRanks[i], c.nranks(), fn, "excluded rank");
+    if (st.isOk() && excluded[excludeRanks[i]])
+      st = errorf(loomInvalidArgument, "%s: rank %d is excluded twice", fn, excludeRanks[i]);
+    if (st.isOk()) excluded[excludeRanks[i]] = true;
+  }
+  if (st.isOk() && excluded[c.rank()])
+    st = errorf(loomInvalidUsage, "%s: this rank (%d) is in the excluded list", fn, c.rank());
+  if (st.isOk() && flags == LOOM_SHRINK_DEFAULT) {
+    st = c.usable();
+    if (!st.isOk()) st = st.withContext(strprintf("%s: LOOM_SHRINK_DEFAULT needs a healthy "
+                                                  "communicator; LOOM_SHRINK_ABORT shrinks one "
+                                                  "that failed", fn));
+  }
+  if (!st.isOk()) return finish(comm, st);
+  *newcomm = nullptr;
+  if (flags == LOOM_SHRINK_ABORT) c.revoke("shrunk with LOOM_SHRINK_ABORT");
+  std::string key = strprintf("shrink/%llu/", (unsigned long long)comm->shrinks++);
+  int newRank = 0, newSize = 0, first = -1;
+  for (int r = 0; r < c.nranks(); ++r) {
+    if (excluded[r]) continue;
+    if (first < 0) first = r;
+    if (r == c.rank()) newRank = newSize;
+    ++newSize;
+    key += std::to_string(r) + ",";
+  }
+  Deadline deadline(c.timeoutMs());
+  std::string published;
+  if (c.rank() == first) {
+    loomUniqueId id;
+    loomResult_t rc = loomGetUniqueId(&id);
+    if (rc != loomSuccess) return finish(comm, Status(rc, threadLastError()));
+    published.assign(id.internal, sizeof(id.internal));
+    st = c.bootstrap().put(key, published, deadline);
+  } else {
+    st = c.bootstrap().get(key, &published, deadline);
+  }
+  if (st.isOk() && published.size() != sizeof(loomUniqueId))
+    st = errorf(loomInternalError, "%s: the published unique id has %zu bytes", fn,
+                published.size());
+  if (!st.isOk()) return finish(comm, st.withContext(fn));
+  loomUniqueId id;
+  memcpy(id.internal, published.data(), sizeof(id.internal));
+  loomConfig_t inherited;
+  return loomCommInitRankConfig(newcomm, newSize, id, newRank, orParents(config, c, &inherited));
 }
 
 // Declared in loom.h; each is built in its own change.
 static loomResult_t notBuiltYet(const char* fn) {
   return finish(nullptr, errorf(loomInvalidUsage, "%s is not built yet", fn));
 }
-loomResult_t loomCommShrink(loomComm_t, const int*, int, loomComm_t*, const loomConfig_t*, int) {
-  return notBuiltYet("loomCommShrink");
-}
-loomResult_t loomCommRevoke(loomComm_t) { return notBuiltYet("loomCommRevoke"); }
-loomResult_t loomRedOpCreatePreMulSum(loomRedOp_t*, const void*, loomDataType_t, loomComm_t) {
-  return notBuiltYet("loomRedOpCreatePreMulSum");
-}
-loomResult_t loomRedOpDestroy(loomRedOp_t, loomComm_t) { return notBuiltYet("loomRedOpDestroy"); }
 loomResult_t loomGather(const void*, void*, size_t, loomDataType_t, int, loomComm_t, void*) {
   return notBuiltYet("loomGather");
 }
 loomResult_t loomScatter(const void*, void*, size_t, loomDataType_t, int, loomComm_t, void*) {
   return notBuiltYet("loomScatter");
 }
-loomResult_t loomGroupSimulateEnd(float*) { return notBuiltYet("loomGroupSimulateEnd"); }
 
 }  // extern "C"

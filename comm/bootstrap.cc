@@ -17,7 +17,30 @@
 namespace loom {
 namespace {
 
-enum MessageType : uint32_t { kGather = 1, kGatherResult = 2, kAbort = 3, kLeave = 4 };
+enum MessageType : uint32_t {
+  kGather = 1,
+  kGatherResult = 2,
+  kAbort = 3,
+  kLeave = 4,
+  kPut = 5,        // key, value
+  kGet = 6,        // key; answered by kGetResult once the key is there
+  kGetResult = 7,  // value
+};
+
+// A key and a value in one payload: the key's length (4 bytes), the key, the value.
+std::string keyed(const std::string& key, const std::string& value) {
+  uint32_t len = uint32_t(key.size());
+  return std::string(reinterpret_cast<const char*>(&len), sizeof(len)) + key + value;
+}
+bool unkey(const std::string& payload, std::string* key, std::string* value) {
+  uint32_t len = 0;
+  if (payload.size() < sizeof(len)) return false;
+  memcpy(&len, payload.data(), sizeof(len));
+  if (payload.size() - sizeof(len) < len) return false;
+  *key = payload.substr(sizeof(len), len);
+  *value = payload.substr(sizeof(len) + len);
+  return true;
+}
 
 struct Hello {
   uint32_t magic;
@@ -64,6 +87,10 @@ struct RootsHere {
   std::mutex mutex;
   std::condition_variable ended;
   std::map<std::string, pid_t> serving;
+  // Ranks of this process connected to each root (several when one process runs several
+  // ranks), by the root's secret and the pid (a forked child's ranks are not its parent's):
+  // only the last of them to leave waits for the others.
+  std::map<std::pair<std::string, pid_t>, int> connectedHere;
 };
 RootsHere& rootsHere() {
   static auto* roots = new RootsHere;
@@ -180,10 +207,46 @@ class Root {
       case kLeave:
         drop(r);
         break;
+      case kPut:
+      case kGet:
+        serveStore(r, type, payload);
+        break;
       default:
         LOOM_WARN("BOOT", "bootstrap root: rank %d sent an unknown message %u", r, type);
         drop(r);
     }
+  }
+
+  // The key-value store: what survives a failed rank (a gather waits for every rank; a get
+  // only for the key), so the others can agree on what comes next (loomCommShrink).
+  void serveStore(int r, uint32_t type, const std::string& payload) {
+    std::string key, value;
+    if (!unkey(payload, &key, &value)) {
+      LOOM_WARN("BOOT", "bootstrap root: rank %d sent a malformed store message", r);
+      drop(r);
+      return;
+    }
+    if (type == kGet) {
+      auto it = store_.find(key);
+      if (it == store_.end()) waiting_.push_back({r, key});
+      else answer(r, it->second);
+      return;
+    }
+    store_[key] = value;
+    for (size_t i = 0; i < waiting_.size();) {
+      if (waiting_[i].second != key) {
+        ++i;
+        continue;
+      }
+      int q = waiting_[i].first;
+      waiting_.erase(waiting_.begin() + i);
+      answer(q, value);
+    }
+  }
+
+  void answer(int r, const std::string& value) {
+    if (fds_[r] >= 0 && !sendMessage(fds_[r], kGetResult, value, Deadline(10000)).isOk())
+      drop(r);
   }
 
   void finishGather() {
@@ -212,6 +275,8 @@ class Root {
   }
 
   void drop(int r) {
+    if (fds_[r] < 0) return;
+    std::erase_if(waiting_, [r](const auto& w) { return w.first == r; });
     close(fds_[r]);
     fds_[r] = -1;
     --active_;
@@ -228,6 +293,8 @@ class Root {
   std::vector<int> fds_;
   std::vector<std::string> gathers_;
   std::vector<bool> hasGather_;
+  std::map<std::string, std::string> store_;
+  std::vector<std::pair<int, std::string>> waiting_;  // (rank, key) of gets not answered yet
 };
 
 }  // namespace
@@ -306,7 +373,11 @@ Status Bootstrap::connect(const loomUniqueId& id, int rank, int nranks,
                   "match (a stale or wrong unique id?)",
                   root.toString().c_str());
   switch (reply) {
-    case kAccepted: return Status::ok();
+    case kAccepted: {
+      std::lock_guard<std::mutex> lock(rootsHere().mutex);
+      ++rootsHere().connectedHere[{secret_, getpid()}];
+      return Status::ok();
+    }
     case kWrongSize:
       return errorf(loomInvalidArgument,
                     "bootstrap: nranks=%d differs from the other ranks' value", nranks);
@@ -328,7 +399,11 @@ Status Bootstrap::readMessage(uint32_t* type, std::string* payload, const Deadli
 Status Bootstrap::allgather(const std::string& mine, std::vector<std::string>* all,
                             const Deadline& deadline) {
   if (!abortReason_.empty()) return Status(loomRemoteError, abortReason_);
-  Status sent = sendMessage(fd_, kGather, mine, deadline);
+  Status sent;
+  {
+    std::lock_guard<std::mutex> g(sendMutex_);
+    sent = sendMessage(fd_, kGather, mine, deadline);
+  }
   if (!sent.isOk()) {
     // The root may have closed after telling us why: prefer its reason to "broken pipe".
     uint32_t type = 0;
@@ -363,6 +438,37 @@ Status Bootstrap::allgather(const std::string& mine, std::vector<std::string>* a
   }
 }
 
+Status Bootstrap::put(const std::string& key, const std::string& value,
+                      const Deadline& deadline) {
+  std::lock_guard<std::mutex> g(sendMutex_);
+  return sendMessage(fd_, kPut, keyed(key, value), deadline);
+}
+
+Status Bootstrap::get(const std::string& key, std::string* value, const Deadline& deadline) {
+  {
+    std::lock_guard<std::mutex> g(sendMutex_);
+    LOOM_TRY(sendMessage(fd_, kGet, keyed(key, std::string()), deadline));
+  }
+  for (;;) {
+    uint32_t type = 0;
+    Status st = readMessage(&type, value, deadline);
+    if (st.code() == loomTimeout)
+      return errorf(loomTimeout,
+                    "bootstrap: nobody published \"%s\" before the deadline (did every rank "
+                    "pass the same arguments?)",
+                    key.c_str());
+    LOOM_TRY(st);
+    // An abort relayed earlier (a rank died) is what the caller is recovering from.
+    if (type == kAbort) {
+      if (abortReason_.empty()) abortReason_ = "aborted by a peer: " + *value;
+      continue;
+    }
+    if (type != kGetResult)
+      return errorf(loomInternalError, "bootstrap: unexpected message %u", type);
+    return Status::ok();
+  }
+}
+
 Status Bootstrap::pollAbort() {
   if (!abortReason_.empty()) return Status(loomRemoteError, abortReason_);
   if (fd_ < 0) return Status::ok();
@@ -383,13 +489,17 @@ Status Bootstrap::pollAbort() {
 }
 
 void Bootstrap::sendAbort(const std::string& reason) {
+  std::lock_guard<std::mutex> g(sendMutex_);
   if (fd_ >= 0) sendMessage(fd_, kAbort, strprintf("rank %d: %s", rank_, reason.c_str()),
                             Deadline(1000)).ignore();
 }
 
 void Bootstrap::leave() {
   if (fd_ < 0) return;
-  sendMessage(fd_, kLeave, std::string(), Deadline(1000)).ignore();
+  {
+    std::lock_guard<std::mutex> g(sendMutex_);
+    sendMessage(fd_, kLeave, std::string(), Deadline(1000)).ignore();
+  }
   close(fd_);
   fd_ = -1;
   // Where the root runs in this process, the process must not exit (taking the root along)
@@ -398,6 +508,9 @@ void Bootstrap::leave() {
   // until every rank has left or died, or LOOM_TIMEOUT_MS.
   RootsHere& roots = rootsHere();
   std::unique_lock<std::mutex> lock(roots.mutex);
+  auto here = roots.connectedHere.find({secret_, getpid()});
+  if (here != roots.connectedHere.end() && --here->second > 0) return;  // the last one waits
+  if (here != roots.connectedHere.end()) roots.connectedHere.erase(here);
   const pid_t self = getpid();
   const auto gone = [&] {
     auto it = roots.serving.find(secret_);

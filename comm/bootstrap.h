@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -50,9 +51,14 @@ class Bootstrap final : public RankExchange {
   // Every rank's blob to all, relayed by the root. Also a barrier.
   Status allgather(const std::string& mine, std::vector<std::string>* all,
                    const Deadline& deadline) override;
+  // The root's key-value store: put publishes, get waits (until the deadline) for a key to be
+  // published. Unlike allgather they work after a rank failed or died, and ignore the aborts
+  // relayed meanwhile: the ranks left use them to agree on what comes next.
+  Status put(const std::string& key, const std::string& value, const Deadline& deadline);
+  Status get(const std::string& key, std::string* value, const Deadline& deadline);
   // Non-blocking: an abort relayed from another rank, or a lost root, becomes an error.
   Status pollAbort();
-  // Tells every other rank (through the root) that this rank failed.
+  // Tells every other rank (through the root) that this rank failed. Any thread may call it.
   void sendAbort(const std::string& reason);
   // A clean goodbye, so the root does not report this rank as lost. In the process that runs
   // the root, it returns once every rank has left (or died), or after LOOM_TIMEOUT_MS.
@@ -62,6 +68,7 @@ class Bootstrap final : public RankExchange {
   Status readMessage(uint32_t* type, std::string* payload, const Deadline& deadline);
   int fd_ = -1;
   int rank_ = 0;
+  std::mutex sendMutex_;  // a revoke from another thread must not interleave with a message
   std::string secret_;       // the id's, which names its root among those of this process
   std::string abortReason_;  // first abort seen, kept so every later call reports it
 };

@@ -194,16 +194,28 @@ Status Comm::connection(int peer, int lane, transports::Connection** out,
   return connections_.get(peer, lane, timeoutMs(), out, transport);
 }
 
-Status Comm::pollAsyncErrors() { return boot_.pollAbort(); }
+Status Comm::pollAsyncErrors() {
+  if (errors_.revoked()) return errors_.revokedStatus();
+  return boot_.pollAbort();
+}
+
+void Comm::revoke(const std::string& reason) {
+  if (errors_.revoked()) return;
+  errors_.revoke(reason);
+  boot_.sendAbort("the communicator was revoked: " + reason);
+}
 
 void Comm::fail(const Status& st) {
   if (!errors_.record(st)) return;
   LOOM_WARN("COLL", "%s", st.message().c_str());
-  // An abort relayed from a peer is already known to everyone; anything else, tell them.
-  if (st.message().find("aborted by a peer") == std::string::npos) boot_.sendAbort(st.message());
+  // An abort relayed from a peer, or this rank's revoke, is already known to everyone;
+  // anything else, tell them.
+  if (st.message().find("aborted by a peer") == std::string::npos && !errors_.revoked())
+    boot_.sendAbort(st.message());
 }
 
 loomResult_t Comm::asyncError() {
+  if (errors_.revoked() && !errors_.failed()) return loomInvalidUsage;
   if (!errors_.failed()) {
     Status st = boot_.pollAbort();
     if (!st.isOk()) fail(st);
@@ -494,6 +506,61 @@ Status Comm::runP2P(const std::vector<P2PCall>& calls) {
     return collectives::buildP2P(ops);
   });
   return execute(prepared, buffers, loomUint8, loomSum, "sendrecv");
+}
+
+}  // namespace loom
+
+namespace loom {
+
+Status Comm::predict(CallDesc& call, double* seconds) {
+  completeArgs(&call);
+  const collectives::CollArgs& a = call.args;
+  if (!tuner_.modelOff().empty())
+    return errorf(loomInvalidUsage, "no cost model to simulate the call with: %s",
+                  tuner_.modelOff().c_str());
+  const collectives::Builder* builder = forcedBuilders_[size_t(a.coll)];
+  tuner::AlgoParams params = tuner_.config().fixed;
+  if (builder == nullptr) {
+    tuner::Decision d;
+    LOOM_TRY(tuner_.decide(a, &d));
+    if (d.source == tuner::Source::Model && d.choice.time > 0) {
+      *seconds = d.choice.time;
+      return Status::ok();
+    }
+    builder = d.choice.builder, params = d.choice.params;
+  }
+  *seconds = tuner_.predict(a, *builder, params);
+  if (*seconds < 0)
+    return errorf(loomInternalError, "the cost model cannot simulate %s=%s of %llu elements",
+                  collectives::collectiveName(a.coll), builder->name,
+                  (unsigned long long)a.count);
+  return Status::ok();
+}
+
+// Each rank's operations are known only to itself: the model runs the group as if every rank
+// did what this one does, to the peers at the same offsets from itself.
+Status Comm::predictP2P(const std::vector<P2PCall>& calls, double* seconds) const {
+  if (!tuner_.modelOff().empty())
+    return errorf(loomInvalidUsage, "no cost model to simulate the group with: %s",
+                  tuner_.modelOff().c_str());
+  const int n = nranks();
+  std::vector<collectives::P2POp> mine;
+  for (const P2PCall& c : calls)
+    if (c.op.peer != rank()) mine.push_back(c.op);
+  *seconds = 0;
+  if (mine.empty()) return Status::ok();
+  tuner::SimResult r = tuner::simulateBuilt(
+      n,
+      [&](int r) {
+        std::vector<collectives::P2POp> ops = mine;
+        for (collectives::P2POp& op : ops) op.peer = ((op.peer - rank() + r) % n + n) % n;
+        return collectives::buildP2P(ops);
+      },
+      tuner_.topology(), tuner_.config().sim);
+  if (!r.ok) return errorf(loomInternalError, "the cost model cannot simulate the group: %s",
+                           r.message.c_str());
+  *seconds = r.time;
+  return Status::ok();
 }
 
 }  // namespace loom

@@ -76,9 +76,16 @@ class Comm final : public collectives::ExecHost {
   // The algorithm and parameters of the last collective (tuner::describe), "" before the first.
   const char* lastAlgorithm();
 
+  // Ends the call in flight (at its next check, within ~0.1 s) and refuses later ones, and
+  // tells the peers, whose calls end too. Any thread (loomCommRevoke, loomCommAbort).
+  void revoke(const std::string& reason);
   // Tells the peers this rank is gone on purpose (destroy) or not (abort).
   void leave();
   void abortPeers(const std::string& reason);
+  // The model's prediction of a call (loomGroupSimulateEnd), in seconds, as the tuner or
+  // LOOM_ALGO would run it; no measurement, no exchange with the ranks.
+  Status predict(CallDesc& call, double* seconds);
+  Status predictP2P(const std::vector<P2PCall>& calls, double* seconds) const;
 
   // ExecHost.
   Status connection(int peer, int lane, transports::Connection** out,

@@ -1,5 +1,6 @@
 // A communicator's error state: after a failure it refuses further work with the first error;
-// and the last error message of the API, per communicator.
+// a revoke (from any thread) ends the call in flight and refuses the later ones; and the last
+// error message of the API, per communicator.
 #pragma once
 
 #include <atomic>
@@ -14,6 +15,7 @@ namespace loom {
 class ErrorState {
  public:
   Status usable() const {
+    if (revoked()) return revokedStatus();
     if (failed_.isOk()) return Status::ok();
     return errorf(failed_.code(),
                   "the communicator failed earlier and can only be destroyed or aborted: %s",
@@ -30,6 +32,22 @@ class ErrorState {
   // The failure's code, loomSuccess before one (readable from any thread).
   loomResult_t code() const { return loomResult_t(asyncError_.load()); }
 
+  // Revokes the communicator on this rank: the first reason stays. Any thread.
+  void revoke(const std::string& reason) {
+    std::lock_guard<std::mutex> g(mutex_);
+    if (revoked_.load(std::memory_order_relaxed)) return;
+    revokeReason_ = reason;
+    revoked_.store(true, std::memory_order_release);
+  }
+  bool revoked() const { return revoked_.load(std::memory_order_acquire); }
+  Status revokedStatus() const {
+    std::lock_guard<std::mutex> g(mutex_);
+    return errorf(loomInvalidUsage,
+                  "the communicator was revoked on this rank (%s); it can only be shrunk "
+                  "(LOOM_SHRINK_ABORT), destroyed or aborted",
+                  revokeReason_.c_str());
+  }
+
   void setLastError(const std::string& msg) {
     std::lock_guard<std::mutex> g(mutex_);
     lastError_ = msg;
@@ -44,7 +62,9 @@ class ErrorState {
  private:
   Status failed_;
   std::atomic<int> asyncError_{loomSuccess};
-  std::mutex mutex_;
+  std::atomic<bool> revoked_{false};
+  std::string revokeReason_;
+  mutable std::mutex mutex_;
   std::string lastError_, lastErrorShown_;
 };
 
