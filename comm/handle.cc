@@ -80,6 +80,15 @@ void PendingInit::start() {
   });
 }
 
+Status checkCommSlow(loomComm* comm, const char* fn) {
+  if (comm == nullptr) return errorf(loomInvalidArgument, "%s: comm is NULL", fn);
+  if (!isLive(comm))
+    return errorf(loomInvalidUsage,
+                  "%s: the communicator was destroyed (or never created); it cannot be used",
+                  fn);
+  return awaitReady(comm, fn, true);
+}
+
 Status awaitReady(loomComm* comm, const char* fn, bool wait) {
   std::lock_guard<std::mutex> g(comm->readyMutex);
   if (!comm->ready.load()) {

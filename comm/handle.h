@@ -88,15 +88,15 @@ loomResult_t finish(loomComm_t comm, const Status& st);
 // result. Out of line: only the first calls of a handle get here.
 Status awaitReady(loomComm* comm, const char* fn, bool wait);
 
+// The checks of checkComm that fail, or wait for a communicator still being made.
+Status checkCommSlow(loomComm* comm, const char* fn);
+
+// Every call's first check: a few loads where the handle is live and ready.
 inline Status checkComm(loomComm* comm, const char* fn) {
-  if (comm == nullptr) return errorf(loomInvalidArgument, "%s: comm is NULL", fn);
-  if (!isLive(comm))
-    return errorf(loomInvalidUsage,
-                  "%s: the communicator was destroyed (or never created); it cannot be used",
-                  fn);
-  if (!comm->ready.load(std::memory_order_acquire)) return awaitReady(comm, fn, true);
-  if (comm->impl == nullptr) return comm->initError;
-  return Status::ok();
+  if (comm != nullptr && isLive(comm) && comm->ready.load(std::memory_order_acquire) &&
+      comm->impl != nullptr) [[likely]]
+    return Status::ok();
+  return checkCommSlow(comm, fn);
 }
 
 inline Status checkRank(int r, int nranks, const char* fn, const char* what) {
