@@ -1,0 +1,174 @@
+// NCCL's collectives, point to point, groups and reduction ops over loom's. The path of a call
+// is kept to what NCCL's ABI needs: the enums by table, the one branch of the device-memory
+// check, loom's call, and its result by table. The stream is not passed on: loom's call has
+// completed when it returns, which is stronger than the stream order NCCL promises.
+#include <cstddef>
+
+#include "bindings/nccl/shim.h"
+
+using namespace loom::nccl;
+
+// The checks every collective starts with; return from the caller on an error.
+#define LOOM_NCCL_TYPE(fn, ncclType, loomType)                                 \
+  loomDataType_t loomType;                                                     \
+  if (!toLoomType(ncclType, &loomType)) return badType(fn, ncclType)
+#define LOOM_NCCL_OP(fn, ncclOp, loomOp)                                       \
+  loomRedOp_t loomOp;                                                          \
+  if (!toLoomOp(ncclOp, &loomOp)) return badOp(fn, ncclOp)
+#define LOOM_NCCL_HOST_BUFFERS(fn, ...)                                        \
+  if (mayHoldDeviceMemory())                                                   \
+    if (ncclResult_t refused = refuseDeviceBuffers(fn, __VA_ARGS__); refused != ncclSuccess) \
+      return refused
+
+LOOM_NCCL_API(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff, size_t count,
+              ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  (void)stream;
+  const char* fn = "ncclAllReduce";
+  LOOM_NCCL_TYPE(fn, datatype, type);
+  LOOM_NCCL_OP(fn, op, lop);
+  LOOM_NCCL_HOST_BUFFERS(fn, "sendbuff", sendbuff, "recvbuff", recvbuff);
+  return fromLoom(loomAllReduce(sendbuff, recvbuff, count, type, lop, toLoom(comm), nullptr));
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclBroadcast, const void* sendbuff, void* recvbuff, size_t count,
+              ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
+  (void)stream;
+  const char* fn = "ncclBroadcast";
+  LOOM_NCCL_TYPE(fn, datatype, type);
+  LOOM_NCCL_HOST_BUFFERS(fn, "sendbuff", sendbuff, "recvbuff", recvbuff);
+  return fromLoom(loomBroadcast(sendbuff, recvbuff, count, type, root, toLoom(comm), nullptr));
+}
+
+// The in-place broadcast of NCCL's older API.
+LOOM_NCCL_API(ncclResult_t, ncclBcast, void* buff, size_t count, ncclDataType_t datatype,
+              int root, ncclComm_t comm, cudaStream_t stream) {
+  (void)stream;
+  const char* fn = "ncclBcast";
+  LOOM_NCCL_TYPE(fn, datatype, type);
+  LOOM_NCCL_HOST_BUFFERS(fn, "buff", buff);
+  return fromLoom(loomBroadcast(buff, buff, count, type, root, toLoom(comm), nullptr));
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, size_t count,
+              ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
+              cudaStream_t stream) {
+  (void)stream;
+  const char* fn = "ncclReduce";
+  LOOM_NCCL_TYPE(fn, datatype, type);
+  LOOM_NCCL_OP(fn, op, lop);
+  LOOM_NCCL_HOST_BUFFERS(fn, "sendbuff", sendbuff, "recvbuff", recvbuff);
+  return fromLoom(
+      loomReduce(sendbuff, recvbuff, count, type, lop, root, toLoom(comm), nullptr));
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff,
+              size_t sendcount, ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  (void)stream;
+  const char* fn = "ncclAllGather";
+  LOOM_NCCL_TYPE(fn, datatype, type);
+  LOOM_NCCL_HOST_BUFFERS(fn, "sendbuff", sendbuff, "recvbuff", recvbuff);
+  return fromLoom(loomAllGather(sendbuff, recvbuff, sendcount, type, toLoom(comm), nullptr));
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvbuff,
+              size_t recvcount, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+              cudaStream_t stream) {
+  (void)stream;
+  const char* fn = "ncclReduceScatter";
+  LOOM_NCCL_TYPE(fn, datatype, type);
+  LOOM_NCCL_OP(fn, op, lop);
+  LOOM_NCCL_HOST_BUFFERS(fn, "sendbuff", sendbuff, "recvbuff", recvbuff);
+  return fromLoom(
+      loomReduceScatter(sendbuff, recvbuff, recvcount, type, lop, toLoom(comm), nullptr));
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, size_t count,
+              ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  (void)stream;
+  const char* fn = "ncclAlltoAll";
+  LOOM_NCCL_TYPE(fn, datatype, type);
+  LOOM_NCCL_HOST_BUFFERS(fn, "sendbuff", sendbuff, "recvbuff", recvbuff);
+  return fromLoom(loomAlltoAll(sendbuff, recvbuff, count, type, toLoom(comm), nullptr));
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclGather, const void* sendbuff, void* recvbuff, size_t count,
+              ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
+  (void)stream;
+  const char* fn = "ncclGather";
+  LOOM_NCCL_TYPE(fn, datatype, type);
+  LOOM_NCCL_HOST_BUFFERS(fn, "sendbuff", sendbuff, "recvbuff", recvbuff);
+  return fromLoom(loomGather(sendbuff, recvbuff, count, type, root, toLoom(comm), nullptr));
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, size_t count,
+              ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
+  (void)stream;
+  const char* fn = "ncclScatter";
+  LOOM_NCCL_TYPE(fn, datatype, type);
+  LOOM_NCCL_HOST_BUFFERS(fn, "sendbuff", sendbuff, "recvbuff", recvbuff);
+  return fromLoom(loomScatter(sendbuff, recvbuff, count, type, root, toLoom(comm), nullptr));
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count,
+              ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream) {
+  (void)stream;
+  const char* fn = "ncclSend";
+  LOOM_NCCL_TYPE(fn, datatype, type);
+  LOOM_NCCL_HOST_BUFFERS(fn, "sendbuff", sendbuff);
+  return fromLoom(loomSend(sendbuff, count, type, peer, toLoom(comm), nullptr));
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t datatype,
+              int peer, ncclComm_t comm, cudaStream_t stream) {
+  (void)stream;
+  const char* fn = "ncclRecv";
+  LOOM_NCCL_TYPE(fn, datatype, type);
+  LOOM_NCCL_HOST_BUFFERS(fn, "recvbuff", recvbuff);
+  return fromLoom(loomRecv(recvbuff, count, type, peer, toLoom(comm), nullptr));
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclGroupStart, void) { return fromLoom(loomGroupStart()); }
+
+LOOM_NCCL_API(ncclResult_t, ncclGroupEnd, void) { return fromLoom(loomGroupEnd()); }
+
+// The group ends (running nothing) even when simInfo is refused, so that the caller's calls
+// are not left queued in a group it cannot close.
+LOOM_NCCL_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t* simInfo) {
+  const char* fn = "ncclGroupSimulateEnd";
+  float estimatedUs = 0;
+  const loomResult_t r = loomGroupSimulateEnd(&estimatedUs);
+  const ncclSimInfo_t reference = NCCL_SIM_INFO_INITIALIZER;
+  if (simInfo == nullptr) return fail(ncclInvalidArgument, "%s: simInfo is NULL", fn);
+  if (simInfo->size < offsetof(ncclSimInfo_t, estimatedTime) + sizeof(float))
+    return fail(ncclInvalidArgument, "%s: simInfo->size is %zu, too small for an ncclSimInfo_t "
+                "(initialise it with NCCL_SIM_INFO_INITIALIZER)", fn, simInfo->size);
+  if (simInfo->magic != reference.magic)
+    return fail(ncclInvalidArgument, "%s: simInfo->magic is 0x%x, not 0x%x: it was not "
+                "initialised with NCCL_SIM_INFO_INITIALIZER", fn, simInfo->magic,
+                reference.magic);
+  if (r == loomSuccess) simInfo->estimatedTime = estimatedUs;  // microseconds, as NCCL's
+  return fromLoom(r);
+}
+
+// The scalar is read now, so it must be in host memory; NCCL's device-resident scalar is read
+// by a GPU kernel at each call, which loom's host communicators cannot do.
+LOOM_NCCL_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t* op, void* scalar,
+              ncclDataType_t datatype, ncclScalarResidence_t residence, ncclComm_t comm) {
+  const char* fn = "ncclRedOpCreatePreMulSum";
+  if (op == nullptr) return fail(ncclInvalidArgument, "%s: op is NULL", fn);
+  if (residence == ncclScalarDevice)
+    return fail(ncclInvalidUsage, "%s: the scalar is device-resident (ncclScalarDevice); loom's "
+                "communicators run on the host: pass ncclScalarHostImmediate", fn);
+  if (residence != ncclScalarHostImmediate)
+    return fail(ncclInvalidArgument, "%s: unknown scalar residence %d", fn, int(residence));
+  LOOM_NCCL_TYPE(fn, datatype, type);
+  loomRedOp_t lop;
+  const loomResult_t r = loomRedOpCreatePreMulSum(&lop, scalar, type, toLoom(comm));
+  if (r == loomSuccess) *op = toNcclOp(lop);
+  return fromLoom(r);
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclRedOpDestroy, ncclRedOp_t op, ncclComm_t comm) {
+  LOOM_NCCL_OP("ncclRedOpDestroy", op, lop);
+  return fromLoom(loomRedOpDestroy(lop, toLoom(comm)));
+}
