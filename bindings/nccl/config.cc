@@ -65,8 +65,8 @@ ncclResult_t checkValues(const ncclConfig_t& c, const char* fn) {
     return fail(ncclInvalidArgument,
                 "%s: config.minCTAs %d and maxCTAs %d must satisfy 0 < minCTAs <= maxCTAs", fn,
                 c.minCTAs, c.maxCTAs);
-  if (isSet(c.CTAPolicy) && (c.CTAPolicy < NCCL_CTA_POLICY_DEFAULT ||
-                             c.CTAPolicy > NCCL_CTA_POLICY_ZERO))
+  if (isSet(c.CTAPolicy) &&
+      (c.CTAPolicy < NCCL_CTA_POLICY_DEFAULT || c.CTAPolicy > NCCL_CTA_POLICY_ZERO))
     return fail(ncclInvalidArgument, "%s: config.CTAPolicy is %d; it must be %d..%d", fn,
                 c.CTAPolicy, NCCL_CTA_POLICY_DEFAULT, NCCL_CTA_POLICY_ZERO);
   return ncclSuccess;
@@ -84,12 +84,14 @@ ncclResult_t readConfig(const ncclConfig_t* in, const char* fn, loomConfig_t* ou
   if (in->size < offsetof(ncclConfig_t, version) + sizeof(c.version))
     return fail(ncclInvalidArgument,
                 "%s: config.size is %zu, too small for an ncclConfig_t (initialise it with "
-                "NCCL_CONFIG_INITIALIZER)", fn, in->size);
+                "NCCL_CONFIG_INITIALIZER)",
+                fn, in->size);
   memcpy(&c, in, in->size < sizeof(c) ? in->size : sizeof(c));
   if (c.magic != magic)
     return fail(ncclInvalidArgument,
                 "%s: config.magic is 0x%x, not 0x%x: the config was not initialised with "
-                "NCCL_CONFIG_INITIALIZER", fn, c.magic, magic);
+                "NCCL_CONFIG_INITIALIZER",
+                fn, c.magic, magic);
   resetNewerFields(c.version, &c);
   if (ncclResult_t r = checkValues(c, fn); r != ncclSuccess) return r;
   if (isSet(c.blocking)) out->blocking = c.blocking;

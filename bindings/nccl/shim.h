@@ -14,9 +14,9 @@
 // Defines pnccl<name> (strong) with ncclX a weak alias of it, as NCCL itself exports them: a
 // profiler may define ncclX and call pncclX. Both are declared again here with the signature
 // of the definition, so a signature that differs from nccl.h's is a compile error.
-#define LOOM_NCCL_API(ret, name, ...)                                                   \
-  extern "C" __attribute__((visibility("default"))) ret name(__VA_ARGS__)              \
-      __attribute__((weak, alias("p" #name)));                                          \
+#define LOOM_NCCL_API(ret, name, ...)                                     \
+  extern "C" __attribute__((visibility("default"))) ret name(__VA_ARGS__) \
+      __attribute__((weak, alias("p" #name)));                            \
   extern "C" __attribute__((visibility("default"))) ret p##name(__VA_ARGS__)
 
 namespace loom::nccl {
@@ -60,9 +60,12 @@ inline bool toLoomType(ncclDataType_t t, loomDataType_t* out) {
 static_assert(int(loomNumOps) <= int(ncclNumOps), "a dynamic op must fit loom's range");
 inline bool toLoomOp(ncclRedOp_t op, loomRedOp_t* out) {
   const unsigned u = unsigned(op);
-  if (u < unsigned(ncclNumOps)) *out = kBuiltinOps.to[u];
-  else if (u <= unsigned(ncclMaxRedOp)) *out = loomRedOp_t(u - ncclNumOps + loomNumOps);
-  else return false;
+  if (u < unsigned(ncclNumOps))
+    *out = kBuiltinOps.to[u];
+  else if (u <= unsigned(ncclMaxRedOp))
+    *out = loomRedOp_t(u - ncclNumOps + loomNumOps);
+  else
+    return false;
   return true;
 }
 // The reverse, for the ops loom makes (loomRedOpCreatePreMulSum).

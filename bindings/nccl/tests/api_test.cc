@@ -135,8 +135,7 @@ void datatypes(ncclComm_t comm) {
     unsigned char in[64], out[64];
     for (size_t i = 0; i < sizeof(in); ++i) in[i] = (unsigned char)((i * 13 + 1) & 0x3f);
     memset(out, 0xee, sizeof(out));
-    CHECK(ncclAllReduce(in, out, count, ncclDataType_t(t), ncclSum, comm, nullptr) ==
-          ncclSuccess);
+    CHECK(ncclAllReduce(in, out, count, ncclDataType_t(t), ncclSum, comm, nullptr) == ncclSuccess);
     const size_t bytes = count * sizes[t];
     bool moved = memcmp(in, out, bytes) == 0;
     for (size_t i = bytes; i < sizeof(out); ++i) moved = moved && out[i] == 0xee;
@@ -200,7 +199,8 @@ void registrations(ncclComm_t comm) {
   CHECK(ncclCommDeregister(comm, win) == ncclInvalidArgument);  // a window is no registration
   CHECK(ncclCommWindowDeregister(comm, win) == ncclSuccess);
   CHECK(ncclCommWindowDeregister(comm, win) == ncclInvalidArgument);
-  CHECK(ncclCommRegister(comm, buffer, sizeof(buffer), &handle) == ncclSuccess);  // freed at destroy
+  CHECK(ncclCommRegister(comm, buffer, sizeof(buffer), &handle) ==
+        ncclSuccess);  // freed at destroy
   void* mem = nullptr;
   CHECK(ncclMemAlloc(&mem, 4096) == ncclSuccess && mem != nullptr);
   if (mem != nullptr) memset(mem, 1, 4096);  // host memory
