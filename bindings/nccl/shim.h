@@ -24,7 +24,6 @@ namespace loom::nccl {
 // Communicator handles are loom's own, passed through: loom's check of a live handle then
 // answers a destroyed or bogus ncclComm_t too.
 inline loomComm_t toLoom(ncclComm_t comm) { return reinterpret_cast<loomComm_t>(comm); }
-inline ncclComm_t toNccl(loomComm_t comm) { return reinterpret_cast<ncclComm_t>(comm); }
 // Where loom may fill the caller's handle later (an init inside a group runs at its end), loom
 // is given the caller's own storage.
 inline loomComm_t* toLoomStorage(ncclComm_t* comm) { return reinterpret_cast<loomComm_t*>(comm); }
