@@ -111,7 +111,7 @@ inline bool mayHoldDeviceMemory() {
   return __builtin_expect(gDeviceMemory.load(std::memory_order_relaxed) != 0, 0);
 }
 // ncclInvalidUsage naming the first of the (name, pointer) pairs that is device memory, else
-// ncclSuccess. b may be NULL.
+// ncclSuccess; nameB NULL for a call with one buffer.
 [[gnu::cold]] ncclResult_t refuseDeviceBuffers(const char* fn, const char* nameA, const void* a,
                                                const char* nameB = nullptr,
                                                const void* b = nullptr);
