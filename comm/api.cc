@@ -186,6 +186,10 @@ loomResult_t loomGetVersion(int* version) {
   return loomSuccess;
 }
 
+void loomLogInfo(const char* subsys, const char* message) {
+  if (subsys != nullptr && message != nullptr) LOOM_INFO(subsys, "%s", message);
+}
+
 loomResult_t loomMemAlloc(void** ptr, size_t size) {
   if (ptr == nullptr)
     return finish(nullptr, errorf(loomInvalidArgument, "loomMemAlloc: ptr is NULL"));

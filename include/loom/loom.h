@@ -93,6 +93,10 @@ const char* loomGetErrorString(loomResult_t result);
 const char* loomGetLastError(loomComm_t comm);
 /** LOOM_VERSION_CODE of the library in use. */
 loomResult_t loomGetVersion(int* version);
+/** Writes message as one INFO line of loom's log (shown with LOOM_DEBUG=INFO, filtered by
+ *  LOOM_DEBUG_SUBSYS on subsys, e.g. "INIT"), with the rank and host like loom's own lines:
+ *  for libraries built on this API, whose users read loom's log. */
+void loomLogInfo(const char* subsys, const char* message);
 
 /** Creates an id for a new communicator. The calling process serves the bootstrap
  *  rendezvous for it (a thread that lives until every rank has left). */
