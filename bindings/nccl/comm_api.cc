@@ -124,8 +124,7 @@ LOOM_NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
   return fromLoom(loomCommRevoke(toLoom(comm)));
 }
 
-// A NULL config gives loom's defaults (blocking), not the parent's: a caller that polls a
-// non-blocking split until ncclSuccess also handles one that has finished on return.
+// A NULL config inherits from the parent as loom's split and shrink do (its deadline).
 LOOM_NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
               ncclConfig_t* config) {
   const char* fn = "ncclCommSplit";
@@ -135,7 +134,8 @@ LOOM_NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, 
     return fail(ncclInvalidArgument, "%s: color is %d; it must be >= 0 or NCCL_SPLIT_NOCOLOR", fn,
                 color);
   const int loomColor = color == NCCL_SPLIT_NOCOLOR ? LOOM_SPLIT_NOCOLOR : color;
-  return created(loomCommSplit(toLoom(comm), loomColor, key, toLoomStorage(newcomm), &cfg));
+  return created(loomCommSplit(toLoom(comm), loomColor, key, toLoomStorage(newcomm),
+                               config != nullptr ? &cfg : nullptr));
 }
 
 LOOM_NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList,
@@ -154,7 +154,8 @@ LOOM_NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksLi
                 "NCCL_SHRINK_ABORT",
                 fn, shrinkFlags);
   return created(loomCommShrink(toLoom(comm), excludeRanksList, excludeRanksCount,
-                                toLoomStorage(newcomm), &cfg, flags));
+                                toLoomStorage(newcomm), config != nullptr ? &cfg : nullptr,
+                                flags));
 }
 
 LOOM_NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError) {
