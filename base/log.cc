@@ -41,11 +41,9 @@ Config makeConfig() {
   if (!file.empty()) {
     std::string path;
     for (size_t i = 0; i < file.size(); ++i) {
-      if (file[i] == '%' && i + 1 < file.size() && file[i + 1] == 'h') {
-        path += k.host;
-        ++i;
-      } else if (file[i] == '%' && i + 1 < file.size() && file[i + 1] == 'p') {
-        path += std::to_string(getpid());
+      const char next = file[i] == '%' && i + 1 < file.size() ? file[i + 1] : '\0';
+      if (next == 'h' || next == 'p' || next == '%') {
+        path += next == 'h' ? std::string(k.host) : next == 'p' ? std::to_string(getpid()) : "%";
         ++i;
       } else {
         path += file[i];
@@ -67,16 +65,21 @@ Config& configSlot() {
 
 const Config& config() { return configSlot(); }
 
-bool subsysWanted(const std::string& list, const char* subsys) {
-  if (list.empty() || list == "ALL") return true;
-  size_t n = strlen(subsys);
-  for (size_t pos = list.find(subsys); pos != std::string::npos;
-       pos = list.find(subsys, pos + 1)) {
-    bool startOk = pos == 0 || list[pos - 1] == ',';
-    bool endOk = pos + n == list.size() || list[pos + n] == ',';
-    if (startOk && endOk) return true;
+// LOOM_DEBUG_SUBSYS: empty or ALL logs every subsystem; a comma list those it names (ALL among
+// them: every one); a leading ^ every subsystem but those.
+bool subsysWanted(const std::string& spec, const char* subsys) {
+  if (spec.empty()) return true;
+  const bool invert = spec[0] == '^';
+  const std::string list = invert ? spec.substr(1) : spec;
+  bool named = false;
+  for (size_t start = 0; start <= list.size() && !named;) {
+    size_t end = list.find(',', start);
+    if (end == std::string::npos) end = list.size();
+    const std::string item = list.substr(start, end - start);
+    named = item == "ALL" || item == subsys;
+    start = end + 1;
   }
-  return false;
+  return named != invert;
 }
 
 }  // namespace

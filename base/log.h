@@ -1,5 +1,6 @@
 // Logging controlled by LOOM_DEBUG (WARN, INFO, TRACE) and LOOM_DEBUG_SUBSYS (a comma list
-// of subsystems such as INIT,SHM,TCP,COLL; ALL by default). Each line carries rank and host.
+// of subsystems such as INIT,SHM,TCP,COLL, or ^ and those not to log; ALL by default), or by
+// NCCL_DEBUG and NCCL_DEBUG_SUBSYS where those are unset. Each line carries rank and host.
 #pragma once
 
 #include <atomic>
@@ -20,7 +21,7 @@ void write(Level level, const char* subsys, const char* fmt, ...)
     __attribute__((format(printf, 3, 4)));
 // The rank printed on this thread's lines (-1 before a communicator exists).
 void setThreadRank(int rank);
-// Reads LOOM_DEBUG, LOOM_DEBUG_SUBSYS and LOOM_DEBUG_FILE again (after
+// Reads LOOM_DEBUG, LOOM_DEBUG_SUBSYS and LOOM_DEBUG_FILE (or NCCL's) again (after
 // params::reloadFromEnvironment), for a forked test rank with its own settings. Not while
 // other threads log.
 void reload();

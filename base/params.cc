@@ -6,10 +6,13 @@
 #include <cstring>
 #include <mutex>
 
+#include "base/nccl_env.h"
+
 namespace loom::params {
 namespace {
 
 // The registry. Keep it sorted by subsystem; every tunable of loom is here and nowhere else.
+// An entry's NCCL variable is read where its LOOM_* one is unset (docs/NCCL_ENV.md).
 const Entry kEntries[] = {
     // Communicator and waiting.
     {"LOOM_TIMEOUT_MS", Type::Int, "300000",
@@ -27,24 +30,33 @@ const Entry kEntries[] = {
      "never bind."},
     {"LOOM_YIELD_USEC", Type::Int, "2000",
      "Microseconds an idle wait yields the CPU (sched_yield) before it sleeps (futex or poll)."},
-    {"LOOM_DEBUG", Type::String, "WARN", "Log level: NONE, WARN, INFO or TRACE."},
+    {"LOOM_DEBUG", Type::String, "WARN", "Log level: NONE, WARN, INFO or TRACE.", "NCCL_DEBUG",
+     ncclenv::debugLevel},
     {"LOOM_DEBUG_SUBSYS", Type::String, "ALL",
-     "Comma list of subsystems to log (INIT, BOOT, SHM, TCP, COLL, EXEC, TUNE) or ALL."},
+     "Comma list of subsystems to log at INFO and TRACE (INIT, BOOT, SHM, TCP, COLL, TUNE, API, "
+     "ENV) or ALL; a leading ^ logs all but those. Warnings always show.",
+     "NCCL_DEBUG_SUBSYS", ncclenv::debugSubsystems},
     {"LOOM_DEBUG_FILE", Type::String, "",
-     "Write logs to this file instead of stderr; %h is the host, %p the pid."},
+     "Write logs to this file instead of stderr; %h is the host, %p the pid, %% a %.",
+     "NCCL_DEBUG_FILE"},
     // Bootstrap and sockets.
     {"LOOM_SOCKET_IFNAME", Type::String, "",
      "Network interfaces to use (prefix match; ^ excludes, = exact), like NCCL_SOCKET_IFNAME. "
-     "Empty: the first non-loopback interface that is up, else loopback."},
+     "Empty: the first non-loopback interface that is up, else loopback.",
+     "NCCL_SOCKET_IFNAME"},
     {"LOOM_SOCKET_FAMILY", Type::String, "",
-     "Restrict sockets to AF_INET or AF_INET6; empty takes either."},
+     "Restrict sockets to AF_INET or AF_INET6; empty takes either.", "NCCL_SOCKET_FAMILY"},
     {"LOOM_RANK", Type::Int, "-1", "This process's rank, for loomCommInitFromEnv."},
     {"LOOM_WORLD_SIZE", Type::Int, "-1", "The number of ranks, for loomCommInitFromEnv."},
     {"LOOM_ROOT", Type::String, "",
-     "host:port where rank 0 serves the bootstrap, for loomCommInitFromEnv."},
+     "host:port where rank 0 serves the bootstrap: for loomCommInitFromEnv, and where set, "
+     "loomGetUniqueId starts no root but writes an id naming this address, the same on every "
+     "rank (each may make it itself), and rank 0 serves the root there when it initialises.",
+     "NCCL_COMM_ID"},
     // Transports.
     {"LOOM_TRANSPORT", Type::String, "auto",
-     "auto (shm within a host, tcp across hosts), shm, or tcp (forces TCP everywhere)."},
+     "auto (shm within a host, tcp across hosts), shm, or tcp (forces TCP everywhere).",
+     "NCCL_SHM_DISABLE", ncclenv::shmDisable},
     {"LOOM_SHM_SLOT_BYTES", Type::Bytes, "256K",
      "Size of one slot of a shared-memory ring."},
     {"LOOM_SHM_SLOTS", Type::Int, "8",
@@ -72,7 +84,8 @@ const Entry kEntries[] = {
      "from overflowing them (README.md, the incast measurements)."},
     // Collectives.
     {"LOOM_ALGO", Type::String, "",
-     "Force algorithms per collective, e.g. allreduce=ring,allgather=ring."},
+     "Force algorithms per collective, e.g. allreduce=ring,allgather=ring.", "NCCL_ALGO",
+     ncclenv::algorithms},
     {"LOOM_LANES", Type::Int, "0",
      "Lanes (concurrent connections per peer) a plan may use; 0 lets loom choose."},
     {"LOOM_TORUS_DIMS", Type::String, "",
@@ -134,8 +147,19 @@ const Entry kEntries[] = {
 struct Cache {
   std::mutex mutex;
   bool loaded = false;
+  uint64_t generation = 0;
   std::vector<Value> values;
 };
+
+// LOOM_X if set, else NCCL_X if set and not empty (in loom's syntax), else the default.
+Value readValue(const Entry& e) {
+  if (const char* env = getenv(e.name)) return {&e, env, e.name, "", "", ""};
+  const char* nccl = e.ncclName != nullptr ? getenv(e.ncclName) : nullptr;
+  if (nccl == nullptr || *nccl == '\0') return {&e, e.defaultValue, "default", "", "", ""};
+  Translation t = e.fromNccl != nullptr ? e.fromNccl(nccl) : Translation{nccl, "", ""};
+  if (!t.error.empty()) return {&e, e.defaultValue, "default", nccl, "", t.error};
+  return {&e, t.text, e.ncclName, nccl, t.warning, ""};
+}
 
 Cache& cache() {
   // Never destroyed: detached bootstrap root threads may still read parameters while the
@@ -144,13 +168,8 @@ Cache& cache() {
   std::lock_guard<std::mutex> g(c.mutex);
   if (!c.loaded) {
     c.values.clear();
-    for (const Entry& e : kEntries) {
-      const char* env = getenv(e.name);
-      if (env != nullptr)
-        c.values.push_back({&e, env, "environment"});
-      else
-        c.values.push_back({&e, e.defaultValue, "default"});
-    }
+    for (const Entry& e : kEntries) c.values.push_back(readValue(e));
+    ++c.generation;
     c.loaded = true;
   }
   return c;
@@ -209,7 +228,19 @@ bool getBool(const char* name) {
 
 std::string getString(const char* name) { return find(name).text; }
 
+Value get(const char* name) { return find(name); }
+
 std::vector<Value> all() { return cache().values; }
+
+Status checkNccl() {
+  for (const Value& v : cache().values)
+    if (!v.error.empty())
+      return errorf(loomInvalidArgument, "%s=\"%s\": %s", v.entry->ncclName, v.ncclText.c_str(),
+                    v.error.c_str());
+  return Status::ok();
+}
+
+uint64_t generation() { return cache().generation; }
 
 void reloadFromEnvironment() {
   Cache& c = cache();

@@ -201,13 +201,12 @@ loomResult_t loomMemFree(void* ptr) { return finish(nullptr, transports::freeUse
 loomResult_t loomGetUniqueId(loomUniqueId* uniqueId) {
   if (uniqueId == nullptr)
     return finish(nullptr, errorf(loomInvalidArgument, "loomGetUniqueId: uniqueId is NULL"));
-  net::Address addr;
-  std::string ifname;
-  Status st = net::chooseInterfaceAddress(&addr, &ifname);
-  unsigned char secret[16];
-  if (st.isOk()) st = randomSecret(secret);
-  if (st.isOk()) st = startBootstrapRoot(addr, secret, uniqueId);
-  return finish(nullptr, st);
+  // LOOM_ROOT (or NCCL_COMM_ID) names where rank 0 will serve the root: every rank may make the
+  // id itself, and none is served here.
+  const params::Value root = params::get("LOOM_ROOT");
+  if (root.text.empty()) return finish(nullptr, serveNewRoot(uniqueId));
+  return finish(nullptr, rankZeroRootId(root.text, uniqueId)
+                             .withContext(strprintf("loomGetUniqueId: %s", root.source)));
 }
 
 loomResult_t loomCommInitRankConfig(loomComm_t* comm, int nranks, loomUniqueId commId, int rank,
@@ -282,31 +281,12 @@ loomResult_t loomCommInitFromEnv(loomComm_t* comm, const loomConfig_t* config) {
                 "LOOM_WORLD_SIZE, or RANK and WORLD_SIZE, or run under mpirun/srun)");
   else if (root.empty())
     st = errorf(loomInvalidUsage,
-                "loomCommInitFromEnv: no rendezvous address (set LOOM_ROOT=host:port, or "
-                "MASTER_ADDR and MASTER_PORT)");
+                "loomCommInitFromEnv: no rendezvous address (set LOOM_ROOT=host:port or "
+                "NCCL_COMM_ID, or MASTER_ADDR and MASTER_PORT)");
   if (!st.isOk()) return finish(nullptr, st);
-  net::Address addr;
-  st = net::parseAddress(root, &addr);
-  if (!st.isOk()) return finish(nullptr, st.withContext("loomCommInitFromEnv"));
-  // Without a channel to share a random secret, it is derived from what every rank sees.
-  std::string basis = root + "/" + std::to_string(size);
-  for (const char* job : {"TORCHELASTIC_RUN_ID", "OMPI_MCA_ess_base_jobid", "SLURM_JOB_ID"})
-    if (const char* v = getenv(job)) basis += std::string("/") + v;
-  unsigned char secret[16] = {};
-  for (size_t i = 0; i < basis.size(); ++i) secret[i % 16] = secret[i % 16] * 31 + basis[i];
   loomUniqueId id;
-  if (rank == 0) {
-    st = startBootstrapRoot(addr, secret, &id);
-    if (!st.isOk()) return finish(nullptr, st.withContext("loomCommInitFromEnv: rank 0"));
-  } else {
-    UniqueIdData data = {};
-    data.magic = kUniqueIdMagic;
-    data.addrLen = addr.len;
-    memcpy(data.addr, &addr.storage, addr.len);
-    memcpy(data.secret, secret, 16);
-    memset(&id, 0, sizeof(id));
-    memcpy(id.internal, &data, sizeof(data));
-  }
+  st = rankZeroRootId(root, &id);
+  if (!st.isOk()) return finish(nullptr, st.withContext("loomCommInitFromEnv"));
   (void)rankVar;
   (void)sizeVar;
   return loomCommInitRankConfig(comm, int(size), id, int(rank), config);
@@ -340,8 +320,8 @@ loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t* newc
   std::string published;
   if (newRank == 0) {
     loomUniqueId id;
-    loomResult_t rc = loomGetUniqueId(&id);
-    if (rc != loomSuccess) return finish(comm, Status(rc, threadLastError()));
+    st = serveNewRoot(&id);  // not loomGetUniqueId: LOOM_ROOT names the parent's root
+    if (!st.isOk()) return finish(comm, st.withContext("loomCommSplit"));
     published.assign(id.internal, sizeof(id.internal));
   }
   st = c.bootstrap().allgather(published, &all, deadline);
@@ -678,8 +658,8 @@ loomResult_t loomCommShrink(loomComm_t comm, const int* excludeRanks, int exclud
   std::string published;
   if (c.rank() == first) {
     loomUniqueId id;
-    loomResult_t rc = loomGetUniqueId(&id);
-    if (rc != loomSuccess) return finish(comm, Status(rc, threadLastError()));
+    st = serveNewRoot(&id);  // not loomGetUniqueId: LOOM_ROOT names the parent's root
+    if (!st.isOk()) return finish(comm, st.withContext(fn));
     published.assign(id.internal, sizeof(id.internal));
     st = c.bootstrap().put(key, published, deadline);
   } else {

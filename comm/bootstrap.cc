@@ -1,6 +1,7 @@
 #include "comm/bootstrap.h"
 
 #include <poll.h>
+#include <stdlib.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -297,12 +298,46 @@ class Root {
   std::vector<std::pair<int, std::string>> waiting_;  // (rank, key) of gets not answered yet
 };
 
+Status packId(const net::Address& root, const unsigned char secret[16], uint32_t flags,
+              loomUniqueId* id) {
+  UniqueIdData data = {};
+  data.magic = kUniqueIdMagic;
+  if (root.len > sizeof(data.addr))
+    return errorf(loomInternalError, "bootstrap address too long (%u bytes)", root.len);
+  data.addrLen = root.len;
+  memcpy(data.addr, &root.storage, root.len);
+  memcpy(data.secret, secret, 16);
+  data.flags = flags;
+  memset(id, 0, sizeof(*id));
+  memcpy(id->internal, &data, sizeof(data));
+  return Status::ok();
+}
+
 }  // namespace
 
-Status randomSecret(unsigned char secret[16]) {
+Status serveNewRoot(loomUniqueId* id) {
+  net::Address addr;
+  std::string ifname;
+  LOOM_TRY(net::chooseInterfaceAddress(&addr, &ifname));
+  unsigned char secret[16];
   if (getrandom(secret, 16, 0) != 16)
     return errorf(loomSystemError, "getrandom: %s", strerror(errno));
-  return Status::ok();
+  return startBootstrapRoot(addr, secret, id);
+}
+
+Status rankZeroRootId(const std::string& address, loomUniqueId* id) {
+  net::Address addr;
+  LOOM_TRY(net::parseAddress(address, &addr));
+  if (addr.port() == 0)
+    return errorf(loomInvalidArgument, "\"%s\" names no port (expected host:port)",
+                  address.c_str());
+  // No channel shares a random secret among the ranks: it is derived from what they all see.
+  std::string basis = address;
+  for (const char* job : {"TORCHELASTIC_RUN_ID", "OMPI_MCA_ess_base_jobid", "SLURM_JOB_ID"})
+    if (const char* v = getenv(job)) basis += std::string("/") + v;
+  unsigned char secret[16] = {};
+  for (size_t i = 0; i < basis.size(); ++i) secret[i % 16] = secret[i % 16] * 31 + basis[i];
+  return packId(addr, secret, kRootAtRankZero, id);
 }
 
 Status startBootstrapRoot(const net::Address& listenAt, const unsigned char secret[16],
@@ -310,17 +345,10 @@ Status startBootstrapRoot(const net::Address& listenAt, const unsigned char secr
   int fd = -1;
   net::Address bound;
   LOOM_TRY(net::listenOn(listenAt, &fd, &bound));
-  UniqueIdData data = {};
-  data.magic = kUniqueIdMagic;
-  if (bound.len > sizeof(data.addr)) {
+  if (Status st = packId(bound, secret, 0, id); !st.isOk()) {
     close(fd);
-    return errorf(loomInternalError, "bootstrap address too long (%u bytes)", bound.len);
+    return st;
   }
-  data.addrLen = bound.len;
-  memcpy(data.addr, &bound.storage, bound.len);
-  memcpy(data.secret, secret, 16);
-  memset(id, 0, sizeof(*id));
-  memcpy(id->internal, &data, sizeof(data));
   LOOM_INFO("BOOT", "bootstrap root listening at %s", bound.toString().c_str());
   const std::string key(reinterpret_cast<const char*>(secret), 16);
   {
@@ -360,6 +388,13 @@ Status Bootstrap::connect(const loomUniqueId& id, int rank, int nranks,
   LOOM_TRY(decodeUniqueId(id, &data, &root));
   rank_ = rank;
   secret_.assign(reinterpret_cast<const char*>(data.secret), 16);
+  if ((data.flags & kRootAtRankZero) && rank == 0) {
+    loomUniqueId served;
+    Status st = startBootstrapRoot(root, data.secret, &served);
+    if (!st.isOk())
+      return st.withContext("bootstrap: rank 0 cannot serve the root at " + root.toString() +
+                            " (LOOM_ROOT or NCCL_COMM_ID must name an address of rank 0's host)");
+  }
   Status st = net::connectTo(root, deadline, &fd_);
   if (!st.isOk()) return st.withContext("bootstrap: cannot reach the root at " + root.toString());
   Hello h = {kUniqueIdMagic, {}, rank, nranks};

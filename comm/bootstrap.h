@@ -27,15 +27,23 @@ struct UniqueIdData {
   uint32_t addrLen;
   unsigned char addr[28];  // sockaddr_in or sockaddr_in6 of the root
   unsigned char secret[16];
+  uint32_t flags;  // kRootAtRankZero
 };
 static_assert(sizeof(UniqueIdData) <= LOOM_UNIQUE_ID_BYTES);
 constexpr uint32_t kUniqueIdMagic = 0x4d4f4f4c;  // "LOOM"
+// No process serves the id's root yet: rank 0 starts it at the id's address when it connects.
+constexpr uint32_t kRootAtRankZero = 1;
 
 // Starts a root at `listenAt` (port 0 picks one) with the given secret; fills *id.
 Status startBootstrapRoot(const net::Address& listenAt, const unsigned char secret[16],
                           loomUniqueId* id);
-// Fills a fresh random secret.
-Status randomSecret(unsigned char secret[16]);
+// A new id whose root this process serves, at the interface LOOM_SOCKET_IFNAME chooses, with a
+// random secret.
+Status serveNewRoot(loomUniqueId* id);
+// An id for a root at `address` (host:port) that rank 0 serves when it connects. Its secret is
+// derived from the address and the launcher's job id, so every rank of the job that calls this
+// with the same address makes the same id (LOOM_ROOT, NCCL_COMM_ID).
+Status rankZeroRootId(const std::string& address, loomUniqueId* id);
 // Checks and unpacks an id.
 Status decodeUniqueId(const loomUniqueId& id, UniqueIdData* out, net::Address* root);
 

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdio>
 
+#include "base/nccl_env.h"
 #include "base/params.h"
 #include "topology/discover.h"
 #include "transports/shm/shm_arena.h"
@@ -142,6 +143,9 @@ Status readTuningChoices(tuner::TunerConfig* out) {
 }  // namespace
 
 Status readCommOptions(const loomConfig_t* config, CommOptions* out) {
+  // NCCL's variables stand in for unset LOOM_* ones: one loom cannot read fails here, as in NCCL.
+  LOOM_TRY(params::checkNccl());
+  ncclenv::reportOnce();
   LOOM_TRY(readCallerChoices(config, out));
   LOOM_TRY(readTuning(&out->tuning));
   // LOOM_TRANSPORT=tcp means no shared memory at all, so no direct (arena) algorithms either.

@@ -60,8 +60,7 @@ class LoomBackend : public Backend {
   void releaseShared(void* p) override { loomMemFree(p); }
 
   std::string describe() const override {
-    const char* transport = std::getenv("LOOM_TRANSPORT");
-    return "Backend: loom " + version() + " transport " + (transport ? transport : "auto") +
+    return "Backend: loom " + version() + " transport " + params::getString("LOOM_TRANSPORT") +
            " algorithms " + algorithmSetting();
   }
 
@@ -213,8 +212,8 @@ class LoomBackend : public Backend {
 
  private:
   std::string algorithmSetting() const {
-    const char* algo = std::getenv("LOOM_ALGO");
-    return algorithms_.empty() ? (algo && *algo ? algo : "auto") : algorithms_;
+    const std::string algo = params::getString("LOOM_ALGO");  // or NCCL_ALGO's
+    return algorithms_.empty() ? (algo.empty() ? "auto" : algo) : algorithms_;
   }
 
   // The tuner as the communicator configures it (Comm::initTuner), over --sim's model.

@@ -99,7 +99,9 @@ loomResult_t loomGetVersion(int* version);
 void loomLogInfo(const char* subsys, const char* message);
 
 /** Creates an id for a new communicator. The calling process serves the bootstrap
- *  rendezvous for it (a thread that lives until every rank has left). */
+ *  rendezvous for it (a thread that lives until every rank has left). With LOOM_ROOT (or
+ *  NCCL_COMM_ID) = host:port set, it serves nothing: the id names that address, every rank
+ *  may make it itself, and rank 0 serves the rendezvous there when it initialises. */
 loomResult_t loomGetUniqueId(loomUniqueId* uniqueId);
 loomResult_t loomCommInitRank(loomComm_t* comm, int nranks, loomUniqueId commId, int rank);
 loomResult_t loomCommInitRankConfig(loomComm_t* comm, int nranks, loomUniqueId commId,
