@@ -38,10 +38,8 @@ std::vector<uint64_t> countsFor(int n) {
   return c;
 }
 
-bool rooted(Collective c) { return c == Collective::Broadcast || c == Collective::Reduce; }
-
 std::vector<int> rootsFor(Collective c, int n) {
-  if (!rooted(c)) return {0};
+  if (!hasRoot(c)) return {0};
   std::vector<int> r = {0, n / 2, n - 1};
   r.erase(std::unique(r.begin(), r.end()), r.end());
   return r;
