@@ -30,6 +30,11 @@ const char* collectiveName(Collective c) {
   return "invalid";
 }
 
+bool countsBlocks(Collective c) {
+  return c == Collective::AllGather || c == Collective::ReduceScatter ||
+         c == Collective::AlltoAll || c == Collective::Gather || c == Collective::Scatter;
+}
+
 bool hasRoot(Collective c) {
   return c == Collective::Broadcast || c == Collective::Reduce || c == Collective::Gather ||
          c == Collective::Scatter;

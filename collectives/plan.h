@@ -26,6 +26,9 @@ enum class Collective : uint8_t {
 const char* collectiveName(Collective c);  // "allreduce", "broadcast", ...
 // Whether the call has a root: broadcast, reduce, gather, scatter.
 bool hasRoot(Collective c);
+// Whether the call's count is one rank's block of a buffer of N blocks: allgather,
+// reduce-scatter, alltoall, gather, scatter.
+bool countsBlocks(Collective c);
 
 // Buffers a region can name. Collectives use Input, Output and Scratch, and Shared: an arena
 // of shared memory that every rank of a host maps, so one rank's writes are the others' reads
