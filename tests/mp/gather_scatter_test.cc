@@ -16,6 +16,7 @@
 #include "loom/loom.h"
 #include "tests/support/comm_harness.h"
 #include "tests/support/fork_ranks.h"
+#include "tests/support/origin_blocks.h"
 #include "tests/support/rank_sets.h"
 #include "tests/support/values.h"
 
@@ -24,54 +25,26 @@ namespace {
 
 const uint64_t kCounts[] = {0, 1, 7, 1001};
 
-// Byte i of the block rank src gives rank dst (gather: src → the root; scatter: the root →
-// dst). Data movement is format-blind, so the bytes name their origin whatever the dtype; the
-// (i >> 8) term keeps a block shifted by 256 bytes from matching.
-char originByte(int src, int dst, uint64_t i) {
-  return char((uint64_t(src) * 131 + uint64_t(dst) * 29 + i * 7 + (i >> 8) * 13) & 0xff);
-}
-
-constexpr char kUntouched = char(0x5a);  // what nobody may write
-constexpr size_t kGuard = 16;            // bytes past every buffer
-
-std::vector<char> buffer(uint64_t bytes) { return std::vector<char>(bytes + kGuard, kUntouched); }
-
-void fillOrigin(char* p, uint64_t bytes, int src, int dst) {
-  for (uint64_t i = 0; i < bytes; ++i) p[i] = originByte(src, dst, i);
-}
-bool isOrigin(const char* p, uint64_t bytes, int src, int dst) {
-  for (uint64_t i = 0; i < bytes; ++i)
-    if (p[i] != originByte(src, dst, i)) return false;
-  return true;
-}
-bool isUntouched(const char* p, uint64_t bytes) {
-  for (uint64_t i = 0; i < bytes; ++i)
-    if (p[i] != kUntouched) return false;
-  return true;
-}
-
 // One communicator's cases; failures go to stderr and are counted.
-class Cases {
+class Cases : public CaseLog {
  public:
   // forced: the algorithm every call must run ("linear"), or "" where the tuner chooses.
   Cases(loomComm_t comm, int rank, int n, std::string label, std::string forced)
-      : comm_(comm), rank_(rank), n_(n), label_(std::move(label)), forced_(std::move(forced)) {}
-  int failures() const { return failures_; }
+      : CaseLog(rank, n, std::move(label)), comm_(comm), forced_(std::move(forced)) {}
 
   // In place on the root: sendbuff = recvbuff + root·count. A non-root passes a buffer of the
   // root's size with its block in the same place, or NULL (nullOthers), as NCCL allows.
   void gather(loomDataType_t t, uint64_t count, bool inPlace, int root, bool nullOthers) {
     const std::string what = describe("gather", t, count, inPlace, root, nullOthers);
     const uint64_t block = count * typeSize(t);
-    std::vector<char> in = buffer(block), out = buffer(block * n_);
+    std::vector<char> in = guardedBuffer(block), out = guardedBuffer(block * n_);
     char* send = inPlace ? out.data() + rank_ * block : in.data();
     fillOrigin(send, block, rank_, root);
     const bool isRoot = rank_ == root;
     char* recv = isRoot || !nullOthers ? out.data() : nullptr;
     if (!call(what, loomGather(send, recv, count, t, root, comm_, nullptr))) return;
     if (!isOrigin(send, block, rank_, root)) return fail(what, "sendbuff changed");
-    if (!isUntouched(out.data() + out.size() - kGuard, kGuard))
-      return fail(what, "wrote past recvbuff");
+    if (!guardIntact(out)) return fail(what, "wrote past recvbuff");
     for (int j = 0; j < n_; ++j) {
       const char* b = out.data() + j * block;
       if (isRoot && !isOrigin(b, block, j, root))
@@ -86,7 +59,7 @@ class Cases {
   void scatter(loomDataType_t t, uint64_t count, bool inPlace, int root, bool nullOthers) {
     const std::string what = describe("scatter", t, count, inPlace, root, nullOthers);
     const uint64_t block = count * typeSize(t);
-    std::vector<char> in = buffer(block * n_), out = buffer(block);
+    std::vector<char> in = guardedBuffer(block * n_), out = guardedBuffer(block);
     const bool isRoot = rank_ == root;
     if (isRoot)
       for (int j = 0; j < n_; ++j) fillOrigin(in.data() + j * block, block, root, j);
@@ -94,9 +67,7 @@ class Cases {
     const char* send = isRoot || !nullOthers ? in.data() : nullptr;
     if (!call(what, loomScatter(send, recv, count, t, root, comm_, nullptr))) return;
     if (!isOrigin(recv, block, root, rank_)) return fail(what, "wrong data");
-    if (!isUntouched(out.data() + out.size() - kGuard, kGuard) ||
-        !isUntouched(in.data() + in.size() - kGuard, kGuard))
-      return fail(what, "wrote past a buffer");
+    if (!guardIntact(out) || !guardIntact(in)) return fail(what, "wrote past a buffer");
     for (int j = 0; j < n_; ++j) {
       const char* b = in.data() + j * block;
       if (isRoot && !isOrigin(b, block, root, j))
@@ -126,16 +97,8 @@ class Cases {
     }
     return true;
   }
-  void fail(const std::string& what, const std::string& msg) {
-    fprintf(stderr, "rank %d/%d [%s]: %s: %s\n", rank_, n_, label_.c_str(), what.c_str(),
-            msg.c_str());
-    ++failures_;
-  }
-
   loomComm_t comm_;
-  int rank_, n_;
-  std::string label_, forced_;
-  int failures_ = 0;
+  std::string forced_;
 };
 
 // The model's (or built-in table's) choice, then each builder forced; linear also on 3 lanes.

@@ -64,42 +64,30 @@ TEST(PerfUnits, CountsPerCollectiveFollowNcclTests) {
   EXPECT_EQ(s.paramCount, 262144u);
   EXPECT_EQ(s.bytes(f), size);
 
-  s = collSizes(Collective::AllGather, size, f, 4);
-  EXPECT_EQ(s.sendCount, 65536u);
-  EXPECT_EQ(s.recvCount, 262144u);
-  EXPECT_EQ(s.paramCount, 65536u);  // the count argument: per rank
-  EXPECT_EQ(s.sendInPlaceOffset, 65536u);
-  EXPECT_EQ(s.recvInPlaceOffset, 0u);
-  EXPECT_EQ(s.bytes(f), size);  // the size column: the gathered buffer
+  for (Collective c : {Collective::AllGather, Collective::Gather}) {
+    s = collSizes(c, size, f, 4);
+    EXPECT_EQ(s.sendCount, 65536u) << collectiveName(c);
+    EXPECT_EQ(s.recvCount, 262144u) << collectiveName(c);
+    EXPECT_EQ(s.paramCount, 65536u) << collectiveName(c);  // the count argument: per rank
+    EXPECT_EQ(s.sendInPlaceOffset, 65536u) << collectiveName(c);
+    EXPECT_EQ(s.recvInPlaceOffset, 0u) << collectiveName(c);
+    EXPECT_EQ(s.bytes(f), size) << collectiveName(c);  // the size column: the gathered buffer
+  }
 
-  s = collSizes(Collective::ReduceScatter, size, f, 4);
-  EXPECT_EQ(s.sendCount, 262144u);
-  EXPECT_EQ(s.recvCount, 65536u);
-  EXPECT_EQ(s.paramCount, 65536u);
-  EXPECT_EQ(s.sendInPlaceOffset, 0u);
-  EXPECT_EQ(s.recvInPlaceOffset, 65536u);
-  EXPECT_EQ(s.bytes(f), size);
+  for (Collective c : {Collective::ReduceScatter, Collective::Scatter}) {
+    s = collSizes(c, size, f, 4);
+    EXPECT_EQ(s.sendCount, 262144u) << collectiveName(c);
+    EXPECT_EQ(s.recvCount, 65536u) << collectiveName(c);
+    EXPECT_EQ(s.paramCount, 65536u) << collectiveName(c);
+    EXPECT_EQ(s.sendInPlaceOffset, 0u) << collectiveName(c);
+    EXPECT_EQ(s.recvInPlaceOffset, 65536u) << collectiveName(c);
+    EXPECT_EQ(s.bytes(f), size) << collectiveName(c);
+  }
 
   s = collSizes(Collective::AlltoAll, size, f, 4);
   EXPECT_EQ(s.sendCount, 262144u);
   EXPECT_EQ(s.recvCount, 262144u);
   EXPECT_EQ(s.paramCount, 65536u);
-  EXPECT_EQ(s.bytes(f), size);
-
-  s = collSizes(Collective::Gather, size, f, 4);  // as allgather
-  EXPECT_EQ(s.sendCount, 65536u);
-  EXPECT_EQ(s.recvCount, 262144u);
-  EXPECT_EQ(s.paramCount, 65536u);
-  EXPECT_EQ(s.sendInPlaceOffset, 65536u);
-  EXPECT_EQ(s.recvInPlaceOffset, 0u);
-  EXPECT_EQ(s.bytes(f), size);
-
-  s = collSizes(Collective::Scatter, size, f, 4);  // as reduce-scatter
-  EXPECT_EQ(s.sendCount, 262144u);
-  EXPECT_EQ(s.recvCount, 65536u);
-  EXPECT_EQ(s.paramCount, 65536u);
-  EXPECT_EQ(s.sendInPlaceOffset, 0u);
-  EXPECT_EQ(s.recvInPlaceOffset, 65536u);
   EXPECT_EQ(s.bytes(f), size);
 
   for (Collective c : {Collective::Broadcast, Collective::Reduce, Collective::SendRecv}) {

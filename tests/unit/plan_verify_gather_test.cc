@@ -23,34 +23,19 @@ constexpr int kMaxRanks = 64;
 constexpr int kBigRanks[] = {128, 256, 1000};
 constexpr Collective kRooted[] = {Collective::Gather, Collective::Scatter};
 
-std::vector<uint64_t> countsFor(int n) {
-  std::vector<uint64_t> c = {0, 1, uint64_t(n - 1), uint64_t(n), uint64_t(2 * n + 1),
-                             kPrimeCount, kLargeCount};
-  std::sort(c.begin(), c.end());
-  c.erase(std::unique(c.begin(), c.end()), c.end());
-  return c;
-}
-
 // Every N up to 64 with every root, count and lane hint (a hint that gives the plans of a
 // smaller one is left out); then the big N, roots 0, N/2 and N−1, one count.
 std::vector<CollArgs> cases(const Builder& b) {
   std::vector<CollArgs> out;
   for (int n = 1; n <= kMaxRanks; ++n) {
-    for (uint64_t count : countsFor(n)) {
-      for (int root = 0; root < n; ++root) {
-        size_t lanesSeen = 0;
-        for (int hint : {1, 2, 4}) {
-          const CollArgs a = makeArgs(b.coll, n, count, hint, root);
-          const size_t lanes = b.build(a, 0).lanes.size();
-          if (lanes == lanesSeen) continue;
-          lanesSeen = lanes;
-          out.push_back(a);
-        }
-      }
+    for (uint64_t count : sweepCounts(n)) {
+      for (int root = 0; root < n; ++root)
+        addLaneHints(b, makeArgs(b.coll, n, count, 1, root), &out);
     }
   }
   for (int n : kBigRanks)
-    for (int root : {0, n / 2, n - 1}) out.push_back(makeArgs(b.coll, n, uint64_t(n + 3), 2, root));
+    for (int root : {0, n / 2, n - 1})
+      out.push_back(makeArgs(b.coll, n, uint64_t(n + 3), 2, root));
   return out;
 }
 
