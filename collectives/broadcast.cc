@@ -8,13 +8,6 @@ namespace loom::collectives {
 
 namespace {
 
-// A rank's place v = (r − root) mod N in a rooted algorithm and the rank at any place.
-struct Rooted {
-  int n, root, v;
-  Rooted(const CollArgs& a, int rank) : n(a.nranks), root(a.root), v(wrap(rank - a.root, n)) {}
-  int rankAt(int place) const { return wrap(int64_t(place) + root, n); }
-};
-
 // Binary tree over places: parent (v−1)/2, children 2v+1 and 2v+2 (those below N).
 struct TreePlace : Rooted {
   int children[2] = {-1, -1};
@@ -86,11 +79,7 @@ RankPlan buildScatterAllgatherBroadcast(const CollArgs& a, int rank) {
   const uint32_t src = v == 0 ? kInput : kOutput;
   // Binomial scatter: place v receives parts [v, v + low(v)) from v − low(v) and hands the
   // upper halves of that range on, largest first.
-  auto low = [&](int place) {
-    int span = 1;
-    while (place == 0 ? span < n : (place & span) == 0) span <<= 1;
-    return span;
-  };
+  auto low = [&](int place) { return binomialSpan(place, n); };
   const int mine = low(v);
   if (v != 0) addRecv(lane, t.rankAt(v - mine), parts(kOutput, a, v, std::min(v + mine, n)));
   for (int m = mine / 2; m >= 1; m >>= 1) {

@@ -12,7 +12,7 @@ namespace {
 
 // Registry order within a collective is the order names are listed in (loom-info, errors).
 const Builder kBuilders[] = {
-    // Foundation: ring, chain, pairwise, p2p.
+    // Foundation: ring, chain, pairwise, linear, p2p.
     {Collective::AllReduce, "ring", buildRingAllReduce},
     {Collective::Broadcast, "chain", buildChainBroadcast},
     {Collective::Reduce, "chain", buildChainReduce},
@@ -20,6 +20,8 @@ const Builder kBuilders[] = {
     {Collective::ReduceScatter, "ring", buildRingReduceScatter},
     {Collective::AlltoAll, "pairwise", buildPairwiseAlltoAll},
     {Collective::AlltoAllv, "pairwise", buildPairwiseAlltoAllv},
+    {Collective::Gather, "linear", buildLinearGather},
+    {Collective::Scatter, "linear", buildLinearScatter},
     {Collective::SendRecv, "p2p", nullptr},
     // Allreduce, allgather and reduce-scatter families (tree, halving-doubling, torus, ...).
     {Collective::AllReduce, "tree", buildTreeAllReduce},
@@ -36,7 +38,7 @@ const Builder kBuilders[] = {
     {Collective::ReduceScatter, "rh", buildRhReduceScatter},
     {Collective::ReduceScatter, "hierarchical", buildHierarchicalReduceScatter,
      refuseHierarchical},
-    // Alltoall, broadcast and reduce families (bruck, incast-aware, trees, ...).
+    // Alltoall, broadcast, reduce, gather and scatter families (bruck, incast-aware, trees).
     {Collective::AlltoAll, "xor", buildXorAlltoAll},
     {Collective::AlltoAll, "bruck", buildBruckAlltoAll},
     {Collective::AlltoAll, "hierarchical", buildHierarchicalAlltoAll, refuseHierarchicalAlltoAll},
@@ -50,6 +52,8 @@ const Builder kBuilders[] = {
     {Collective::Broadcast, "scatter_allgather", buildScatterAllgatherBroadcast},
     {Collective::Reduce, "tree", buildTreeReduce},
     {Collective::Reduce, "rsag", buildRsagReduce},
+    {Collective::Gather, "tree", buildTreeGather},
+    {Collective::Scatter, "tree", buildTreeScatter},
     // Peer reads: one host's ranks copy straight out of each other's buffers.
     {Collective::AllReduce, "peer", buildPeerAllReduce, refusePeer},
     {Collective::ReduceScatter, "peer", buildPeerReduceScatter, refusePeer},
@@ -57,6 +61,8 @@ const Builder kBuilders[] = {
     {Collective::AlltoAll, "peer", buildPeerAlltoAll, refusePeer},
     {Collective::Broadcast, "peer", buildPeerBroadcast, refusePeer},
     {Collective::Reduce, "peer", buildPeerReduce, refusePeer},
+    {Collective::Gather, "peer", buildPeerGather, refusePeer},
+    {Collective::Scatter, "peer", buildPeerScatter, refusePeer},
 };
 
 }  // namespace

@@ -80,6 +80,22 @@ RankPlan buildPairwiseAlltoAllv(const CollArgs& a, int rank);
 // Cost: 1 + 2(N−1) steps, N−1 messages, (N−1)·count elements sent, 1 round (count > 0).
 RankPlan buildPairwiseAllGather(const CollArgs& a, int rank);
 
+// Linear gather ("linear", for large messages; collectives/gather.cc): every non-root sends
+// its Input to the root, which receives block j of its Output (rank j's count elements)
+// straight from rank j, places 1, 2, … in turn, and copies its own Input into block root (a
+// no-op in place). Non-roots never touch Output. All messages are in flight at once: the
+// root's link is the bottleneck, and each block crosses it once. Lanes split every block
+// alike, L = min(lanes, max(1, count)) for N > 1.
+// Cost: a non-root L steps, L messages, count elements; the root L·N steps, no messages,
+// (N−1)·count elements received; 1 round (count > 0). N = 1: one Copy.
+RankPlan buildLinearGather(const CollArgs& a, int rank);
+// Linear scatter ("linear"): the root sends block j of its Input to rank j (places 1, 2, …)
+// and copies block root into its Output; a non-root receives into Output and never touches
+// Input. Lanes as gather's.
+// Cost: the root L·N steps, (N−1)·L messages, (N−1)·count elements; a non-root L steps;
+// 1 round.
+RankPlan buildLinearScatter(const CollArgs& a, int rank);
+
 // ---- Point-to-point groups ------------------------------------------------------------------
 
 // One send or receive of a group (loomGroupStart … loomGroupEnd), in bytes.
@@ -102,7 +118,7 @@ RankPlan buildP2P(const std::vector<P2POp>& ops);
 
 struct Builder {
   Collective coll;
-  const char* name;  // "ring", "chain", "pairwise", "p2p"
+  const char* name;  // "ring", "chain", "pairwise", "linear", "p2p"
   // Builds one rank's plan. Null for Collective::SendRecv, whose plans come from buildP2P.
   RankPlan (*build)(const CollArgs& a, int rank);
   // Why this builder cannot serve a call (e.g. torus dims that do not match nranks), or an
@@ -142,6 +158,23 @@ RankPlan splitIntoLanes(const char* algorithm, uint64_t count, int lanes, Fill f
 
 // x mod n in [0, n), for ring arithmetic on ranks and chunks that may go negative.
 inline int wrap(int64_t x, int n) { return int(((x % n) + n) % n); }
+
+// A rank's place v = (r − root) mod N in a rooted algorithm and the rank at any place.
+struct Rooted {
+  int n, root, v;
+  Rooted(const CollArgs& a, int rank) : n(a.nranks), root(a.root), v(wrap(rank - a.root, n)) {}
+  int rankAt(int place) const { return wrap(int64_t(place) + root, n); }
+};
+
+// The binomial tree over the places 0..n−1, rooted at place 0: place p ≠ 0 hangs below
+// p − binomialSpan(p, n) and its subtree is the places [p, min(p + span, n)); its children are
+// p + m for m = span/2, span/4, …, 1 (those below n). Place 0's span is the least power of
+// two ≥ n. The subtrees are contiguous in place order, so a subtree's blocks are one range.
+inline int binomialSpan(int place, int n) {
+  int span = 1;
+  while (place == 0 ? span < n : (place & span) == 0) span <<= 1;
+  return span;
+}
 
 // Append a step to a lane unless it would move nothing. Dropping empty steps keeps both sides
 // of a message consistent because every rank computes the same chunk sizes.

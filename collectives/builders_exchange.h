@@ -1,4 +1,5 @@
-// Alltoall, broadcast and reduce builders beyond the foundation (collectives/builders.h).
+// Alltoall, broadcast, reduce, gather and scatter builders beyond the foundation
+// (collectives/builders.h).
 // Same contract and notation as builders.h: pure functions, any N ≥ 1 and any count, costs per
 // rank as the symbolic verifier counts them (steps, messages sent, elements sent, rounds), with
 // zero-element steps left out. c = count, N = nranks, r = this rank, v = (r − root) mod N the
@@ -141,5 +142,32 @@ RankPlan buildTreeReduce(const CollArgs& a, int rank);
 // c elements sent, scratch c; the root: 3(N−1) steps, N−1 messages, c − c_0 elements sent;
 // N rounds.
 RankPlan buildRsagReduce(const CollArgs& a, int rank);
+
+// ---- Gather and scatter ------------------------------------------------------------------------
+
+// Block j of the root's buffer is rank j's count elements (Output for gather, Input for
+// scatter); non-roots never touch it (NCCL ignores it there). The linear builders, the
+// foundation's, are in builders.h.
+
+// Binomial tree gather ("tree", for small messages): over places (binomialSpan), place v
+// gathers the blocks of its subtree, places [v, v + s) with s = min(span(v), N − v), in Scratch
+// in place order (its own Input copied to the front, each child's range received behind it)
+// and sends them to its parent in one message; the root receives each child's range straight
+// into Output. A range of places is one range of ranks unless it wraps past rank N−1 (it holds
+// place N − root, root > 0): such a message to the root goes as two, split there. A leaf sends
+// its Input. One lane. With k(v) children and w = 1 when v's range wraps, 0 otherwise:
+// Cost: a leaf 1 step, 1 message, c elements; an inner non-root 2 + k(v) steps (+1 when its
+// parent is the root and w = 1), 1 (+w) messages, s·c elements, scratch s·c; the root
+// k(0) + 1 (+1 for the wrapping child) steps, where k(0) = ⌈log2 N⌉; ⌊log2 N⌋ rounds (the
+// most bits set in a place; +1 for the FIFO pair of a split message).
+RankPlan buildTreeGather(const CollArgs& a, int rank);
+// Binomial tree scatter ("tree"): the reverse: the root sends each child its subtree's range
+// of Input (largest first; split where it wraps), an inner place receives its range into
+// Scratch, passes each child's part on (largest first) and copies its own block to Output, a
+// leaf receives straight into Output. One lane.
+// Cost: the root k(0) (+1) messages, (N−1)·c elements; an inner non-root k(v) messages,
+// (s − 1)·c elements, scratch s·c; ⌊log2 N⌋ rounds (+1 for a split message). Every block
+// travels popcount(its place) hops, in both trees.
+RankPlan buildTreeScatter(const CollArgs& a, int rank);
 
 }  // namespace loom::collectives

@@ -115,6 +115,9 @@ std::string refuseOffHost(const char* algorithm, const CollArgs& a);
 //   broadcast: copies the root's Input to Output: 3 steps.
 //   reduce: the root sums all Inputs into its Output (N + 2 steps), the others only pass the
 //     2 barriers.
+//   gather: the root copies every rank's Input (its own first) into Output block j (N + 2
+//     steps), the others only pass the 2 barriers.
+//   scatter: every rank copies block r of the root's Input to its Output: 3 steps.
 // Cost: no messages; 2 barriers (3 for allreduce), counted as rounds. N = 1: the own Copy
 // alone; count = 0: nothing.
 RankPlan buildPeerAllReduce(const CollArgs& a, int rank);
@@ -123,6 +126,8 @@ RankPlan buildPeerAllGather(const CollArgs& a, int rank);
 RankPlan buildPeerAlltoAll(const CollArgs& a, int rank);
 RankPlan buildPeerBroadcast(const CollArgs& a, int rank);
 RankPlan buildPeerReduce(const CollArgs& a, int rank);
+RankPlan buildPeerGather(const CollArgs& a, int rank);
+RankPlan buildPeerScatter(const CollArgs& a, int rank);
 std::string refusePeer(const CollArgs& a);
 
 // ---- Allgather ------------------------------------------------------------------------------

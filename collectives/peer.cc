@@ -1,5 +1,5 @@
 // The peer-read builders ("peer": allreduce, reduce-scatter, allgather, alltoall, broadcast,
-// reduce; costs in builders_reduce.h): the ranks of one host read each other's Input and Output
+// reduce, gather, scatter; costs in builders_reduce.h): the ranks of one host read each other's Input and Output
 // in place (plan.h, peerBuffer), so every byte moves with one copy and no message is sent.
 #include <string>
 
@@ -100,6 +100,24 @@ RankPlan buildPeerReduce(const CollArgs& a, int rank) {
   const uint64_t c = a.count;
   return peerPlan(a, [&](Lane& lane) {
     if (rank == a.root) addSum(lane, a, rank, 0, c, {kOutput, 0, c});
+  });
+}
+
+RankPlan buildPeerGather(const CollArgs& a, int rank) {
+  const uint64_t c = a.count;
+  return peerPlan(a, [&](Lane& lane) {
+    if (rank != a.root) return;
+    for (int k = 0; k < a.nranks; ++k) {
+      const int j = wrap(rank + k, a.nranks);
+      addCopy(lane, of(rank, j, kInput, 0, c), {kOutput, uint64_t(j) * c, c});
+    }
+  });
+}
+
+RankPlan buildPeerScatter(const CollArgs& a, int rank) {
+  const uint64_t c = a.count;
+  return peerPlan(a, [&](Lane& lane) {
+    addCopy(lane, of(rank, a.root, kInput, uint64_t(rank) * c, c), {kOutput, 0, c});
   });
 }
 

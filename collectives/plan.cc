@@ -20,10 +20,24 @@ const char* collectiveName(Collective c) {
       return "alltoall";
     case Collective::AlltoAllv:
       return "alltoallv";
+    case Collective::Gather:
+      return "gather";
+    case Collective::Scatter:
+      return "scatter";
     case Collective::SendRecv:
       return "sendrecv";
   }
   return "invalid";
+}
+
+bool countsBlocks(Collective c) {
+  return c == Collective::AllGather || c == Collective::ReduceScatter ||
+         c == Collective::AlltoAll || c == Collective::Gather || c == Collective::Scatter;
+}
+
+bool hasRoot(Collective c) {
+  return c == Collective::Broadcast || c == Collective::Reduce || c == Collective::Gather ||
+         c == Collective::Scatter;
 }
 
 const char* stepKindName(StepKind k) {
@@ -58,8 +72,8 @@ uint64_t extent(const std::vector<uint64_t>& counts, const std::vector<uint64_t>
 
 }  // namespace
 
-// NCCL ignores sendbuff on a broadcast's non-roots and recvbuff on a reduce's non-roots, so
-// those buffers have no elements: a plan that touches them is wrong.
+// NCCL ignores sendbuff on the non-roots of a broadcast or scatter and recvbuff on those of a
+// reduce or gather, so those buffers have no elements: a plan that touches them is wrong.
 uint64_t inputCount(const CollArgs& a, int rank) {
   const uint64_t n = uint64_t(a.nranks);
   switch (a.coll) {
@@ -74,6 +88,10 @@ uint64_t inputCount(const CollArgs& a, int rank) {
       return n * a.count;
     case Collective::AlltoAllv:
       return extent(a.sendCounts, a.sendDispls);
+    case Collective::Gather:
+      return a.count;
+    case Collective::Scatter:
+      return rank == a.root ? n * a.count : 0;
     case Collective::SendRecv:
       return 0;  // each operation has its own buffer
   }
@@ -94,6 +112,10 @@ uint64_t outputCount(const CollArgs& a, int rank) {
       return n * a.count;
     case Collective::AlltoAllv:
       return extent(a.recvCounts, a.recvDispls);
+    case Collective::Gather:
+      return rank == a.root ? n * a.count : 0;
+    case Collective::Scatter:
+      return a.count;
     case Collective::SendRecv:
       return 0;
   }

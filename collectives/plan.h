@@ -19,9 +19,16 @@ enum class Collective : uint8_t {
   ReduceScatter,
   AlltoAll,
   AlltoAllv,
-  SendRecv,  // a group of point-to-point operations
+  Gather,
+  Scatter,
+  SendRecv,  // a group of point-to-point operations; the last: loops over collectives end here
 };
 const char* collectiveName(Collective c);  // "allreduce", "broadcast", ...
+// Whether the call has a root: broadcast, reduce, gather, scatter.
+bool hasRoot(Collective c);
+// Whether the call's count is one rank's block of a buffer of N blocks: allgather,
+// reduce-scatter, alltoall, gather, scatter.
+bool countsBlocks(Collective c);
 
 // Buffers a region can name. Collectives use Input, Output and Scratch, and Shared: an arena
 // of shared memory that every rank of a host maps, so one rank's writes are the others' reads
@@ -154,7 +161,8 @@ struct CollArgs : CallSettings {
   Collective coll = Collective::AllReduce;
   int nranks = 1;
   // Elements, as the NCCL API counts them: allreduce/broadcast/reduce: the buffer;
-  // allgather: each rank's contribution; reduce-scatter: each rank's result; alltoall: per peer.
+  // allgather, gather: each rank's contribution; reduce-scatter, scatter: each rank's result;
+  // alltoall: per peer.
   uint64_t count = 0;
   int root = 0;
   // Host index (0..H-1, numbered by first appearance) of every rank; empty means one host.

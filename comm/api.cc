@@ -549,6 +549,60 @@ loomResult_t loomAlltoAllv(const void* sendbuff, const size_t sendcounts[],
   return finish(comm, st);
 }
 
+// On the root of a gather or scatter the rank's own block may be the root's block `root` of
+// the other buffer (in place), and may not overlap it anywhere else: the plans would overwrite
+// what they have yet to read.
+static Status checkRootBlock(const void* own, size_t ownBytes, const void* all, size_t allBytes,
+                             int root, const char* fn, const char* ownName, const char* allName) {
+  const char* inPlace = static_cast<const char*>(all) + size_t(root) * ownBytes;
+  if (own == inPlace || !rangesOverlap(own, ownBytes, all, allBytes)) return Status::ok();
+  return errorf(loomInvalidArgument,
+                "%s: %s overlaps %s but is not %s + root*count (the in-place layout)", fn,
+                ownName, allName, allName);
+}
+
+loomResult_t loomGather(const void* sendbuff, void* recvbuff, size_t count,
+                        loomDataType_t datatype, int root, loomComm_t comm, void* stream) {
+  const char* fn = "loomGather";
+  size_t bytes = 0, allBytes = 0;
+  Status st = prologue(comm, datatype, stream, fn);
+  if (st.isOk()) st = checkRank(root, comm->impl->nranks(), fn, "root");
+  if (st.isOk()) st = checkBytes(count, 1, datatype, fn, "count", &bytes);
+  if (st.isOk())
+    st = checkBytes(count, comm->impl->nranks(), datatype, fn, "the output", &allBytes);
+  if (st.isOk()) st = checkBuffer(sendbuff, bytes, fn, "sendbuff");
+  // recvbuff is the root's alone: NCCL ignores it on the other ranks.
+  const bool isRoot = st.isOk() && comm->impl->rank() == root;
+  if (isRoot) st = checkBuffer(recvbuff, allBytes, fn, "recvbuff");
+  if (isRoot && st.isOk())
+    st = checkRootBlock(sendbuff, bytes, recvbuff, allBytes, root, fn, "sendbuff", "recvbuff");
+  if (st.isOk())
+    st = submitCollective(comm, describe(comm, Collective::Gather, count, sendbuff, recvbuff,
+                                         datatype, loomSum, root, bytes, isRoot ? allBytes : 0));
+  return finish(comm, st);
+}
+
+loomResult_t loomScatter(const void* sendbuff, void* recvbuff, size_t count,
+                         loomDataType_t datatype, int root, loomComm_t comm, void* stream) {
+  const char* fn = "loomScatter";
+  size_t bytes = 0, allBytes = 0;
+  Status st = prologue(comm, datatype, stream, fn);
+  if (st.isOk()) st = checkRank(root, comm->impl->nranks(), fn, "root");
+  if (st.isOk()) st = checkBytes(count, 1, datatype, fn, "count", &bytes);
+  if (st.isOk())
+    st = checkBytes(count, comm->impl->nranks(), datatype, fn, "the input", &allBytes);
+  // sendbuff is the root's alone: NCCL ignores it on the other ranks.
+  const bool isRoot = st.isOk() && comm->impl->rank() == root;
+  if (isRoot) st = checkBuffer(sendbuff, allBytes, fn, "sendbuff");
+  if (st.isOk()) st = checkBuffer(recvbuff, bytes, fn, "recvbuff");
+  if (isRoot && st.isOk())
+    st = checkRootBlock(recvbuff, bytes, sendbuff, allBytes, root, fn, "recvbuff", "sendbuff");
+  if (st.isOk())
+    st = submitCollective(comm, describe(comm, Collective::Scatter, count, sendbuff, recvbuff,
+                                         datatype, loomSum, root, isRoot ? allBytes : 0, bytes));
+  return finish(comm, st);
+}
+
 static loomResult_t pointToPoint(void* buff, size_t count, loomDataType_t datatype, int peer,
                                  loomComm_t comm, void* stream, collectives::P2POp::Kind kind) {
   const char* fn = kind == collectives::P2POp::Kind::Send ? "loomSend" : "loomRecv";
@@ -673,17 +727,6 @@ loomResult_t loomCommShrink(loomComm_t comm, const int* excludeRanks, int exclud
   memcpy(id.internal, published.data(), sizeof(id.internal));
   loomConfig_t inherited;
   return loomCommInitRankConfig(newcomm, newSize, id, newRank, orParents(config, c, &inherited));
-}
-
-// Declared in loom.h; each is built in its own change.
-static loomResult_t notBuiltYet(const char* fn) {
-  return finish(nullptr, errorf(loomInvalidUsage, "%s is not built yet", fn));
-}
-loomResult_t loomGather(const void*, void*, size_t, loomDataType_t, int, loomComm_t, void*) {
-  return notBuiltYet("loomGather");
-}
-loomResult_t loomScatter(const void*, void*, size_t, loomDataType_t, int, loomComm_t, void*) {
-  return notBuiltYet("loomScatter");
 }
 
 }  // extern "C"

@@ -243,11 +243,8 @@ void Comm::initTuner(tuner::TunerConfig config) {
   base.settings() = settings_;
   base.nranks = nranks();
   if (hostCount_ > 1) base.hostOf = hostOf_;
-  const auto rows = tuner::decisionTable(
-      tuner_, base,
-      {Collective::AllReduce, Collective::AllGather, Collective::ReduceScatter,
-       Collective::AlltoAll, Collective::Broadcast, Collective::Reduce},
-      8, uint64_t(1) << 30);
+  const auto rows =
+      tuner::decisionTable(tuner_, base, tuner::tabledCollectives(), 8, uint64_t(1) << 30);
   const std::string& off = tuner_.modelOff();
   LOOM_INFO("TUNE", "decision table (%s%s%s):", off.empty() ? "cost model" : "model off: ",
             off.c_str(), tuner_.config().rules.empty() ? "" : ", LOOM_TUNE rules first");

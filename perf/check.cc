@@ -280,6 +280,12 @@ std::vector<Block> outputBlocks(Collective c, int nranks, int rank, int root, co
     case Collective::Broadcast:
       blocks.push_back({0, s.recvCount, root, 0});
       break;
+    case Collective::Gather:
+      for (int j = 0; j < nranks && rank == root; ++j) blocks.push_back({j * c1, c1, j, 0});
+      break;
+    case Collective::Scatter:
+      blocks.push_back({0, c1, root, static_cast<size_t>(rank) * c1});
+      break;
     case Collective::SendRecv:
       blocks.push_back({0, s.recvCount, (rank + nranks - 1) % nranks, 0});
       break;
@@ -327,6 +333,10 @@ void fillInput(Collective c, loomDataType_t dtype, loomRedOp_t op, int nranks, i
     writeCyclic(static_cast<typename Codec::Storage*>(send), sizes.sendCount,
                 encodeAll<Codec>(values));
   });
+}
+
+bool rankHasOutput(Collective c, int rank, int root) {
+  return rank == root || (c != Collective::Reduce && c != Collective::Gather);
 }
 
 void writeExpected(Collective c, loomDataType_t dtype, loomRedOp_t op, int nranks, int rank,

@@ -178,6 +178,12 @@ class LoomBackend : public Backend {
       case Collective::Reduce:
         r = loomReduce(call.send, call.recv, n, t, call.op, call.root, comm_, nullptr);
         break;
+      case Collective::Gather:
+        r = loomGather(call.send, call.recv, n, t, call.root, comm_, nullptr);
+        break;
+      case Collective::Scatter:
+        r = loomScatter(call.send, call.recv, n, t, call.root, comm_, nullptr);
+        break;
       case Collective::SendRecv: {
         // The nccl-tests pattern: send to the next rank, receive from the previous one,
         // grouped so that the ring cannot deadlock.

@@ -67,7 +67,8 @@ std::string usage(const char* program) {
   std::string u = "usage: ";
   u += program;
   u += " COLLECTIVE [options]\n"
-       "  COLLECTIVE: all_reduce all_gather reduce_scatter alltoall broadcast reduce sendrecv\n"
+       "  COLLECTIVE: all_reduce all_gather reduce_scatter alltoall broadcast reduce gather\n"
+       "              scatter sendrecv\n"
        "  -b, --minbytes SIZE        smallest size (default 32M); K/M/G suffixes\n"
        "  -e, --maxbytes SIZE        largest size (default 32M)\n"
        "  -f, --stepfactor N         multiply the size by N each step\n"
@@ -78,7 +79,7 @@ std::string usage(const char* program) {
        "  -o, --op OP                sum prod min max avg (default sum)\n"
        "  -d, --datatype TYPE        int8 uint8 int32 uint32 int64 uint64 half bfloat16\n"
        "                             float double f8e4m3 f8e5m2 (default float)\n"
-       "  -r, --root N               root of broadcast and reduce (default 0)\n"
+       "  -r, --root N               root of broadcast, reduce, gather and scatter (default 0)\n"
        "  -N, --nranks N             fork N local ranks (0: ranks come from the launcher)\n"
        "  -A, --algo NAME            the backend's algorithm\n"
        "      --bind core|none       pin forked rank r to the r-th CPU (default none)\n"

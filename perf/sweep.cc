@@ -175,7 +175,7 @@ SizeResult takeTurn(Backend& backend, const Options& o, const CollSizes& s, loom
       ok = backend.run(call);
       char* out = inPlace ? recvBuf + backend.inPlaceOutputOffset(c, s) * elem
                           : static_cast<char*>(call.recv);
-      const bool hasOutput = s.recvCount > 0 && (c != Collective::Reduce || rank == o.root);
+      const bool hasOutput = s.recvCount > 0 && rankHasOutput(c, rank, o.root);
       if (o.injectError && rank == 0 && hasOutput) out[0] = static_cast<char>(out[0] ^ 0x55);
       mine.wrong[placement] =
           static_cast<int64_t>(countWrong(c, dtype, op, n, rank, o.root, s, out));

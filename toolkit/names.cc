@@ -16,6 +16,8 @@ constexpr CollectiveNames kCollectives[] = {
     {Collective::AlltoAll, "alltoall", {"all_to_all", nullptr}},
     {Collective::Broadcast, "broadcast", {"bcast", nullptr}},
     {Collective::Reduce, "reduce", {nullptr, nullptr}},
+    {Collective::Gather, "gather", {nullptr, nullptr}},
+    {Collective::Scatter, "scatter", {nullptr, nullptr}},
     {Collective::SendRecv, "sendrecv", {"send_recv", nullptr}},
 };
 
@@ -62,9 +64,7 @@ bool collectiveHasOp(Collective c) {
   return c == Collective::AllReduce || c == Collective::ReduceScatter || c == Collective::Reduce;
 }
 
-bool collectiveHasRoot(Collective c) {
-  return c == Collective::Broadcast || c == Collective::Reduce;
-}
+bool collectiveHasRoot(Collective c) { return collectives::hasRoot(c); }
 
 bool hasPlanBuilders(Collective c) { return c != Collective::SendRecv; }
 

@@ -14,6 +14,8 @@ double busBwFactor(Collective c, int nranks) {
     case Collective::ReduceScatter:
     case Collective::AlltoAll:
     case Collective::AlltoAllv:
+    case Collective::Gather:
+    case Collective::Scatter:
       return (n - 1) / n;
     case Collective::Broadcast:
     case Collective::Reduce:
@@ -26,16 +28,21 @@ double busBwFactor(Collective c, int nranks) {
 CollSizes collSizes(Collective c, size_t sizeBytes, size_t elemSize, int nranks) {
   const size_t count = sizeBytes / elemSize;
   const size_t n = static_cast<size_t>(nranks);
-  const size_t perRank = count / n;
+  size_t perRank = count / n;
+  // nccl-tests' gather and scatter round each rank's block down to whole 16 bytes.
+  if (c == Collective::Gather || c == Collective::Scatter)
+    perRank -= perRank % std::max<size_t>(1, 16 / elemSize);
   CollSizes s;
   switch (c) {
     case Collective::AllGather:
+    case Collective::Gather:
       s.sendCount = perRank;
       s.recvCount = perRank * n;
       s.paramCount = perRank;
       s.sendInPlaceOffset = perRank;
       break;
     case Collective::ReduceScatter:
+    case Collective::Scatter:
       s.sendCount = perRank * n;
       s.recvCount = perRank;
       s.paramCount = perRank;

@@ -13,7 +13,7 @@
 namespace loom::toolkit {
 
 /** busbw = algbw * factor, as nccl-tests defines it (allreduce 2(n-1)/n; allgather,
- *  reduce-scatter, alltoall (n-1)/n; broadcast, reduce, sendrecv 1). */
+ *  reduce-scatter, alltoall, gather, scatter (n-1)/n; broadcast, reduce, sendrecv 1). */
 double busBwFactor(Collective c, int nranks);
 
 /** Element counts of one call, as nccl-tests' getCollByteCount derives them from a size. */
@@ -22,7 +22,8 @@ struct CollSizes {
   size_t recvCount = 0;   // elements in each rank's receive buffer
   size_t paramCount = 0;  // the count argument of the call (the table's "count")
   // In-place layout: the send / receive buffer is the shared buffer plus rank * offset
-  // (allgather: send at rank * sendcount; reduce-scatter: receive at rank * recvcount).
+  // (allgather, gather: send at rank * sendcount; reduce-scatter, scatter: receive at
+  // rank * recvcount).
   size_t sendInPlaceOffset = 0;
   size_t recvInPlaceOffset = 0;
   /** The table's "size" column: max(send, receive) bytes per rank. */
@@ -30,7 +31,8 @@ struct CollSizes {
     return (sendCount > recvCount ? sendCount : recvCount) * elemSize;
   }
 };
-/** sizeBytes is the sweep's size; counts round down to whole elements per rank. */
+/** sizeBytes is the sweep's size; counts round down to whole elements per rank (gather and
+ *  scatter: to whole 16 bytes per rank, as nccl-tests does). */
 CollSizes collSizes(Collective c, size_t sizeBytes, size_t elemSize, int nranks);
 
 /** "8", "64K", "256M", "1G" (powers of 1024, either case); nullopt when malformed. */

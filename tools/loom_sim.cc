@@ -32,7 +32,7 @@ const char kUsage[] =
     "  --topo FILE         a JSON model, or the name of a corpus model built in code\n"
     "                      (topology/builders.h: dgx-rail-1024 has no file)\n"
     "  --collective NAME   allreduce (default), allgather, reducescatter, alltoall,\n"
-    "                      broadcast, reduce\n"
+    "                      broadcast, reduce, gather, scatter\n"
     "  --sizes MIN:MAX:F   sizes in bytes as nccl-tests counts them, from MIN to MAX times F\n"
     "                      (default 8:256M:4; K, M, G suffixes)\n"
     "  --algos A,B,...     only these builders (default: every builder of the collective)\n"

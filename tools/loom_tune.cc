@@ -32,7 +32,7 @@ const char kUsage[] =
     "                      the LOOM_TUNE environment variable)\n"
     "  --table             the built-in table only, no cost model (LOOM_TUNER=table)\n"
     "  --collective NAME   only this one: allreduce, allgather, reducescatter, alltoall,\n"
-    "                      broadcast, reduce (default: all)\n"
+    "                      broadcast, reduce, gather, scatter (default: all)\n"
     "  --sizes MIN:MAX:F   sizes in bytes as nccl-tests counts them (default 8:1G:2)\n"
     "  --ranks N           the first N ranks of the topology (default: all)\n"
     "  --elem-size B       bytes per element (default 4)\n"
@@ -43,9 +43,7 @@ struct Args {
   loom::tools::ModelChoice model;
   std::string tune;
   bool tableOnly = false;
-  std::vector<Collective> collectives = {Collective::AllReduce,     Collective::AllGather,
-                                         Collective::ReduceScatter, Collective::AlltoAll,
-                                         Collective::Broadcast,     Collective::Reduce};
+  std::vector<Collective> collectives = tuner::tabledCollectives();
   size_t minBytes = 8, maxBytes = size_t(1) << 30;
   int factor = 2;
   int ranks = 0;

@@ -16,7 +16,8 @@ using collectives::CollArgs;
 using collectives::Collective;
 
 // The defaults, in the grammar. Up to 16 KiB per rank buffer the algorithms with the fewest
-// rounds (log N instead of N) win, above it the bandwidth-optimal ring, chain and pairwise;
+// rounds (log N instead of N) win, above it the bandwidth-optimal ring, chain, pairwise and
+// linear (gather, scatter: every block crosses the root's link once, not log N times);
 // hierarchical allreduce serves several hosts of equal size (the rule is skipped on unequal
 // hosts, where it refuses). The thresholds are where the measured crossover sits on one host.
 const char kBuiltinTable[] = R"(# built-in defaults
@@ -33,6 +34,10 @@ broadcast      size=0-16K  ranks=4-*  -> tree
 broadcast                             -> chain
 reduce         size=0-16K  ranks=4-*  -> tree
 reduce                                -> chain
+gather         size=0-16K  ranks=4-*  -> tree
+gather                                -> linear
+scatter        size=0-16K  ranks=4-*  -> tree
+scatter                               -> linear
 )";
 
 namespace {
@@ -262,17 +267,8 @@ bool readsFanIn(const Builder& b) {
 }
 
 uint64_t callBytes(const CollArgs& a) {
-  switch (a.coll) {
-    case Collective::AllGather:
-    case Collective::ReduceScatter:
-    case Collective::AlltoAll:
-      return a.count * uint64_t(a.nranks) * a.elemSize;
-    case Collective::AlltoAllv:
-    case Collective::SendRecv:
-      return 0;
-    default:
-      return a.count * a.elemSize;
-  }
+  if (a.coll == Collective::AlltoAllv || a.coll == Collective::SendRecv) return 0;
+  return a.count * (collectives::countsBlocks(a.coll) ? uint64_t(a.nranks) : 1) * a.elemSize;
 }
 
 int hostCount(const CollArgs& a) {

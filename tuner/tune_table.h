@@ -56,7 +56,8 @@ struct CallShape {
 };
 
 // nccl-tests' size of a call: count × element size for allreduce, broadcast and reduce, and
-// count × N × element size for allgather, reduce-scatter and alltoall (count is per rank).
+// count × N × element size for allgather, reduce-scatter, alltoall, gather and scatter (count
+// is per rank).
 // Alltoallv has no size shared by every rank: 0 (rules for it cannot name a size).
 uint64_t callBytes(const collectives::CollArgs& a);
 // The number of distinct hosts in a.hostOf (1 when it is empty).

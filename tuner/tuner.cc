@@ -266,14 +266,17 @@ Status Tuner::decide(const CollArgs& a, Decision* out, bool buffersMapped) {
 
 uint64_t countForBytes(const CollArgs& base, uint64_t bytes) {
   const uint64_t perCall = std::max<uint64_t>(1, base.elemSize);
-  switch (base.coll) {
-    case Collective::AllGather:
-    case Collective::ReduceScatter:
-    case Collective::AlltoAll:
-      return std::max<uint64_t>(1, bytes / (perCall * uint64_t(std::max(1, base.nranks))));
-    default:
-      return std::max<uint64_t>(1, bytes / perCall);
-  }
+  const uint64_t blocks =
+      collectives::countsBlocks(base.coll) ? uint64_t(std::max(1, base.nranks)) : 1;
+  return std::max<uint64_t>(1, bytes / (perCall * blocks));
+}
+
+const std::vector<Collective>& tabledCollectives() {
+  static const std::vector<Collective> kTabled = {
+      Collective::AllReduce, Collective::AllGather, Collective::ReduceScatter,
+      Collective::AlltoAll,  Collective::Broadcast, Collective::Reduce,
+      Collective::Gather,    Collective::Scatter};
+  return kTabled;
 }
 
 std::vector<TableRow> decisionTable(Tuner& tuner, const CollArgs& base,

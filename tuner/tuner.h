@@ -168,6 +168,9 @@ struct TableRow {
   uint64_t bytes = 0;
   Decision decision;
 };
+// The collectives a decision table covers, in the order it lists them: every one with plan
+// builders whose calls have one size on every rank (all but alltoallv and send/receive groups).
+const std::vector<collectives::Collective>& tabledCollectives();
 // Decisions for `colls` at every power of two from minBytes to maxBytes (nccl-tests sizes),
 // for calls shaped like `base` (nranks, hostOf, element size, the communicator's parameters).
 std::vector<TableRow> decisionTable(Tuner& tuner, const collectives::CollArgs& base,

@@ -13,10 +13,12 @@
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/config.h>
+#include <gloo/gather.h>
 #include <gloo/math.h>
 #include <gloo/reduce.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/file_store.h>
+#include <gloo/scatter.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/types.h>
 #include <stdlib.h>
@@ -142,6 +144,8 @@ class GlooBackend : public Backend {
       case Collective::Broadcast:
       case Collective::Reduce:
       case Collective::AlltoAll:
+      case Collective::Gather:
+      case Collective::Scatter:
         break;
       default:
         return "not in Gloo's collective API";
@@ -245,6 +249,27 @@ class GlooBackend : public Backend {
         opts->setReduceFunction(reduceFunction<T>(call.op));
         opts->setTimeout(kTimeout);
         return [opts] { gloo::reduce(*opts); };
+      }
+      case Collective::Gather: {
+        // In place the root's input is its block of the output: Gloo copies it onto itself.
+        auto opts = std::make_shared<gloo::GatherOptions>(context_);
+        opts->setInput(send, count);
+        if (rank() == call.root) opts->setOutput(recv, count * n);
+        opts->setRoot(call.root);
+        opts->setTimeout(kTimeout);
+        return [opts] { gloo::gather(*opts); };
+      }
+      case Collective::Scatter: {
+        auto opts = std::make_shared<gloo::ScatterOptions>(context_);
+        if (rank() == call.root) {
+          std::vector<T*> blocks(n);
+          for (size_t j = 0; j < n; ++j) blocks[j] = send + j * count;
+          opts->setInputs(blocks, count);
+        }
+        opts->setOutput(recv, count);
+        opts->setRoot(call.root);
+        opts->setTimeout(kTimeout);
+        return [opts] { gloo::scatter(*opts); };
       }
       case Collective::AlltoAll: {
         // Gloo's alltoall needs distinct buffers: in place costs a copy into scratch space,

@@ -122,6 +122,17 @@ class MpiBackend : public Backend {
         rc = MPI_Reduce(call.inPlace && rank_ == call.root ? MPI_IN_PLACE : call.send, call.recv,
                         count, type, op, call.root, comm_);
         break;
+      case Collective::Gather:
+        // In place, the root's block is already in recv, where nccl-tests puts it.
+        rc = MPI_Gather(call.inPlace && rank_ == call.root ? MPI_IN_PLACE : call.send, count,
+                        type, call.recv, count, type, call.root, comm_);
+        break;
+      case Collective::Scatter:
+        // In place, the root's block stays where it is in send (nccl-tests' output there).
+        rc = MPI_Scatter(call.send, count, type,
+                         call.inPlace && rank_ == call.root ? MPI_IN_PLACE : call.recv, count,
+                         type, call.root, comm_);
+        break;
       case Collective::SendRecv: {
         // The nccl-tests pattern: send to the next rank, receive from the previous one.
         const int next = (rank_ + 1) % nranks_;

@@ -15,6 +15,7 @@
 #include "loom/loom.h"
 #include "tests/support/comm_harness.h"
 #include "tests/support/fork_ranks.h"
+#include "tests/support/origin_blocks.h"
 #include "tests/support/rank_sets.h"
 #include "tests/support/two_hosts.h"
 #include "tests/support/values.h"
@@ -54,56 +55,17 @@ const Forced kForced[] = {
     {"alltoall=incast,alltoallv=incast", 4, kAlltoAll | kAlltoAllv},
 };
 
-// Byte i of what rank src sends to rank dst. Data movement is format-blind, so bytes name their
-// origin whatever the dtype; the (i >> 8) term keeps a block shifted by 256 bytes from
-// matching.
-char originByte(int src, int dst, uint64_t i) {
-  return char((uint64_t(src) * 131 + uint64_t(dst) * 29 + i * 7 + (i >> 8) * 13) & 0xff);
-}
-
-// What the library must never write: bytes outside the result and a non-root's recvbuff.
-constexpr char kUntouched = char(0x5a);
-// Bytes past the end of every buffer, to catch writes beyond the result.
-constexpr size_t kGuard = 16;
-
-// A buffer of `bytes` bytes plus a guard, all kUntouched.
-std::vector<char> buffer(uint64_t bytes) { return std::vector<char>(bytes + kGuard, kUntouched); }
-
-void fillOrigin(char* p, uint64_t bytes, int src, int dst) {
-  for (uint64_t i = 0; i < bytes; ++i) p[i] = originByte(src, dst, i);
-}
-
-bool isOrigin(const char* p, uint64_t bytes, int src, int dst) {
-  for (uint64_t i = 0; i < bytes; ++i) {
-    if (p[i] != originByte(src, dst, i)) return false;
-  }
-  return true;
-}
-
-bool isUntouched(const char* p, uint64_t bytes) {
-  for (uint64_t i = 0; i < bytes; ++i) {
-    if (p[i] != kUntouched) return false;
-  }
-  return true;
-}
-
-bool guardIntact(const std::vector<char>& b) {
-  return isUntouched(b.data() + b.size() - kGuard, kGuard);
-}
-
 // Runs the cases of one communicator and collects their failures on stderr.
-class Cases {
+class Cases : public CaseLog {
  public:
   Cases(loomComm_t comm, int rank, int n, std::string label)
-      : comm_(comm), rank_(rank), n_(n), label_(std::move(label)) {}
-
-  int failures() const { return failures_; }
+      : CaseLog(rank, n, std::move(label)), comm_(comm) {}
 
   void alltoall(loomDataType_t t, uint64_t count, bool inPlace) {
     const std::string what = strprintf("alltoall %s count %llu %s", typeName(t),
                                        (unsigned long long)count, placeName(inPlace));
     const uint64_t block = count * typeSize(t);
-    std::vector<char> in = buffer(block * n_), out = buffer(block * n_);
+    std::vector<char> in = guardedBuffer(block * n_), out = guardedBuffer(block * n_);
     for (int j = 0; j < n_; ++j) fillOrigin(in.data() + j * block, block, rank_, j);
     std::vector<char>& dst = inPlace ? in : out;
     if (!call(what, loomAlltoAll(in.data(), dst.data(), count, t, comm_, nullptr))) return;
@@ -133,7 +95,7 @@ class Cases {
       sc[j] = cnt(rank_, j), sd[j] = inTotal, inTotal += sc[j] + 3;
       rc[k] = cnt(k, rank_), rd[k] = outTotal, outTotal += rc[k] + 1;
     }
-    std::vector<char> in = buffer(inTotal * es), out = buffer(outTotal * es);
+    std::vector<char> in = guardedBuffer(inTotal * es), out = guardedBuffer(outTotal * es);
     for (int j = 0; j < n_; ++j) fillOrigin(in.data() + sd[j] * es, sc[j] * es, rank_, j);
     if (!call(what, loomAlltoAllv(in.data(), sc.data(), sd.data(), out.data(), rc.data(),
                                   rd.data(), t, comm_, nullptr))) {
@@ -155,7 +117,7 @@ class Cases {
     const std::string what = strprintf("broadcast %s count %llu %s root %d", typeName(t),
                                        (unsigned long long)count, placeName(inPlace), root);
     const uint64_t bytes = count * typeSize(t);
-    std::vector<char> in = buffer(bytes), out = buffer(bytes);
+    std::vector<char> in = guardedBuffer(bytes), out = guardedBuffer(bytes);
     if (rank_ == root) fillOrigin(in.data(), bytes, root, root);
     std::vector<char>& dst = inPlace ? in : out;
     if (!call(what, loomBroadcast(in.data(), dst.data(), count, t, root, comm_, nullptr))) return;
@@ -168,7 +130,7 @@ class Cases {
         strprintf("reduce %s %s count %llu %s root %d", typeName(t), opNameOf(op),
                   (unsigned long long)count, placeName(inPlace), root);
     const uint64_t bytes = count * typeSize(t);
-    std::vector<char> in = buffer(bytes), out = buffer(bytes);
+    std::vector<char> in = guardedBuffer(bytes), out = guardedBuffer(bytes);
     fillInput(in.data(), count, op, t, n_, rank_);
     std::vector<char>& dst = inPlace ? in : out;
     if (!call(what, loomReduce(in.data(), dst.data(), count, t, op, root, comm_, nullptr))) {
@@ -196,16 +158,7 @@ class Cases {
     return false;
   }
 
-  void fail(const std::string& what, const std::string& msg) {
-    fprintf(stderr, "rank %d/%d [%s]: %s: %s\n", rank_, n_, label_.c_str(), what.c_str(),
-            msg.c_str());
-    ++failures_;
-  }
-
   loomComm_t comm_;
-  int rank_, n_;
-  std::string label_;
-  int failures_ = 0;
 };
 
 // Roots 0, a middle one and N−1, without repeats.

@@ -131,6 +131,28 @@ class Case {
     expectBlock("broadcast", t, count, dst, root, 0, bytes);
   }
 
+  void gather(loomDataType_t t, uint64_t count, int root) {
+    const size_t block = count * typeSize(t);
+    Buffer in(block, loom_), out(block * n_, loom_);
+    char* src = inPlace_ ? out.data() + rank_ * block : in.data();
+    for (size_t i = 0; i < block; ++i) src[i] = blockByte(rank_, root, i);
+    if (!ok("gather", t, count, loomGather(src, out.data(), count, t, root, comm_, nullptr)))
+      return;
+    for (int r = 0; r < n_ && rank_ == root; ++r)
+      expectBlock("gather", t, count, out.data() + r * block, r, root, block);
+  }
+
+  void scatter(loomDataType_t t, uint64_t count, int root) {
+    const size_t block = count * typeSize(t);
+    Buffer in(block * n_, loom_), out(block, loom_);
+    for (int to = 0; to < n_; ++to)
+      for (size_t i = 0; i < block; ++i) in.data()[to * block + i] = blockByte(rank_, to, i);
+    char* dst = inPlace_ ? in.data() + rank_ * block : out.data();
+    if (!ok("scatter", t, count, loomScatter(in.data(), dst, count, t, root, comm_, nullptr)))
+      return;
+    expectBlock("scatter", t, count, dst, root, rank_, block);
+  }
+
  private:
   std::string what(const char* coll, loomDataType_t t, uint64_t count) const {
     return strprintf("%s %s count %llu %s", coll, typeName(t), (unsigned long long)count,
@@ -181,7 +203,7 @@ TEST_P(PeerReads, EveryCollectiveOverEveryKindOfMemory) {
         loomConfig_t config = LOOM_CONFIG_INITIALIZER;
         config.algorithms =
             "allreduce=peer,reducescatter=peer,allgather=peer,alltoall=peer,broadcast=peer,"
-            "reduce=peer";
+            "reduce=peer,gather=peer,scatter=peer";
         config.timeoutMs = 60000;
         loomComm_t comm = nullptr;
         RANK_LOOM(initComm(ctx, &comm, &config));
@@ -203,6 +225,8 @@ TEST_P(PeerReads, EveryCollectiveOverEveryKindOfMemory) {
               c.alltoAll(loomFloat16, count);
               c.broadcast(loomUint8, count, count % uint64_t(n));
               c.reduce(loomFloat64, loomMax, count, 0);
+              c.gather(loomInt64, count, n - 1);
+              c.scatter(loomUint8, count, int(count % uint64_t(n)));
             }
             if (!c.failures().empty()) {
               fprintf(stderr, "rank %d, %s memory:\n%s", rank, memoryName(m), c.failures().c_str());

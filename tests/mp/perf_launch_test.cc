@@ -150,6 +150,41 @@ TEST(PerfLaunch, CheckCatchesACorruptedResult) {
   std::remove(json.c_str());
 }
 
+// gather and scatter as nccl-tests runs them: each rank's count rounded down to whole 16 bytes,
+// every result checked (0 wrong) by loom and by each peer that is built; a corrupted element
+// at the root is found.
+TEST(PerfLaunch, GatherAndScatterCheckedWithEveryLibrary) {
+  for (const char* coll : {"gather", "scatter"}) {
+    char dir[] = "/tmp/loom-perf-test.gather.XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    const std::string json = std::string(dir) + "/r.json";
+    const Result r = runCommand(std::string("LOOM_TIMEOUT_MS=60000 ") + LOOM_PERF_BINARY + " " +
+                                coll + " -b 100 -e 6400 -f 8 -n 2 -w 1 -N 3 -r 2 --compare "
+                                "mpi,gloo --json " + json);
+    ASSERT_EQ(r.status, 0) << r.out;
+    std::string error;
+    const std::optional<JsonValue> j = parseJson(readFile(json), &error);
+    ASSERT_TRUE(j) << error;
+    for (const JsonValue& run : j->find("runs")->items) {
+      const std::string what = std::string(coll) + " " + run.find("library")->text;
+      expectSchema(run, 3, 3);
+      EXPECT_EQ(run.find("wrong_total")->number, 0) << what;
+      // Per rank 100 B: 33, 32 in whole 16 bytes, 8 floats; 800 B: 266, 256, 64; 6400 B: 2133,
+      // 2128, 532.
+      const JsonValue& rows = *run.find("rows");
+      EXPECT_EQ(rows.items[0].find("count")->number, 8) << what;
+      EXPECT_EQ(rows.items[1].find("count")->number, 64) << what;
+      EXPECT_EQ(rows.items[2].find("count")->number, 532) << what;
+      EXPECT_EQ(rows.items[2].find("root")->number, 2) << what;
+    }
+    std::filesystem::remove_all(dir);
+    const Result bad = runCommand(std::string(LOOM_PERF_BINARY) + " " + coll +
+                                  " -b 1K -e 1K -n 2 -w 1 -N 2 -r 0 --inject_error");
+    EXPECT_EQ(bad.status, 1) << bad.out;
+    EXPECT_NE(bad.out.find("FAILED"), std::string::npos) << bad.out;
+  }
+}
+
 TEST(PerfLaunch, SimPrintsPredictionsBesideMeasurements) {
   const std::string json = tempPath("sim.json");
   const std::string model =

@@ -11,6 +11,14 @@
 
 namespace loom::test {
 
+std::vector<uint64_t> sweepCounts(int n) {
+  std::vector<uint64_t> c = {
+      0, 1, uint64_t(n - 1), uint64_t(n), uint64_t(2 * n + 1), kPrimeCount, kLargeCount};
+  std::sort(c.begin(), c.end());
+  c.erase(std::unique(c.begin(), c.end()), c.end());
+  return c;
+}
+
 collectives::CollArgs makeArgs(collectives::Collective coll, int n, uint64_t count, int lanes,
                                int root) {
   collectives::CollArgs a;
@@ -47,6 +55,18 @@ std::vector<collectives::CollArgs> alltoallvArgs(const std::vector<std::vector<u
     }
   }
   return args;
+}
+
+void addLaneHints(const collectives::Builder& b, collectives::CollArgs a,
+                  std::vector<collectives::CollArgs>* out) {
+  size_t lanesSeen = 0;
+  for (int hint : {1, 2, 4}) {
+    a.lanes = hint;
+    const size_t lanes = b.build(a, 0).lanes.size();
+    if (lanes == lanesSeen) continue;
+    lanesSeen = lanes;
+    out->push_back(a);
+  }
 }
 
 const collectives::Builder& builderNamed(collectives::Collective c, const char* name) {

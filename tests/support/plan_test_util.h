@@ -21,6 +21,10 @@ inline constexpr uint64_t kLargeCount = uint64_t(1) << 20;
 // small arenas for many chunks.
 inline constexpr uint64_t kSweepSharedBytes = uint64_t(32) << 20;
 
+// The counts a sweep at N ranks verifies: none, one, fewer than ranks, exactly N, odd, prime
+// and large (cheap to verify, since the verifier stores runs of elements).
+std::vector<uint64_t> sweepCounts(int n);
+
 // A call's arguments with the fields every builder reads (sharedBytes = kSweepSharedBytes); the
 // rest keep their defaults.
 collectives::CollArgs makeArgs(collectives::Collective coll, int n, uint64_t count, int lanes = 1,
@@ -31,6 +35,12 @@ collectives::CollArgs makeArgs(collectives::Collective coll, int n, uint64_t cou
 // so displacements, not positions, decide where data goes.
 std::vector<collectives::CollArgs> alltoallvArgs(const std::vector<std::vector<uint64_t>>& sends,
                                                  int lanes = 1, int fanIn = 1);
+
+// Appends `a` with lane hints 1, 2 and 4 to *out, leaving out a hint whose plan (rank 0's, by
+// builder b) has as many lanes as the smaller hint's: too little data for more lanes, the
+// same plans.
+void addLaneHints(const collectives::Builder& b, collectives::CollArgs a,
+                  std::vector<collectives::CollArgs>* out);
 
 // The registered builder; throws (failing the test) when there is none.
 const collectives::Builder& builderNamed(collectives::Collective c, const char* name);

@@ -465,8 +465,7 @@ class Verifier {
         return fail(strprintf("rank %d: arguments of another call (%s, %d ranks)", r,
                               collectives::collectiveName(a.coll), a.nranks));
       }
-      if ((coll_ == Collective::Broadcast || coll_ == Collective::Reduce) &&
-          (a.root < 0 || a.root >= n_)) {
+      if (collectives::hasRoot(coll_) && (a.root < 0 || a.root >= n_)) {
         return fail(strprintf("rank %d: root %d out of range", r, a.root));
       }
       if (!a.hostOf.empty() && a.hostOf.size() != size_t(n_)) {
@@ -578,6 +577,16 @@ class Verifier {
         bufs[kInput].base = uint64_t(r) * a.count;
         break;
       case Collective::ReduceScatter:
+        bufs[kOutput].mem = bufs[kInput].mem;
+        bufs[kOutput].base = uint64_t(r) * a.count;
+        break;
+      case Collective::Gather:  // the root's Input is its Output block root; others have none
+        if (r != a.root) break;
+        bufs[kInput].mem = bufs[kOutput].mem;
+        bufs[kInput].base = uint64_t(r) * a.count;
+        break;
+      case Collective::Scatter:  // the root's Output is its Input block root
+        if (r != a.root) break;
         bufs[kOutput].mem = bufs[kInput].mem;
         bufs[kOutput].base = uint64_t(r) * a.count;
         break;
@@ -1351,6 +1360,13 @@ class Verifier {
           out.push_back(
               {kOutput, uint64_t(j) * count, count, {kInput, from(j), uint64_t(r) * count}});
         }
+        break;
+      case Collective::Gather:
+        for (int j = 0; j < n_ && r == a.root; ++j)
+          out.push_back({kOutput, uint64_t(j) * count, count, {kInput, from(j), 0}});
+        break;
+      case Collective::Scatter:
+        out.push_back({kOutput, 0, count, {kInput, from(a.root), uint64_t(r) * count}});
         break;
       case Collective::AlltoAllv:
         for (int j = 0; j < n_; ++j) {

@@ -25,9 +25,10 @@
 //     Ranks then run phase by phase between barriers; a barrier counts as a round.
 // In place, Input and Output alias as the NCCL API defines (allreduce, broadcast, reduce: the
 // same buffer; allgather: Input = Output block rank; reduce-scatter: Output = Input block
-// rank; alltoall: the same buffer, for the builders marked alltoallInPlace), and the verifier
-// treats them as one memory for conflicts and values. A Copy whose source and destination are
-// the same memory is skipped, as the executor skips it.
+// rank; gather, on the root: Input = Output block root; scatter, on the root: Output = Input
+// block root; alltoall: the same buffer, for the builders marked alltoallInPlace), and the
+// verifier treats them as one memory for conflicts and values. A Copy whose source and
+// destination are the same memory is skipped, as the executor skips it.
 #pragma once
 
 #include <gtest/gtest.h>

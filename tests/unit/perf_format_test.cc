@@ -18,6 +18,7 @@ namespace {
 constexpr Collective kAll[] = {Collective::AllReduce,     Collective::AllGather,
                                Collective::ReduceScatter, Collective::AlltoAll,
                                Collective::Broadcast,     Collective::Reduce,
+                               Collective::Gather,        Collective::Scatter,
                                Collective::SendRecv};
 
 std::vector<std::string> fields(const std::string& line) {
@@ -34,6 +35,8 @@ TEST(PerfUnits, BusBwFactorsMatchNcclTests) {
     EXPECT_DOUBLE_EQ(busBwFactor(Collective::AllGather, n), (d - 1) / d) << n;
     EXPECT_DOUBLE_EQ(busBwFactor(Collective::ReduceScatter, n), (d - 1) / d) << n;
     EXPECT_DOUBLE_EQ(busBwFactor(Collective::AlltoAll, n), (d - 1) / d) << n;
+    EXPECT_DOUBLE_EQ(busBwFactor(Collective::Gather, n), (d - 1) / d) << n;
+    EXPECT_DOUBLE_EQ(busBwFactor(Collective::Scatter, n), (d - 1) / d) << n;
     EXPECT_DOUBLE_EQ(busBwFactor(Collective::Broadcast, n), 1.0) << n;
     EXPECT_DOUBLE_EQ(busBwFactor(Collective::Reduce, n), 1.0) << n;
     EXPECT_DOUBLE_EQ(busBwFactor(Collective::SendRecv, n), 1.0) << n;
@@ -61,21 +64,25 @@ TEST(PerfUnits, CountsPerCollectiveFollowNcclTests) {
   EXPECT_EQ(s.paramCount, 262144u);
   EXPECT_EQ(s.bytes(f), size);
 
-  s = collSizes(Collective::AllGather, size, f, 4);
-  EXPECT_EQ(s.sendCount, 65536u);
-  EXPECT_EQ(s.recvCount, 262144u);
-  EXPECT_EQ(s.paramCount, 65536u);  // the count argument: per rank
-  EXPECT_EQ(s.sendInPlaceOffset, 65536u);
-  EXPECT_EQ(s.recvInPlaceOffset, 0u);
-  EXPECT_EQ(s.bytes(f), size);  // the size column: the gathered buffer
+  for (Collective c : {Collective::AllGather, Collective::Gather}) {
+    s = collSizes(c, size, f, 4);
+    EXPECT_EQ(s.sendCount, 65536u) << collectiveName(c);
+    EXPECT_EQ(s.recvCount, 262144u) << collectiveName(c);
+    EXPECT_EQ(s.paramCount, 65536u) << collectiveName(c);  // the count argument: per rank
+    EXPECT_EQ(s.sendInPlaceOffset, 65536u) << collectiveName(c);
+    EXPECT_EQ(s.recvInPlaceOffset, 0u) << collectiveName(c);
+    EXPECT_EQ(s.bytes(f), size) << collectiveName(c);  // the size column: the gathered buffer
+  }
 
-  s = collSizes(Collective::ReduceScatter, size, f, 4);
-  EXPECT_EQ(s.sendCount, 262144u);
-  EXPECT_EQ(s.recvCount, 65536u);
-  EXPECT_EQ(s.paramCount, 65536u);
-  EXPECT_EQ(s.sendInPlaceOffset, 0u);
-  EXPECT_EQ(s.recvInPlaceOffset, 65536u);
-  EXPECT_EQ(s.bytes(f), size);
+  for (Collective c : {Collective::ReduceScatter, Collective::Scatter}) {
+    s = collSizes(c, size, f, 4);
+    EXPECT_EQ(s.sendCount, 262144u) << collectiveName(c);
+    EXPECT_EQ(s.recvCount, 65536u) << collectiveName(c);
+    EXPECT_EQ(s.paramCount, 65536u) << collectiveName(c);
+    EXPECT_EQ(s.sendInPlaceOffset, 0u) << collectiveName(c);
+    EXPECT_EQ(s.recvInPlaceOffset, 65536u) << collectiveName(c);
+    EXPECT_EQ(s.bytes(f), size) << collectiveName(c);
+  }
 
   s = collSizes(Collective::AlltoAll, size, f, 4);
   EXPECT_EQ(s.sendCount, 262144u);
@@ -88,6 +95,19 @@ TEST(PerfUnits, CountsPerCollectiveFollowNcclTests) {
     EXPECT_EQ(s.paramCount, 262144u) << collectiveName(c);
     EXPECT_EQ(s.bytes(f), size) << collectiveName(c);
   }
+}
+
+// nccl-tests' gather and scatter: each rank's block rounds down to whole 16 bytes.
+TEST(PerfUnits, GatherAndScatterBlocksRoundDownToSixteenBytes) {
+  for (Collective c : {Collective::Gather, Collective::Scatter}) {
+    // 1000 B on 3 ranks: 333 B each, 320 B in whole 16 bytes: 80 floats, 320 bytes, 40 doubles.
+    EXPECT_EQ(collSizes(c, 1000, 4, 3).paramCount, 80u) << collectiveName(c);
+    EXPECT_EQ(collSizes(c, 1000, 1, 3).paramCount, 320u) << collectiveName(c);
+    EXPECT_EQ(collSizes(c, 1000, 8, 3).paramCount, 40u) << collectiveName(c);
+    EXPECT_EQ(collSizes(c, 1000, 4, 3).bytes(4), 960u) << collectiveName(c);
+    EXPECT_EQ(collSizes(c, 15, 1, 1).paramCount, 0u) << collectiveName(c);
+  }
+  EXPECT_EQ(collSizes(Collective::AllGather, 1000, 4, 3).paramCount, 83u);  // not rounded
 }
 
 TEST(PerfUnits, CountsRoundDownToWholeElementsPerRank) {
@@ -357,7 +377,7 @@ TEST(PerfCheck, CatchesACorruptedElement) {
             std::vector<unsigned char> out(s.recvCount * elem);
             writeExpected(c, dtype, redop, n, rank, root, s, out.data());
             EXPECT_EQ(countWrong(c, dtype, redop, n, rank, root, s, out.data()), 0u);
-            const bool hasOutput = c != Collective::Reduce || rank == root;
+            const bool hasOutput = rankHasOutput(c, rank, root);
             // 0xff is NaN or a value the inputs never produce.
             const size_t at = s.recvCount / 2 * elem;
             std::memset(&out[at], 0xff, elem);
@@ -438,6 +458,12 @@ void checkAgainstReference(loomDataType_t dtype) {
                   break;
                 case Collective::Broadcast:
                   out[i] = in[root][i];
+                  break;
+                case Collective::Gather:  // the root's; the check ignores the others'
+                  out[i] = in[block][off];
+                  break;
+                case Collective::Scatter:
+                  out[i] = in[root][r * cnt + i];
                   break;
                 case Collective::SendRecv:
                   out[i] = in[(r + n - 1) % n][i];

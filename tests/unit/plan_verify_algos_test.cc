@@ -527,12 +527,14 @@ TEST(PlanCostAlgos, DirectAllReduce) {
 // Allgather and alltoall through the arena: chunks of S (allgather) or ⌊S/N⌋ (alltoall)
 // elements per block, one barrier each.
 // builders_reduce.h: 3 barriers + 1 + 2(N−1) steps for allreduce (every slice non-empty),
-// N + 2 for reduce-scatter, allgather, alltoall and the root of reduce, 3 for broadcast, 2 for
-// a non-root of reduce; no messages; every barrier a round; one Copy for N = 1.
+// N + 2 for reduce-scatter, allgather, alltoall and the root of reduce and gather, 3 for
+// broadcast and scatter, 2 for a non-root of reduce and gather; no messages; every barrier a
+// round; one Copy for N = 1.
 TEST(PlanCostAlgos, PeerReads) {
   for (int n : kCostRanks) {
     for (Collective c : {Collective::AllReduce, Collective::ReduceScatter, Collective::AllGather,
-                         Collective::AlltoAll, Collective::Broadcast, Collective::Reduce}) {
+                         Collective::AlltoAll, Collective::Broadcast, Collective::Reduce,
+                         Collective::Gather, Collective::Scatter}) {
       const Builder& b = builderNamed(c, "peer");
       CollArgs a = makeArgs(c, n, kPrimeCount);
       a.root = n / 2;
@@ -544,10 +546,11 @@ TEST(PlanCostAlgos, PeerReads) {
         EXPECT_EQ(r.rounds, barriers) << describeCase(a, inPlace);
         for (int rank = 0; rank < n; ++rank) {
           uint64_t steps = uint64_t(n) + 2;
-          if (n == 1) steps = c == Collective::Reduce && rank != a.root ? 0 : 1;
+          const bool rootOnly = c == Collective::Reduce || c == Collective::Gather;
+          if (n == 1) steps = 1;
           else if (c == Collective::AllReduce) steps = 2 * uint64_t(n) + 2;
-          else if (c == Collective::Broadcast) steps = 3;
-          else if (c == Collective::Reduce && rank != a.root) steps = 2;
+          else if (c == Collective::Broadcast || c == Collective::Scatter) steps = 3;
+          else if (rootOnly && rank != a.root) steps = 2;
           expectCounts(r, rank, steps, 0, 0, describeCase(a, inPlace));
           EXPECT_EQ(r.counts[size_t(rank)].barriers, barriers);
         }

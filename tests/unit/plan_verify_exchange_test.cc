@@ -90,7 +90,7 @@ std::vector<CollArgs> cases(Collective c, uint64_t large,
   for (int n : ranksToSweep(sweep)) {
     for (uint64_t count : countsFor(n, large)) {
       std::vector<int> roots = {0};
-      const bool rootedCall = c == Collective::Broadcast || c == Collective::Reduce;
+      const bool rootedCall = hasRoot(c);
       if (rootedCall && n <= kMaxRanks) roots = {0, n / 2, n - 1};
       if (rootedCall && n > kMaxRanks) roots = {n / 2};
       roots.erase(std::unique(roots.begin(), roots.end()), roots.end());

@@ -28,43 +28,22 @@ using namespace collectives;
 constexpr int kMaxRanks = 64;
 constexpr int kLaneHints[] = {1, 2, 4};
 
-// The counts every builder must handle: none, one, fewer than ranks, exactly N, odd, prime and
-// large (cheap to verify, since the verifier stores runs of elements).
-std::vector<uint64_t> countsFor(int n) {
-  std::vector<uint64_t> c = {
-      0, 1, uint64_t(n - 1), uint64_t(n), uint64_t(2 * n + 1), kPrimeCount, kLargeCount};
-  std::sort(c.begin(), c.end());
-  c.erase(std::unique(c.begin(), c.end()), c.end());
-  return c;
-}
-
-bool rooted(Collective c) { return c == Collective::Broadcast || c == Collective::Reduce; }
-
 std::vector<int> rootsFor(Collective c, int n) {
-  if (!rooted(c)) return {0};
+  if (!hasRoot(c)) return {0};
   std::vector<int> r = {0, n / 2, n - 1};
   r.erase(std::unique(r.begin(), r.end()), r.end());
   return r;
 }
 
 // Verifies builder `name` of collective c for every N up to maxRanks, every count of
-// countsFor, every lane hint, both placements and every root. A lane hint that yields the
+// sweepCounts, every lane hint, both placements and every root. A lane hint that yields the
 // same plans as a smaller one (too little data for more lanes) is not verified twice.
 void sweep(Collective c, const char* name, int maxRanks = kMaxRanks) {
   const Builder& b = builderNamed(c, name);
   std::vector<CollArgs> cases;
   for (int n = 1; n <= maxRanks; ++n) {
-    for (uint64_t count : countsFor(n)) {
-      for (int root : rootsFor(c, n)) {
-        size_t lanesSeen = 0;
-        for (int hint : kLaneHints) {
-          const CollArgs a = makeArgs(c, n, count, hint, root);
-          const size_t lanes = b.build(a, 0).lanes.size();
-          if (lanes == lanesSeen) continue;
-          lanesSeen = lanes;
-          cases.push_back(a);
-        }
-      }
+    for (uint64_t count : sweepCounts(n)) {
+      for (int root : rootsFor(c, n)) addLaneHints(b, makeArgs(c, n, count, 1, root), &cases);
     }
   }
   EXPECT_EQ(verifyCases(b, cases), "");

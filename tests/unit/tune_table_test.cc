@@ -87,7 +87,7 @@ TEST(TuneTable, BadRulesSayLineTokenAndWhatWasExpected) {
        "LOOM_TUNE line 2: \"size=16Q\": unknown unit \"Q\" (use K, M, G)"},
       {"allreduc -> ring",
        "LOOM_TUNE line 1: \"allreduc\": unknown collective (known: allreduce, broadcast, "
-       "reduce, allgather, reducescatter, alltoall, alltoallv)"},
+       "reduce, allgather, reducescatter, alltoall, alltoallv, gather, scatter)"},
       {"sendrecv -> p2p", "\"sendrecv\": sendrecv has no algorithms to choose from"},
       {"allreduce size=*", "\"size=*\": expected \"-> ALGORITHM\" after the conditions"},
       {"allreduce ->", "\"->\": expected \"-> ALGORITHM\" after the conditions"},
@@ -192,6 +192,8 @@ TEST(TuneTable, CallBytesCountLikeNcclTests) {
   EXPECT_EQ(callBytes(call(Collective::AllGather, 8, 100)), 3200u);
   EXPECT_EQ(callBytes(call(Collective::ReduceScatter, 8, 100)), 3200u);
   EXPECT_EQ(callBytes(call(Collective::AlltoAll, 8, 100)), 3200u);
+  EXPECT_EQ(callBytes(call(Collective::Gather, 8, 100)), 3200u);
+  EXPECT_EQ(callBytes(call(Collective::Scatter, 8, 100)), 3200u);
   EXPECT_EQ(callBytes(call(Collective::AlltoAllv, 8, 100)), 0u);
   EXPECT_EQ(hostCount(call(Collective::AllReduce, 4, 1)), 1);
   EXPECT_EQ(hostCount(call(Collective::AllReduce, 4, 1, {0, 1, 1, 2})), 3);
@@ -227,6 +229,9 @@ std::string formerSizeRule(const CollArgs& a) {
       return "ring";
     case Collective::AlltoAllv:
       return "pairwise";
+    case Collective::Gather:
+    case Collective::Scatter:
+      return n > 3 && bytes * n <= kSmallBytes ? "tree" : "linear";
     case Collective::SendRecv:
       return "p2p";
   }
