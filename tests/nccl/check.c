@@ -100,9 +100,16 @@ int caseCallFailed(const Rank* ctx, const Case* c, const char* call, ncclResult_
 static const size_t kCounts[] = {0, 1, 7, 1031};
 #define LARGE_ELEMENTS ((size_t)1 << 18) /* float32: 1 MiB over all ranks' blocks */
 
-size_t sweepBufferBytes(int nranks) {
-  const size_t small = (size_t)nranks * 1031 * 8;
-  return small > LARGE_ELEMENTS * 4 ? small : LARGE_ELEMENTS * 4;
+int openSweep(const Rank* ctx, ncclComm_t* comm, Buffers* b) {
+  const size_t small = (size_t)ctx->nranks * 1031 * 8;
+  return initWorld(ctx, comm) ||
+         allocBuffers(ctx, b, small > LARGE_ELEMENTS * 4 ? small : LARGE_ELEMENTS * 4);
+}
+
+int closeSweep(const Rank* ctx, ncclComm_t comm, Buffers* b) {
+  freeBuffers(b);
+  NCCL_OK(ctx, ncclCommDestroy(comm));
+  return 0;
 }
 
 static int noteCase(const Rank* ctx, const Case* c) {
@@ -140,9 +147,8 @@ static int sweepRoot(const Rank* ctx, ncclComm_t comm, Buffers* b, Case* c, Case
 
 int sweepCollective(const Rank* ctx, const char* collective, CaseFn fn, unsigned flags) {
   ncclComm_t comm = NULL;
-  if (initWorld(ctx, &comm)) return 1;
   Buffers b;
-  if (allocBuffers(ctx, &b, sweepBufferBytes(ctx->nranks))) return 1;
+  if (openSweep(ctx, &comm, &b)) return 1;
   Case c;
   memset(&c, 0, sizeof c);
   c.collective = collective;
@@ -152,10 +158,7 @@ int sweepCollective(const Rank* ctx, const char* collective, CaseFn fn, unsigned
     c.root = flags & SWEEP_ROOTS ? root : -1;
     failed = sweepRoot(ctx, comm, &b, &c, fn, flags);
   }
-  freeBuffers(&b);
-  if (failed) return 1;
-  NCCL_OK(ctx, ncclCommDestroy(comm));
-  return 0;
+  return failed || closeSweep(ctx, comm, &b);
 }
 
 int expectSumIn(const Rank* ctx, ncclComm_t comm, int32_t* send, int32_t* recv, size_t count,
@@ -174,4 +177,10 @@ int expectSumIn(const Rank* ctx, ncclComm_t comm, int32_t* send, int32_t* recv, 
 int expectSum(const Rank* ctx, ncclComm_t comm, int mine, int total, const char* what) {
   int32_t send[17], recv[17];
   return expectSumIn(ctx, comm, send, recv, 17, mine, total, what);
+}
+
+int worldTotal(const Rank* ctx) { return ctx->nranks * (ctx->nranks + 1) / 2; }
+
+int expectWorldSum(const Rank* ctx, ncclComm_t comm, const char* what) {
+  return expectSum(ctx, comm, ctx->rank + 1, worldTotal(ctx), what);
 }

@@ -67,8 +67,9 @@ int caseCallFailed(const Rank* ctx, const Case* c, const char* call, ncclResult_
 typedef int (*CaseFn)(const Rank* ctx, ncclComm_t comm, Buffers* b, const Case* c);
 enum { SWEEP_OPS = 1, SWEEP_ROOTS = 2, SWEEP_IN_PLACE = 4 };
 int sweepCollective(const Rank* ctx, const char* collective, CaseFn fn, unsigned flags);
-/* The bytes each of a sweep's buffers holds (without the guard). */
-size_t sweepBufferBytes(int nranks);
+/* A communicator of all ranks and buffers for any case of a sweep; closeSweep frees both. */
+int openSweep(const Rank* ctx, ncclComm_t* comm, Buffers* b);
+int closeSweep(const Rank* ctx, ncclComm_t comm, Buffers* b);
 
 /* An int32 sum allreduce of count elements from send to recv, send[i] = mine * (i + 1), that
  * must return ncclSuccess and give total * (i + 1): for the sub-tests about communicators and
@@ -76,5 +77,8 @@ size_t sweepBufferBytes(int nranks);
 int expectSumIn(const Rank* ctx, ncclComm_t comm, int32_t* send, int32_t* recv, size_t count,
                 int mine, int total, const char* what);
 int expectSum(const Rank* ctx, ncclComm_t comm, int mine, int total, const char* what);
+/* The sum of r + 1 over ctx's ranks, and expectSum with this rank's rank + 1 over them all. */
+int worldTotal(const Rank* ctx);
+int expectWorldSum(const Rank* ctx, ncclComm_t comm, const char* what);
 
 #endif /* LOOM_TESTS_NCCL_CHECK_H_ */

@@ -17,13 +17,12 @@ static int paritySum(int n, int r) {
 /* An empty group; an allreduce, all-pairs send/recv and a broadcast in groups three deep, run
  * at the outermost ncclGroupEnd. */
 int testGroupNested(Rank* ctx) {
-  const int n = ctx->nranks, r = ctx->rank, total = n * (n + 1) / 2;
+  const int n = ctx->nranks, r = ctx->rank, total = worldTotal(ctx);
   ncclComm_t comm = NULL;
-  if (initWorld(ctx, &comm)) return 1;
+  Buffers b;
+  if (openSweep(ctx, &comm, &b)) return 1;
   NCCL_OK(ctx, ncclGroupStart());
   NCCL_OK(ctx, ncclGroupEnd());
-  Buffers b;
-  if (allocBuffers(ctx, &b, sweepBufferBytes(n))) return 1;
   Case pairs = {"sendrecv", ncclFloat64, ncclNumOps, 1031, 0, -1, 0, 0, "all pairs, nested"};
   int32_t x[17], sum[17];
   unsigned char bcast[100];
@@ -46,15 +45,13 @@ int testGroupNested(Rank* ctx) {
   for (size_t k = 0; k < sizeof bcast; ++k)
     CHECK(ctx, bcast[k] == movedByte(n - 1, k), "broadcast byte %zu: expected 0x%02x got 0x%02x",
           k, movedByte(n - 1, k), bcast[k]);
-  freeBuffers(&b);
-  NCCL_OK(ctx, ncclCommDestroy(comm));
-  return 0;
+  return closeSweep(ctx, comm, &b);
 }
 
 /* Two communicators split from the world (by parity; all ranks in reverse order) in one group:
  * an allreduce on each and a ring exchange on the reversed one. */
 int testGroupComms(Rank* ctx) {
-  const int n = ctx->nranks, r = ctx->rank, total = n * (n + 1) / 2;
+  const int n = ctx->nranks, r = ctx->rank, total = worldTotal(ctx);
   ncclComm_t world = NULL, half = NULL, reversed = NULL;
   if (initWorld(ctx, &world)) return 1;
   NCCL_OK(ctx, ncclCommSplit(world, r % 2, r, &half, NULL));
@@ -89,7 +86,7 @@ int testGroupComms(Rank* ctx) {
 
 /* Two communicators initialised in one group by one thread per rank. */
 int testGroupInit(Rank* ctx) {
-  const int n = ctx->nranks, r = ctx->rank, total = n * (n + 1) / 2;
+  const int n = ctx->nranks, r = ctx->rank, total = worldTotal(ctx);
   ncclComm_t a = NULL, b = NULL;
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   NCCL_OK(ctx, ncclGroupStart());
@@ -112,8 +109,8 @@ typedef struct {
 /* An allreduce and a broadcast from rank 0 on one communicator of ncclCommInitAll. */
 static void* driveOne(void* arg) {
   CommThread* t = arg;
-  const int n = t->ctx.nranks, r = t->ctx.rank;
-  t->failed = expectSum(&t->ctx, t->comm, r + 1, n * (n + 1) / 2, "own thread");
+  const int r = t->ctx.rank;
+  t->failed = expectWorldSum(&t->ctx, t->comm, "own thread");
   unsigned char data[300];
   memset(data, 0, sizeof data);
   if (r == 0) fillMoved(data, 0, 0, sizeof data);
@@ -129,7 +126,7 @@ static void* driveOne(void* arg) {
 
 /* From one thread, all the ranks' allreduces in one group. */
 static int driveInOneGroup(const Rank* ctx, ncclComm_t* comms) {
-  const int n = ctx->nranks, total = n * (n + 1) / 2;
+  const int n = ctx->nranks, total = worldTotal(ctx);
   int32_t send[NCCL_TEST_MAX_RANKS][17], recv[NCCL_TEST_MAX_RANKS][17];
   for (int c = 0; c < n; ++c)
     for (int i = 0; i < 17; ++i) send[c][i] = (c + 1) * (i + 1), recv[c][i] = -1;
@@ -214,7 +211,7 @@ int testNonBlocking(Rank* ctx) {
   ncclComm_t comm = NULL, half = NULL;
   ncclResult_t rc = ncclCommInitRankConfig(&comm, n, ctx->ids[0], r, &config);
   if (settle(ctx, comm, rc, "ncclCommInitRankConfig") ||
-      settledSum(ctx, comm, n * (n + 1) / 2, "allreduce"))
+      settledSum(ctx, comm, worldTotal(ctx), "allreduce"))
     return 1;
   rc = ncclCommSplit(comm, r % 2, r, &half, NULL);
   if (settle(ctx, half, rc, "ncclCommSplit") ||

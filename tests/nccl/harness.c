@@ -56,7 +56,7 @@ int oobBarrier(const Rank* ctx) {
   const double deadline = nowSeconds() + 60;
   while (atomic_load(&s->generation) == generation) {
     if (atomic_load(&s->failed)) return 1; /* that rank said why */
-    if (nowSeconds() > deadline) return FAIL(ctx, "out-of-band barrier: the other ranks never came");
+    if (nowSeconds() > deadline) return FAIL(ctx, "out-of-band barrier: a rank never came");
     sleepMs(1);
   }
   return 0;

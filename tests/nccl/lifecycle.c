@@ -2,6 +2,7 @@
  * communicator, and after a rank died), revoke and abort ending calls in flight. */
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,7 +60,7 @@ int testSplit(Rank* ctx) {
 int testShrink(Rank* ctx) {
   const int n = ctx->nranks, r = ctx->rank, excluded = 1;
   ncclComm_t world = NULL, small = NULL;
-  if (initWorld(ctx, &world) || expectSum(ctx, world, r + 1, n * (n + 1) / 2, "world"))
+  if (initWorld(ctx, &world) || expectWorldSum(ctx, world, "world"))
     return 1;
   if (r != excluded) {
     int list[1] = {excluded}, members[NCCL_TEST_MAX_RANKS], m = 0;
@@ -85,7 +86,7 @@ static void killSelf(const Rank* ctx) {
 int testShrinkAbort(Rank* ctx) {
   const int n = ctx->nranks, r = ctx->rank, victim = n - 1;
   ncclComm_t world = NULL, small = NULL;
-  if (initWorld(ctx, &world) || expectSum(ctx, world, r + 1, n * (n + 1) / 2, "world") ||
+  if (initWorld(ctx, &world) || expectWorldSum(ctx, world, "world") ||
       oobBarrier(ctx))
     return 1;
   if (r == victim) killSelf(ctx);
@@ -109,12 +110,16 @@ typedef struct {
   ncclComm_t comm;
   int abort; /* 1: ncclCommAbort, 0: ncclCommRevoke */
   ncclResult_t rc;
+  char message[512]; /* the calling thread's last error, where rc is one */
 } LaterCall;
 
 static void* endLater(void* arg) {
   LaterCall* call = arg;
   sleepMs(300);
-  call->rc = call->abort ? ncclCommAbort(call->comm) : ncclCommRevoke(call->comm, NCCL_REVOKE_DEFAULT);
+  call->rc = call->abort ? ncclCommAbort(call->comm)
+                         : ncclCommRevoke(call->comm, NCCL_REVOKE_DEFAULT);
+  if (call->rc != ncclSuccess)
+    snprintf(call->message, sizeof call->message, "%s", ncclGetLastError(NULL));
   return NULL;
 }
 
@@ -127,7 +132,7 @@ static int endInFlight(const Rank* ctx, ncclComm_t comm, int abort) {
   float* send = calloc(count, sizeof(float));
   float* recv = calloc(count, sizeof(float));
   CHECK(ctx, send && recv, "no memory");
-  LaterCall call = {comm, abort, ncclInternalError};
+  LaterCall call = {comm, abort, ncclInternalError, ""};
   pthread_t thread;
   if (ctx->rank == 0)
     CHECK(ctx, pthread_create(&thread, NULL, endLater, &call) == 0, "pthread_create");
@@ -138,7 +143,7 @@ static int endInFlight(const Rank* ctx, ncclComm_t comm, int abort) {
   if (ctx->rank == 0) {
     pthread_join(thread, NULL);
     CHECK(ctx, call.rc == ncclSuccess, "%s returned %d (%s): %s", what, (int)call.rc,
-          ncclGetErrorString(call.rc), ncclGetLastError(NULL));
+          ncclGetErrorString(call.rc), call.message);
   }
   CHECK(ctx, rc != ncclSuccess && rc != ncclInProgress,
         "an allreduce in flight during %s returned %d (%s)", what, (int)rc, ncclGetErrorString(rc));
@@ -166,7 +171,7 @@ static int laterCallFails(const Rank* ctx, ncclComm_t comm, const char* after) {
  * rank's state settles to ncclSuccess (quiescent), later calls fail on every rank, and the
  * revoked communicator can be shrunk (NCCL_SHRINK_ABORT, no rank excluded) into a working one. */
 int testRevoke(Rank* ctx) {
-  const int n = ctx->nranks, r = ctx->rank, total = n * (n + 1) / 2;
+  const int n = ctx->nranks, r = ctx->rank, total = worldTotal(ctx);
   ncclComm_t world = NULL, fresh = NULL;
   if (initWorld(ctx, &world) || expectSum(ctx, world, r + 1, total, "world") || oobBarrier(ctx))
     return 1;
@@ -190,7 +195,7 @@ int testRevoke(Rank* ctx) {
 int testAbort(Rank* ctx) {
   const int n = ctx->nranks, r = ctx->rank;
   ncclComm_t world = NULL;
-  if (initWorld(ctx, &world) || expectSum(ctx, world, r + 1, n * (n + 1) / 2, "world") ||
+  if (initWorld(ctx, &world) || expectWorldSum(ctx, world, "world") ||
       oobBarrier(ctx))
     return 1;
   if (r != n - 1 && endInFlight(ctx, world, 1)) return 1;

@@ -85,9 +85,8 @@ static int preMulCases(const Rank* ctx, ncclComm_t comm, Buffers* b, Case* c) {
  * the scalar's memory is overwritten before the op is used. A destroyed op is refused. */
 int testPreMulSum(Rank* ctx) {
   ncclComm_t comm = NULL;
-  if (initWorld(ctx, &comm)) return 1;
   Buffers b;
-  if (allocBuffers(ctx, &b, sweepBufferBytes(ctx->nranks))) return 1;
+  if (openSweep(ctx, &comm, &b)) return 1;
   Case c;
   memset(&c, 0, sizeof c);
   c.premul = 1;
@@ -108,7 +107,5 @@ int testPreMulSum(Rank* ctx) {
   CHECK(ctx, rc == ncclInvalidArgument,
         "an allreduce with a destroyed op returned %d (%s), not ncclInvalidArgument", (int)rc,
         ncclGetErrorString(rc));
-  freeBuffers(&b);
-  NCCL_OK(ctx, ncclCommDestroy(comm));
-  return 0;
+  return closeSweep(ctx, comm, &b);
 }

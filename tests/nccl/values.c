@@ -91,8 +91,9 @@ static double decodeNarrow(uint32_t bits, int expBits, int manBits) {
   const int bias = (1 << (expBits - 1)) - 1;
   const uint32_t man = bits & ((1u << manBits) - 1);
   const int exponent = (int)((bits >> manBits) & ((1u << expBits) - 1));
-  const double mag = exponent == 0 ? ldexp((double)man, 1 - bias - manBits)
-                                   : ldexp((double)(man | 1u << manBits), exponent - bias - manBits);
+  const double mag = exponent == 0
+                         ? ldexp((double)man, 1 - bias - manBits)
+                         : ldexp((double)(man | 1u << manBits), exponent - bias - manBits);
   return (bits >> (expBits + manBits)) & 1 ? -mag : mag;
 }
 
