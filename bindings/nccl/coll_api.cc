@@ -1,130 +1,206 @@
-// NCCL's collectives, point to point, groups and reduction ops over loom's. The path of a call
-// is kept to what NCCL's ABI needs: the enums by table, the one branch of the device-memory
-// check, loom's call, and its result by table. The stream is not passed on: loom's call has
-// completed when it returns, which is stronger than the stream order NCCL promises.
+// NCCL's collectives, point to point, groups and reduction ops over loom's. The stream is not
+// passed on: loom's call has completed when it returns, which is stronger than the stream
+// order NCCL promises.
+//
+// Each collective has two paths. The direct one is all a call takes when its datatype and op
+// are NCCL's and no CUDA device can exist: the enums by table, one branch, loom's call, its
+// result (a few instructions over loom's own call, and no saved registers). Otherwise the
+// checked one (cold) finds what is wrong and says so, refuses device buffers, and else makes
+// the same call.
 #include <cstddef>
 
 #include "bindings/nccl/shim.h"
 
 using namespace loom::nccl;
 
-// The checks every collective starts with; return from the caller on an error.
-#define LOOM_NCCL_TYPE(fn, ncclType, loomType)                                 \
-  loomDataType_t loomType;                                                     \
+// The checked path's steps; each returns from the function on an error.
+#define LOOM_NCCL_TYPE(fn, ncclType, loomType) \
+  loomDataType_t loomType;                     \
   if (!toLoomType(ncclType, &loomType)) return badType(fn, ncclType)
-#define LOOM_NCCL_OP(fn, ncclOp, loomOp)                                       \
-  loomRedOp_t loomOp;                                                          \
+#define LOOM_NCCL_OP(fn, ncclOp, loomOp) \
+  loomRedOp_t loomOp;                    \
   if (!toLoomOp(ncclOp, &loomOp)) return badOp(fn, ncclOp)
-#define LOOM_NCCL_HOST_BUFFERS(fn, ...)                                        \
-  if (mayHoldDeviceMemory())                                                   \
-    if (ncclResult_t refused = refuseDeviceBuffers(fn, __VA_ARGS__); refused != ncclSuccess) \
-      return refused
+#define LOOM_NCCL_HOST_BUFFERS(fn, ...)                                                    \
+  if (ncclResult_t refused = refuseDeviceBuffers(fn, __VA_ARGS__); refused != ncclSuccess) \
+  return refused
 
-LOOM_NCCL_API(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff, size_t count,
-              ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
-  (void)stream;
-  const char* fn = "ncclAllReduce";
+// The collectives of one shape share their two paths, one instance per loom function: the
+// direct path is inlined into the exported function, the checked one is a function of its own.
+namespace {
+
+// Whether a call may take the direct path (and its enums in loom's terms).
+inline bool direct(ncclDataType_t t, loomDataType_t* type) {
+  return toLoomType(t, type) && !mayHoldDeviceMemory();
+}
+inline bool direct(ncclDataType_t t, ncclRedOp_t op, loomDataType_t* type, loomRedOp_t* lop) {
+  return toLoomType(t, type) && toLoomOp(op, lop) && !mayHoldDeviceMemory();
+}
+
+// (sendbuff, recvbuff, count, datatype, op, comm): allreduce, reduce-scatter.
+template <auto Loom>
+[[gnu::cold, gnu::noinline]] ncclResult_t withOpChecked(const char* fn, const void* sendbuff,
+                                                        void* recvbuff, size_t count,
+                                                        ncclDataType_t datatype, ncclRedOp_t op,
+                                                        ncclComm_t comm) {
   LOOM_NCCL_TYPE(fn, datatype, type);
   LOOM_NCCL_OP(fn, op, lop);
   LOOM_NCCL_HOST_BUFFERS(fn, "sendbuff", sendbuff, "recvbuff", recvbuff);
-  return fromLoom(loomAllReduce(sendbuff, recvbuff, count, type, lop, toLoom(comm), nullptr));
+  return fromLoom(Loom(sendbuff, recvbuff, count, type, lop, toLoom(comm), nullptr));
+}
+template <auto Loom>
+[[gnu::always_inline]] inline ncclResult_t withOp(const char* fn, const void* sendbuff,
+                                                  void* recvbuff, size_t count,
+                                                  ncclDataType_t datatype, ncclRedOp_t op,
+                                                  ncclComm_t comm) {
+  loomDataType_t type;
+  loomRedOp_t lop;
+  if (direct(datatype, op, &type, &lop))
+    return fromLoom(Loom(sendbuff, recvbuff, count, type, lop, toLoom(comm), nullptr));
+  return withOpChecked<Loom>(fn, sendbuff, recvbuff, count, datatype, op, comm);
 }
 
-LOOM_NCCL_API(ncclResult_t, ncclBroadcast, const void* sendbuff, void* recvbuff, size_t count,
-              ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
-  (void)stream;
-  const char* fn = "ncclBroadcast";
+// (sendbuff, recvbuff, count, datatype, comm): allgather, alltoall.
+template <auto Loom>
+[[gnu::cold, gnu::noinline]] ncclResult_t plainChecked(const char* fn, const void* sendbuff,
+                                                       void* recvbuff, size_t count,
+                                                       ncclDataType_t datatype, ncclComm_t comm) {
   LOOM_NCCL_TYPE(fn, datatype, type);
   LOOM_NCCL_HOST_BUFFERS(fn, "sendbuff", sendbuff, "recvbuff", recvbuff);
-  return fromLoom(loomBroadcast(sendbuff, recvbuff, count, type, root, toLoom(comm), nullptr));
+  return fromLoom(Loom(sendbuff, recvbuff, count, type, toLoom(comm), nullptr));
+}
+template <auto Loom>
+[[gnu::always_inline]] inline ncclResult_t plain(const char* fn, const void* sendbuff,
+                                                 void* recvbuff, size_t count,
+                                                 ncclDataType_t datatype, ncclComm_t comm) {
+  loomDataType_t type;
+  if (direct(datatype, &type))
+    return fromLoom(Loom(sendbuff, recvbuff, count, type, toLoom(comm), nullptr));
+  return plainChecked<Loom>(fn, sendbuff, recvbuff, count, datatype, comm);
 }
 
-// The in-place broadcast of NCCL's older API.
-LOOM_NCCL_API(ncclResult_t, ncclBcast, void* buff, size_t count, ncclDataType_t datatype,
-              int root, ncclComm_t comm, cudaStream_t stream) {
-  (void)stream;
-  const char* fn = "ncclBcast";
+// (sendbuff, recvbuff, count, datatype, root, comm): broadcast, gather, scatter; the buffers'
+// names for messages (ncclBcast's one buffer is `buff`).
+struct Names {
+  const char* send;
+  const char* recv;
+};
+constexpr Names kSendRecv = {"sendbuff", "recvbuff"};
+template <auto Loom>
+[[gnu::cold, gnu::noinline]] ncclResult_t rootedChecked(const char* fn, Names names,
+                                                        const void* sendbuff, void* recvbuff,
+                                                        size_t count, ncclDataType_t datatype,
+                                                        int root, ncclComm_t comm) {
   LOOM_NCCL_TYPE(fn, datatype, type);
-  LOOM_NCCL_HOST_BUFFERS(fn, "buff", buff);
-  return fromLoom(loomBroadcast(buff, buff, count, type, root, toLoom(comm), nullptr));
+  LOOM_NCCL_HOST_BUFFERS(fn, names.send, sendbuff, names.recv, recvbuff);
+  return fromLoom(Loom(sendbuff, recvbuff, count, type, root, toLoom(comm), nullptr));
+}
+template <auto Loom>
+[[gnu::always_inline]] inline ncclResult_t rooted(const char* fn, Names names, const void* sendbuff,
+                                                  void* recvbuff, size_t count,
+                                                  ncclDataType_t datatype, int root,
+                                                  ncclComm_t comm) {
+  loomDataType_t type;
+  if (direct(datatype, &type))
+    return fromLoom(Loom(sendbuff, recvbuff, count, type, root, toLoom(comm), nullptr));
+  return rootedChecked<Loom>(fn, names, sendbuff, recvbuff, count, datatype, root, comm);
 }
 
-LOOM_NCCL_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, size_t count,
-              ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
-              cudaStream_t stream) {
-  (void)stream;
+// (buffer, count, datatype, peer, comm): send (const buffer), receive.
+template <auto Loom, typename Buffer>
+[[gnu::cold, gnu::noinline]] ncclResult_t p2pChecked(const char* fn, const char* name, Buffer buff,
+                                                     size_t count, ncclDataType_t datatype,
+                                                     int peer, ncclComm_t comm) {
+  LOOM_NCCL_TYPE(fn, datatype, type);
+  LOOM_NCCL_HOST_BUFFERS(fn, name, buff);
+  return fromLoom(Loom(buff, count, type, peer, toLoom(comm), nullptr));
+}
+template <auto Loom, typename Buffer>
+[[gnu::always_inline]] inline ncclResult_t p2p(const char* fn, const char* name, Buffer buff,
+                                               size_t count, ncclDataType_t datatype, int peer,
+                                               ncclComm_t comm) {
+  loomDataType_t type;
+  if (direct(datatype, &type))
+    return fromLoom(Loom(buff, count, type, peer, toLoom(comm), nullptr));
+  return p2pChecked<Loom>(fn, name, buff, count, datatype, peer, comm);
+}
+
+// ncclReduce's own shape: an op and a root.
+[[gnu::cold, gnu::noinline]] ncclResult_t reduceChecked(const void* sendbuff, void* recvbuff,
+                                                        size_t count, ncclDataType_t datatype,
+                                                        ncclRedOp_t op, int root, ncclComm_t comm) {
   const char* fn = "ncclReduce";
   LOOM_NCCL_TYPE(fn, datatype, type);
   LOOM_NCCL_OP(fn, op, lop);
   LOOM_NCCL_HOST_BUFFERS(fn, "sendbuff", sendbuff, "recvbuff", recvbuff);
-  return fromLoom(
-      loomReduce(sendbuff, recvbuff, count, type, lop, root, toLoom(comm), nullptr));
+  return fromLoom(loomReduce(sendbuff, recvbuff, count, type, lop, root, toLoom(comm), nullptr));
 }
 
-LOOM_NCCL_API(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff,
-              size_t sendcount, ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
-  (void)stream;
-  const char* fn = "ncclAllGather";
-  LOOM_NCCL_TYPE(fn, datatype, type);
-  LOOM_NCCL_HOST_BUFFERS(fn, "sendbuff", sendbuff, "recvbuff", recvbuff);
-  return fromLoom(loomAllGather(sendbuff, recvbuff, sendcount, type, toLoom(comm), nullptr));
+}  // namespace
+
+LOOM_NCCL_API(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff, size_t count,
+              ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+  return withOp<loomAllReduce>("ncclAllReduce", sendbuff, recvbuff, count, datatype, op, comm);
 }
 
 LOOM_NCCL_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvbuff,
               size_t recvcount, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
-              cudaStream_t stream) {
-  (void)stream;
-  const char* fn = "ncclReduceScatter";
-  LOOM_NCCL_TYPE(fn, datatype, type);
-  LOOM_NCCL_OP(fn, op, lop);
-  LOOM_NCCL_HOST_BUFFERS(fn, "sendbuff", sendbuff, "recvbuff", recvbuff);
-  return fromLoom(
-      loomReduceScatter(sendbuff, recvbuff, recvcount, type, lop, toLoom(comm), nullptr));
+              cudaStream_t) {
+  return withOp<loomReduceScatter>("ncclReduceScatter", sendbuff, recvbuff, recvcount, datatype, op,
+                                   comm);
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff, size_t sendcount,
+              ncclDataType_t datatype, ncclComm_t comm, cudaStream_t) {
+  return plain<loomAllGather>("ncclAllGather", sendbuff, recvbuff, sendcount, datatype, comm);
 }
 
 LOOM_NCCL_API(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, size_t count,
-              ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
-  (void)stream;
-  const char* fn = "ncclAlltoAll";
-  LOOM_NCCL_TYPE(fn, datatype, type);
-  LOOM_NCCL_HOST_BUFFERS(fn, "sendbuff", sendbuff, "recvbuff", recvbuff);
-  return fromLoom(loomAlltoAll(sendbuff, recvbuff, count, type, toLoom(comm), nullptr));
+              ncclDataType_t datatype, ncclComm_t comm, cudaStream_t) {
+  return plain<loomAlltoAll>("ncclAlltoAll", sendbuff, recvbuff, count, datatype, comm);
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclBroadcast, const void* sendbuff, void* recvbuff, size_t count,
+              ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t) {
+  return rooted<loomBroadcast>("ncclBroadcast", kSendRecv, sendbuff, recvbuff, count, datatype,
+                               root, comm);
+}
+
+// The in-place broadcast of NCCL's older API.
+LOOM_NCCL_API(ncclResult_t, ncclBcast, void* buff, size_t count, ncclDataType_t datatype, int root,
+              ncclComm_t comm, cudaStream_t) {
+  return rooted<loomBroadcast>("ncclBcast", {"buff", "buff"}, buff, buff, count, datatype, root,
+                               comm);
 }
 
 LOOM_NCCL_API(ncclResult_t, ncclGather, const void* sendbuff, void* recvbuff, size_t count,
-              ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
-  (void)stream;
-  const char* fn = "ncclGather";
-  LOOM_NCCL_TYPE(fn, datatype, type);
-  LOOM_NCCL_HOST_BUFFERS(fn, "sendbuff", sendbuff, "recvbuff", recvbuff);
-  return fromLoom(loomGather(sendbuff, recvbuff, count, type, root, toLoom(comm), nullptr));
+              ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t) {
+  return rooted<loomGather>("ncclGather", kSendRecv, sendbuff, recvbuff, count, datatype, root,
+                            comm);
 }
 
 LOOM_NCCL_API(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, size_t count,
-              ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
-  (void)stream;
-  const char* fn = "ncclScatter";
-  LOOM_NCCL_TYPE(fn, datatype, type);
-  LOOM_NCCL_HOST_BUFFERS(fn, "sendbuff", sendbuff, "recvbuff", recvbuff);
-  return fromLoom(loomScatter(sendbuff, recvbuff, count, type, root, toLoom(comm), nullptr));
+              ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t) {
+  return rooted<loomScatter>("ncclScatter", kSendRecv, sendbuff, recvbuff, count, datatype, root,
+                             comm);
 }
 
-LOOM_NCCL_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count,
-              ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream) {
-  (void)stream;
-  const char* fn = "ncclSend";
-  LOOM_NCCL_TYPE(fn, datatype, type);
-  LOOM_NCCL_HOST_BUFFERS(fn, "sendbuff", sendbuff);
-  return fromLoom(loomSend(sendbuff, count, type, peer, toLoom(comm), nullptr));
+LOOM_NCCL_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataType_t datatype,
+              int peer, ncclComm_t comm, cudaStream_t) {
+  return p2p<loomSend>("ncclSend", "sendbuff", sendbuff, count, datatype, peer, comm);
 }
 
 LOOM_NCCL_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t datatype,
-              int peer, ncclComm_t comm, cudaStream_t stream) {
-  (void)stream;
-  const char* fn = "ncclRecv";
-  LOOM_NCCL_TYPE(fn, datatype, type);
-  LOOM_NCCL_HOST_BUFFERS(fn, "recvbuff", recvbuff);
-  return fromLoom(loomRecv(recvbuff, count, type, peer, toLoom(comm), nullptr));
+              int peer, ncclComm_t comm, cudaStream_t) {
+  return p2p<loomRecv>("ncclRecv", "recvbuff", recvbuff, count, datatype, peer, comm);
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, size_t count,
+              ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t) {
+  loomDataType_t type;
+  loomRedOp_t lop;
+  if (direct(datatype, op, &type, &lop))
+    return fromLoom(loomReduce(sendbuff, recvbuff, count, type, lop, root, toLoom(comm), nullptr));
+  return reduceChecked(sendbuff, recvbuff, count, datatype, op, root, comm);
 }
 
 LOOM_NCCL_API(ncclResult_t, ncclGroupStart, void) { return fromLoom(loomGroupStart()); }
@@ -140,12 +216,15 @@ LOOM_NCCL_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t* simInfo) {
   const ncclSimInfo_t reference = NCCL_SIM_INFO_INITIALIZER;
   if (simInfo == nullptr) return fail(ncclInvalidArgument, "%s: simInfo is NULL", fn);
   if (simInfo->size < offsetof(ncclSimInfo_t, estimatedTime) + sizeof(float))
-    return fail(ncclInvalidArgument, "%s: simInfo->size is %zu, too small for an ncclSimInfo_t "
-                "(initialise it with NCCL_SIM_INFO_INITIALIZER)", fn, simInfo->size);
+    return fail(ncclInvalidArgument,
+                "%s: simInfo->size is %zu, too small for an ncclSimInfo_t "
+                "(initialise it with NCCL_SIM_INFO_INITIALIZER)",
+                fn, simInfo->size);
   if (simInfo->magic != reference.magic)
-    return fail(ncclInvalidArgument, "%s: simInfo->magic is 0x%x, not 0x%x: it was not "
-                "initialised with NCCL_SIM_INFO_INITIALIZER", fn, simInfo->magic,
-                reference.magic);
+    return fail(ncclInvalidArgument,
+                "%s: simInfo->magic is 0x%x, not 0x%x: it was not "
+                "initialised with NCCL_SIM_INFO_INITIALIZER",
+                fn, simInfo->magic, reference.magic);
   if (r == loomSuccess) simInfo->estimatedTime = estimatedUs;  // microseconds, as NCCL's
   return fromLoom(r);
 }
@@ -157,8 +236,10 @@ LOOM_NCCL_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t* op, void* sca
   const char* fn = "ncclRedOpCreatePreMulSum";
   if (op == nullptr) return fail(ncclInvalidArgument, "%s: op is NULL", fn);
   if (residence == ncclScalarDevice)
-    return fail(ncclInvalidUsage, "%s: the scalar is device-resident (ncclScalarDevice); loom's "
-                "communicators run on the host: pass ncclScalarHostImmediate", fn);
+    return fail(ncclInvalidUsage,
+                "%s: the scalar is device-resident (ncclScalarDevice); loom's "
+                "communicators run on the host: pass ncclScalarHostImmediate",
+                fn);
   if (residence != ncclScalarHostImmediate)
     return fail(ncclInvalidArgument, "%s: unknown scalar residence %d", fn, int(residence));
   LOOM_NCCL_TYPE(fn, datatype, type);

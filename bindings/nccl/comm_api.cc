@@ -117,37 +117,42 @@ LOOM_NCCL_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
 
 LOOM_NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
   if (revokeFlags != NCCL_REVOKE_DEFAULT)
-    return fail(ncclInvalidArgument, "ncclCommRevoke: revokeFlags is %d; it must be "
-                "NCCL_REVOKE_DEFAULT (%d)", revokeFlags, NCCL_REVOKE_DEFAULT);
+    return fail(ncclInvalidArgument,
+                "ncclCommRevoke: revokeFlags is %d; it must be "
+                "NCCL_REVOKE_DEFAULT (%d)",
+                revokeFlags, NCCL_REVOKE_DEFAULT);
   return fromLoom(loomCommRevoke(toLoom(comm)));
 }
 
 // A NULL config gives loom's defaults (blocking), not the parent's: a caller that polls a
 // non-blocking split until ncclSuccess also handles one that has finished on return.
-LOOM_NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key,
-              ncclComm_t* newcomm, ncclConfig_t* config) {
+LOOM_NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+              ncclConfig_t* config) {
   const char* fn = "ncclCommSplit";
   loomConfig_t cfg;
   if (ncclResult_t r = readConfig(config, fn, &cfg); r != ncclSuccess) return r;
   if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
-    return fail(ncclInvalidArgument, "%s: color is %d; it must be >= 0 or NCCL_SPLIT_NOCOLOR",
-                fn, color);
+    return fail(ncclInvalidArgument, "%s: color is %d; it must be >= 0 or NCCL_SPLIT_NOCOLOR", fn,
+                color);
   const int loomColor = color == NCCL_SPLIT_NOCOLOR ? LOOM_SPLIT_NOCOLOR : color;
   return created(loomCommSplit(toLoom(comm), loomColor, key, toLoomStorage(newcomm), &cfg));
 }
 
 LOOM_NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList,
-              int excludeRanksCount, ncclComm_t* newcomm, ncclConfig_t* config,
-              int shrinkFlags) {
+              int excludeRanksCount, ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
   const char* fn = "ncclCommShrink";
   loomConfig_t cfg;
   if (ncclResult_t r = readConfig(config, fn, &cfg); r != ncclSuccess) return r;
   int flags;
-  if (shrinkFlags == NCCL_SHRINK_DEFAULT) flags = LOOM_SHRINK_DEFAULT;
-  else if (shrinkFlags == NCCL_SHRINK_ABORT) flags = LOOM_SHRINK_ABORT;
+  if (shrinkFlags == NCCL_SHRINK_DEFAULT)
+    flags = LOOM_SHRINK_DEFAULT;
+  else if (shrinkFlags == NCCL_SHRINK_ABORT)
+    flags = LOOM_SHRINK_ABORT;
   else
-    return fail(ncclInvalidArgument, "%s: shrinkFlags is %d; it must be NCCL_SHRINK_DEFAULT or "
-                "NCCL_SHRINK_ABORT", fn, shrinkFlags);
+    return fail(ncclInvalidArgument,
+                "%s: shrinkFlags is %d; it must be NCCL_SHRINK_DEFAULT or "
+                "NCCL_SHRINK_ABORT",
+                fn, shrinkFlags);
   return created(loomCommShrink(toLoom(comm), excludeRanksList, excludeRanksCount,
                                 toLoomStorage(newcomm), &cfg, flags));
 }
@@ -172,7 +177,8 @@ LOOM_NCCL_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int* rank) 
 LOOM_NCCL_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int* device) {
   (void)comm;
   (void)device;
-  return fail(ncclInvalidUsage, "ncclCommCuDevice: loom's communicators run on the host and "
+  return fail(ncclInvalidUsage,
+              "ncclCommCuDevice: loom's communicators run on the host and "
               "have no CUDA device");
 }
 

@@ -19,28 +19,37 @@
 namespace loom::nccl {
 namespace {
 
-// Fields NCCL added after the caller's header version: the caller did not set them, so they
-// keep their defaults whatever its bytes hold.
+// The NCCL version that added each field after the first ones (size, magic, version).
+struct Added {
+  unsigned version;
+  size_t offset, bytes;
+};
+#define LOOM_NCCL_FIELD(major, minor, field) \
+  { NCCL_VERSION(major, minor, 0), offsetof(ncclConfig_t, field), sizeof(ncclConfig_t::field) }
+constexpr Added kAdded[] = {
+    LOOM_NCCL_FIELD(2, 14, blocking),
+    LOOM_NCCL_FIELD(2, 17, cgaClusterSize),
+    LOOM_NCCL_FIELD(2, 17, minCTAs),
+    LOOM_NCCL_FIELD(2, 17, maxCTAs),
+    LOOM_NCCL_FIELD(2, 17, netName),
+    LOOM_NCCL_FIELD(2, 25, trafficClass),
+    LOOM_NCCL_FIELD(2, 27, collnetEnable),
+    LOOM_NCCL_FIELD(2, 27, CTAPolicy),
+    LOOM_NCCL_FIELD(2, 27, shrinkShare),
+    LOOM_NCCL_FIELD(2, 27, nvlsCTAs),
+    LOOM_NCCL_FIELD(2, 28, nChannelsPerNetPeer),
+    LOOM_NCCL_FIELD(2, 28, nvlinkCentricSched),
+};
+#undef LOOM_NCCL_FIELD
+
+// Fields added after the caller's header version: the caller did not set them, so they keep
+// their defaults whatever its bytes hold.
 void resetNewerFields(unsigned version, ncclConfig_t* c) {
   const ncclConfig_t d = NCCL_CONFIG_INITIALIZER;
-  if (version < NCCL_VERSION(2, 14, 0)) c->blocking = d.blocking;
-  if (version < NCCL_VERSION(2, 17, 0)) {
-    c->cgaClusterSize = d.cgaClusterSize;
-    c->minCTAs = d.minCTAs;
-    c->maxCTAs = d.maxCTAs;
-    c->netName = d.netName;
-  }
-  if (version < NCCL_VERSION(2, 25, 0)) c->trafficClass = d.trafficClass;
-  if (version < NCCL_VERSION(2, 27, 0)) {
-    c->collnetEnable = d.collnetEnable;
-    c->CTAPolicy = d.CTAPolicy;
-    c->shrinkShare = d.shrinkShare;
-    c->nvlsCTAs = d.nvlsCTAs;
-  }
-  if (version < NCCL_VERSION(2, 28, 0)) {
-    c->nChannelsPerNetPeer = d.nChannelsPerNetPeer;
-    c->nvlinkCentricSched = d.nvlinkCentricSched;
-  }
+  for (const Added& a : kAdded)
+    if (version < a.version)
+      memcpy(reinterpret_cast<char*>(c) + a.offset, reinterpret_cast<const char*>(&d) + a.offset,
+             a.bytes);
 }
 
 bool isSet(int v) { return v != NCCL_CONFIG_UNDEF_INT; }
@@ -65,8 +74,8 @@ ncclResult_t checkValues(const ncclConfig_t& c, const char* fn) {
     return fail(ncclInvalidArgument,
                 "%s: config.minCTAs %d and maxCTAs %d must satisfy 0 < minCTAs <= maxCTAs", fn,
                 c.minCTAs, c.maxCTAs);
-  if (isSet(c.CTAPolicy) && (c.CTAPolicy < NCCL_CTA_POLICY_DEFAULT ||
-                             c.CTAPolicy > NCCL_CTA_POLICY_ZERO))
+  if (isSet(c.CTAPolicy) &&
+      (c.CTAPolicy < NCCL_CTA_POLICY_DEFAULT || c.CTAPolicy > NCCL_CTA_POLICY_ZERO))
     return fail(ncclInvalidArgument, "%s: config.CTAPolicy is %d; it must be %d..%d", fn,
                 c.CTAPolicy, NCCL_CTA_POLICY_DEFAULT, NCCL_CTA_POLICY_ZERO);
   return ncclSuccess;
@@ -84,12 +93,14 @@ ncclResult_t readConfig(const ncclConfig_t* in, const char* fn, loomConfig_t* ou
   if (in->size < offsetof(ncclConfig_t, version) + sizeof(c.version))
     return fail(ncclInvalidArgument,
                 "%s: config.size is %zu, too small for an ncclConfig_t (initialise it with "
-                "NCCL_CONFIG_INITIALIZER)", fn, in->size);
+                "NCCL_CONFIG_INITIALIZER)",
+                fn, in->size);
   memcpy(&c, in, in->size < sizeof(c) ? in->size : sizeof(c));
   if (c.magic != magic)
     return fail(ncclInvalidArgument,
                 "%s: config.magic is 0x%x, not 0x%x: the config was not initialised with "
-                "NCCL_CONFIG_INITIALIZER", fn, c.magic, magic);
+                "NCCL_CONFIG_INITIALIZER",
+                fn, c.magic, magic);
   resetNewerFields(c.version, &c);
   if (ncclResult_t r = checkValues(c, fn); r != ncclSuccess) return r;
   if (isSet(c.blocking)) out->blocking = c.blocking;

@@ -15,8 +15,10 @@ using namespace loom::nccl;
 namespace {
 
 ncclResult_t noDeviceApi(const char* fn) {
-  return fail(ncclInvalidUsage, "%s: loom's NCCL has no device API: its communicators run on "
-              "the host, where no GPU kernel can use them", fn);
+  return fail(ncclInvalidUsage,
+              "%s: loom's NCCL has no device API: its communicators run on "
+              "the host, where no GPU kernel can use them",
+              fn);
 }
 
 ncclTeam_t noTeam(const char* fn) {

@@ -52,19 +52,19 @@ void probe() {
   Runtime rt;
   int devices = 0;
   if (h != nullptr) {
-    rt.getDeviceCount = reinterpret_cast<decltype(rt.getDeviceCount)>(
-        dlsym(h, "cudaGetDeviceCount"));
-    rt.pointerGetAttributes = reinterpret_cast<decltype(rt.pointerGetAttributes)>(
-        dlsym(h, "cudaPointerGetAttributes"));
+    rt.getDeviceCount =
+        reinterpret_cast<decltype(rt.getDeviceCount)>(dlsym(h, "cudaGetDeviceCount"));
+    rt.pointerGetAttributes =
+        reinterpret_cast<decltype(rt.pointerGetAttributes)>(dlsym(h, "cudaPointerGetAttributes"));
     rt.getLastError = reinterpret_cast<decltype(rt.getLastError)>(dlsym(h, "cudaGetLastError"));
     if (rt.getDeviceCount == nullptr || rt.pointerGetAttributes == nullptr ||
         rt.getDeviceCount(&devices) != cudaSuccess)
       devices = 0;
     if (devices == 0 && rt.getLastError != nullptr) rt.getLastError();  // leave no error set
   }
-  std::string line = h == nullptr ? std::string("no CUDA runtime found")
-                                  : "CUDA runtime " + name + ": " + std::to_string(devices) +
-                                        " device(s)";
+  std::string line = h == nullptr
+                         ? std::string("no CUDA runtime found")
+                         : "CUDA runtime " + name + ": " + std::to_string(devices) + " device(s)";
   line += devices > 0 ? "; device buffers are refused (loom's NCCL moves host memory only)"
                       : "; no device memory can exist, buffers are not checked";
   loomLogInfo("INIT", line.c_str());

@@ -31,8 +31,9 @@ ncclResult_t add(const char* fn, ncclComm_t comm, void* buff, size_t size, int w
     return fail(ncclInvalidArgument, "%s: buff is NULL but size is %zu", fn, size);
   static std::once_flag once;
   std::call_once(once, [] {
-    loomLogInfo("REG", "ncclCommRegister/ncclCommWindowRegister: loom keeps host registrations "
-                       "only as bookkeeping; it moves unregistered host memory the same way");
+    loomLogInfo("REG",
+                "ncclCommRegister/ncclCommWindowRegister: loom keeps host registrations "
+                "only as bookkeeping; it moves unregistered host memory the same way");
   });
   auto* h = new ncclWindow_vidmem{comm, buff, size, winFlags, window};
   std::lock_guard<std::mutex> g(gMutex);
@@ -88,8 +89,10 @@ LOOM_NCCL_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* han
 LOOM_NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size_t size,
               ncclWindow_t* win, int winFlags) {
   if ((winFlags & ~NCCL_WIN_COLL_SYMMETRIC) != 0)
-    return fail(ncclInvalidArgument, "ncclCommWindowRegister: winFlags 0x%x has bits other "
-                "than NCCL_WIN_COLL_SYMMETRIC", unsigned(winFlags));
+    return fail(ncclInvalidArgument,
+                "ncclCommWindowRegister: winFlags 0x%x has bits other "
+                "than NCCL_WIN_COLL_SYMMETRIC",
+                unsigned(winFlags));
   return add("ncclCommWindowRegister", comm, buff, size, winFlags, true, win);
 }
 

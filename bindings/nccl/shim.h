@@ -14,9 +14,9 @@
 // Defines pnccl<name> (strong) with ncclX a weak alias of it, as NCCL itself exports them: a
 // profiler may define ncclX and call pncclX. Both are declared again here with the signature
 // of the definition, so a signature that differs from nccl.h's is a compile error.
-#define LOOM_NCCL_API(ret, name, ...)                                                   \
-  extern "C" __attribute__((visibility("default"))) ret name(__VA_ARGS__)              \
-      __attribute__((weak, alias("p" #name)));                                          \
+#define LOOM_NCCL_API(ret, name, ...)                                     \
+  extern "C" __attribute__((visibility("default"))) ret name(__VA_ARGS__) \
+      __attribute__((weak, alias("p" #name)));                            \
   extern "C" __attribute__((visibility("default"))) ret p##name(__VA_ARGS__)
 
 namespace loom::nccl {
@@ -24,7 +24,6 @@ namespace loom::nccl {
 // Communicator handles are loom's own, passed through: loom's check of a live handle then
 // answers a destroyed or bogus ncclComm_t too.
 inline loomComm_t toLoom(ncclComm_t comm) { return reinterpret_cast<loomComm_t>(comm); }
-inline ncclComm_t toNccl(loomComm_t comm) { return reinterpret_cast<ncclComm_t>(comm); }
 // Where loom may fill the caller's handle later (an init inside a group runs at its end), loom
 // is given the caller's own storage.
 inline loomComm_t* toLoomStorage(ncclComm_t* comm) { return reinterpret_cast<loomComm_t*>(comm); }
@@ -60,9 +59,12 @@ inline bool toLoomType(ncclDataType_t t, loomDataType_t* out) {
 static_assert(int(loomNumOps) <= int(ncclNumOps), "a dynamic op must fit loom's range");
 inline bool toLoomOp(ncclRedOp_t op, loomRedOp_t* out) {
   const unsigned u = unsigned(op);
-  if (u < unsigned(ncclNumOps)) *out = kBuiltinOps.to[u];
-  else if (u <= unsigned(ncclMaxRedOp)) *out = loomRedOp_t(u - ncclNumOps + loomNumOps);
-  else return false;
+  if (u < unsigned(ncclNumOps))
+    *out = kBuiltinOps.to[u];
+  else if (u <= unsigned(ncclMaxRedOp))
+    *out = loomRedOp_t(u - ncclNumOps + loomNumOps);
+  else
+    return false;
   return true;
 }
 // The reverse, for the ops loom makes (loomRedOpCreatePreMulSum).
@@ -109,7 +111,7 @@ inline bool mayHoldDeviceMemory() {
   return __builtin_expect(gDeviceMemory.load(std::memory_order_relaxed) != 0, 0);
 }
 // ncclInvalidUsage naming the first of the (name, pointer) pairs that is device memory, else
-// ncclSuccess. b may be NULL.
+// ncclSuccess; nameB NULL for a call with one buffer.
 [[gnu::cold]] ncclResult_t refuseDeviceBuffers(const char* fn, const char* nameA, const void* a,
                                                const char* nameB = nullptr,
                                                const void* b = nullptr);

@@ -8,12 +8,10 @@
 namespace loom::nccl {
 
 constexpr std::pair<ncclDataType_t, loomDataType_t> kTypePairs[] = {
-    {ncclInt8, loomInt8},       {ncclUint8, loomUint8},
-    {ncclInt32, loomInt32},     {ncclUint32, loomUint32},
-    {ncclInt64, loomInt64},     {ncclUint64, loomUint64},
-    {ncclFloat16, loomFloat16}, {ncclBfloat16, loomBfloat16},
-    {ncclFloat32, loomFloat32}, {ncclFloat64, loomFloat64},
-    {ncclFloat8e4m3, loomFloat8e4m3}, {ncclFloat8e5m2, loomFloat8e5m2},
+    {ncclInt8, loomInt8},       {ncclUint8, loomUint8},           {ncclInt32, loomInt32},
+    {ncclUint32, loomUint32},   {ncclInt64, loomInt64},           {ncclUint64, loomUint64},
+    {ncclFloat16, loomFloat16}, {ncclBfloat16, loomBfloat16},     {ncclFloat32, loomFloat32},
+    {ncclFloat64, loomFloat64}, {ncclFloat8e4m3, loomFloat8e4m3}, {ncclFloat8e5m2, loomFloat8e5m2},
 };
 static_assert(std::size(kTypePairs) == ncclNumTypes, "every NCCL datatype has a loom one");
 constexpr EnumTable<ncclDataType_t, loomDataType_t, ncclNumTypes> kDataTypes(kTypePairs,
@@ -89,17 +87,24 @@ using namespace loom::nccl;
 // Our own wording; the meaning of each code is NCCL's.
 LOOM_NCCL_API(const char*, ncclGetErrorString, ncclResult_t result) {
   switch (result) {
-    case ncclSuccess: return "success";
-    case ncclUnhandledCudaError: return "a CUDA call failed";
-    case ncclSystemError: return "the system refused a request (socket, memory, shared memory)";
-    case ncclInternalError: return "internal error in loom's NCCL (please report it)";
-    case ncclInvalidArgument: return "an argument is invalid (ncclGetLastError says which)";
+    case ncclSuccess:
+      return "success";
+    case ncclUnhandledCudaError:
+      return "a CUDA call failed";
+    case ncclSystemError:
+      return "the system refused a request (socket, memory, shared memory)";
+    case ncclInternalError:
+      return "internal error in loom's NCCL (please report it)";
+    case ncclInvalidArgument:
+      return "an argument is invalid (ncclGetLastError says which)";
     case ncclInvalidUsage:
       return "the call is not allowed here or not supported (ncclGetLastError says why)";
     case ncclRemoteError:
       return "a peer failed, left, aborted or did not answer in time, or the network failed";
-    case ncclInProgress: return "still in progress (poll ncclCommGetAsyncError)";
-    default: return "unknown result code";
+    case ncclInProgress:
+      return "still in progress (poll ncclCommGetAsyncError)";
+    default:
+      return "unknown result code";
   }
 }
 

@@ -11,17 +11,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "check.h"
+
 void* fakeCudaDeviceBuffer(size_t* bytes);
 int fakeCudaPointerQueries(void);
-
-static int failures;
-#define CHECK(cond)                                                            \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                              \
-    }                                                                          \
-  } while (0)
 
 /* The call returned ncclInvalidUsage and its message names `argument` as device memory. */
 static void expectRefused(ncclResult_t r, ncclComm_t comm, const char* fn, const char* argument) {
@@ -30,8 +23,7 @@ static void expectRefused(ncclResult_t r, ncclComm_t comm, const char* fn, const
   const char* message = ncclGetLastError(comm);
   if (r != ncclInvalidUsage || strstr(message, expected) == NULL ||
       strstr(message, "device memory") == NULL) {
-    fprintf(stderr, "%s with device %s: result %d, message '%s'\n", fn, argument, (int)r,
-            message);
+    fprintf(stderr, "%s with device %s: result %d, message '%s'\n", fn, argument, (int)r, message);
     ++failures;
   }
 }
@@ -43,13 +35,13 @@ static void refused(ncclComm_t comm, float* device, float* host) {
                 "ncclAllReduce", "sendbuff");
   expectRefused(ncclAllReduce(host, device, 1, ncclFloat32, ncclSum, comm, NULL), comm,
                 "ncclAllReduce", "recvbuff");
-  expectRefused(ncclBroadcast(host, device, 1, ncclFloat32, 0, comm, NULL), comm,
-                "ncclBroadcast", "recvbuff");
+  expectRefused(ncclBroadcast(host, device, 1, ncclFloat32, 0, comm, NULL), comm, "ncclBroadcast",
+                "recvbuff");
   expectRefused(ncclBcast(device, 1, ncclFloat32, 0, comm, NULL), comm, "ncclBcast", "buff");
   expectRefused(ncclReduce(device, host, 1, ncclFloat32, ncclSum, 0, comm, NULL), comm,
                 "ncclReduce", "sendbuff");
-  expectRefused(ncclAllGather(host, device, 1, ncclFloat32, comm, NULL), comm,
-                "ncclAllGather", "recvbuff");
+  expectRefused(ncclAllGather(host, device, 1, ncclFloat32, comm, NULL), comm, "ncclAllGather",
+                "recvbuff");
   expectRefused(ncclReduceScatter(device, host, 1, ncclFloat32, ncclSum, comm, NULL), comm,
                 "ncclReduceScatter", "sendbuff");
   expectRefused(ncclAlltoAll(device, host, 1, ncclFloat32, comm, NULL), comm, "ncclAlltoAll",
@@ -91,8 +83,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   float host[4] = {0};
-  if (strcmp(argv[1], "refused") == 0) refused(comm, device, host);
-  else unchecked(comm, device);
+  if (strcmp(argv[1], "refused") == 0)
+    refused(comm, device, host);
+  else
+    unchecked(comm, device);
   CHECK(ncclCommDestroy(comm) == ncclSuccess);
   if (failures == 0) printf("%s: all checks passed\n", argv[1]);
   return failures == 0 ? 0 : 1;
