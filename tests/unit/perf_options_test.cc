@@ -2,6 +2,7 @@
 // the sweep's arguments, --race's entries) and --compare's merged table.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -91,8 +92,58 @@ TEST(PerfOptions, SweepArgsRoundTrip) {
   EXPECT_EQ(back.blocking, 1);
   EXPECT_TRUE(back.allDtypes);
   EXPECT_TRUE(back.compare.empty());
-  const char* bad[] = {"x", "all_reduce", "--compare", "nccl"};
+  const char* bad[] = {"x", "all_reduce", "--compare", "rccl"};
   EXPECT_FALSE(parseOptions(4, const_cast<char**>(bad), &o, &error));
+}
+
+// --api: loom's own C API by default, or NCCL's through libnccl.so.2 on forked ranks; what
+// only loom's API has (--race, --sim), a rendezvous without -N, and --compare (whose nccl entry
+// is the way to put both APIs side by side) are refused with it.
+TEST(PerfOptions, ApiChoosesLoomOrNcclAndRefusesWhatNcclCannotRun) {
+  const auto parse = [](std::vector<const char*> args, Options* o, std::string* error) {
+    args.insert(args.begin(), {"x", "all_reduce"});
+    return parseOptions(int(args.size()), const_cast<char**>(args.data()), o, error);
+  };
+  Options o;
+  std::string error;
+  ASSERT_TRUE(parse({"-N", "2"}, &o, &error)) << error;
+  EXPECT_EQ(o.api, Api::kLoom);
+  ASSERT_TRUE(parse({"--api", "nccl", "-N", "2", "-A", "ring"}, &o, &error)) << error;
+  EXPECT_EQ(o.api, Api::kNccl);
+  ASSERT_TRUE(parse({"--api", "loom", "--sim"}, &o, &error)) << error;
+  EXPECT_EQ(o.api, Api::kLoom);
+  EXPECT_FALSE(parse({"--api", "NCCL", "-N", "2"}, &o, &error));
+  EXPECT_EQ(error, "bad value 'NCCL' for --api");
+  EXPECT_FALSE(parse({"--api", "nccl"}, &o, &error));
+  EXPECT_EQ(error.substr(0, 26), "--api nccl needs -N RANKS:");
+  EXPECT_FALSE(parse({"--api", "nccl", "-N", "2", "--race", "ring,auto"}, &o, &error));
+  EXPECT_EQ(error, "--race splits loom communicators: not with --api nccl");
+  EXPECT_FALSE(parse({"--api", "nccl", "-N", "2", "--sim"}, &o, &error));
+  EXPECT_EQ(error, "--sim predicts loom's own calls: not with --api nccl");
+  EXPECT_FALSE(parse({"--api", "nccl", "-N", "2", "--compare", "mpi"}, &o, &error));
+  EXPECT_EQ(error, "--compare runs loom's own API first: add nccl to its list instead of --api nccl");
+  ASSERT_TRUE(parse({"-N", "2", "--compare", "nccl,mpi"}, &o, &error)) << error;
+  EXPECT_EQ(o.compare, (std::vector<std::string>{"nccl", "mpi"}));
+  // The peers do not take --api: the sweep's arguments leave it out.
+  o.api = Api::kNccl;
+  const std::vector<std::string> args = sweepArgs(o);
+  EXPECT_EQ(std::find(args.begin(), args.end(), "--api"), args.end());
+}
+
+// -A NAME forces NAME for the sweep's collective; a setting with '=' is LOOM_ALGO's grammar,
+// read back per collective for --json's "algorithm".
+TEST(PerfOptions, AlgorithmSettingAndWhatItForces) {
+  Options o;
+  o.collective = Collective::AllGather;
+  EXPECT_EQ(algorithmSetting(o), "");
+  o.algorithm = "ring";
+  EXPECT_EQ(algorithmSetting(o), "allgather=ring");
+  o.algorithm = "allreduce=rhd,allgather=rd";
+  EXPECT_EQ(algorithmSetting(o), "allreduce=rhd,allgather=rd");
+  EXPECT_EQ(forcedAlgorithm(algorithmSetting(o), Collective::AllGather), "rd");
+  EXPECT_EQ(forcedAlgorithm(algorithmSetting(o), Collective::AllReduce), "rhd");
+  EXPECT_EQ(forcedAlgorithm(algorithmSetting(o), Collective::Broadcast), "auto");
+  EXPECT_EQ(forcedAlgorithm("auto", Collective::AllReduce), "auto");
 }
 
 TEST(PerfOptions, RaceTakesTwoOrMoreDistinctEntries) {
@@ -141,6 +192,28 @@ TEST(PerfCompare, TableShowsMediansRatiosAndMissingPeers) {
   for (std::string c; f >> c;) cells.push_back(c);
   EXPECT_EQ(cells, (std::vector<std::string>{"1024", "float", "sum", "6", "3", "2.00", "n/a",
                                              "n/a"}));
+}
+
+// --compare nccl: loom through its libnccl.so.2 is a column of its own, which the table says is
+// loom's, not NVIDIA's.
+TEST(PerfCompare, NcclColumnIsLoomThroughItsLibrary) {
+  const auto run = [](double busBw) {
+    std::string error;
+    return *parseJson("{\"rows\": [{\"size\": 8, \"type\": \"float\", \"redop\": \"sum\", "
+                      "\"out_of_place\": {\"busbw_gbs\": " + std::to_string(busBw) + "}}]}",
+                      &error);
+  };
+  std::vector<LibraryRuns> libs = {{"loom", "", {run(2)}}, {"nccl", "", {run(2.5)}}};
+  Options o;
+  std::string t = formatComparison(libs, o, 2);
+  EXPECT_NE(t.find("# nccl: loom through NCCL's API, its libnccl.so.2 (loom-perf --api nccl)\n"),
+            std::string::npos) << t;
+  EXPECT_NE(t.find("loom/nccl"), std::string::npos) << t;
+  EXPECT_NE(t.find("         2.5        0.80\n"), std::string::npos) << t;
+  libs[1] = {"nccl", "loom-perf: --api nccl: cannot open loom's libnccl.so.2", {}};
+  t = formatComparison(libs, o, 2);
+  EXPECT_NE(t.find("# nccl: loom-perf: --api nccl: cannot open"), std::string::npos) << t;
+  EXPECT_EQ(t.find("through NCCL's API"), std::string::npos) << t;
 }
 
 }  // namespace
