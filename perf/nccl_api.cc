@@ -10,55 +10,6 @@
 
 namespace loom::perf::nccl {
 
-DataType toNccl(loomDataType_t t) {
-  switch (t) {
-    case loomInt8:
-      return kInt8;
-    case loomUint8:
-      return kUint8;
-    case loomInt32:
-      return kInt32;
-    case loomUint32:
-      return kUint32;
-    case loomInt64:
-      return kInt64;
-    case loomUint64:
-      return kUint64;
-    case loomFloat16:
-      return kFloat16;
-    case loomBfloat16:
-      return kBfloat16;
-    case loomFloat32:
-      return kFloat32;
-    case loomFloat64:
-      return kFloat64;
-    case loomFloat8e4m3:
-      return kFloat8e4m3;
-    case loomFloat8e5m2:
-      return kFloat8e5m2;
-    case loomNumTypes:
-      break;
-  }
-  return DataType(-1);  // not a datatype: the library refuses it
-}
-
-RedOp toNccl(loomRedOp_t op) {
-  switch (op) {
-    case loomSum:
-      return kSum;
-    case loomProd:
-      return kProd;
-    case loomMin:
-      return kMin;
-    case loomMax:
-      return kMax;
-    case loomAvg:
-      return kAvg;
-    default:
-      return RedOp(-1);
-  }
-}
-
 std::string libraryToOpen() {
   if (const char* path = std::getenv("LOOM_NCCL_LIBRARY"); path && *path) return path;
 #ifdef LOOM_PERF_NCCL_LIBRARY

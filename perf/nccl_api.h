@@ -6,8 +6,11 @@
 // perf/nccl_header_check.cc compares them with the header wherever the toolkit installs one.
 #pragma once
 
+#include <array>
 #include <cstddef>
+#include <initializer_list>
 #include <string>
+#include <utility>
 
 #include "loom/loom.h"
 
@@ -43,9 +46,30 @@ enum DataType : int {
 // ncclRedOp_t's built-in ops: NCCL has max at 2 and min at 3, loom the other way round.
 enum RedOp : int { kSum = 0, kProd = 1, kMax = 2, kMin = 3, kAvg = 4 };
 
-/** NCCL's number for a loom datatype or op (every one of loom's has one). */
-DataType toNccl(loomDataType_t t);
-RedOp toNccl(loomRedOp_t op);
+/** NCCL's number for each of loom's datatypes and ops, by name; -1 for a value loom does not
+ *  define, which the library refuses. Tables: they are read in the timed loop. */
+template <typename From, typename To, int N>
+constexpr std::array<To, N> enumTable(std::initializer_list<std::pair<From, To>> pairs) {
+  std::array<To, N> table{};
+  table.fill(To(-1));
+  for (const auto& [from, to] : pairs) table[size_t(from)] = to;
+  return table;
+}
+inline constexpr auto kDataTypeOf = enumTable<loomDataType_t, DataType, loomNumTypes>({
+    {loomInt8, kInt8},       {loomUint8, kUint8},           {loomInt32, kInt32},
+    {loomUint32, kUint32},   {loomInt64, kInt64},           {loomUint64, kUint64},
+    {loomFloat16, kFloat16}, {loomBfloat16, kBfloat16},     {loomFloat32, kFloat32},
+    {loomFloat64, kFloat64}, {loomFloat8e4m3, kFloat8e4m3}, {loomFloat8e5m2, kFloat8e5m2},
+});
+inline constexpr auto kRedOpOf = enumTable<loomRedOp_t, RedOp, loomNumOps>({
+    {loomSum, kSum}, {loomProd, kProd}, {loomMin, kMin}, {loomMax, kMax}, {loomAvg, kAvg},
+});
+inline DataType toNccl(loomDataType_t t) {
+  return unsigned(t) < unsigned(loomNumTypes) ? kDataTypeOf[t] : DataType(-1);
+}
+inline RedOp toNccl(loomRedOp_t op) {
+  return unsigned(op) < unsigned(loomNumOps) ? kRedOpOf[op] : RedOp(-1);
+}
 
 /** The functions loom-perf calls, with NCCL's signatures (a cudaStream_t is a void*; loom-perf
  *  passes null: loom's call has completed when it returns). */

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "perf/compare.h"
+#include "perf/nccl_api.h"
 #include "perf/options.h"
 #include "perf/output.h"
 #include "perf/sweep.h"
@@ -128,6 +129,29 @@ TEST(PerfOptions, ApiChoosesLoomOrNcclAndRefusesWhatNcclCannotRun) {
   o.api = Api::kNccl;
   const std::vector<std::string> args = sweepArgs(o);
   EXPECT_EQ(std::find(args.begin(), args.end(), "--api"), args.end());
+}
+
+// --api nccl passes NCCL's numbers, which are not loom's (perf/nccl_header_check.cc compares
+// them with nccl.h where it is installed).
+TEST(PerfOptions, NcclNumbersOfLoomsDatatypesAndOps) {
+  EXPECT_EQ(nccl::toNccl(loomFloat32), 7);
+  EXPECT_EQ(nccl::toNccl(loomBfloat16), 9);
+  EXPECT_EQ(nccl::toNccl(loomFloat64), 8);
+  EXPECT_EQ(nccl::toNccl(loomFloat8e5m2), 11);
+  EXPECT_EQ(nccl::toNccl(loomMin), 3);
+  EXPECT_EQ(nccl::toNccl(loomMax), 2);
+  EXPECT_EQ(nccl::toNccl(loomAvg), 4);
+  EXPECT_EQ(nccl::toNccl(loomNumTypes), -1);
+  EXPECT_EQ(nccl::toNccl(loomRedOp_t(loomNumOps)), -1);
+  // Every datatype and op has a number of its own.
+  for (int a = 0; a < loomNumTypes; ++a) {
+    for (int b = a + 1; b < loomNumTypes; ++b)
+      EXPECT_NE(nccl::kDataTypeOf[a], nccl::kDataTypeOf[b]) << a << " " << b;
+  }
+  for (int a = 0; a < loomNumOps; ++a) {
+    for (int b = a + 1; b < loomNumOps; ++b)
+      EXPECT_NE(nccl::kRedOpOf[a], nccl::kRedOpOf[b]) << a << " " << b;
+  }
 }
 
 // -A NAME forces NAME for the sweep's collective; a setting with '=' is LOOM_ALGO's grammar,
