@@ -13,17 +13,6 @@
 
 using namespace loom::nccl;
 
-namespace {
-
-inline bool direct(ncclDataType_t t, loomDataType_t* type) {
-  return toLoomType(t, type) && !mayHoldDeviceMemory();
-}
-inline bool direct(ncclDataType_t t, ncclRedOp_t op, loomDataType_t* type, loomRedOp_t* lop) {
-  return toLoomType(t, type) && toLoomOp(op, lop) && !mayHoldDeviceMemory();
-}
-
-}  // namespace
-
 // The checked path's steps; each returns from the function on an error.
 #define LOOM_NCCL_TYPE(fn, ncclType, loomType) \
   loomDataType_t loomType;                     \
@@ -35,31 +24,107 @@ inline bool direct(ncclDataType_t t, ncclRedOp_t op, loomDataType_t* type, loomR
   if (ncclResult_t refused = refuseDeviceBuffers(fn, __VA_ARGS__); refused != ncclSuccess) \
   return refused
 
+// The collectives of one shape share their two paths, one instance per loom function: the
+// direct path is inlined into the exported function, the checked one is a function of its own.
 namespace {
 
-[[gnu::cold, gnu::noinline]] ncclResult_t allReduceChecked(const void* sendbuff, void* recvbuff,
-                                                           size_t count, ncclDataType_t datatype,
-                                                           ncclRedOp_t op, ncclComm_t comm) {
-  const char* fn = "ncclAllReduce";
+// Whether a call may take the direct path (and its enums in loom's terms).
+inline bool direct(ncclDataType_t t, loomDataType_t* type) {
+  return toLoomType(t, type) && !mayHoldDeviceMemory();
+}
+inline bool direct(ncclDataType_t t, ncclRedOp_t op, loomDataType_t* type, loomRedOp_t* lop) {
+  return toLoomType(t, type) && toLoomOp(op, lop) && !mayHoldDeviceMemory();
+}
+
+// (sendbuff, recvbuff, count, datatype, op, comm): allreduce, reduce-scatter.
+template <auto Loom>
+[[gnu::cold, gnu::noinline]] ncclResult_t withOpChecked(const char* fn, const void* sendbuff,
+                                                        void* recvbuff, size_t count,
+                                                        ncclDataType_t datatype, ncclRedOp_t op,
+                                                        ncclComm_t comm) {
   LOOM_NCCL_TYPE(fn, datatype, type);
   LOOM_NCCL_OP(fn, op, lop);
   LOOM_NCCL_HOST_BUFFERS(fn, "sendbuff", sendbuff, "recvbuff", recvbuff);
-  return fromLoom(loomAllReduce(sendbuff, recvbuff, count, type, lop, toLoom(comm), nullptr));
+  return fromLoom(Loom(sendbuff, recvbuff, count, type, lop, toLoom(comm), nullptr));
+}
+template <auto Loom>
+[[gnu::always_inline]] inline ncclResult_t withOp(const char* fn, const void* sendbuff,
+                                                  void* recvbuff, size_t count,
+                                                  ncclDataType_t datatype, ncclRedOp_t op,
+                                                  ncclComm_t comm) {
+  loomDataType_t type;
+  loomRedOp_t lop;
+  if (direct(datatype, op, &type, &lop))
+    return fromLoom(Loom(sendbuff, recvbuff, count, type, lop, toLoom(comm), nullptr));
+  return withOpChecked<Loom>(fn, sendbuff, recvbuff, count, datatype, op, comm);
 }
 
-[[gnu::cold, gnu::noinline]] ncclResult_t broadcastChecked(const char* fn, const void* sendbuff,
-                                                           void* recvbuff, size_t count,
-                                                           ncclDataType_t datatype, int root,
-                                                           ncclComm_t comm) {
+// (sendbuff, recvbuff, count, datatype, comm): allgather, alltoall.
+template <auto Loom>
+[[gnu::cold, gnu::noinline]] ncclResult_t plainChecked(const char* fn, const void* sendbuff,
+                                                       void* recvbuff, size_t count,
+                                                       ncclDataType_t datatype, ncclComm_t comm) {
   LOOM_NCCL_TYPE(fn, datatype, type);
-  if (sendbuff == recvbuff) {
-    LOOM_NCCL_HOST_BUFFERS(fn, "buff", recvbuff);
-  } else {
-    LOOM_NCCL_HOST_BUFFERS(fn, "sendbuff", sendbuff, "recvbuff", recvbuff);
-  }
-  return fromLoom(loomBroadcast(sendbuff, recvbuff, count, type, root, toLoom(comm), nullptr));
+  LOOM_NCCL_HOST_BUFFERS(fn, "sendbuff", sendbuff, "recvbuff", recvbuff);
+  return fromLoom(Loom(sendbuff, recvbuff, count, type, toLoom(comm), nullptr));
+}
+template <auto Loom>
+[[gnu::always_inline]] inline ncclResult_t plain(const char* fn, const void* sendbuff,
+                                                 void* recvbuff, size_t count,
+                                                 ncclDataType_t datatype, ncclComm_t comm) {
+  loomDataType_t type;
+  if (direct(datatype, &type))
+    return fromLoom(Loom(sendbuff, recvbuff, count, type, toLoom(comm), nullptr));
+  return plainChecked<Loom>(fn, sendbuff, recvbuff, count, datatype, comm);
 }
 
+// (sendbuff, recvbuff, count, datatype, root, comm): broadcast, gather, scatter; the buffers'
+// names for messages (ncclBcast's one buffer is `buff`).
+struct Names {
+  const char* send;
+  const char* recv;
+};
+constexpr Names kSendRecv = {"sendbuff", "recvbuff"};
+template <auto Loom>
+[[gnu::cold, gnu::noinline]] ncclResult_t rootedChecked(const char* fn, Names names,
+                                                        const void* sendbuff, void* recvbuff,
+                                                        size_t count, ncclDataType_t datatype,
+                                                        int root, ncclComm_t comm) {
+  LOOM_NCCL_TYPE(fn, datatype, type);
+  LOOM_NCCL_HOST_BUFFERS(fn, names.send, sendbuff, names.recv, recvbuff);
+  return fromLoom(Loom(sendbuff, recvbuff, count, type, root, toLoom(comm), nullptr));
+}
+template <auto Loom>
+[[gnu::always_inline]] inline ncclResult_t rooted(const char* fn, Names names, const void* sendbuff,
+                                                  void* recvbuff, size_t count,
+                                                  ncclDataType_t datatype, int root,
+                                                  ncclComm_t comm) {
+  loomDataType_t type;
+  if (direct(datatype, &type))
+    return fromLoom(Loom(sendbuff, recvbuff, count, type, root, toLoom(comm), nullptr));
+  return rootedChecked<Loom>(fn, names, sendbuff, recvbuff, count, datatype, root, comm);
+}
+
+// (buffer, count, datatype, peer, comm): send (const buffer), receive.
+template <auto Loom, typename Buffer>
+[[gnu::cold, gnu::noinline]] ncclResult_t p2pChecked(const char* fn, const char* name, Buffer buff,
+                                                     size_t count, ncclDataType_t datatype,
+                                                     int peer, ncclComm_t comm) {
+  LOOM_NCCL_TYPE(fn, datatype, type);
+  LOOM_NCCL_HOST_BUFFERS(fn, name, buff);
+  return fromLoom(Loom(buff, count, type, peer, toLoom(comm), nullptr));
+}
+template <auto Loom, typename Buffer>
+[[gnu::always_inline]] inline ncclResult_t p2p(const char* fn, const char* name, Buffer buff,
+                                               size_t count, ncclDataType_t datatype, int peer,
+                                               ncclComm_t comm) {
+  loomDataType_t type;
+  if (direct(datatype, &type))
+    return fromLoom(Loom(buff, count, type, peer, toLoom(comm), nullptr));
+  return p2pChecked<Loom>(fn, name, buff, count, datatype, peer, comm);
+}
+
+// ncclReduce's own shape: an op and a root.
 [[gnu::cold, gnu::noinline]] ncclResult_t reduceChecked(const void* sendbuff, void* recvbuff,
                                                         size_t count, ncclDataType_t datatype,
                                                         ncclRedOp_t op, int root, ncclComm_t comm) {
@@ -70,99 +135,63 @@ namespace {
   return fromLoom(loomReduce(sendbuff, recvbuff, count, type, lop, root, toLoom(comm), nullptr));
 }
 
-[[gnu::cold, gnu::noinline]] ncclResult_t allGatherChecked(const void* sendbuff, void* recvbuff,
-                                                           size_t sendcount,
-                                                           ncclDataType_t datatype,
-                                                           ncclComm_t comm) {
-  const char* fn = "ncclAllGather";
-  LOOM_NCCL_TYPE(fn, datatype, type);
-  LOOM_NCCL_HOST_BUFFERS(fn, "sendbuff", sendbuff, "recvbuff", recvbuff);
-  return fromLoom(loomAllGather(sendbuff, recvbuff, sendcount, type, toLoom(comm), nullptr));
-}
-
-[[gnu::cold, gnu::noinline]] ncclResult_t reduceScatterChecked(const void* sendbuff, void* recvbuff,
-                                                               size_t recvcount,
-                                                               ncclDataType_t datatype,
-                                                               ncclRedOp_t op, ncclComm_t comm) {
-  const char* fn = "ncclReduceScatter";
-  LOOM_NCCL_TYPE(fn, datatype, type);
-  LOOM_NCCL_OP(fn, op, lop);
-  LOOM_NCCL_HOST_BUFFERS(fn, "sendbuff", sendbuff, "recvbuff", recvbuff);
-  return fromLoom(
-      loomReduceScatter(sendbuff, recvbuff, recvcount, type, lop, toLoom(comm), nullptr));
-}
-
-[[gnu::cold, gnu::noinline]] ncclResult_t alltoAllChecked(const void* sendbuff, void* recvbuff,
-                                                          size_t count, ncclDataType_t datatype,
-                                                          ncclComm_t comm) {
-  const char* fn = "ncclAlltoAll";
-  LOOM_NCCL_TYPE(fn, datatype, type);
-  LOOM_NCCL_HOST_BUFFERS(fn, "sendbuff", sendbuff, "recvbuff", recvbuff);
-  return fromLoom(loomAlltoAll(sendbuff, recvbuff, count, type, toLoom(comm), nullptr));
-}
-
-[[gnu::cold, gnu::noinline]] ncclResult_t gatherChecked(const void* sendbuff, void* recvbuff,
-                                                        size_t count, ncclDataType_t datatype,
-                                                        int root, ncclComm_t comm) {
-  const char* fn = "ncclGather";
-  LOOM_NCCL_TYPE(fn, datatype, type);
-  LOOM_NCCL_HOST_BUFFERS(fn, "sendbuff", sendbuff, "recvbuff", recvbuff);
-  return fromLoom(loomGather(sendbuff, recvbuff, count, type, root, toLoom(comm), nullptr));
-}
-
-[[gnu::cold, gnu::noinline]] ncclResult_t scatterChecked(const void* sendbuff, void* recvbuff,
-                                                         size_t count, ncclDataType_t datatype,
-                                                         int root, ncclComm_t comm) {
-  const char* fn = "ncclScatter";
-  LOOM_NCCL_TYPE(fn, datatype, type);
-  LOOM_NCCL_HOST_BUFFERS(fn, "sendbuff", sendbuff, "recvbuff", recvbuff);
-  return fromLoom(loomScatter(sendbuff, recvbuff, count, type, root, toLoom(comm), nullptr));
-}
-
-[[gnu::cold, gnu::noinline]] ncclResult_t sendChecked(const void* sendbuff, size_t count,
-                                                      ncclDataType_t datatype, int peer,
-                                                      ncclComm_t comm) {
-  const char* fn = "ncclSend";
-  LOOM_NCCL_TYPE(fn, datatype, type);
-  LOOM_NCCL_HOST_BUFFERS(fn, "sendbuff", sendbuff);
-  return fromLoom(loomSend(sendbuff, count, type, peer, toLoom(comm), nullptr));
-}
-
-[[gnu::cold, gnu::noinline]] ncclResult_t recvChecked(void* recvbuff, size_t count,
-                                                      ncclDataType_t datatype, int peer,
-                                                      ncclComm_t comm) {
-  const char* fn = "ncclRecv";
-  LOOM_NCCL_TYPE(fn, datatype, type);
-  LOOM_NCCL_HOST_BUFFERS(fn, "recvbuff", recvbuff);
-  return fromLoom(loomRecv(recvbuff, count, type, peer, toLoom(comm), nullptr));
-}
-
 }  // namespace
 
 LOOM_NCCL_API(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff, size_t count,
               ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
-  loomDataType_t type;
-  loomRedOp_t lop;
-  if (direct(datatype, op, &type, &lop))
-    return fromLoom(loomAllReduce(sendbuff, recvbuff, count, type, lop, toLoom(comm), nullptr));
-  return allReduceChecked(sendbuff, recvbuff, count, datatype, op, comm);
+  return withOp<loomAllReduce>("ncclAllReduce", sendbuff, recvbuff, count, datatype, op, comm);
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvbuff,
+              size_t recvcount, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+              cudaStream_t) {
+  return withOp<loomReduceScatter>("ncclReduceScatter", sendbuff, recvbuff, recvcount, datatype, op,
+                                   comm);
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff, size_t sendcount,
+              ncclDataType_t datatype, ncclComm_t comm, cudaStream_t) {
+  return plain<loomAllGather>("ncclAllGather", sendbuff, recvbuff, sendcount, datatype, comm);
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, size_t count,
+              ncclDataType_t datatype, ncclComm_t comm, cudaStream_t) {
+  return plain<loomAlltoAll>("ncclAlltoAll", sendbuff, recvbuff, count, datatype, comm);
 }
 
 LOOM_NCCL_API(ncclResult_t, ncclBroadcast, const void* sendbuff, void* recvbuff, size_t count,
               ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t) {
-  loomDataType_t type;
-  if (direct(datatype, &type))
-    return fromLoom(loomBroadcast(sendbuff, recvbuff, count, type, root, toLoom(comm), nullptr));
-  return broadcastChecked("ncclBroadcast", sendbuff, recvbuff, count, datatype, root, comm);
+  return rooted<loomBroadcast>("ncclBroadcast", kSendRecv, sendbuff, recvbuff, count, datatype,
+                               root, comm);
 }
 
 // The in-place broadcast of NCCL's older API.
 LOOM_NCCL_API(ncclResult_t, ncclBcast, void* buff, size_t count, ncclDataType_t datatype, int root,
               ncclComm_t comm, cudaStream_t) {
-  loomDataType_t type;
-  if (direct(datatype, &type))
-    return fromLoom(loomBroadcast(buff, buff, count, type, root, toLoom(comm), nullptr));
-  return broadcastChecked("ncclBcast", buff, buff, count, datatype, root, comm);
+  return rooted<loomBroadcast>("ncclBcast", {"buff", "buff"}, buff, buff, count, datatype, root,
+                               comm);
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclGather, const void* sendbuff, void* recvbuff, size_t count,
+              ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t) {
+  return rooted<loomGather>("ncclGather", kSendRecv, sendbuff, recvbuff, count, datatype, root,
+                            comm);
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, size_t count,
+              ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t) {
+  return rooted<loomScatter>("ncclScatter", kSendRecv, sendbuff, recvbuff, count, datatype, root,
+                             comm);
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataType_t datatype,
+              int peer, ncclComm_t comm, cudaStream_t) {
+  return p2p<loomSend>("ncclSend", "sendbuff", sendbuff, count, datatype, peer, comm);
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t datatype,
+              int peer, ncclComm_t comm, cudaStream_t) {
+  return p2p<loomRecv>("ncclRecv", "recvbuff", recvbuff, count, datatype, peer, comm);
 }
 
 LOOM_NCCL_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, size_t count,
@@ -172,65 +201,6 @@ LOOM_NCCL_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, si
   if (direct(datatype, op, &type, &lop))
     return fromLoom(loomReduce(sendbuff, recvbuff, count, type, lop, root, toLoom(comm), nullptr));
   return reduceChecked(sendbuff, recvbuff, count, datatype, op, root, comm);
-}
-
-LOOM_NCCL_API(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff, size_t sendcount,
-              ncclDataType_t datatype, ncclComm_t comm, cudaStream_t) {
-  loomDataType_t type;
-  if (direct(datatype, &type))
-    return fromLoom(loomAllGather(sendbuff, recvbuff, sendcount, type, toLoom(comm), nullptr));
-  return allGatherChecked(sendbuff, recvbuff, sendcount, datatype, comm);
-}
-
-LOOM_NCCL_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvbuff,
-              size_t recvcount, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
-              cudaStream_t) {
-  loomDataType_t type;
-  loomRedOp_t lop;
-  if (direct(datatype, op, &type, &lop))
-    return fromLoom(
-        loomReduceScatter(sendbuff, recvbuff, recvcount, type, lop, toLoom(comm), nullptr));
-  return reduceScatterChecked(sendbuff, recvbuff, recvcount, datatype, op, comm);
-}
-
-LOOM_NCCL_API(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, size_t count,
-              ncclDataType_t datatype, ncclComm_t comm, cudaStream_t) {
-  loomDataType_t type;
-  if (direct(datatype, &type))
-    return fromLoom(loomAlltoAll(sendbuff, recvbuff, count, type, toLoom(comm), nullptr));
-  return alltoAllChecked(sendbuff, recvbuff, count, datatype, comm);
-}
-
-LOOM_NCCL_API(ncclResult_t, ncclGather, const void* sendbuff, void* recvbuff, size_t count,
-              ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t) {
-  loomDataType_t type;
-  if (direct(datatype, &type))
-    return fromLoom(loomGather(sendbuff, recvbuff, count, type, root, toLoom(comm), nullptr));
-  return gatherChecked(sendbuff, recvbuff, count, datatype, root, comm);
-}
-
-LOOM_NCCL_API(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, size_t count,
-              ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t) {
-  loomDataType_t type;
-  if (direct(datatype, &type))
-    return fromLoom(loomScatter(sendbuff, recvbuff, count, type, root, toLoom(comm), nullptr));
-  return scatterChecked(sendbuff, recvbuff, count, datatype, root, comm);
-}
-
-LOOM_NCCL_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataType_t datatype,
-              int peer, ncclComm_t comm, cudaStream_t) {
-  loomDataType_t type;
-  if (direct(datatype, &type))
-    return fromLoom(loomSend(sendbuff, count, type, peer, toLoom(comm), nullptr));
-  return sendChecked(sendbuff, count, datatype, peer, comm);
-}
-
-LOOM_NCCL_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t datatype,
-              int peer, ncclComm_t comm, cudaStream_t) {
-  loomDataType_t type;
-  if (direct(datatype, &type))
-    return fromLoom(loomRecv(recvbuff, count, type, peer, toLoom(comm), nullptr));
-  return recvChecked(recvbuff, count, datatype, peer, comm);
 }
 
 LOOM_NCCL_API(ncclResult_t, ncclGroupStart, void) { return fromLoom(loomGroupStart()); }

@@ -19,28 +19,37 @@
 namespace loom::nccl {
 namespace {
 
-// Fields NCCL added after the caller's header version: the caller did not set them, so they
-// keep their defaults whatever its bytes hold.
+// The NCCL version that added each field after the first ones (size, magic, version).
+struct Added {
+  unsigned version;
+  size_t offset, bytes;
+};
+#define LOOM_NCCL_FIELD(major, minor, field) \
+  { NCCL_VERSION(major, minor, 0), offsetof(ncclConfig_t, field), sizeof(ncclConfig_t::field) }
+constexpr Added kAdded[] = {
+    LOOM_NCCL_FIELD(2, 14, blocking),
+    LOOM_NCCL_FIELD(2, 17, cgaClusterSize),
+    LOOM_NCCL_FIELD(2, 17, minCTAs),
+    LOOM_NCCL_FIELD(2, 17, maxCTAs),
+    LOOM_NCCL_FIELD(2, 17, netName),
+    LOOM_NCCL_FIELD(2, 25, trafficClass),
+    LOOM_NCCL_FIELD(2, 27, collnetEnable),
+    LOOM_NCCL_FIELD(2, 27, CTAPolicy),
+    LOOM_NCCL_FIELD(2, 27, shrinkShare),
+    LOOM_NCCL_FIELD(2, 27, nvlsCTAs),
+    LOOM_NCCL_FIELD(2, 28, nChannelsPerNetPeer),
+    LOOM_NCCL_FIELD(2, 28, nvlinkCentricSched),
+};
+#undef LOOM_NCCL_FIELD
+
+// Fields added after the caller's header version: the caller did not set them, so they keep
+// their defaults whatever its bytes hold.
 void resetNewerFields(unsigned version, ncclConfig_t* c) {
   const ncclConfig_t d = NCCL_CONFIG_INITIALIZER;
-  if (version < NCCL_VERSION(2, 14, 0)) c->blocking = d.blocking;
-  if (version < NCCL_VERSION(2, 17, 0)) {
-    c->cgaClusterSize = d.cgaClusterSize;
-    c->minCTAs = d.minCTAs;
-    c->maxCTAs = d.maxCTAs;
-    c->netName = d.netName;
-  }
-  if (version < NCCL_VERSION(2, 25, 0)) c->trafficClass = d.trafficClass;
-  if (version < NCCL_VERSION(2, 27, 0)) {
-    c->collnetEnable = d.collnetEnable;
-    c->CTAPolicy = d.CTAPolicy;
-    c->shrinkShare = d.shrinkShare;
-    c->nvlsCTAs = d.nvlsCTAs;
-  }
-  if (version < NCCL_VERSION(2, 28, 0)) {
-    c->nChannelsPerNetPeer = d.nChannelsPerNetPeer;
-    c->nvlinkCentricSched = d.nvlinkCentricSched;
-  }
+  for (const Added& a : kAdded)
+    if (version < a.version)
+      memcpy(reinterpret_cast<char*>(c) + a.offset, reinterpret_cast<const char*>(&d) + a.offset,
+             a.bytes);
 }
 
 bool isSet(int v) { return v != NCCL_CONFIG_UNDEF_INT; }

@@ -24,7 +24,6 @@ namespace loom::nccl {
 // Communicator handles are loom's own, passed through: loom's check of a live handle then
 // answers a destroyed or bogus ncclComm_t too.
 inline loomComm_t toLoom(ncclComm_t comm) { return reinterpret_cast<loomComm_t>(comm); }
-inline ncclComm_t toNccl(loomComm_t comm) { return reinterpret_cast<ncclComm_t>(comm); }
 // Where loom may fill the caller's handle later (an init inside a group runs at its end), loom
 // is given the caller's own storage.
 inline loomComm_t* toLoomStorage(ncclComm_t* comm) { return reinterpret_cast<loomComm_t*>(comm); }
@@ -112,7 +111,7 @@ inline bool mayHoldDeviceMemory() {
   return __builtin_expect(gDeviceMemory.load(std::memory_order_relaxed) != 0, 0);
 }
 // ncclInvalidUsage naming the first of the (name, pointer) pairs that is device memory, else
-// ncclSuccess. b may be NULL.
+// ncclSuccess; nameB NULL for a call with one buffer.
 [[gnu::cold]] ncclResult_t refuseDeviceBuffers(const char* fn, const char* nameA, const void* a,
                                                const char* nameB = nullptr,
                                                const void* b = nullptr);

@@ -19,16 +19,9 @@
 #include <set>
 #include <string>
 
-namespace {
+#include "check.h"
 
-int failures = 0;
-#define CHECK(cond)                                                            \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                              \
-    }                                                                          \
-  } while (0)
+namespace {
 
 bool lastErrorHas(ncclComm_t comm, const char* text) {
   const char* message = ncclGetLastError(comm);
@@ -59,32 +52,27 @@ ncclResult_t initWith(ncclConfig_t* config) {
   return ncclCommInitRankConfig(&comm, 1, id, 0, config);
 }
 
+// Configs NCCL refuses, each with what the message must say.
 void configChecks() {
-  ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
-  c.magic = 0x12345678;
-  CHECK(initWith(&c) == ncclInvalidArgument && lastErrorHas(nullptr, "config.magic is 0x12345678"));
-  c = NCCL_CONFIG_INITIALIZER;
-  c.size = 8;
-  CHECK(initWith(&c) == ncclInvalidArgument && lastErrorHas(nullptr, "config.size is 8"));
-  c = NCCL_CONFIG_INITIALIZER;
-  c.blocking = 2;
-  CHECK(initWith(&c) == ncclInvalidArgument && lastErrorHas(nullptr, "config.blocking is 2"));
-  c = NCCL_CONFIG_INITIALIZER;
-  c.CTAPolicy = 3;
-  CHECK(initWith(&c) == ncclInvalidArgument && lastErrorHas(nullptr, "config.CTAPolicy is 3"));
-  c = NCCL_CONFIG_INITIALIZER;
-  c.minCTAs = 8;
-  c.maxCTAs = 4;
-  CHECK(initWith(&c) == ncclInvalidArgument && lastErrorHas(nullptr, "minCTAs 8 and maxCTAs 4"));
-  c = NCCL_CONFIG_INITIALIZER;
-  c.cgaClusterSize = -1;
-  CHECK(initWith(&c) == ncclInvalidArgument && lastErrorHas(nullptr, "cgaClusterSize is -1"));
-  c = NCCL_CONFIG_INITIALIZER;
-  c.splitShare = 7;
-  CHECK(initWith(&c) == ncclInvalidArgument && lastErrorHas(nullptr, "splitShare is 7"));
-  c = NCCL_CONFIG_INITIALIZER;
-  c.collnetEnable = -3;
-  CHECK(initWith(&c) == ncclInvalidArgument && lastErrorHas(nullptr, "collnetEnable is -3"));
+  struct Case {
+    void (*spoil)(ncclConfig_t*);
+    const char* message;
+  };
+  const Case cases[] = {
+      {[](ncclConfig_t* c) { c->magic = 0x12345678; }, "config.magic is 0x12345678"},
+      {[](ncclConfig_t* c) { c->size = 8; }, "config.size is 8"},
+      {[](ncclConfig_t* c) { c->blocking = 2; }, "config.blocking is 2"},
+      {[](ncclConfig_t* c) { c->CTAPolicy = 3; }, "config.CTAPolicy is 3"},
+      {[](ncclConfig_t* c) { c->minCTAs = 8, c->maxCTAs = 4; }, "minCTAs 8 and maxCTAs 4"},
+      {[](ncclConfig_t* c) { c->cgaClusterSize = -1; }, "cgaClusterSize is -1"},
+      {[](ncclConfig_t* c) { c->splitShare = 7; }, "splitShare is 7"},
+      {[](ncclConfig_t* c) { c->collnetEnable = -3; }, "collnetEnable is -3"},
+  };
+  for (const Case& k : cases) {
+    ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
+    k.spoil(&c);
+    CHECK(initWith(&c) == ncclInvalidArgument && lastErrorHas(nullptr, k.message));
+  }
 }
 
 // A caller built against an older header: fields its version lacks are not read (their bytes

@@ -11,17 +11,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "check.h"
+
 void* fakeCudaDeviceBuffer(size_t* bytes);
 int fakeCudaPointerQueries(void);
-
-static int failures;
-#define CHECK(cond)                                                            \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                              \
-    }                                                                          \
-  } while (0)
 
 /* The call returned ncclInvalidUsage and its message names `argument` as device memory. */
 static void expectRefused(ncclResult_t r, ncclComm_t comm, const char* fn, const char* argument) {
