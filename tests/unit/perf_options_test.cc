@@ -1,10 +1,12 @@
 // loom-perf's pieces in process: the JSON writer and reader, the options (-a's aggregation,
-// the sweep's arguments, --race's entries) and --compare's merged table.
+// the sweep's arguments, --race's entries, --api and -A), NCCL's numbers for --api nccl and
+// --compare's merged table.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "perf/compare.h"
@@ -17,6 +19,14 @@
 
 namespace loom::perf {
 namespace {
+
+// parseOptions on "x COLLECTIVE args...".
+bool parseCommand(const char* collective, std::vector<const char*> args, Options* o,
+                  std::string* error) {
+  args.insert(args.begin(), {"x", collective});
+  return parseOptions(int(args.size()), const_cast<char**>(args.data()), o, error);
+}
+
 TEST(PerfJson, WritesWhatItsReaderParses) {
   RunMetadata meta{"loom-perf", "loom", "0.1.0", "abc123", "Backend: \"q\"\n",
                    Collective::ReduceScatter, 4, 2, {{"LOOM_ALGO", "a=b,c"}}, ""};
@@ -102,8 +112,7 @@ TEST(PerfOptions, SweepArgsRoundTrip) {
 // is the way to put both APIs side by side) are refused with it.
 TEST(PerfOptions, ApiChoosesLoomOrNcclAndRefusesWhatNcclCannotRun) {
   const auto parse = [](std::vector<const char*> args, Options* o, std::string* error) {
-    args.insert(args.begin(), {"x", "all_reduce"});
-    return parseOptions(int(args.size()), const_cast<char**>(args.data()), o, error);
+    return parseCommand("all_reduce", std::move(args), o, error);
   };
   Options o;
   std::string error;
@@ -172,8 +181,7 @@ TEST(PerfOptions, AlgorithmSettingAndWhatItForces) {
 
 TEST(PerfOptions, RaceTakesTwoOrMoreDistinctEntries) {
   const auto parse = [](std::vector<const char*> args, Options* o, std::string* error) {
-    args.insert(args.begin(), {"x", "alltoall"});
-    return parseOptions(int(args.size()), const_cast<char**>(args.data()), o, error);
+    return parseCommand("alltoall", std::move(args), o, error);
   };
   Options o;
   std::string error;
@@ -189,13 +197,17 @@ TEST(PerfOptions, RaceTakesTwoOrMoreDistinctEntries) {
   EXPECT_FALSE(parse({"--race", "ring,auto", "--compare", "mpi"}, &o, &error));
 }
 
+// One run's --json as --compare reads it: a row of `size` float bytes at busBw.
+JsonValue comparedRun(int size, double busBw) {
+  std::string error;
+  return *parseJson("{\"rows\": [{\"size\": " + std::to_string(size) +
+                        ", \"type\": \"float\", \"redop\": \"sum\", \"out_of_place\": "
+                        "{\"busbw_gbs\": " + std::to_string(busBw) + "}}]}",
+                    &error);
+}
+
 TEST(PerfCompare, TableShowsMediansRatiosAndMissingPeers) {
-  const auto run = [](double busBw) {
-    std::string error;
-    return *parseJson("{\"rows\": [{\"size\": 1024, \"type\": \"float\", \"redop\": \"sum\", "
-                      "\"out_of_place\": {\"busbw_gbs\": " + std::to_string(busBw) + "}}]}",
-                      &error);
-  };
+  const auto run = [](double busBw) { return comparedRun(1024, busBw); };
   std::vector<LibraryRuns> libs(3);
   libs[0] = {"loom", "", {run(4), run(100), run(6)}};  // median 6, whatever the outlier
   libs[1] = {"mpi", "", {run(3), run(3), run(2)}};
@@ -221,12 +233,7 @@ TEST(PerfCompare, TableShowsMediansRatiosAndMissingPeers) {
 // --compare nccl: loom through its libnccl.so.2 is a column of its own, which the table says is
 // loom's, not NVIDIA's.
 TEST(PerfCompare, NcclColumnIsLoomThroughItsLibrary) {
-  const auto run = [](double busBw) {
-    std::string error;
-    return *parseJson("{\"rows\": [{\"size\": 8, \"type\": \"float\", \"redop\": \"sum\", "
-                      "\"out_of_place\": {\"busbw_gbs\": " + std::to_string(busBw) + "}}]}",
-                      &error);
-  };
+  const auto run = [](double busBw) { return comparedRun(8, busBw); };
   std::vector<LibraryRuns> libs = {{"loom", "", {run(2)}}, {"nccl", "", {run(2.5)}}};
   Options o;
   std::string t = formatComparison(libs, o, 2);
