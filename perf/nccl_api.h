@@ -3,7 +3,7 @@
 // NCCL's headers or any libnccl.so.2 (--api nccl then says the library is absent).
 //
 // The types and numbers below are NCCL 2.28's ABI (nccl.h) as far as loom-perf uses it;
-// perf/nccl_header_check.cc compares them with the header wherever the toolkit installs one.
+// perf/nccl_header_check.cc compares them with the header wherever loom's library is built.
 #pragma once
 
 #include <array>

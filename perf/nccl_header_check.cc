@@ -1,6 +1,6 @@
-// Built where NCCL's nccl.h is installed (perf/nccl.cmake): loom-perf's copy of NCCL's ABI
-// (perf/nccl_api.h), which lets it call libnccl.so.2 without the header, must have NCCL's
-// numbers and sizes. Nothing here runs; a difference fails loom-perf's build.
+// Built with loom's libnccl.so.2, against the nccl.h it is compiled against (perf/nccl.cmake):
+// loom-perf's copy of NCCL's ABI (perf/nccl_api.h), which lets it call libnccl.so.2 without the
+// header, must have NCCL's numbers and sizes. Nothing here runs; a difference fails the build.
 #include <nccl.h>
 
 #include "perf/nccl_api.h"

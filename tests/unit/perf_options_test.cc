@@ -141,7 +141,7 @@ TEST(PerfOptions, ApiChoosesLoomOrNcclAndRefusesWhatNcclCannotRun) {
 }
 
 // --api nccl passes NCCL's numbers, which are not loom's (perf/nccl_header_check.cc compares
-// them with nccl.h where it is installed).
+// them with nccl.h where loom's library is built).
 TEST(PerfOptions, NcclNumbersOfLoomsDatatypesAndOps) {
   EXPECT_EQ(nccl::toNccl(loomFloat32), 7);
   EXPECT_EQ(nccl::toNccl(loomBfloat16), 9);
