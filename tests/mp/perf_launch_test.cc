@@ -297,7 +297,8 @@ TEST(PerfLaunch, RaceRunsEveryEntryInOneRunAndReportsTheRegret) {
 // result on that path too; --compare nccl puts the two APIs side by side.
 TEST(PerfNccl, EveryCollectiveThroughLoomsLibnccl) {
 #ifndef LOOM_PERF_NCCL_LIBRARY
-  GTEST_SKIP() << "loom's libnccl.so.2 is not built (bindings/nccl needs NCCL's nccl.h)";
+  GTEST_SKIP() << "loom's libnccl.so.2 is not built (bindings/nccl: no NCCL 2.28 nccl.h, "
+                  "LOOM_BUILD_NCCL=OFF or a static build)";
 #else
   const std::string library = std::filesystem::canonical(LOOM_PERF_NCCL_LIBRARY).string();
   const std::string run = std::string("env -u LOOM_NCCL_LIBRARY LOOM_TIMEOUT_MS=60000 ") +
