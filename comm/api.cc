@@ -410,6 +410,12 @@ loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t* asyncError) {
     }
     if (!st.isOk()) return finish(nullptr, st);
   }
+  if (comm->impl && comm->impl->revoked()) {
+    // Revoked here: in progress while a call still holds it, then quiescent (NCCL's meaning),
+    // so that the application knows when shrink or destroy may proceed.
+    *asyncError = comm->busy.load(std::memory_order_acquire) > 0 ? loomInProgress : loomSuccess;
+    return loomSuccess;
+  }
   *asyncError = comm->impl ? comm->impl->asyncError() : comm->initError.code();
   return loomSuccess;
 }

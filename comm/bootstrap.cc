@@ -504,11 +504,11 @@ Status Bootstrap::get(const std::string& key, std::string* value, const Deadline
   }
 }
 
-Status Bootstrap::pollAbort() {
+Status Bootstrap::pollAbort(int waitMs) {
   if (!abortReason_.empty()) return Status(loomRemoteError, abortReason_);
   if (fd_ < 0) return Status::ok();
   pollfd p = {fd_, POLLIN, 0};
-  if (poll(&p, 1, 0) <= 0) return Status::ok();
+  if (poll(&p, 1, waitMs) <= 0) return Status::ok();
   uint32_t type = 0;
   std::string payload;
   Status st = readMessage(&type, &payload, Deadline(5000));

@@ -65,7 +65,8 @@ class Bootstrap final : public RankExchange {
   Status put(const std::string& key, const std::string& value, const Deadline& deadline);
   Status get(const std::string& key, std::string* value, const Deadline& deadline);
   // Non-blocking: an abort relayed from another rank, or a lost root, becomes an error.
-  Status pollAbort();
+  // waitMs: how long to wait for one (0: only what has arrived).
+  Status pollAbort(int waitMs = 0);
   // Tells every other rank (through the root) that this rank failed. Any thread may call it.
   void sendAbort(const std::string& reason);
   // A clean goodbye, so the root does not report this rank as lost. In the process that runs

@@ -201,7 +201,12 @@ Status Comm::pollAsyncErrors() {
 
 void Comm::revoke(const std::string& reason) {
   if (errors_.revoked()) return;
+  // After a failure the peers have been told its cause (fail); a revoke now, typically the
+  // abort that follows, must not replace that cause in what they report.
+  const bool failedBefore = errors_.code() != loomSuccess;
   errors_.revoke(reason);
+  if (failedBefore) return;
+  if (transports::ShmArena* arena = arena_.get()) arena->revoke(rank());
   boot_.sendAbort("the communicator was revoked: " + reason);
 }
 
@@ -331,6 +336,8 @@ Status Comm::agreeBuffersMapped(const CallDesc& call, const collectives::Builder
 
 Status Comm::runCollective(CallDesc& call) {
   LOOM_TRY(usable());
+  stamp_.count = call.args.count, stamp_.collective = uint32_t(call.args.coll);
+  stamp_.dtype = call.dtype, stamp_.op = call.op, stamp_.root = call.args.root;
   if (const ResolvedCall* again = memo_.repeat(call)) return runResolved(call, *again);
   completeArgs(&call);
   const tuner::Decision* decision = nullptr;
@@ -447,6 +454,12 @@ Status Comm::mapShared(const collectives::PreparedPlan& plan, size_t elemSize,
 Status Comm::execute(const collectives::PreparedPlan& plan, std::span<void* const> buffers,
                      loomDataType_t dtype, loomRedOp_t op, const char* collective,
                      uint64_t inputBytes, uint64_t outputBytes, bool aheadOfCall) {
+  if (arena_ != nullptr && arena_->revokedBy() >= 0 && !errors_.revoked()) [[unlikely]] {
+    Status st = errorf(loomRemoteError, "rank %d: %s: rank %d revoked the communicator", rank(),
+                       collective, arena_->revokedBy());
+    fail(st);
+    return st;
+  }
   collectives::ExecCall exec;
   exec.plan = &plan;
   exec.buffers = buffers;
@@ -460,13 +473,53 @@ Status Comm::execute(const collectives::PreparedPlan& plan, std::span<void* cons
   exec.rank = rank();
   exec.spinCount = wait_.spinCount;
   exec.yieldNs = wait_.yieldNs;
+  const bool stamped = exec.arena != nullptr && (plan.usesShared || plan.readByPeers);
+  if (stamped) {
+    stamp_.sequence = exec.sequence;
+    exec.arena->stamp(stamp_);
+  }
   Status st = collectives::execute(*this, exec, timeoutMs(), workspace_);
-  if (!st.isOk()) fail(st);
+  if (st.isOk() && stamped) st = checkStamps(collective, exec.sequence);
+  if (!st.isOk()) {
+    st = withFirstCause(st);
+    fail(st);
+  }
   return st;
+}
+
+// A peer that failed first leaves its calls, and this rank may see only that (its connection
+// closed, its memory gone): the cause is in the abort it sent through the bootstrap, which may
+// arrive a moment later. Waits briefly for it, so that every rank names the first failure.
+Status Comm::withFirstCause(const Status& st) {
+  if (st.code() != loomRemoteError || st.message().find("aborted by a peer") != std::string::npos)
+    return st;
+  Status relayed = boot_.pollAbort(kFirstCauseWaitMs);
+  if (relayed.isOk() || relayed.message().find("aborted by a peer") == std::string::npos)
+    return st;
+  return Status(loomRemoteError, st.message() + "; because " + relayed.message());
+}
+
+Status Comm::checkStamps(const char* collective, uint64_t sequence) const {
+  int other = -1;
+  transports::CallStamp theirs;
+  if (arena_->checkStamps(stamp_, &other, &theirs)) [[likely]]
+    return Status::ok();
+  auto describe = [](const transports::CallStamp& s) {
+    return strprintf("%s of %llu elements (%s, %s, root %d)",
+                     collectives::collectiveName(collectives::Collective(s.collective)),
+                     (unsigned long long)s.count, dtypeName(loomDataType_t(s.dtype)),
+                     opName(loomRedOp_t(s.op)), s.root);
+  };
+  return errorf(loomInvalidUsage,
+                "rank %d: %s #%llu: the ranks' calls do not match: rank %d called %s, this rank "
+                "%s",
+                rank(), collective, (unsigned long long)sequence, other, describe(theirs).c_str(),
+                describe(stamp_).c_str());
 }
 
 Status Comm::runP2P(const std::vector<P2PCall>& calls) {
   LOOM_TRY(usable());
+  stamp_ = {0, 0, uint32_t(collectives::Collective::SendRecv), 0, 0, 0};  // each rank's own ops
   // Sends to self pair with receives from self in order: a plain copy, no transport.
   std::vector<const P2PCall*> selfSends, selfRecvs;
   // The group's plan is cached like a collective's, keyed by its operations (peer, kind,

@@ -79,6 +79,7 @@ class Comm final : public collectives::ExecHost {
   // Ends the call in flight (at its next check, within ~0.1 s) and refuses later ones, and
   // tells the peers, whose calls end too. Any thread (loomCommRevoke, loomCommAbort).
   void revoke(const std::string& reason);
+  bool revoked() const { return errors_.revoked(); }
   // Tells the peers this rank is gone on purpose (destroy) or not (abort).
   void leave();
   void abortPeers(const std::string& reason);
@@ -157,6 +158,11 @@ class Comm final : public collectives::ExecHost {
   Status execute(const collectives::PreparedPlan& plan, std::span<void* const> buffers,
                  loomDataType_t dtype, loomRedOp_t op, const char* collective,
                  uint64_t inputBytes = 0, uint64_t outputBytes = 0, bool aheadOfCall = false);
+  // st, with the cause a peer relays when it failed first (waiting up to kFirstCauseWaitMs).
+  static constexpr int kFirstCauseWaitMs = 500;
+  Status withFirstCause(const Status& st);
+  // Whether the arena's other ranks stamped call `sequence` as this rank did (stamp_).
+  Status checkStamps(const char* collective, uint64_t sequence) const;
   // Points buffers[kShared] at this call's half of the arena, mapping it first if need be.
   Status mapShared(const collectives::PreparedPlan& plan, size_t elemSize,
                    std::span<void*> buffers);
@@ -201,6 +207,9 @@ class Comm final : public collectives::ExecHost {
   std::vector<char> scratch_;
   std::vector<char> inputCopy_;  // an in-place alltoall's input, see resolve
   uint64_t sequence_ = 0;
+  // The call being run as every rank describes it (runCollective, runP2P): execute stamps a
+  // call of the host's arena with it and checks the other ranks' stamps.
+  transports::CallStamp stamp_;
   // What the last collective ran: kept as the decision's parts, described only when asked.
   tuner::Candidate lastChoice_;
   tuner::Source lastSource_{};

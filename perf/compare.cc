@@ -55,7 +55,11 @@ std::string formatComparison(const std::vector<LibraryRuns>& libs, const Options
                   std::to_string(nranks) + " ranks, busbw in GB/s (out-of-place), median of " +
                   std::to_string(o.repeats) + (o.repeats == 1 ? " run\n" : " runs\n");
   for (const LibraryRuns& lib : libs) {
-    if (!lib.unavailable.empty()) t += "# " + lib.name + ": " + lib.unavailable + "\n";
+    if (!lib.unavailable.empty()) {
+      t += "# " + lib.name + ": " + lib.unavailable + "\n";
+    } else if (lib.name == "nccl") {
+      t += "# nccl: loom through NCCL's API, its libnccl.so.2 (loom-perf --api nccl)\n";
+    }
   }
   // Rows in the order loom ran them; a peer's extra rows (none in practice) are ignored.
   std::vector<std::string> keys;
@@ -176,7 +180,7 @@ std::vector<std::string> libraryCommand(const Options& o, const std::string& sel
   const fs::path dir = fs::path(selfPath).parent_path();
   const std::string n = std::to_string(o.nranks);
   std::vector<std::string> argv;
-  if (name == "loom") {
+  if (name == "loom" || name == "nccl") {
     argv = {selfPath};
   } else if (name == "mpi") {
     if (!fs::exists(dir / "loom-mpi-perf")) return argv;
@@ -189,7 +193,9 @@ std::vector<std::string> libraryCommand(const Options& o, const std::string& sel
   const std::vector<std::string> common = sweepArgs(o);
   argv.insert(argv.end(), common.begin(), common.end());
   if (name != "mpi") argv.insert(argv.end(), {"-N", n});
-  if (name == "loom" && !o.algorithm.empty()) argv.insert(argv.end(), {"-A", o.algorithm});
+  if ((name == "loom" || name == "nccl") && !o.algorithm.empty())
+    argv.insert(argv.end(), {"-A", o.algorithm});
+  if (name == "nccl") argv.insert(argv.end(), {"--api", "nccl"});
   argv.insert(argv.end(), {"--json", json});
   return argv;
 }

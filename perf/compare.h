@@ -1,9 +1,11 @@
-// loom-perf --compare mpi,gloo: the same sweep, on the same number of ranks, run by loom and by
-// the peer baselines, merged into one table of bus bandwidth with loom's ratio to each peer.
+// loom-perf --compare mpi,gloo,nccl: the same sweep, on the same number of ranks, run by loom
+// and by the peer baselines, merged into one table of bus bandwidth with loom's ratio to each
+// peer; nccl is loom again, called through NCCL's API on its libnccl.so.2 (--api nccl).
 //
-// Each library runs as its own program (loom-perf -N, mpirun loom-mpi-perf, loom-gloo-perf -N)
-// writing --json to a temporary file; -R K repeats the round K times, the libraries taking
-// turns so that a noisy spell of the machine hits them alike, and the table shows medians.
+// Each library runs as its own program (loom-perf -N, mpirun loom-mpi-perf, loom-gloo-perf -N,
+// loom-perf -N --api nccl) writing --json to a temporary file; -R K repeats the round K times,
+// the libraries taking turns so that a noisy spell of the machine hits them alike, and the
+// table shows medians.
 // --json FILE gathers every run's document into FILE.
 #pragma once
 
@@ -17,7 +19,7 @@ namespace loom::perf {
 
 /** One library's runs, as read back from its --json files. */
 struct LibraryRuns {
-  std::string name;         // "loom", "mpi", "gloo"
+  std::string name;         // "loom", "mpi", "gloo", "nccl"
   std::string unavailable;  // why there are no runs: not built, the collective is missing...
   std::vector<JsonValue> runs;
 };

@@ -4,6 +4,7 @@
 //   mpirun -np 4 loom-perf all_reduce -b 8 -e 256M -f 4 # ranks meet through MPI (or LOOM_ROOT)
 //   torchrun --nproc-per-node 4 --no-python loom-perf all_reduce   # RANK, MASTER_ADDR, ...
 //   loom-perf all_reduce -N 4 --compare mpi,gloo -R 3   # the peers' busbw beside loom's
+//   loom-perf all_reduce -N 4 --api nccl                # through loom's libnccl.so.2
 //
 // LOOM_TRANSPORT=tcp (or shm) picks the transport; -A NAME asks for an algorithm (LOOM_ALGO's
 // grammar, e.g. -A ring or -A allreduce=ring,allgather=ring).
@@ -25,6 +26,7 @@
 #include "loom/loom.h"
 #include "perf/compare.h"
 #include "perf/launch.h"
+#include "perf/nccl_backend.h"
 #include "perf/sweep.h"
 #include "topology/topology.h"
 #include "tuner/calibrate.h"
@@ -69,18 +71,12 @@ class LoomBackend : public Backend {
   std::string version() const override {
     int v = 0;
     loomGetVersion(&v);
-    return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
-           std::to_string(v % 100);
+    return versionText(v);
   }
 
   // What --algo (or LOOM_ALGO) forces for this collective; "auto" when loom picks.
   std::string algorithm(Collective c) const override {
-    const std::string setting = "," + algorithmSetting() + ",";
-    const std::string key = std::string(",") + collectives::collectiveName(c) + "=";
-    const size_t at = setting.find(key);
-    if (at == std::string::npos) return "auto";
-    const size_t from = at + key.size();
-    return setting.substr(from, setting.find(',', from) - from);
+    return forcedAlgorithm(algorithmSetting(), c);
   }
 
   void setAlgorithms(std::string text) { algorithms_ = std::move(text); }
@@ -383,11 +379,7 @@ int main(int argc, char** argv) {
     std::fputs(usage("loom-perf").c_str(), stderr);
     return error.empty() ? 0 : 2;
   }
-  // -A ring means "ring for this collective"; text with '=' is passed on as it is.
-  std::string algorithms = options.algorithm;
-  if (!algorithms.empty() && algorithms.find('=') == std::string::npos) {
-    algorithms = std::string(loom::collectives::collectiveName(options.collective)) + "=" + algorithms;
-  }
+  const std::string algorithms = algorithmSetting(options);
   loomConfig_t config = LOOM_CONFIG_INITIALIZER;
   config.algorithms = algorithms.empty() ? nullptr : algorithms.c_str();
   // Bad --race entries are found here, before any rank exists to race another to the exit.
@@ -409,6 +401,7 @@ int main(int argc, char** argv) {
     }
     return runComparison(options, self);
   }
+  if (options.api == Api::kNccl) return runNcclSweep(options, LOOM_GIT_COMMIT);
 
   if (options.nranks == 0) {
     loomComm_t comm = nullptr;

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <optional>
 
+#include "collectives/plan.h"
+
 namespace loom::perf {
 
 namespace {
@@ -32,6 +34,7 @@ constexpr int kOptInjectError = 1006;
 constexpr int kOptTopo = 1007;
 constexpr int kOptMem = 1008;
 constexpr int kOptRace = 1009;
+constexpr int kOptApi = 1010;
 
 // "a,b,c" as its items; empty items stay (the caller rejects them).
 std::vector<std::string> splitList(std::string_view list) {
@@ -56,6 +59,8 @@ std::string longName(int ch) {
       return "-compare";
     case kOptRace:
       return "-race";
+    case kOptApi:
+      return "-api";
     default:
       return std::string(1, static_cast<char>(ch));
   }
@@ -93,7 +98,13 @@ std::string usage(const char* program) {
        "                             returns when done, so 0 and 1 measure the same\n"
        "      --json FILE            write every row and the run's metadata as JSON\n"
        "      --csv FILE             ... and as CSV\n"
-       "      --compare mpi,gloo     loom-perf: run the same sweep with the peers, side by side;\n"
+       "      --api loom|nccl        loom-perf: call loom's own C API (default), or NCCL's API\n"
+       "                             through loom's libnccl.so.2 (LOOM_NCCL_LIBRARY, else the\n"
+       "                             one built with loom-perf, else libnccl.so.2 on the\n"
+       "                             loader's path); needs -N\n"
+       "      --compare mpi,gloo,nccl\n"
+       "                             loom-perf: run the same sweep with the peers, side by side;\n"
+       "                             nccl: loom through its libnccl.so.2 (--api nccl);\n"
        "                             --json FILE: every library's runs in one document\n"
        "  -R, --repeats K            with --compare: K runs of each library, medians;\n"
        "                             with --race: K rounds\n"
@@ -130,6 +141,7 @@ const option kLong[] = {
     {"blocking", required_argument, nullptr, 'z'},
     {"json", required_argument, nullptr, kOptJson},
     {"csv", required_argument, nullptr, kOptCsv},
+    {"api", required_argument, nullptr, kOptApi},
     {"compare", required_argument, nullptr, kOptCompare},
     {"repeats", required_argument, nullptr, 'R'},
     {"race", required_argument, nullptr, kOptRace},
@@ -201,7 +213,12 @@ bool applyChoice(int ch, const char* arg, Options* o) {
   switch (ch) {
     case kOptCompare:
       o->compare = splitList(arg);
-      for (const std::string& name : o->compare) ok = ok && (name == "mpi" || name == "gloo");
+      for (const std::string& name : o->compare)
+        ok = ok && (name == "mpi" || name == "gloo" || name == "nccl");
+      break;
+    case kOptApi:
+      ok = std::strcmp(arg, "loom") == 0 || std::strcmp(arg, "nccl") == 0;
+      o->api = std::strcmp(arg, "nccl") == 0 ? Api::kNccl : Api::kLoom;
       break;
     case kOptRace: {
       o->race = splitList(arg);
@@ -263,6 +280,7 @@ bool applyOption(int ch, const char* arg, Options* o, bool* sawStepBytes) {
       o->algorithm = arg;
       break;
     case kOptCompare:
+    case kOptApi:
     case kOptRace:
     case 'o':
     case 'd':
@@ -279,6 +297,17 @@ bool applyOption(int ch, const char* arg, Options* o, bool* sawStepBytes) {
 std::string contradiction(const Options& o, bool sawStepBytes) {
   if (!o.race.empty() && (!o.compare.empty() || !o.algorithm.empty()))
     return "--race names the algorithms itself: not with -A or --compare";
+  if (o.api == Api::kNccl) {
+    // NCCL's API has no communicator split with an algorithm, no rendezvous from the
+    // environment and no loom cost model: those stay with loom's own API.
+    if (!o.race.empty()) return "--race splits loom communicators: not with --api nccl";
+    if (o.sim) return "--sim predicts loom's own calls: not with --api nccl";
+    if (!o.compare.empty())
+      return "--compare runs loom's own API first: add nccl to its list instead of --api nccl";
+    if (o.nranks == 0)
+      return "--api nccl needs -N RANKS: its ranks share ncclGetUniqueId's id, which loom-perf "
+             "hands to the ranks it forks";
+  }
   if (o.minBytes > o.maxBytes) return "minbytes is larger than maxbytes";
   if (o.stepFactor <= 1 && o.stepBytes == 0 && o.minBytes != o.maxBytes)
     return sawStepBytes ? "stepbytes 0 would never reach maxbytes" : "no step";
@@ -334,6 +363,20 @@ bool parseOptions(int argc, char** argv, Options* options, std::string* error) {
   if (!error->empty()) return false;
   *options = o;
   return true;
+}
+
+std::string algorithmSetting(const Options& o) {
+  if (o.algorithm.empty() || o.algorithm.find('=') != std::string::npos) return o.algorithm;
+  return std::string(collectives::collectiveName(o.collective)) + "=" + o.algorithm;
+}
+
+std::string forcedAlgorithm(const std::string& setting, Collective c) {
+  const std::string list = "," + setting + ",";
+  const std::string key = std::string(",") + collectives::collectiveName(c) + "=";
+  const size_t at = list.find(key);
+  if (at == std::string::npos) return "auto";
+  const size_t from = at + key.size();
+  return list.substr(from, list.find(',', from) - from);
 }
 
 std::vector<std::string> sweepArgs(const Options& o) {

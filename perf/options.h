@@ -12,6 +12,10 @@ namespace loom::perf {
 /** nccl-tests' -a: which rank's time a row shows, or the average, minimum or maximum. */
 enum class Aggregate { kRank0 = 0, kAvg = 1, kMin = 2, kMax = 3 };
 
+/** --api: which of loom's APIs loom-perf calls: its own C API (loom.h), or NCCL's through loom's
+ *  drop-in libnccl.so.2 (perf/nccl_api.h). */
+enum class Api { kLoom, kNccl };
+
 struct Options {
   Collective collective = Collective::AllReduce;
   size_t minBytes = 32u << 20;  // nccl-tests' defaults
@@ -42,7 +46,9 @@ struct Options {
   Aggregate average = Aggregate::kAvg;  // -a: how the ranks' times become the row's time
   std::string jsonPath;                 // --json FILE: every row, with run metadata
   std::string csvPath;                  // --csv FILE
-  std::vector<std::string> compare;     // --compare mpi,gloo (loom-perf only)
+  Api api = Api::kLoom;                 // --api loom|nccl (loom-perf only)
+  std::vector<std::string> compare;     // --compare mpi,gloo,nccl (loom-perf only; nccl: loom
+                                        // through its libnccl.so.2, loom-perf --api nccl)
   int repeats = 1;                      // -R: runs per library under --compare, rounds under
                                         // --race (medians)
   // --race A,B,...: algorithms to run interleaved in one run (the backend says what an entry
@@ -58,12 +64,19 @@ struct Options {
 };
 
 /** Renders the sweep options back into a command line (collective first), for running the
- *  same sweep with another program; -N, -A, --json/--csv, --compare and -R are left out. */
+ *  same sweep with another program; -N, -A, --api, --json/--csv, --compare and -R are left
+ *  out. */
 std::vector<std::string> sweepArgs(const Options& options);
 
 /** Parses "COLLECTIVE [flags]" (argv[1] is the collective). On failure returns false with
  *  a message in *error; "-h" returns false with an empty error. */
 bool parseOptions(int argc, char** argv, Options* options, std::string* error);
 std::string usage(const char* program);
+
+/** The algorithm setting (LOOM_ALGO's grammar) that -A asks for: "-A ring" means "ring for this
+ *  collective" (allreduce=ring for all_reduce); text with '=' is taken as it is; "" without -A. */
+std::string algorithmSetting(const Options& options);
+/** The algorithm a setting in LOOM_ALGO's grammar forces for c; "auto" when it names none. */
+std::string forcedAlgorithm(const std::string& setting, Collective c);
 
 }  // namespace loom::perf

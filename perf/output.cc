@@ -223,6 +223,11 @@ std::string formatCsv(const RunMetadata& meta, const std::vector<ResultRow>& row
   return c;
 }
 
+std::string versionText(int code) {
+  return std::to_string(code / 10000) + "." + std::to_string(code / 100 % 100) + "." +
+         std::to_string(code % 100);
+}
+
 bool writeTextFile(const std::string& path, const std::string& text, const std::string& program) {
   FILE* f = std::fopen(path.c_str(), "w");
   const bool ok = f && std::fwrite(text.data(), 1, text.size(), f) == text.size();

@@ -77,6 +77,10 @@ std::string formatJson(const RunMetadata& meta, const Options& options,
                        const std::vector<ResultRow>& rows, int64_t wrongTotal, double avgBusBw);
 std::string formatCsv(const RunMetadata& meta, const std::vector<ResultRow>& rows);
 
+/** "X.Y.Z" of a version code X*10000 + Y*100 + Z: loom's, and NCCL's from 2.9 on (22809 is
+ *  2.28.9). */
+std::string versionText(int code);
+
 /** Writes text to path; false, after saying so on stderr as `program`, when it cannot. */
 bool writeTextFile(const std::string& path, const std::string& text, const std::string& program);
 

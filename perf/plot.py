@@ -35,9 +35,10 @@ def human(size):
 
 def label(run):
     algos = sorted({row.get("algorithm", "auto") for row in run["rows"]})
-    name = {"loom": "loom", "mpi": "Open MPI", "gloo": "Gloo"}.get(run["library"], run["library"])
+    names = {"loom": "loom", "loom-nccl": "loom (NCCL API)", "mpi": "Open MPI", "gloo": "Gloo"}
+    name = names.get(run["library"], run["library"])
     transport = run.get("env", {}).get("LOOM_TRANSPORT")
-    if run["library"] == "loom" and transport:
+    if run["library"] in ("loom", "loom-nccl") and transport:
         name += f" ({transport})"
     return f"{name} {'/'.join(algos)}" if algos != ["auto"] else name
 

@@ -125,8 +125,10 @@ loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t* newc
 loomResult_t loomCommShrink(loomComm_t comm, const int* excludeRanks, int excludeCount,
                             loomComm_t* newcomm, const loomConfig_t* config, int flags);
 /** Ends every call in flight on comm, here and on every other rank, with loomRemoteError
- *  (there) or loomInvalidUsage (here); later calls fail the same way. comm can then only be
- *  shrunk (LOOM_SHRINK_ABORT), destroyed or aborted. Not collective; any thread may call it. */
+ *  (there) or loomInvalidUsage (here); later calls fail the same way. Here,
+ *  loomCommGetAsyncError says loomInProgress until no call holds comm, then loomSuccess: comm
+ *  can then be shrunk (LOOM_SHRINK_ABORT), destroyed or aborted. Not collective; any thread
+ *  may call it. */
 loomResult_t loomCommRevoke(loomComm_t comm);
 /** Frees comm. On the rank whose process made the unique id (and serves its rendezvous), it
  *  returns once every other rank has destroyed or aborted comm, or died, or after

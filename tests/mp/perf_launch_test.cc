@@ -1,7 +1,7 @@
 // loom-perf end to end (the built binary, run as a subprocess): the -N launcher with 1-4
-// ranks, the --json schema, -c catching a corrupted result, and a 2-host run through
-// perf/netns-cluster.sh where root is available; loom-calibrate on files loom-perf's writer
-// made. The pieces that run in process are tests/unit/perf_options_test.cc.
+// ranks, the --json schema, -c catching a corrupted result, --api nccl through loom's
+// libnccl.so.2, and a 2-host run through perf/netns-cluster.sh where root is available;
+// loom-calibrate on files loom-perf's writer made. The pieces that run in process are tests/unit/perf_options_test.cc.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -325,6 +325,68 @@ TEST(PerfLaunch, RaceRunsEveryEntryInOneRunAndReportsTheRegret) {
             std::string::npos)
       << bad.out;
   EXPECT_EQ(system(("rm -rf " + cache).c_str()), 0);
+}
+
+// --api nccl: every collective of the sweep through loom's libnccl.so.2 (the one built with
+// loom-perf, LOOM_NCCL_LIBRARY unset), each result checked; the check catches a corrupted
+// result on that path too; --compare nccl puts the two APIs side by side.
+TEST(PerfNccl, EveryCollectiveThroughLoomsLibnccl) {
+#ifndef LOOM_PERF_NCCL_LIBRARY
+  GTEST_SKIP() << "loom's libnccl.so.2 is not built (bindings/nccl: no NCCL 2.28 nccl.h, "
+                  "LOOM_BUILD_NCCL=OFF or a static build)";
+#else
+  const std::string library = std::filesystem::canonical(LOOM_PERF_NCCL_LIBRARY).string();
+  const std::string run = std::string("env -u LOOM_NCCL_LIBRARY LOOM_TIMEOUT_MS=60000 ") +
+                          LOOM_PERF_BINARY;
+  const std::string json = tempPath("nccl.json");
+  for (const char* coll : {"all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast",
+                           "reduce", "gather", "scatter", "sendrecv"}) {
+    const Result r = runCommand(run + " " + coll + " -b 8 -e 4K -f 64 -n 2 -w 1 -c 1 -r 1 -N 3 " +
+                                "--api nccl --json " + json);
+    ASSERT_EQ(r.status, 0) << coll << "\n" << r.out;
+    EXPECT_NE(r.out.find("'s API, loom's libnccl.so.2 at " + library + " "), std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("# Out of bounds values : 0 OK"), std::string::npos) << r.out;
+    std::string error;
+    const std::optional<JsonValue> j = parseJson(readFile(json), &error);
+    ASSERT_TRUE(j) << error;
+    expectSchema(*j, 3, 2);  // 8 and 512 bytes
+    EXPECT_EQ(j->find("library")->text, "loom-nccl");
+    EXPECT_EQ(j->find("wrong_total")->number, 0) << coll;
+  }
+  Result r = runCommand(run + " all_reduce -b 1K -e 1K -n 2 -w 1 -N 2 --api nccl --inject_error " +
+                        "--json " + json);
+  EXPECT_EQ(r.status, 1) << r.out;
+  std::string error;
+  const std::optional<JsonValue> j = parseJson(readFile(json), &error);
+  ASSERT_TRUE(j) << error;
+  EXPECT_EQ(j->find("wrong_total")->number, 2);  // one element, out of place and in place
+  std::remove(json.c_str());
+  r = runCommand(run + " all_reduce -b 1K -e 1K -n 2 -w 1 -N 2 --compare nccl");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("# nccl: loom through NCCL's API"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("loom/nccl"), std::string::npos) << r.out;
+#endif
+}
+
+// --api nccl says which library it could not use, and why, with exit 2 (a refused sweep, which
+// --compare shows as the library's reason).
+TEST(PerfNccl, SaysWhenTheLibraryIsAbsentOrNotLooms) {
+  Result r = runCommand("LOOM_NCCL_LIBRARY=/nonexistent/libnccl.so.2 " +
+                        std::string(LOOM_PERF_BINARY) + " all_reduce -N 2 --api nccl 2>&1");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("loom-perf: --api nccl: cannot open loom's libnccl.so.2 "
+                       "(/nonexistent/libnccl.so.2): "),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("set LOOM_NCCL_LIBRARY to its path"), std::string::npos) << r.out;
+  // Any library that does not load libloom.so is not loom's.
+  r = runCommand("LOOM_NCCL_LIBRARY=libm.so.6 " + std::string(LOOM_PERF_BINARY) +
+                 " all_reduce -N 2 --api nccl 2>&1");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("is not loom's libnccl.so.2 (it does not load libloom.so)"),
+            std::string::npos)
+      << r.out;
 }
 
 TEST(PerfLaunchTwoHosts, ThroughNetnsCluster) {

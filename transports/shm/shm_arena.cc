@@ -32,6 +32,9 @@ struct alignas(kPad) ArenaHeader {
   alignas(kPad) std::atomic<uint32_t> attached;  // members that mapped the segment
   alignas(kPad) std::atomic<uint32_t> wakeups;   // the futex word of sleep(): bumped to wake
   alignas(kPad) std::atomic<uint32_t> sleepers;  // members that may be in FUTEX_WAIT
+  // 1 + the rank that revoked the communicator (ShmArena::revoke), 0 before: written once,
+  // read at the start of every call that uses the arena.
+  alignas(kPad) std::atomic<uint32_t> revokedBy;
 };
 
 // Where a member's buffer of its current call is (ShmArena::publish): written before the
@@ -51,6 +54,7 @@ struct alignas(kPad) ArenaMember {
   std::atomic<uint32_t> left;      // 1 once the member has left on purpose (ShmArena::leave)
   std::atomic<uint64_t> arrivals;  // barriers this member has arrived at: its flag
   PublishedBuffer buffers[2];      // Input, Output
+  CallStamp stamps[2];             // ShmArena::stamp, by sequence parity
   std::atomic<uint32_t> votes[2];  // ShmArena::vote, by round parity
 };
 
@@ -258,6 +262,30 @@ std::string ShmArena::absentRanks() const {
     ranks += strprintf("%s%d", ranks.empty() ? "" : ", ", memberRanks_[size_t(i)]);
   }
   return ranks;
+}
+
+void ShmArena::stamp(const CallStamp& mine) {
+  member_[localIndex_].stamps[mine.sequence % 2] = mine;
+}
+
+bool ShmArena::checkStamps(const CallStamp& mine, int* mismatchRank, CallStamp* theirs) const {
+  for (int i = 0; i < members_; ++i) {
+    const CallStamp& s = member_[i].stamps[mine.sequence % 2];
+    if (i == localIndex_ || s == mine) continue;
+    *mismatchRank = member_[i].rank;
+    *theirs = s;
+    return false;
+  }
+  return true;
+}
+
+void ShmArena::revoke(int rank) {
+  uint32_t none = 0;
+  header_->revokedBy.compare_exchange_strong(none, uint32_t(rank) + 1);
+}
+
+int ShmArena::revokedBy() const {
+  return int(header_->revokedBy.load(std::memory_order_acquire)) - 1;
 }
 
 void ShmArena::leave() { member_[localIndex_].left.store(1, std::memory_order_release); }

@@ -21,6 +21,17 @@ struct ArenaHeader;
 struct ArenaMember;
 
 // Where the members of an arena's barrier raise their flags (ShmArena::arrive).
+// What identifies a call alike on every rank (its role aside): the arena's members stamp each
+// call with it, so that a rank whose call does not match the others' finds out (ShmArena::stamp,
+// checkStamps) instead of returning what it read of another call.
+struct CallStamp {
+  uint64_t sequence = 0;
+  uint64_t count = 0;
+  uint32_t collective = 0, dtype = 0, op = 0;
+  int32_t root = 0;
+  bool operator==(const CallStamp&) const = default;
+};
+
 struct FlagWindow {
   char* base = nullptr;  // null: in the arena's records of its members
   size_t stride = 0;
@@ -86,6 +97,18 @@ class ShmArena {
   // loomRemoteError naming the member rank whose process has exited, if one has; a member that
   // left first (leave) is not dead, whenever it exits.
   Status checkAlive();
+  // Stamps this member's current call, before its first barrier (which carries it to the
+  // others); checkStamps, once the call's barriers have passed, finds the member whose stamp of
+  // the same call differs: mismatch names it and its stamp. Stamps alternate between two slots
+  // by sequence parity, like votes: no member gets two calls ahead of another.
+  void stamp(const CallStamp& mine);
+  bool checkStamps(const CallStamp& mine, int* mismatchRank, CallStamp* theirs) const;
+  // Marks the communicator revoked by `rank` for every member of the host: a rank that had not
+  // yet entered the call a revoke ended must not complete it alone by reading the revoker's
+  // published buffers (the bootstrap's message about it may still be unread). revokedBy: that
+  // rank, or -1.
+  void revoke(int rank);
+  int revokedBy() const;
   // Tells the other members that this rank is done with the communicator on purpose (it
   // destroys it after its last call), so that its exit is not taken for a death.
   void leave();
