@@ -336,8 +336,7 @@ Status Comm::agreeBuffersMapped(const CallDesc& call, const collectives::Builder
 
 Status Comm::runCollective(CallDesc& call) {
   LOOM_TRY(usable());
-  stamp_.count = call.args.count, stamp_.collective = uint32_t(call.args.coll);
-  stamp_.dtype = call.dtype, stamp_.op = call.op, stamp_.root = call.args.root;
+  stampedCall_ = &call;
   if (const ResolvedCall* again = memo_.repeat(call)) return runResolved(call, *again);
   completeArgs(&call);
   const tuner::Decision* decision = nullptr;
@@ -454,12 +453,6 @@ Status Comm::mapShared(const collectives::PreparedPlan& plan, size_t elemSize,
 Status Comm::execute(const collectives::PreparedPlan& plan, std::span<void* const> buffers,
                      loomDataType_t dtype, loomRedOp_t op, const char* collective,
                      uint64_t inputBytes, uint64_t outputBytes, bool aheadOfCall) {
-  if (arena_ != nullptr && arena_->revokedBy() >= 0 && !errors_.revoked()) [[unlikely]] {
-    Status st = errorf(loomRemoteError, "rank %d: %s: rank %d revoked the communicator", rank(),
-                       collective, arena_->revokedBy());
-    fail(st);
-    return st;
-  }
   collectives::ExecCall exec;
   exec.plan = &plan;
   exec.buffers = buffers;
@@ -473,18 +466,39 @@ Status Comm::execute(const collectives::PreparedPlan& plan, std::span<void* cons
   exec.rank = rank();
   exec.spinCount = wait_.spinCount;
   exec.yieldNs = wait_.yieldNs;
-  const bool stamped = exec.arena != nullptr && (plan.usesShared || plan.readByPeers);
-  if (stamped) {
-    stamp_.sequence = exec.sequence;
-    exec.arena->stamp(stamp_);
+  // A call through the host's arena may pair with the other ranks' without a message: it
+  // checks there that no rank revoked the communicator, and that their calls match its own.
+  const bool throughArena = exec.arena != nullptr && (plan.usesShared || plan.readByPeers);
+  if (throughArena) [[unlikely]] {
+    Status st = enterArena(collective);
+    if (!st.isOk()) return failed(st);
   }
   Status st = collectives::execute(*this, exec, timeoutMs(), workspace_);
-  if (st.isOk() && stamped) st = checkStamps(collective, exec.sequence);
-  if (!st.isOk()) {
-    st = withFirstCause(st);
-    fail(st);
-  }
+  if (throughArena && st.isOk()) st = checkStamps(collective);
+  if (!st.isOk()) [[unlikely]]
+    return failed(st);
   return st;
+}
+
+Status Comm::enterArena(const char* collective) {
+  if (arena_->revokedBy() >= 0 && !errors_.revoked())
+    return errorf(loomRemoteError, "rank %d: %s: rank %d revoked the communicator", rank(),
+                  collective, arena_->revokedBy());
+  // Numbered by the calls through the arena, which every rank of the host runs alike (its
+  // barriers need them all); sequence_ may differ between ranks (a root's local copy).
+  stamp_ = {++arenaCalls_, 0, uint32_t(collectives::Collective::SendRecv), 0, 0, 0};
+  if (const CallDesc* call = stampedCall_) {  // a send/receive group's ops are each rank's own
+    stamp_.count = call->args.count, stamp_.collective = uint32_t(call->args.coll);
+    stamp_.dtype = call->dtype, stamp_.op = call->op, stamp_.root = call->args.root;
+  }
+  arena_->stamp(stamp_);
+  return Status::ok();
+}
+
+Status Comm::failed(const Status& st) {
+  Status first = withFirstCause(st);
+  fail(first);
+  return first;
 }
 
 // A peer that failed first leaves its calls, and this rank may see only that (its connection
@@ -499,7 +513,7 @@ Status Comm::withFirstCause(const Status& st) {
   return Status(loomRemoteError, st.message() + "; because " + relayed.message());
 }
 
-Status Comm::checkStamps(const char* collective, uint64_t sequence) const {
+Status Comm::checkStamps(const char* collective) const {
   int other = -1;
   transports::CallStamp theirs;
   if (arena_->checkStamps(stamp_, &other, &theirs)) [[likely]]
@@ -511,15 +525,15 @@ Status Comm::checkStamps(const char* collective, uint64_t sequence) const {
                      opName(loomRedOp_t(s.op)), s.root);
   };
   return errorf(loomInvalidUsage,
-                "rank %d: %s #%llu: the ranks' calls do not match: rank %d called %s, this rank "
-                "%s",
-                rank(), collective, (unsigned long long)sequence, other, describe(theirs).c_str(),
-                describe(stamp_).c_str());
+                "rank %d: %s (call %llu through the host's shared memory): the ranks' calls do "
+                "not match: rank %d called %s, this rank %s",
+                rank(), collective, (unsigned long long)stamp_.sequence, other,
+                describe(theirs).c_str(), describe(stamp_).c_str());
 }
 
 Status Comm::runP2P(const std::vector<P2PCall>& calls) {
   LOOM_TRY(usable());
-  stamp_ = {0, 0, uint32_t(collectives::Collective::SendRecv), 0, 0, 0};  // each rank's own ops
+  stampedCall_ = nullptr;
   // Sends to self pair with receives from self in order: a plain copy, no transport.
   std::vector<const P2PCall*> selfSends, selfRecvs;
   // The group's plan is cached like a collective's, keyed by its operations (peer, kind,

@@ -158,11 +158,15 @@ class Comm final : public collectives::ExecHost {
   Status execute(const collectives::PreparedPlan& plan, std::span<void* const> buffers,
                  loomDataType_t dtype, loomRedOp_t op, const char* collective,
                  uint64_t inputBytes = 0, uint64_t outputBytes = 0, bool aheadOfCall = false);
+  // Before a call through the arena: no rank revoked, and this rank's stamp of the call.
+  Status enterArena(const char* collective);
+  // Marks the communicator failed with st (withFirstCause's) and returns that.
+  Status failed(const Status& st);
   // st, with the cause a peer relays when it failed first (waiting up to kFirstCauseWaitMs).
   static constexpr int kFirstCauseWaitMs = 500;
   Status withFirstCause(const Status& st);
-  // Whether the arena's other ranks stamped call `sequence` as this rank did (stamp_).
-  Status checkStamps(const char* collective, uint64_t sequence) const;
+  // Whether the arena's other ranks stamped this call as this rank did (stamp_).
+  Status checkStamps(const char* collective) const;
   // Points buffers[kShared] at this call's half of the arena, mapping it first if need be.
   Status mapShared(const collectives::PreparedPlan& plan, size_t elemSize,
                    std::span<void*> buffers);
@@ -207,9 +211,11 @@ class Comm final : public collectives::ExecHost {
   std::vector<char> scratch_;
   std::vector<char> inputCopy_;  // an in-place alltoall's input, see resolve
   uint64_t sequence_ = 0;
-  // The call being run as every rank describes it (runCollective, runP2P): execute stamps a
-  // call of the host's arena with it and checks the other ranks' stamps.
+  // The call being run (runCollective; null for a send/receive group), and the stamp execute
+  // gives a call through the host's arena from it (enterArena, checkStamps).
+  const CallDesc* stampedCall_ = nullptr;
   transports::CallStamp stamp_;
+  uint64_t arenaCalls_ = 0;
   // What the last collective ran: kept as the decision's parts, described only when asked.
   tuner::Candidate lastChoice_;
   tuner::Source lastSource_{};
