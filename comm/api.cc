@@ -9,6 +9,7 @@
 #include <set>
 
 #include "comm/comm.h"
+#include "comm/info.h"
 #include "base/dtype.h"
 #include "base/log.h"
 #include "base/params.h"
@@ -193,6 +194,15 @@ const char* loomGetErrorString(loomResult_t result) {
     case loomInProgress: return "in progress";
     default: return "unknown result code";
   }
+}
+
+loomResult_t loomGetInfo(const char** json) {
+  if (json == nullptr)
+    return finish(nullptr, errorf(loomInvalidArgument, "loomGetInfo: json is NULL"));
+  thread_local std::string text;
+  text = infoJson();
+  *json = text.c_str();
+  return loomSuccess;
 }
 
 loomResult_t loomCommGetLastAlgorithm(loomComm_t comm, const char** algorithm) {

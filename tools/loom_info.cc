@@ -14,8 +14,14 @@
 
 int main(int argc, char** argv) {
   bool paramsOnly = argc > 1 && strcmp(argv[1], "--params") == 0;
+  if (argc > 1 && strcmp(argv[1], "--json") == 0) {  // the same facts as data (loomGetInfo)
+    const char* json = nullptr;
+    if (loomGetInfo(&json) != loomSuccess) return 1;
+    printf("%s\n", json);
+    return 0;
+  }
   if (argc > 1 && !paramsOnly) {
-    printf("usage: loom-info [--params]\n");
+    printf("usage: loom-info [--params | --json]\n");
     return strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ? 0 : 2;
   }
   int version = 0;

@@ -93,6 +93,11 @@ const char* loomGetErrorString(loomResult_t result);
 const char* loomGetLastError(loomComm_t comm);
 /** LOOM_VERSION_CODE of the library in use. */
 loomResult_t loomGetVersion(int* version);
+/** What loom-info prints, as one JSON object in *json (valid until the calling thread's next
+ *  loomGetInfo): "version", "version_code", "transports", "reduction_kernels", "algorithms"
+ *  (collective -> builder names) and "parameters" (every LOOM_* variable -> its "value",
+ *  "default", "source" and "description"). For programs that read these facts as data. */
+loomResult_t loomGetInfo(const char** json);
 
 /** Creates an id for a new communicator. The calling process serves the bootstrap
  *  rendezvous for it (a thread that lives until every rank has left). */
