@@ -7,14 +7,22 @@
 # list is what a layer's sources may see, headers included: a layer that includes a header of
 # a lower layer which itself includes another layer's header lists that layer too.
 set(LOOM_LAYERS)
-function(loom_layer name)
-  cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "FOLDERS")
+
+# loom_source_view(NAME OUT_VAR folder...): a folder of the build tree with links to the given
+# source folders, set in OUT_VAR: an include path that sees those folders and nothing else.
+function(loom_source_view name out)
   set(view ${PROJECT_BINARY_DIR}/layers/${name})
   file(REMOVE_RECURSE ${view})
   file(MAKE_DIRECTORY ${view})
-  foreach(folder IN LISTS arg_FOLDERS)
+  foreach(folder IN LISTS ARGN)
     file(CREATE_LINK ${PROJECT_SOURCE_DIR}/${folder} ${view}/${folder} SYMBOLIC)
   endforeach()
+  set(${out} ${view} PARENT_SCOPE)
+endfunction()
+
+function(loom_layer name)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "FOLDERS")
+  loom_source_view(${name} view ${arg_FOLDERS})
   file(GLOB_RECURSE sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/${name}/*.cc)
   add_library(loom_layer_${name} OBJECT ${sources})
   target_include_directories(loom_layer_${name} PRIVATE ${view} ${PROJECT_SOURCE_DIR}/include)
@@ -31,4 +39,12 @@ function(loom_layer name)
     target_compile_options(loom_layer_${name} PRIVATE -fno-semantic-interposition)
   endif()
   set(LOOM_LAYERS ${LOOM_LAYERS} ${name} PARENT_SCOPE)
+endfunction()
+
+# loom_binding(TARGET): a target of bindings/ (a library built on libloom, such as the drop-in
+# libnccl.so.2), compiled against its own folder and the public C API (include/loom/, which
+# linking loom gives) only: an include of the library's internals fails to build.
+function(loom_binding target)
+  loom_source_view(bindings view bindings)
+  target_include_directories(${target} PRIVATE ${view})
 endfunction()

@@ -10,8 +10,8 @@ Usage: tests/check_architecture.py [SOURCE_ROOT]   (default: the folder above th
    (and itself).
 2. Every `#include "folder/..."` of every top-level folder against the tables: a folder that
    holds sources must have a row, and every folder -> folder edge must be one its row allows.
-   A folder above the library may use "the library" (every layer and include/loom/) and the
-   folders its row names; a layer may use the layers its row names, which must point one way
+   A folder above the library may use "the library" (every layer and include/loom/), or only
+   "the public API" (include/loom/), and the folders its row names; a layer may use the layers its row names, which must point one way
    (no cycle).
 3. Every path a source file, script or doc names (`comm/comm.h`, `docs/TUNING.md`) exists in
    the tree: relative to the source root, to the naming file's folder, or as the tail of a
@@ -58,8 +58,9 @@ def tree_files():
 def folder_names(cell):
     """`base/`, `tools/` ... in a table cell, without the slash; "the library" as itself."""
     names = [n.strip("/") for n in re.findall(r"`([^`]+)`", cell)]
-    if "the library" in cell:
-        names.append("the library")
+    for phrase in ("the library", "the public API"):
+        if phrase in cell:
+            names.append(phrase)
     return names
 
 
@@ -152,6 +153,8 @@ def allowed_folders(library, upper, top_folders):
         for used in uses:
             if used == "the library":
                 expanded |= set(library) | {PUBLIC}
+            elif used == "the public API":
+                expanded.add(PUBLIC)
             elif used in upper:
                 expanded.add(used)
             else:
