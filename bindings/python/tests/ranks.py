@@ -14,13 +14,13 @@ import loom
 COMM_TIMEOUT_S = 30
 
 
-def _serve(conn, uid, rank, size, env):
+def _serve(conn, uid, rank, size, env, timeout):
     os.environ.update(env)
     try:
         if uid is None:
-            comm = loom.Communicator.from_env(timeout=COMM_TIMEOUT_S)
+            comm = loom.Communicator.from_env(timeout=timeout)
         else:
-            comm = loom.Communicator(uid, rank, size, timeout=COMM_TIMEOUT_S)
+            comm = loom.Communicator(uid, rank, size, timeout=timeout)
     except BaseException:
         conn.send(("error", traceback.format_exc()))
         return
@@ -40,9 +40,11 @@ def _serve(conn, uid, rank, size, env):
 
 class RankPool:
     """n ranks. envs: per rank, variables set in its process before it joins; from_env: they
-    join with loom.Communicator.from_env() instead of a unique id."""
+    join with loom.Communicator.from_env() instead of a unique id; comm_timeout: the
+    communicator's deadline, in seconds."""
 
-    def __init__(self, size, envs=None, from_env=False, timeout=120):
+    def __init__(self, size, envs=None, from_env=False, comm_timeout=COMM_TIMEOUT_S,
+                 timeout=120):
         context = multiprocessing.get_context("spawn")
         uid = None if from_env else loom.UniqueId()
         self.size = size
@@ -50,7 +52,8 @@ class RankPool:
         for rank in range(size):
             mine, theirs = context.Pipe()
             env = envs[rank] if envs else {}
-            proc = context.Process(target=_serve, args=(theirs, uid, rank, size, env),
+            proc = context.Process(target=_serve,
+                                   args=(theirs, uid, rank, size, env, comm_timeout),
                                    daemon=True)
             proc.start()
             self.conns.append(mine)
