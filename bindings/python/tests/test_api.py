@@ -3,6 +3,7 @@ and the errors a 1-rank communicator raises for bad buffers, sizes, types and st
 import gc
 import json
 import os
+import pathlib
 import pickle
 import subprocess
 import threading
@@ -240,3 +241,9 @@ def test_calls_release_the_gil():
     for t in threads:
         t.join(60)
     assert results == {0: [3.0] * 3, 1: [3.0] * 3}
+
+
+def test_readme_shows_the_python_example():
+    root = pathlib.Path(__file__).resolve().parents[3]
+    example = (root / "examples/two_ranks.py").read_text()
+    assert "```python\n" + example + "```" in (root / "README.md").read_text()
