@@ -252,66 +252,70 @@ py::object allToAllv(Communicator& c, py::handle send, const std::vector<size_t>
   return out.source;
 }
 
-py::object gather(Communicator& c, py::handle send, py::handle recv, int root,
-                  py::handle dtype) {
-  const char* fn = "Communicator.gather";
+// Gather's and scatter's buffers: each rank's part (count elements) and the root's whole (a
+// block per rank; other ranks' is ignored). In place on the root, its part is whole's block.
+struct Rooted {
+  Buffer part, whole;
+  size_t count;
+  loomDataType_t dt;
+};
+Rooted rooted(const Communicator& c, const char* fn, py::handle part, py::handle whole,
+              bool gathers, int root, py::handle dtype) {
   const CommState& s = *c.state();
   bool isRoot = s.rank == root;
-  Buffer out = acquire(isRoot ? recv : py::none(), fn, "recv", true, !isRoot);
-  Buffer in = acquire(send, fn, "send", false, isRoot);
-  loomDataType_t dt = callDatatype(fn, {&in, &out}, dtype, nullptr);
-  size_t n;
-  if (in.present()) {
-    n = countOf(fn, in, dt);
-    if (isRoot) expectCount(fn, out, dt, n * s.size, "gather needs " + perRank(n, s.size));
-  } else {  // in place on the root: its block of recv is its input
-    n = blockCount(fn, out, dt, s.size);
-    in = blockOf(out, root, n, dt, "send");
+  const char* partName = gathers ? "send" : "recv";
+  const char* wholeName = gathers ? "recv" : "send";
+  Rooted r;
+  r.whole = acquire(isRoot ? whole : py::none(), fn, wholeName, gathers, !isRoot);
+  r.part = acquire(part, fn, partName, !gathers, isRoot);
+  r.dt = callDatatype(fn, {&r.part, &r.whole}, dtype, nullptr);
+  if (r.part.present()) {
+    r.count = countOf(fn, r.part, r.dt);
+    if (isRoot)
+      expectCount(fn, r.whole, r.dt, r.count * s.size,
+                  std::string(gathers ? "gather" : "scatter") + " needs " +
+                      perRank(r.count, s.size));
+  } else {
+    r.count = blockCount(fn, r.whole, r.dt, s.size);
+    r.part = blockOf(r.whole, root, r.count, r.dt, partName);
   }
-  c.run(fn, {&in, &out}, [&](loomComm_t h) {
-    return loomGather(in.data, out.data, n, dt, root, h, nullptr);
-  });
-  return isRoot ? out.source : py::reinterpret_borrow<py::object>(recv);
+  return r;
 }
 
-py::object scatter(Communicator& c, py::handle send, py::handle recv, int root,
-                   py::handle dtype) {
-  const char* fn = "Communicator.scatter";
-  const CommState& s = *c.state();
-  bool isRoot = s.rank == root;
-  Buffer in = acquire(isRoot ? send : py::none(), fn, "send", false, !isRoot);
-  Buffer out = acquire(recv, fn, "recv", true, isRoot);
-  loomDataType_t dt = callDatatype(fn, {&in, &out}, dtype, nullptr);
-  size_t n;
-  if (out.present()) {
-    n = countOf(fn, out, dt);
-    if (isRoot) expectCount(fn, in, dt, n * s.size, "scatter needs " + perRank(n, s.size));
-  } else {  // in place on the root: its block of send is its result
-    n = blockCount(fn, in, dt, s.size);
-    out = blockOf(in, root, n, dt, "recv");
-  }
-  c.run(fn, {&in, &out}, [&](loomComm_t h) {
-    return loomScatter(in.data, out.data, n, dt, root, h, nullptr);
+// gather (gathers) or scatter. Returns recv: the root's whole for gather (None elsewhere), the
+// part for scatter (send in place).
+py::object rootedCall(Communicator& c, py::handle send, py::handle recv, int root,
+                      py::handle dtype, bool gathers) {
+  const char* fn = gathers ? "Communicator.gather" : "Communicator.scatter";
+  Rooted r = gathers ? rooted(c, fn, send, recv, true, root, dtype)
+                     : rooted(c, fn, recv, send, false, root, dtype);
+  c.run(fn, {&r.part, &r.whole}, [&](loomComm_t h) {
+    return gathers ? loomGather(r.part.data, r.whole.data, r.count, r.dt, root, h, nullptr)
+                   : loomScatter(r.whole.data, r.part.data, r.count, r.dt, root, h, nullptr);
   });
-  return out.present() ? out.source : in.source;
+  return !gathers && r.part.present() ? r.part.source : r.whole.source;
+}
+
+// send (isSend) or recv: buf's elements to or from peer.
+py::object pointToPoint(Communicator& c, py::handle buf, int peer, py::handle dtype,
+                        bool isSend) {
+  const char* fn = isSend ? "Communicator.send" : "Communicator.recv";
+  Buffer b = acquire(buf, fn, "buf", !isSend);
+  loomDataType_t dt = callDatatype(fn, {&b}, dtype, nullptr);
+  size_t n = countOf(fn, b, dt);
+  c.run(fn, {&b}, [&](loomComm_t h) {
+    return isSend ? loomSend(b.data, n, dt, peer, h, nullptr)
+                  : loomRecv(b.data, n, dt, peer, h, nullptr);
+  });
+  return b.source;
 }
 
 py::object send(Communicator& c, py::handle buf, int peer, py::handle dtype) {
-  const char* fn = "Communicator.send";
-  Buffer b = acquire(buf, fn, "buf", false);
-  loomDataType_t dt = callDatatype(fn, {&b}, dtype, nullptr);
-  size_t n = countOf(fn, b, dt);
-  c.run(fn, {&b}, [&](loomComm_t h) { return loomSend(b.data, n, dt, peer, h, nullptr); });
-  return b.source;
+  return pointToPoint(c, buf, peer, dtype, true);
 }
 
 py::object recv(Communicator& c, py::handle buf, int peer, py::handle dtype) {
-  const char* fn = "Communicator.recv";
-  Buffer b = acquire(buf, fn, "buf", true);
-  loomDataType_t dt = callDatatype(fn, {&b}, dtype, nullptr);
-  size_t n = countOf(fn, b, dt);
-  c.run(fn, {&b}, [&](loomComm_t h) { return loomRecv(b.data, n, dt, peer, h, nullptr); });
-  return b.source;
+  return pointToPoint(c, buf, peer, dtype, false);
 }
 
 }  // namespace
@@ -335,10 +339,16 @@ void bindCollectives(py::class_<Communicator>& cls) {
       .def("all_to_allv", &allToAllv, arg("send"), arg("send_counts"), arg("recv"),
            arg("recv_counts"), arg("send_displs") = none, arg("recv_displs") = none,
            py::kw_only(), arg("dtype") = none)
-      .def("gather", &gather, arg("send"), arg("recv") = none, arg("root") = 0, py::kw_only(),
-           arg("dtype") = none)
-      .def("scatter", &scatter, arg("send"), arg("recv") = none, arg("root") = 0,
-           py::kw_only(), arg("dtype") = none)
+      .def("gather",
+           [](Communicator& c, py::handle send, py::handle recv, int root, py::handle dtype) {
+             return rootedCall(c, send, recv, root, dtype, true);
+           },
+           arg("send"), arg("recv") = none, arg("root") = 0, py::kw_only(), arg("dtype") = none)
+      .def("scatter",
+           [](Communicator& c, py::handle send, py::handle recv, int root, py::handle dtype) {
+             return rootedCall(c, send, recv, root, dtype, false);
+           },
+           arg("send"), arg("recv") = none, arg("root") = 0, py::kw_only(), arg("dtype") = none)
       .def("send", &send, arg("buf"), arg("peer"), py::kw_only(), arg("dtype") = none)
       .def("recv", &recv, arg("buf"), arg("peer"), py::kw_only(), arg("dtype") = none);
 }

@@ -45,8 +45,7 @@ Communicator::Communicator(loomComm_t handle, Options options)
 Communicator::~Communicator() {
   if (state_->handle == nullptr) return;
   loomComm_t handle = std::exchange(state_->handle, nullptr);
-  py::gil_scoped_release nogil;
-  loomCommDestroy(handle);  // an error has nobody to go to here
+  released([&] { return loomCommDestroy(handle); });  // an error has nobody to go to here
 }
 
 loomComm_t Communicator::live(const char* fn) const {
@@ -69,30 +68,20 @@ ReduceOp Communicator::reduceOp(const char* fn, py::handle op) const {
   return {op.cast<loomRedOp_t>(), -1};
 }
 
-void Communicator::destroy() {
+void Communicator::end(loomResult_t (*end)(loomComm_t)) {
   if (state_->handle == nullptr) return;
-  if (state_->inFlight > 0)
-    fail(loomInvalidUsage, "loom.Communicator.destroy: a call on the communicator runs in "
-                           "another thread; abort() stops it");
   loomComm_t handle = std::exchange(state_->handle, nullptr);
-  loomResult_t rc;
-  {
-    py::gil_scoped_release nogil;
-    rc = loomCommDestroy(handle);
-  }
-  check(rc);
+  check(released([&] { return end(handle); }));
 }
 
-void Communicator::abort() {
-  if (state_->handle == nullptr) return;
-  loomComm_t handle = std::exchange(state_->handle, nullptr);
-  loomResult_t rc;
-  {
-    py::gil_scoped_release nogil;
-    rc = loomCommAbort(handle);
-  }
-  check(rc);
+void Communicator::destroy() {
+  if (state_->handle != nullptr && state_->inFlight > 0)
+    fail(loomInvalidUsage, "loom.Communicator.destroy: a call on the communicator runs in "
+                           "another thread; abort() stops it");
+  end(loomCommDestroy);
 }
+
+void Communicator::abort() { end(loomCommAbort); }
 
 void PreMulSum::destroy() {
   if (destroyed) return;
@@ -161,12 +150,7 @@ template <typename Init>
 loomComm_t makeHandle(const Options& options, Init&& init) {
   loomConfig_t config = options.config();
   loomComm_t handle = nullptr;
-  loomResult_t rc;
-  {
-    py::gil_scoped_release nogil;
-    rc = init(&handle, &config);
-  }
-  check(rc);
+  check(released([&] { return init(&handle, &config); }));
   return handle;
 }
 
@@ -266,11 +250,7 @@ void groupStart() {
 }
 
 void groupEnd() {
-  loomResult_t rc;
-  {
-    py::gil_scoped_release nogil;
-    rc = loomGroupEnd();
-  }
+  loomResult_t rc = released(loomGroupEnd);
   if (tGroupDepth > 0 && --tGroupDepth == 0) groupHeld().attr("clear")();
   check(rc);
 }
@@ -313,12 +293,7 @@ void bindCommunicator(py::module_& m) {
       .def("shrink", &shrink, py::arg("exclude"), py::arg("abort") = false)
       .def("revoke", [](Communicator& c) {
         loomComm_t handle = c.live("Communicator.revoke");
-        loomResult_t rc;
-        {
-          py::gil_scoped_release nogil;
-          rc = loomCommRevoke(handle);
-        }
-        check(rc);
+        check(released([&] { return loomCommRevoke(handle); }));
       })
       .def("abort", &Communicator::abort)
       .def("destroy", &Communicator::destroy)

@@ -74,6 +74,9 @@ class Communicator {
   void abort();
 
  private:
+  // Frees the communicator with end (loomCommDestroy or loomCommAbort), once.
+  void end(loomResult_t (*end)(loomComm_t));
+
   std::shared_ptr<CommState> state_;
 };
 
@@ -88,12 +91,8 @@ template <typename Call>
 void Communicator::run(const char* fn, std::initializer_list<const Buffer*> buffers,
                        Call&& call) {
   loomComm_t handle = live(fn);
-  loomResult_t rc;
   ++state_->inFlight;
-  {
-    pybind11::gil_scoped_release nogil;
-    rc = call(handle);
-  }
+  loomResult_t rc = released([&] { return call(handle); });
   --state_->inFlight;
   check(rc);
   if (inGroup()) holdUntilGroupEnd(buffers);

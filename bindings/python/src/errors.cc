@@ -13,16 +13,12 @@ py::dict* gClasses = nullptr;
 }  // namespace
 
 std::string format(const char* fmt, ...) {
+  char text[1024];  // a message; longer ones are cut
   va_list args;
   va_start(args, fmt);
-  va_list again;
-  va_copy(again, args);
-  int n = vsnprintf(nullptr, 0, fmt, args);
+  vsnprintf(text, sizeof text, fmt, args);
   va_end(args);
-  std::string out(n > 0 ? size_t(n) : 0, '\0');
-  if (n > 0) vsnprintf(out.data(), out.size() + 1, fmt, again);
-  va_end(again);
-  return out;
+  return text;
 }
 
 void fail(loomResult_t result, std::string message) { throw Error{result, std::move(message)}; }

@@ -16,7 +16,7 @@ struct Error {
   std::string message;
 };
 
-// printf into a std::string, for messages.
+// printf into a std::string, for messages (up to 1 KiB).
 std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
 [[noreturn]] void fail(loomResult_t result, std::string message);
@@ -25,6 +25,13 @@ std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 // Throws Error carrying the calling thread's last loom error unless rc is loomSuccess. Call it
 // in the thread that made the failed call, before that thread calls loom again.
 void check(loomResult_t rc);
+
+// call() with the GIL released, for calls that wait (on other ranks).
+template <typename Call>
+loomResult_t released(Call&& call) {
+  pybind11::gil_scoped_release nogil;
+  return call();
+}
 
 // _set_error_classes(dict result code -> class) and the translation of Error.
 void bindErrors(pybind11::module_& m);
