@@ -324,33 +324,53 @@ void bindCollectives(py::class_<Communicator>& cls) {
   using py::arg;
   auto none = py::none();
   auto sum = py::cast(loomSum);
-  cls.def("all_reduce", &allReduce, arg("send"), arg("recv") = none, arg("op") = sum,
-          py::kw_only(), arg("dtype") = none)
-      .def("broadcast", &broadcast, arg("send"), arg("recv") = none, arg("root") = 0,
-           py::kw_only(), arg("dtype") = none)
-      .def("reduce", &reduce, arg("send"), arg("recv") = none, arg("op") = sum,
-           arg("root") = 0, py::kw_only(), arg("dtype") = none)
-      .def("all_gather", &allGather, arg("send"), arg("recv"), py::kw_only(),
-           arg("dtype") = none)
-      .def("reduce_scatter", &reduceScatter, arg("send"), arg("recv") = none, arg("op") = sum,
-           py::kw_only(), arg("dtype") = none)
-      .def("all_to_all", &allToAll, arg("send"), arg("recv") = none, py::kw_only(),
-           arg("dtype") = none)
-      .def("all_to_allv", &allToAllv, arg("send"), arg("send_counts"), arg("recv"),
-           arg("recv_counts"), arg("send_displs") = none, arg("recv_displs") = none,
-           py::kw_only(), arg("dtype") = none)
-      .def("gather",
-           [](Communicator& c, py::handle send, py::handle recv, int root, py::handle dtype) {
-             return rootedCall(c, send, recv, root, dtype, true);
-           },
+  cls.def("all_reduce", &allReduce,
+          "Every rank gets the reduction (op) of all ranks' send: in recv, or in send when "
+          "recv is None.",
+          arg("send"), arg("recv") = none, arg("op") = sum, py::kw_only(), arg("dtype") = none)
+      .def("broadcast", &broadcast,
+           "root's send into every rank's recv (send itself when recv is None); send is read "
+           "on root only.",
            arg("send"), arg("recv") = none, arg("root") = 0, py::kw_only(), arg("dtype") = none)
-      .def("scatter",
-           [](Communicator& c, py::handle send, py::handle recv, int root, py::handle dtype) {
-             return rootedCall(c, send, recv, root, dtype, false);
-           },
-           arg("send"), arg("recv") = none, arg("root") = 0, py::kw_only(), arg("dtype") = none)
-      .def("send", &send, arg("buf"), arg("peer"), py::kw_only(), arg("dtype") = none)
-      .def("recv", &recv, arg("buf"), arg("peer"), py::kw_only(), arg("dtype") = none);
+      .def("reduce", &reduce,
+           "The reduction (op) of all ranks' send into root's recv (send when recv is None).",
+           arg("send"), arg("recv") = none, arg("op") = sum, arg("root") = 0, py::kw_only(),
+           arg("dtype") = none)
+      .def("all_gather", &allGather,
+           "Every rank's send, in rank order, into every rank's recv. send None: in place "
+           "(this rank's block of recv is its input).",
+           arg("send"), arg("recv"), py::kw_only(), arg("dtype") = none)
+      .def("reduce_scatter", &reduceScatter,
+           "Block r of the reduction (op) of all ranks' send into rank r's recv; recv None: "
+           "in place, into this rank's block of send.",
+           arg("send"), arg("recv") = none, arg("op") = sum, py::kw_only(), arg("dtype") = none)
+      .def("all_to_all", &allToAll,
+           "Block j of send to rank j, whose block i of recv (send when recv is None) gets it.",
+           arg("send"), arg("recv") = none, py::kw_only(), arg("dtype") = none)
+      .def("all_to_allv", &allToAllv,
+           "all_to_all with counts per rank, in the buffers' elements; displacements default "
+           "to the blocks one after another.",
+           arg("send"), arg("send_counts"), arg("recv"), arg("recv_counts"),
+           arg("send_displs") = none, arg("recv_displs") = none, py::kw_only(),
+           arg("dtype") = none)
+      .def(
+          "gather",
+          [](Communicator& c, py::handle send, py::handle recv, int root, py::handle dtype) {
+            return rootedCall(c, send, recv, root, dtype, true);
+          },
+          "Every rank's send, in rank order, into root's recv; send None on root: in place.",
+          arg("send"), arg("recv") = none, arg("root") = 0, py::kw_only(), arg("dtype") = none)
+      .def(
+          "scatter",
+          [](Communicator& c, py::handle send, py::handle recv, int root, py::handle dtype) {
+            return rootedCall(c, send, recv, root, dtype, false);
+          },
+          "Block r of root's send into rank r's recv; recv None on root: in place.",
+          arg("send"), arg("recv") = none, arg("root") = 0, py::kw_only(), arg("dtype") = none)
+      .def("send", &send, "buf to peer; inside loom.group() sends and receives pair in any order.",
+           arg("buf"), arg("peer"), py::kw_only(), arg("dtype") = none)
+      .def("recv", &recv, "Fills buf from peer's send.", arg("buf"), arg("peer"), py::kw_only(),
+           arg("dtype") = none);
 }
 
 }  // namespace loompy

@@ -273,7 +273,15 @@ void bindCommunicator(py::module_& m) {
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](PreMulSum& p, py::args) { p.destroy(); });
 
-  py::class_<Communicator> cls(m, "Communicator");
+  py::class_<Communicator> cls(m, "Communicator", R"doc(
+A communicator: Communicator(unique_id, rank, size, timeout=None, algorithms=None,
+transport=None) joins rank of size (it waits for the others); Communicator.from_env() joins as
+the launcher's variables say (loomCommInitFromEnv). timeout is seconds or a timedelta;
+algorithms (e.g. "allreduce=ring") and transport ("auto", "shm", "tcp") as LOOM_ALGO and
+LOOM_TRANSPORT. A context manager: leaving it destroys the communicator.
+
+Collectives take send and recv buffers (C-contiguous; the datatype is theirs, or dtype=) and
+return the one that holds the result; counts come from their sizes.)doc");
   cls.def(py::init(&construct), py::arg("unique_id"), py::arg("rank"), py::arg("size"),
           py::arg("timeout") = py::none(), py::arg("algorithms") = py::none(),
           py::arg("transport") = py::none())
