@@ -296,6 +296,14 @@ py::object rootedCall(Communicator& c, py::handle send, py::handle recv, int roo
   return !gathers && r.part.present() ? r.part.source : r.whole.source;
 }
 
+py::object gather(Communicator& c, py::handle send, py::handle recv, int root, py::handle dt) {
+  return rootedCall(c, send, recv, root, dt, true);
+}
+
+py::object scatter(Communicator& c, py::handle send, py::handle recv, int root, py::handle dt) {
+  return rootedCall(c, send, recv, root, dt, false);
+}
+
 // send (isSend) or recv: buf's elements to or from peer.
 py::object pointToPoint(Communicator& c, py::handle buf, int peer, py::handle dtype,
                         bool isSend) {
@@ -353,20 +361,12 @@ void bindCollectives(py::class_<Communicator>& cls) {
            arg("send"), arg("send_counts"), arg("recv"), arg("recv_counts"),
            arg("send_displs") = none, arg("recv_displs") = none, py::kw_only(),
            arg("dtype") = none)
-      .def(
-          "gather",
-          [](Communicator& c, py::handle send, py::handle recv, int root, py::handle dtype) {
-            return rootedCall(c, send, recv, root, dtype, true);
-          },
-          "Every rank's send, in rank order, into root's recv; send None on root: in place.",
-          arg("send"), arg("recv") = none, arg("root") = 0, py::kw_only(), arg("dtype") = none)
-      .def(
-          "scatter",
-          [](Communicator& c, py::handle send, py::handle recv, int root, py::handle dtype) {
-            return rootedCall(c, send, recv, root, dtype, false);
-          },
-          "Block r of root's send into rank r's recv; recv None on root: in place.",
-          arg("send"), arg("recv") = none, arg("root") = 0, py::kw_only(), arg("dtype") = none)
+      .def("gather", &gather,
+           "Every rank's send, in rank order, into root's recv; send None on root: in place.",
+           arg("send"), arg("recv") = none, arg("root") = 0, py::kw_only(), arg("dtype") = none)
+      .def("scatter", &scatter,
+           "Block r of root's send into rank r's recv; recv None on root: in place.",
+           arg("send"), arg("recv") = none, arg("root") = 0, py::kw_only(), arg("dtype") = none)
       .def("send", &send, "buf to peer; inside loom.group() sends and receives pair in any order.",
            arg("buf"), arg("peer"), py::kw_only(), arg("dtype") = none)
       .def("recv", &recv, "Fills buf from peer's send.", arg("buf"), arg("peer"), py::kw_only(),
