@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "loom/loom.h"
@@ -11,6 +12,8 @@ namespace loom {
 
 // printf-style formatting into a std::string (GCC 12 has no std::format).
 std::string strprintf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+// s as a JSON string, quotes included (loomGetInfo's and loom-perf's JSON).
+std::string jsonString(std::string_view s);
 
 class [[nodiscard]] Status {
  public:

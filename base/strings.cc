@@ -19,6 +19,21 @@ std::string strprintf(const char* fmt, ...) {
   return s;
 }
 
+std::string jsonString(std::string_view s) {
+  std::string out = "\"";
+  for (const char ch : s) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (static_cast<unsigned char>(ch) < 0x20) {
+      out += strprintf("\\u%04x", ch);
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
 const char* dtypeName(loomDataType_t d) {
   static const char* const kNames[] = {"int8",  "uint8",    "int32", "uint32",
                                        "int64", "uint64",   "half",  "bfloat16",

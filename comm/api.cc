@@ -8,6 +8,7 @@
 #include <mutex>
 #include <thread>
 
+#include "comm/info.h"
 #include "base/dtype.h"
 #include "base/reduce_kernels.h"
 #include "comm/comm.h"
@@ -162,6 +163,15 @@ const char* loomGetErrorString(loomResult_t result) {
     case loomInProgress: return "in progress";
     default: return "unknown result code";
   }
+}
+
+loomResult_t loomGetInfo(const char** json) {
+  if (json == nullptr)
+    return finish(nullptr, errorf(loomInvalidArgument, "loomGetInfo: json is NULL"));
+  thread_local std::string text;
+  text = infoJson();
+  *json = text.c_str();
+  return loomSuccess;
 }
 
 loomResult_t loomCommGetLastAlgorithm(loomComm_t comm, const char** algorithm) {

@@ -112,21 +112,6 @@ std::vector<std::pair<std::string, std::string>> loomEnvironment() {
 
 namespace {
 
-std::string jsonString(std::string_view s) {
-  std::string out = "\"";
-  for (const char ch : s) {
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (static_cast<unsigned char>(ch) < 0x20) {
-      out += strprintf("\\u%04x", ch);
-    } else {
-      out += ch;
-    }
-  }
-  return out + "\"";
-}
-
 // Full precision: consumers recompute ratios, and the table's 2 decimals read 0.00 at 8 B.
 std::string jsonNumber(double v) { return std::isfinite(v) ? strprintf("%.9g", v) : "null"; }
 

@@ -75,8 +75,14 @@ int main(int argc, char** argv) {
   const char* only = argc > 1 ? argv[1] : "";
   const bool paramsOnly = strcmp(only, "--params") == 0;
   const bool ncclOnly = strcmp(only, "--nccl") == 0;
+  if (strcmp(only, "--json") == 0 && argc == 2) {  // the same facts as data (loomGetInfo)
+    const char* json = nullptr;
+    if (loomGetInfo(&json) != loomSuccess) return 1;
+    printf("%s\n", json);
+    return 0;
+  }
   if (argc > 2 || (argc > 1 && !paramsOnly && !ncclOnly)) {
-    printf("usage: loom-info [--params | --nccl]\n");
+    printf("usage: loom-info [--params | --nccl | --json]\n");
     return strcmp(only, "--help") == 0 || strcmp(only, "-h") == 0 ? 0 : 2;
   }
   if (ncclOnly) {

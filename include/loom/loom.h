@@ -97,6 +97,11 @@ loomResult_t loomGetVersion(int* version);
  *  LOOM_DEBUG_SUBSYS on subsys, e.g. "INIT"), with the rank and host like loom's own lines:
  *  for libraries built on this API, whose users read loom's log. */
 void loomLogInfo(const char* subsys, const char* message);
+/** What loom-info prints, as one JSON object in *json (valid until the calling thread's next
+ *  loomGetInfo): "version", "version_code", "transports", "reduction_kernels", "algorithms"
+ *  (collective -> builder names) and "parameters" (every LOOM_* variable -> its "value",
+ *  "default", "source" and "description"). For programs that read these facts as data. */
+loomResult_t loomGetInfo(const char** json);
 
 /** Creates an id for a new communicator. The calling process serves the bootstrap
  *  rendezvous for it (a thread that lives until every rank has left). With LOOM_ROOT (or

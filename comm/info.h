@@ -1,0 +1,15 @@
+// What loom-info prints (the version, transports, reduction kernels, algorithms and every
+// LOOM_* parameter with its value), as one JSON object: loomGetInfo's answer, for programs
+// that read it as data through the C API alone (the Python package's loom.info()).
+#pragma once
+
+#include <string>
+
+namespace loom {
+
+// {"version": "0.1.0", "version_code": 100, "transports": [...], "reduction_kernels": "avx2",
+//  "algorithms": {"allreduce": ["ring", ...], ...},
+//  "parameters": {"LOOM_TIMEOUT_MS": {"value", "default", "source", "description"}, ...}}
+std::string infoJson();
+
+}  // namespace loom
