@@ -469,30 +469,26 @@ Status Comm::execute(const collectives::PreparedPlan& plan, std::span<void* cons
   // A call through the host's arena may pair with the other ranks' without a message: it
   // checks there that no rank revoked the communicator, and that their calls match its own.
   const bool throughArena = exec.arena != nullptr && (plan.usesShared || plan.readByPeers);
-  if (throughArena) [[unlikely]] {
-    Status st = enterArena(collective);
-    if (!st.isOk()) return failed(st);
+  if (throughArena) {
+    // Numbered by the calls through the arena, which every rank of the host runs alike (its
+    // barriers need them all); sequence_ may differ between ranks (a root's local copy). A
+    // send/receive group (no stampedCall_) is stamped only as one: its ops are each rank's.
+    const CallDesc* c = stampedCall_;
+    stamp_ = c == nullptr ? transports::CallStamp::of(++arenaCalls_, kSendRecvStamp, 0, 0, 0, 0)
+                          : transports::CallStamp::of(++arenaCalls_, uint32_t(c->args.coll),
+                                                      c->dtype, c->op, c->args.root,
+                                                      c->args.count);
+    const int revoker = exec.arena->enter(stamp_);
+    if (revoker >= 0 && !errors_.revoked()) [[unlikely]]
+      return failed(errorf(loomRemoteError, "rank %d: %s: rank %d revoked the communicator",
+                           rank(), collective, revoker));
   }
   Status st = collectives::execute(*this, exec, timeoutMs(), workspace_);
-  if (throughArena && st.isOk()) st = checkStamps(collective);
+  if (throughArena && st.isOk() && !exec.arena->stampsMatch(stamp_)) [[unlikely]]
+    st = stampMismatch(collective);
   if (!st.isOk()) [[unlikely]]
     return failed(st);
   return st;
-}
-
-Status Comm::enterArena(const char* collective) {
-  if (arena_->revokedBy() >= 0 && !errors_.revoked())
-    return errorf(loomRemoteError, "rank %d: %s: rank %d revoked the communicator", rank(),
-                  collective, arena_->revokedBy());
-  // Numbered by the calls through the arena, which every rank of the host runs alike (its
-  // barriers need them all); sequence_ may differ between ranks (a root's local copy).
-  stamp_ = {++arenaCalls_, 0, uint32_t(collectives::Collective::SendRecv), 0, 0, 0};
-  if (const CallDesc* call = stampedCall_) {  // a send/receive group's ops are each rank's own
-    stamp_.count = call->args.count, stamp_.collective = uint32_t(call->args.coll);
-    stamp_.dtype = call->dtype, stamp_.op = call->op, stamp_.root = call->args.root;
-  }
-  arena_->stamp(stamp_);
-  return Status::ok();
 }
 
 Status Comm::failed(const Status& st) {
@@ -513,21 +509,20 @@ Status Comm::withFirstCause(const Status& st) {
   return Status(loomRemoteError, st.message() + "; because " + relayed.message());
 }
 
-Status Comm::checkStamps(const char* collective) const {
+Status Comm::stampMismatch(const char* collective) const {
   int other = -1;
   transports::CallStamp theirs;
-  if (arena_->checkStamps(stamp_, &other, &theirs)) [[likely]]
-    return Status::ok();
+  if (!arena_->mismatchedStamp(stamp_, &other, &theirs)) return Status::ok();
   auto describe = [](const transports::CallStamp& s) {
-    return strprintf("%s of %llu elements (%s, %s, root %d)",
-                     collectives::collectiveName(collectives::Collective(s.collective)),
-                     (unsigned long long)s.count, dtypeName(loomDataType_t(s.dtype)),
-                     opName(loomRedOp_t(s.op)), s.root);
+    return strprintf("%s of %llu elements (%s, %s, root %u)",
+                     collectives::collectiveName(collectives::Collective(s.collective())),
+                     (unsigned long long)s.count, dtypeName(loomDataType_t(s.dtype())),
+                     opName(loomRedOp_t(s.op())), s.root());
   };
   return errorf(loomInvalidUsage,
                 "rank %d: %s (call %llu through the host's shared memory): the ranks' calls do "
                 "not match: rank %d called %s, this rank %s",
-                rank(), collective, (unsigned long long)stamp_.sequence, other,
+                rank(), collective, (unsigned long long)stamp_.sequence(), other,
                 describe(theirs).c_str(), describe(stamp_).c_str());
 }
 

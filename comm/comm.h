@@ -158,15 +158,14 @@ class Comm final : public collectives::ExecHost {
   Status execute(const collectives::PreparedPlan& plan, std::span<void* const> buffers,
                  loomDataType_t dtype, loomRedOp_t op, const char* collective,
                  uint64_t inputBytes = 0, uint64_t outputBytes = 0, bool aheadOfCall = false);
-  // Before a call through the arena: no rank revoked, and this rank's stamp of the call.
-  Status enterArena(const char* collective);
   // Marks the communicator failed with st (withFirstCause's) and returns that.
   Status failed(const Status& st);
   // st, with the cause a peer relays when it failed first (waiting up to kFirstCauseWaitMs).
   static constexpr int kFirstCauseWaitMs = 500;
   Status withFirstCause(const Status& st);
-  // Whether the arena's other ranks stamped this call as this rank did (stamp_).
-  Status checkStamps(const char* collective) const;
+  // The error of a call through the arena whose stamp (stamp_) another rank's differs from.
+  Status stampMismatch(const char* collective) const;
+  static constexpr uint32_t kSendRecvStamp = uint32_t(collectives::Collective::SendRecv);
   // Points buffers[kShared] at this call's half of the arena, mapping it first if need be.
   Status mapShared(const collectives::PreparedPlan& plan, size_t elemSize,
                    std::span<void*> buffers);
@@ -212,7 +211,7 @@ class Comm final : public collectives::ExecHost {
   std::vector<char> inputCopy_;  // an in-place alltoall's input, see resolve
   uint64_t sequence_ = 0;
   // The call being run (runCollective; null for a send/receive group), and the stamp execute
-  // gives a call through the host's arena from it (enterArena, checkStamps).
+  // gives a call through the host's arena from it (execute, stampMismatch).
   const CallDesc* stampedCall_ = nullptr;
   transports::CallStamp stamp_;
   uint64_t arenaCalls_ = 0;

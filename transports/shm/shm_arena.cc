@@ -144,6 +144,11 @@ Status ShmArena::attach(const CommContext& ctx, uint64_t dataBytes, const Deadli
   callBytes_ = callBytes(dataBytes);
   pidNamespace_ = pidNamespaceId();
   pidfds_.assign(size_t(members_), -1);
+  for (int parity = 0; parity < 2; ++parity) {
+    stampSlots_[parity].clear();
+    for (int i = 0; i < members_; ++i) stampSlots_[parity].push_back(&member_[i].stamps[parity]);
+  }
+  revokedBy_ = &header_->revokedBy;
   ArenaMember& me = member_[localIndex_];
   me.rank = ctx.rank;
   me.pid = getpid();
@@ -264,19 +269,15 @@ std::string ShmArena::absentRanks() const {
   return ranks;
 }
 
-void ShmArena::stamp(const CallStamp& mine) {
-  member_[localIndex_].stamps[mine.sequence % 2] = mine;
-}
-
-bool ShmArena::checkStamps(const CallStamp& mine, int* mismatchRank, CallStamp* theirs) const {
+bool ShmArena::mismatchedStamp(const CallStamp& mine, int* rank, CallStamp* theirs) const {
   for (int i = 0; i < members_; ++i) {
-    const CallStamp& s = member_[i].stamps[mine.sequence % 2];
-    if (i == localIndex_ || s == mine) continue;
-    *mismatchRank = member_[i].rank;
+    const CallStamp& s = member_[i].stamps[mine.word & 1];
+    if (s == mine) continue;
+    *rank = member_[i].rank;
     *theirs = s;
-    return false;
+    return true;
   }
-  return true;
+  return false;
 }
 
 void ShmArena::revoke(int rank) {

@@ -21,14 +21,25 @@ struct ArenaHeader;
 struct ArenaMember;
 
 // Where the members of an arena's barrier raise their flags (ShmArena::arrive).
-// What identifies a call alike on every rank (its role aside): the arena's members stamp each
-// call with it, so that a rank whose call does not match the others' finds out (ShmArena::stamp,
-// checkStamps) instead of returning what it read of another call.
+// What identifies a call alike on every rank (its role aside), in two words: the members of the
+// arena stamp each call with it, so that a rank whose call does not match the others' finds out
+// (ShmArena::enter, stampsMatch) instead of returning what it read of another call. `word`: the
+// call's number among those through the arena (low 32 bits), its collective (4 bits), datatype
+// (4), reduction op (8) and root (low 16 bits); `count`: its count.
 struct CallStamp {
-  uint64_t sequence = 0;
-  uint64_t count = 0;
-  uint32_t collective = 0, dtype = 0, op = 0;
-  int32_t root = 0;
+  uint64_t word = 0, count = 0;
+  static CallStamp of(uint64_t sequence, uint32_t collective, uint32_t dtype, uint32_t op,
+                      int32_t root, uint64_t count) {
+    return {(sequence & 0xffffffffu) | uint64_t(collective & 0xfu) << 32 |
+                uint64_t(dtype & 0xfu) << 36 | uint64_t(op & 0xffu) << 40 |
+                uint64_t(uint16_t(root)) << 48,
+            count};
+  }
+  uint32_t sequence() const { return uint32_t(word); }
+  uint32_t collective() const { return uint32_t(word >> 32) & 0xfu; }
+  uint32_t dtype() const { return uint32_t(word >> 36) & 0xfu; }
+  uint32_t op() const { return uint32_t(word >> 40) & 0xffu; }
+  uint32_t root() const { return uint32_t(word >> 48); }
   bool operator==(const CallStamp&) const = default;
 };
 
@@ -98,11 +109,21 @@ class ShmArena {
   // left first (leave) is not dead, whenever it exits.
   Status checkAlive();
   // Stamps this member's current call, before its first barrier (which carries it to the
-  // others); checkStamps, once the call's barriers have passed, finds the member whose stamp of
-  // the same call differs: mismatch names it and its stamp. Stamps alternate between two slots
-  // by sequence parity, like votes: no member gets two calls ahead of another.
-  void stamp(const CallStamp& mine);
-  bool checkStamps(const CallStamp& mine, int* mismatchRank, CallStamp* theirs) const;
+  // others), and returns the rank that revoked the communicator (revoke), or -1. Once the
+  // call's barriers have passed, stampsMatch tells whether every member stamped it alike;
+  // mismatchedStamp finds one that did not. Stamps alternate between two slots by the call's
+  // parity, like votes: no member gets two calls through the arena ahead of another. Inline:
+  // every call through the arena runs both.
+  int enter(const CallStamp& mine) {
+    *stampSlots_[mine.word & 1][size_t(localIndex_)] = mine;
+    return int(revokedBy_->load(std::memory_order_acquire)) - 1;
+  }
+  bool stampsMatch(const CallStamp& mine) const {
+    for (const CallStamp* s : stampSlots_[mine.word & 1])
+      if (s->word != mine.word || s->count != mine.count) return false;
+    return true;
+  }
+  bool mismatchedStamp(const CallStamp& mine, int* rank, CallStamp* theirs) const;
   // Marks the communicator revoked by `rank` for every member of the host: a rank that had not
   // yet entered the call a revoke ended must not complete it alone by reading the revoker's
   // published buffers (the bootstrap's message about it may still be unread). revokedBy: that
@@ -125,6 +146,8 @@ class ShmArena {
   std::unique_ptr<Mapping> mapping_;
   ArenaHeader* header_ = nullptr;
   ArenaMember* member_ = nullptr;  // [members_]
+  std::vector<CallStamp*> stampSlots_[2];  // each member's stamp slot, by parity
+  std::atomic<uint32_t>* revokedBy_ = nullptr;  // in the header
   char* data_ = nullptr;
   uint64_t callBytes_ = 0;
   uint64_t calls_ = 0;
