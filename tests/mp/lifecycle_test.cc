@@ -23,6 +23,24 @@ double secondsSince(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
+// A communicator whose waits end after timeoutMs.
+loomResult_t initWithTimeout(RankContext& ctx, loomComm_t* comm, int timeoutMs) {
+  loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+  config.timeoutMs = timeoutMs;
+  return initComm(ctx, comm, &config);
+}
+
+// Rank 0's unique id, on every rank; and the init of a non-blocking communicator with it.
+loomResult_t initNonBlocking(RankContext& ctx, loomComm_t* comm) {
+  loomUniqueId id;
+  if (ctx.rank() == 0 && loomGetUniqueId(&id) != loomSuccess) return loomSystemError;
+  std::string all = ctx.allgather(std::string(id.internal, sizeof(id)))[0];
+  memcpy(id.internal, all.data(), sizeof(id));
+  loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  return loomCommInitRankConfig(comm, ctx.nranks(), id, ctx.rank(), &config);
+}
+
 // Every rank's allreduce of (rank + 1) over count floats gives n(n+1)/2 in every element.
 int checkAllReduce(loomComm_t comm, size_t count = 1000) {
   int rank = -1, n = 0;
@@ -38,14 +56,8 @@ int checkAllReduce(loomComm_t comm, size_t count = 1000) {
 
 TEST(NonBlocking, InitReturnsInProgressAndPollsToSuccess) {
   auto results = runRanks(3, [](RankContext& ctx) {
-    loomUniqueId id;
-    if (ctx.rank() == 0) RANK_LOOM(loomGetUniqueId(&id));
-    std::string all = ctx.allgather(std::string(id.internal, sizeof(id)))[0];
-    memcpy(id.internal, all.data(), sizeof(id));
-    loomConfig_t config = LOOM_CONFIG_INITIALIZER;
-    config.blocking = 0;
     loomComm_t comm = nullptr;
-    loomResult_t rc = loomCommInitRankConfig(&comm, 3, id, ctx.rank(), &config);
+    loomResult_t rc = initNonBlocking(ctx, &comm);
     RANK_CHECK(rc == loomInProgress, "init returned %s", loomGetErrorString(rc));
     RANK_CHECK(comm != nullptr, "no handle while in progress");
     loomResult_t state = loomInProgress;
@@ -64,14 +76,8 @@ TEST(NonBlocking, InitReturnsInProgressAndPollsToSuccess) {
 
 TEST(NonBlocking, ACallWaitsForTheInit) {
   auto results = runRanks(2, [](RankContext& ctx) {
-    loomUniqueId id;
-    if (ctx.rank() == 0) RANK_LOOM(loomGetUniqueId(&id));
-    std::string all = ctx.allgather(std::string(id.internal, sizeof(id)))[0];
-    memcpy(id.internal, all.data(), sizeof(id));
-    loomConfig_t config = LOOM_CONFIG_INITIALIZER;
-    config.blocking = 0;
     loomComm_t comm = nullptr;
-    loomResult_t rc = loomCommInitRankConfig(&comm, 2, id, ctx.rank(), &config);
+    loomResult_t rc = initNonBlocking(ctx, &comm);
     RANK_CHECK(rc == loomInProgress, "init returned %s", loomGetErrorString(rc));
     if (checkAllReduce(comm)) return 1;
     RANK_LOOM(loomCommDestroy(comm));
@@ -150,10 +156,8 @@ TEST(Groups, SeveralCommunicatorsInOneGroup) {
 // with an error long before the deadline, and rank 2's own calls are refused.
 TEST(Revoke, EndsThePeersCallsInFlight) {
   auto results = runRanks(3, [](RankContext& ctx) {
-    loomConfig_t config = LOOM_CONFIG_INITIALIZER;
-    config.timeoutMs = 60000;
     loomComm_t comm = nullptr;
-    RANK_LOOM(initComm(ctx, &comm, &config));
+    RANK_LOOM(initWithTimeout(ctx, &comm, 60000));
     std::vector<float> x(1 << 16, 1), y(1 << 16);
     if (ctx.rank() == 2) {
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
@@ -186,10 +190,8 @@ class FromAnotherThread : public ::testing::TestWithParam<bool> {};
 TEST_P(FromAnotherThread, EndsTheCallInFlight) {
   const bool abort = GetParam();
   auto results = runRanks(2, [abort](RankContext& ctx) {
-    loomConfig_t config = LOOM_CONFIG_INITIALIZER;
-    config.timeoutMs = 60000;
     loomComm_t comm = nullptr;
-    RANK_LOOM(initComm(ctx, &comm, &config));
+    RANK_LOOM(initWithTimeout(ctx, &comm, 60000));
     std::vector<float> x(1 << 16, 1), y(1 << 16);
     if (ctx.rank() == 1) {  // never joins; its communicator ends with the peer's revoke
       std::this_thread::sleep_for(std::chrono::seconds(3));
@@ -228,10 +230,8 @@ TEST(Shrink, TheRanksLeftCarryOnAfterOneDied) {
   options.timeoutSec = 90;
   options.expectedToDie = {victim};
   auto results = runRanks(n, [&](RankContext& ctx) {
-    loomConfig_t config = LOOM_CONFIG_INITIALIZER;
-    config.timeoutMs = 30000;
     loomComm_t comm = nullptr;
-    RANK_LOOM(initComm(ctx, &comm, &config));
+    RANK_LOOM(initWithTimeout(ctx, &comm, 30000));
     if (checkAllReduce(comm)) return 1;
     if (ctx.rank() == victim) raise(SIGKILL);
     std::vector<float> x(1 << 16, 1), y(1 << 16);
@@ -282,10 +282,8 @@ TEST(Shrink, HealthyCommunicatorExcludesRanks) {
 
 TEST(Shrink, BadArgumentsAreRefusedAndDifferentListsTimeOut) {
   auto results = runRanks(3, [](RankContext& ctx) {
-    loomConfig_t config = LOOM_CONFIG_INITIALIZER;
-    config.timeoutMs = 1500;
     loomComm_t comm = nullptr, out = nullptr;
-    RANK_LOOM(initComm(ctx, &comm, &config));
+    RANK_LOOM(initWithTimeout(ctx, &comm, 1500));
     int self[] = {ctx.rank()}, twice[] = {1, 1}, bad[] = {7};
     RANK_CHECK(loomCommShrink(comm, self, 1, &out, nullptr, 0) == loomInvalidUsage, "self");
     RANK_CHECK(loomCommShrink(comm, twice, 2, &out, nullptr, 0) == loomInvalidArgument, "twice");
