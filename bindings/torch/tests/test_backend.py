@@ -25,9 +25,15 @@ def test_ddp_matches_gloo(size):
     workers.spawn(workers.check_ddp, size)
 
 
+# torchrun 1.13 under Python 3.11 fails on its default --redirects/--tee ("0": Python 3.11's
+# IntFlag no longer lists it); these keep every rank's output on the console.
+TORCHRUN = ["--redirects=1", "--tee=1"]
+
+
 @pytest.mark.parametrize("check", ["ops", "ddp"])
-def test_torchrun(check):
-    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=4",
+def test_torchrun(check, tmp_path):
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", *TORCHRUN,
+                          f"--log_dir={tmp_path}", "--nproc_per_node=4",
                           "--master_addr=127.0.0.1", f"--master_port={workers.free_port()}",
                           os.path.join(HERE, "workers.py"), check],
                          capture_output=True, text=True, timeout=300)
