@@ -294,6 +294,15 @@ loomResult_t LoomProcessGroup::reduceInPlace(const at::Tensor& buffer, const c10
   });
 }
 
+loomResult_t LoomProcessGroup::reduceScatter(const at::Tensor& in, const at::Tensor& out,
+                                             const c10d::ReduceOp& op) {
+  return withReduction(comm_, out.scalar_type(), op,
+                       [&](loomDataType_t dtype, int64_t per, loomRedOp_t lop) {
+    return loomReduceScatter(in.data_ptr(), out.data_ptr(), out.numel() * per, dtype, lop, comm_,
+                             nullptr);
+  });
+}
+
 loomResult_t LoomProcessGroup::bitwiseAllReduce(const at::Tensor& buffer, RedOpType op) {
   TORCH_CHECK(at::isIntegralType(buffer.scalar_type(), /*includeBool=*/true),
               "loom: BAND, BOR and BXOR need integer or bool tensors");
@@ -418,11 +427,7 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::reduce_scatter(
   checkParts(inputs[0], size_, out, "reduce_scatter");
   at::Tensor flat = flatten(inputs[0]);
   return run(c10d::OpType::REDUCE_SCATTER, outputs, [&] {
-    return withReduction(comm_, out.scalar_type(), opts.reduceOp,
-                         [&](loomDataType_t dtype, int64_t per, loomRedOp_t op) {
-      return loomReduceScatter(flat.data_ptr(), out.data_ptr(), out.numel() * per, dtype, op,
-                               comm_, nullptr);
-    });
+    return reduceScatter(flat, out, opts.reduceOp);
   }, [flat, back = copyBack(t, out)] { back(); });
 }
 
@@ -431,11 +436,7 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::_reduce_scatter_base(
   checkSizes(input, output, size_, "_reduce_scatter_base");
   at::Tensor in = input.contiguous(), out = output.contiguous();
   return run(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, [&] {
-    return withReduction(comm_, out.scalar_type(), opts.reduceOp,
-                         [&](loomDataType_t dtype, int64_t per, loomRedOp_t op) {
-      return loomReduceScatter(in.data_ptr(), out.data_ptr(), out.numel() * per, dtype, op,
-                               comm_, nullptr);
-    });
+    return reduceScatter(in, out, opts.reduceOp);
   }, [in, back = copyBack(output, out)] { back(); });
 }
 

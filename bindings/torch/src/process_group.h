@@ -95,6 +95,9 @@ class LoomProcessGroup : public LOOM_TORCH_BASE {
   void check(loomResult_t result, const char* what) const;
   // Reduces buffer (contiguous) in place on every rank, or onto root when root >= 0.
   loomResult_t reduceInPlace(const at::Tensor& buffer, const c10d::ReduceOp& op, int root);
+  // Reduces in (contiguous) and scatters: this rank's block lands in out (contiguous).
+  loomResult_t reduceScatter(const at::Tensor& in, const at::Tensor& out,
+                             const c10d::ReduceOp& op);
   // BAND, BOR and BXOR, which loom lacks: every rank gathers all inputs and folds them.
   loomResult_t bitwiseAllReduce(const at::Tensor& buffer, c10d::ReduceOp::RedOpType op);
 
