@@ -33,7 +33,7 @@ class CMakeBuild(build_ext):
             configure.append("-DCMAKE_CXX_COMPILER_LAUNCHER=ccache")
         configure += os.environ.get("CMAKE_ARGS", "").split()
         for command in (["cmake", "-S", str(ROOT), "-B", str(build), *configure],
-                        ["cmake", "--build", str(build), "--target", "loom_python",
+                        ["cmake", "--build", str(build), "--target", "loom_python_package",
                          "-j", str(os.cpu_count() or 1)],
                         ["cmake", "--install", str(build), "--component", "python",
                          "--prefix", str(prefix), "--strip"]):

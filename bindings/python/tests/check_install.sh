@@ -15,6 +15,7 @@ trap 'rm -rf "$tmp"' EXIT
 # $1: the folder to import loom from; $2: the folder libloom.so must be loaded from.
 check() {
   env -u LD_LIBRARY_PATH PYTHONPATH="$1" "$python" -B - "$2" << 'EOF_PY'
+import os
 import sys
 import numpy as np
 import loom
@@ -23,6 +24,10 @@ with loom.Communicator(loom.UniqueId(), 0, 1) as comm:
 assert loom.info()["version"] == loom.__version__
 loaded = {line.split()[-1] for line in open("/proc/self/maps") if "libloom.so" in line}
 assert loaded and all(path.startswith(sys.argv[1] + "/") for path in loaded), loaded
+if os.path.exists(os.path.join(os.path.dirname(loom.__file__), "torch.py")):
+    import torch.distributed as dist
+    import loom.torch
+    assert "LOOM" in dist.Backend._plugins
 print("loom", loom.__version__, "from", loom.__file__, "with", *loaded)
 EOF_PY
 }

@@ -1,0 +1,22 @@
+"""torch.distributed on loom: importing this registers the backend "loom".
+
+    import torch.distributed as dist
+    import loom.torch  # noqa: F401
+    dist.init_process_group(backend="loom")  # under torchrun, or with MASTER_ADDR/PORT, RANK...
+
+Every call runs on the calling thread and returns a completed work (its future holds the
+output tensors). CPU tensors; any dtype moves, reductions take float, double, half, bfloat16,
+int8, uint8, int32, int64, bool (SUM as logical or) and complex (SUM/AVG). Errors raise
+RuntimeError with loom's message; init_process_group's timeout is the deadline of every wait.
+"""
+import torch.distributed as _dist
+
+from ._loom_torch import ProcessGroupLoom
+
+
+def _create(store, rank, size, timeout):
+    return ProcessGroupLoom(store, rank, size, timeout)
+
+
+if "LOOM" not in _dist.Backend._plugins:
+    _dist.Backend.register_backend("loom", _create)
