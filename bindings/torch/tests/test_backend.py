@@ -25,6 +25,11 @@ def test_ddp_matches_gloo(size):
     workers.spawn(workers.check_ddp, size)
 
 
+@pytest.mark.parametrize("size", [2, 4])
+def test_zero_sharding_matches_gloo(size):
+    workers.spawn(workers.check_zero, size)
+
+
 # torchrun 1.13 under Python 3.11 fails on its default --redirects/--tee ("0": Python 3.11's
 # IntFlag no longer lists it); these keep every rank's output on the console.
 TORCHRUN = ["--redirects=1", "--tee=1"]
