@@ -229,10 +229,7 @@ loomResult_t loomCommInitRankConfig(loomComm_t* comm, int nranks, loomUniqueId c
   if (!st.isOk()) return finish(nullptr, st);
   *comm = nullptr;
   auto* handle = new loomComm;
-  const bool blocking = config == nullptr ||
-                        config->size < offsetof(loomConfig_t, blocking) + sizeof(int) ||
-                        config->blocking != 0;
-  if (inGroup() || !blocking) {
+  if (inGroup() || !blockingInit(config)) {
     // Made at the group's end, or in the background: the handle exists meanwhile.
     handle->pending = std::make_unique<PendingInit>(nranks, rank, commId, config);
     registerHandle(handle);
@@ -685,8 +682,7 @@ loomResult_t loomRedOpDestroy(loomRedOp_t op, loomComm_t comm) {
 loomResult_t loomCommShrink(loomComm_t comm, const int* excludeRanks, int excludeCount,
                             loomComm_t* newcomm, const loomConfig_t* config, int flags) {
   const char* fn = "loomCommShrink";
-  if (comm == nullptr || !isLive(comm)) return finish(nullptr, checkComm(comm, fn));
-  Status st = awaitReady(comm, fn, true);
+  Status st = checkComm(comm, fn);
   if (st.isOk() && newcomm == nullptr) st = errorf(loomInvalidArgument, "%s: newcomm is NULL", fn);
   if (st.isOk() && flags != LOOM_SHRINK_DEFAULT && flags != LOOM_SHRINK_ABORT)
     st = errorf(loomInvalidArgument, "%s: flags %d (valid: LOOM_SHRINK_DEFAULT, LOOM_SHRINK_ABORT)",

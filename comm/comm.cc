@@ -220,7 +220,6 @@ void Comm::fail(const Status& st) {
 }
 
 loomResult_t Comm::asyncError() {
-  if (errors_.revoked() && !errors_.failed()) return loomInvalidUsage;
   if (!errors_.failed()) {
     Status st = boot_.pollAbort();
     if (!st.isOk()) fail(st);

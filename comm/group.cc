@@ -46,11 +46,7 @@ Status runInits(std::vector<GroupItem>& items) {
   Status first;
   for (GroupItem& it : items) {
     if (it.kind != GroupItem::Kind::Init) continue;
-    const PendingInit& p = *it.comm->pending;
-    const bool blocking = !p.hasConfig || p.config.size < offsetof(loomConfig_t, blocking) +
-                                                              sizeof(int) ||
-                          p.config.blocking != 0;
-    if (!blocking) {
+    if (!it.comm->pending->blocking) {
       inProgress = true;
       continue;
     }

@@ -56,7 +56,11 @@ loomResult_t finish(loomComm_t comm, const Status& st) {
 
 PendingInit::PendingInit(int nranks, int rank, const loomUniqueId& id,
                          const loomConfig_t* config)
-    : nranks(nranks), rank(rank), id(id), hasConfig(config != nullptr) {
+    : nranks(nranks),
+      rank(rank),
+      id(id),
+      hasConfig(config != nullptr),
+      blocking(blockingInit(config)) {
   if (config == nullptr) return;
   // The caller's struct may be older (smaller) than ours: copy what it has, default the rest.
   loomConfig_t defaults = LOOM_CONFIG_INITIALIZER;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -18,10 +19,17 @@ namespace loom {
 
 // A communicator whose init runs later (at the end of the group that holds it) or in the
 // background (a non-blocking config). The handle exists meanwhile.
+// Whether a config (NULL, or of a version without the field, included) asks for blocking init.
+inline bool blockingInit(const loomConfig_t* config) {
+  return config == nullptr || config->size < offsetof(loomConfig_t, blocking) + sizeof(int) ||
+         config->blocking != 0;
+}
+
 struct PendingInit {
   int nranks = 0, rank = 0;
   loomUniqueId id{};
   bool hasConfig = false;
+  bool blocking = true;  // blockingInit of the caller's config
   loomConfig_t config{};
   std::string algorithms, transport;  // the config's strings, owned
   std::thread thread;
