@@ -76,26 +76,22 @@ inline Status checkBuffer(const void* p, size_t bytes, const char* fn, const cha
 // A call with a pre-multiplied sum reduces as loomSum over its input scaled by the op's
 // scalar: the scaled copy (comm->scaledInputs) becomes the call's input. The scaling is the
 // product kernel against a block of the scalar, so every type rounds as a product does.
-Status applyPreMulSum(loomComm* comm, CallDesc& d) {
+void applyPreMulSum(loomComm* comm, CallDesc& d) {
   const PreMulSum& pm = comm->preMulSums[size_t(d.op) - loomNumOps];
   const size_t es = dtypeSize(d.dtype);
   const size_t count = d.inputBytes / es;
-  constexpr size_t kBlock = 1024;
-  alignas(64) unsigned char scalars[kBlock * 8];
-  for (size_t i = 0; i < kBlock; ++i) memcpy(scalars + i * es, pm.scalar, es);
   std::vector<std::vector<char>>& copies = comm->scaledInputs;
   if (!inGroup()) copies.resize(1);
   else copies.emplace_back();  // kept until the group has run (comm/group.cc)
   copies.back().resize(d.inputBytes);
   const char* in = static_cast<const char*>(d.input);
   char* out = copies.back().data();
-  for (size_t i = 0; i < count; i += kBlock) {
-    size_t n = std::min(kBlock, count - i);
-    reduce(out + i * es, in + i * es, scalars, n, d.dtype, loomProd);
+  for (size_t i = 0; i < count; i += PreMulSum::kBlock) {
+    size_t n = std::min(PreMulSum::kBlock, count - i);
+    reduce(out + i * es, in + i * es, pm.scalars.data(), n, d.dtype, loomProd);
   }
   d.input = out;
   d.op = loomSum;
-  return Status::ok();
 }
 
 // A split's or shrink's config: the caller's, or (NULL) one with the parent's deadline.
@@ -108,7 +104,7 @@ const loomConfig_t* orParents(const loomConfig_t* config, const Comm& parent,
 }
 
 Status submitCollective(loomComm* comm, CallDesc& call) {
-  if (call.op >= loomNumOps) LOOM_TRY(applyPreMulSum(comm, call));
+  if (call.op >= loomNumOps) applyPreMulSum(comm, call);
   if (inGroup()) return queueCollective(comm, call);
   CallHold hold(comm);
   return comm->impl->runCollective(call);
@@ -655,9 +651,12 @@ loomResult_t loomRedOpCreatePreMulSum(loomRedOp_t* op, const void* scalar,
   size_t i = 0;
   while (i < ops.size() && ops[i].live) ++i;
   if (i == ops.size()) ops.emplace_back();
+  const size_t es = dtypeSize(datatype);
   ops[i].live = true;
   ops[i].dtype = datatype;
-  memcpy(ops[i].scalar, scalar, dtypeSize(datatype));
+  ops[i].scalars.resize(PreMulSum::kBlock * es);
+  for (size_t k = 0; k < PreMulSum::kBlock; ++k)
+    memcpy(ops[i].scalars.data() + k * es, scalar, es);
   *op = loomRedOp_t(loomNumOps + int(i));
   return loomSuccess;
 }

@@ -41,11 +41,13 @@ struct PendingInit {
   void start();  // runs Comm::create in a thread of its own
 };
 
-// One pre-multiplied sum (loomRedOpCreatePreMulSum): the type and the scalar's bytes.
+// One pre-multiplied sum (loomRedOpCreatePreMulSum): the type, and the scalar repeated
+// kBlock times, made once, that the product kernel scales a call's input by, a block at a time.
 struct PreMulSum {
+  static constexpr size_t kBlock = 1024;
   bool live = false;
   loomDataType_t dtype = loomFloat32;
-  unsigned char scalar[8] = {};
+  std::vector<unsigned char> scalars;
 };
 
 }  // namespace loom
