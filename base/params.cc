@@ -6,6 +6,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "base/fork_safe.h"
 #include "base/nccl_env.h"
 
 namespace loom::params {
@@ -164,7 +165,11 @@ Value readValue(const Entry& e) {
 Cache& cache() {
   // Never destroyed: detached bootstrap root threads may still read parameters while the
   // process runs its exit-time destructors.
-  static Cache& c = *new Cache;
+  static Cache& c = *[] {
+    auto* fresh = new Cache;
+    keepUsableAcrossFork(&fresh->mutex);
+    return fresh;
+  }();
   std::lock_guard<std::mutex> g(c.mutex);
   if (!c.loaded) {
     c.values.clear();

@@ -12,6 +12,7 @@
 #include <map>
 #include <thread>
 
+#include "base/fork_safe.h"
 #include "base/log.h"
 #include "base/params.h"
 
@@ -94,7 +95,11 @@ struct RootsHere {
   std::map<std::pair<std::string, pid_t>, int> connectedHere;
 };
 RootsHere& rootsHere() {
-  static auto* roots = new RootsHere;
+  static auto* roots = [] {
+    auto* fresh = new RootsHere;
+    keepUsableAcrossFork(&fresh->mutex);
+    return fresh;
+  }();
   return *roots;
 }
 
@@ -541,6 +546,7 @@ void Bootstrap::leave() {
   // while other ranks still work: each would see the root lost and fail. One rank can finish
   // an alltoall while the others still exchange (8 ranks over TCP did so in a test). So it waits
   // until every rank has left or died, or LOOM_TIMEOUT_MS.
+  const int64_t timeoutMs = params::getInt("LOOM_TIMEOUT_MS");  // not under roots.mutex
   RootsHere& roots = rootsHere();
   std::unique_lock<std::mutex> lock(roots.mutex);
   auto here = roots.connectedHere.find({secret_, getpid()});
@@ -551,7 +557,6 @@ void Bootstrap::leave() {
     auto it = roots.serving.find(secret_);
     return it == roots.serving.end() || it->second != self;
   };
-  const int64_t timeoutMs = params::getInt("LOOM_TIMEOUT_MS");
   if (timeoutMs < 0)
     roots.ended.wait(lock, gone);
   else if (!roots.ended.wait_for(lock, std::chrono::milliseconds(timeoutMs), gone))

@@ -1,12 +1,18 @@
 // Bootstrap over IPv4 and IPv6, chosen through LOOM_SOCKET_IFNAME / LOOM_SOCKET_FAMILY.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <thread>
 
+#include "base/clock.h"
 #include "base/params.h"
 #include "loom/loom.h"
 #include "tests/support/comm_harness.h"
@@ -82,6 +88,38 @@ TEST(RootInParent, ForkedRanksLeaveWithoutWaitingForIt) {
     return 0;
   }, ForkOptions::timeout(30));
   EXPECT_EQ(describeFailures(results), "");
+}
+
+// Launchers fork their ranks while loomGetUniqueId's root thread runs, and that thread reads
+// parameters under the registry's lock. A child forked while the lock was held once inherited
+// it locked and hung in its first init. Here a thread keeps that lock busy while the test forks
+// children that each read a parameter: every child must exit, at once.
+TEST(RootInParent, ForkedWhileAThreadReadsParametersTheChildCanReadThem) {
+  std::atomic<bool> stop{false};
+  std::thread reader([&stop] {
+    while (!stop.load()) params::reloadFromEnvironment();
+  });
+  int hung = 0;
+  int forked = 0;
+  for (; forked < 200 && hung < 3; ++forked) {
+    pid_t child = fork();
+    if (child == 0) _exit(params::getInt("LOOM_TIMEOUT_MS") != 0 ? 0 : 1);
+    ASSERT_GT(child, 0);
+    int status = -1;
+    Deadline deadline(2000);
+    while (waitpid(child, &status, WNOHANG) == 0) {
+      if (deadline.expired()) {
+        kill(child, SIGKILL);
+        waitpid(child, &status, 0);
+        ++hung;
+        break;
+      }
+      usleep(200);
+    }
+  }
+  stop = true;
+  reader.join();
+  EXPECT_EQ(hung, 0) << hung << " of " << forked << " children hung reading a parameter";
 }
 
 TEST(EnvInit, TorchrunStyleVariables) {
