@@ -13,7 +13,8 @@ A time is the slowest rank's mean over the timed iterations; busbw uses nccl-tes
 neither all_gather_into_tensor nor reduce_scatter_tensor), it is timed as a Gloo user writes
 it: all_gather into a list, all_reduce then the rank's slice (marked *). The DDP step trains a
 ~21 M-parameter MLP with a batch of 1 on one thread per rank, so that the gradient allreduce
-dominates. --json writes loom-perf's schema
+weighs as much as it can beside the step's own passes over the parameters (DDP with
+gradient_as_bucket_view, zero_grad(set_to_none=True), on both backends). --json writes loom-perf's schema
 (loom-perf-set/1 with one run per backend and operation), which perf/plot.py draws.
 """
 import argparse
@@ -105,13 +106,16 @@ def ddp_steps(group, steps):
     model = torch.nn.Sequential(torch.nn.Linear(2048, 4096), torch.nn.ReLU(),
                                 torch.nn.Linear(4096, 2048), torch.nn.ReLU(),
                                 torch.nn.Linear(2048, 2048))
-    ddp = torch.nn.parallel.DistributedDataParallel(model, process_group=group)
+    # PyTorch's settings for speed, on both backends: gradients live in DDP's buckets (no copy
+    # in or out), and zero_grad frees them (PyTorch 2's default) instead of filling with zeros.
+    ddp = torch.nn.parallel.DistributedDataParallel(model, process_group=group,
+                                                    gradient_as_bucket_view=True)
     opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
     x, y = torch.randn(1, 2048), torch.randn(1, 2048)
     times = []
     for step in range(steps + 2):
         start = time.perf_counter()
-        opt.zero_grad()
+        opt.zero_grad(set_to_none=True)
         torch.nn.functional.mse_loss(ddp(x), y).backward()
         opt.step()
         if step >= 2:

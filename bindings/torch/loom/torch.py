@@ -4,8 +4,8 @@
     import loom.torch  # noqa: F401
     dist.init_process_group(backend="loom")  # under torchrun, or with MASTER_ADDR/PORT, RANK...
 
-Every call runs on the calling thread and returns a completed work (its future holds the
-output tensors). CPU tensors; any dtype moves, reductions take float, double, half, bfloat16,
+Every call returns at once with a work that the group's worker thread completes (its future
+holds the output tensors); the worker runs the calls in the order they were made. CPU tensors; any dtype moves, reductions take float, double, half, bfloat16,
 int8, uint8, int32, int64, bool (SUM as logical or) and complex (SUM/AVG). Errors raise
 RuntimeError with loom's message; init_process_group's timeout is the deadline of every wait.
 """

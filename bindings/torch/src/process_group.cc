@@ -129,9 +129,10 @@ void unflatten(const at::Tensor& flat, std::vector<at::Tensor> tensors) {
   }
 }
 
-// What copies a staged (contiguous) buffer back into the user's tensor, where they differ.
+// What copies a staged (contiguous) buffer back into the user's tensor; nothing where they are
+// the same tensor (the call's lambda keeps the buffer alive until it ran).
 std::function<void()> copyBack(at::Tensor tensor, at::Tensor buffer) {
-  if (buffer.is_same(tensor)) return [buffer] {};  // keeps it alive while a group runs
+  if (buffer.is_same(tensor)) return {};
   return [tensor, buffer]() mutable { tensor.copy_(buffer); };
 }
 
@@ -178,12 +179,10 @@ void LoomWork::complete(std::exception_ptr error) {
   finish(error);
 }
 
-bool LoomWork::wait(std::chrono::milliseconds) {
-  TORCH_CHECK(isCompleted(), "loom: wait() on a call of a coalescing group (batch_isend_irecv) "
-                             "before the group ended");
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (exception_) std::rethrow_exception(exception_);
-  return true;
+bool LoomWork::wait(std::chrono::milliseconds timeout) {
+  TORCH_CHECK(queued_, "loom: wait() on a call of a coalescing group (batch_isend_irecv) "
+                       "before the group ended");
+  return c10d::Work::wait(timeout);  // a timeout throws; so does the call's error
 }
 
 std::vector<at::Tensor> LoomWork::result() { return outputs_; }
@@ -209,9 +208,18 @@ LoomProcessGroup::LoomProcessGroup(const c10::intrusive_ptr<c10d::Store>& store,
   loomConfig_t config = LOOM_CONFIG_INITIALIZER;
   config.timeoutMs = int(std::clamp<int64_t>(timeout.count(), 1, std::numeric_limits<int>::max()));
   check(loomCommInitRankConfig(&comm_, size, id, rank, &config), "loomCommInitRankConfig");
+  worker_ = std::thread([this] { serve(); });
 }
 
 LoomProcessGroup::~LoomProcessGroup() {
+  if (worker_.joinable()) {  // runs what was queued first: those calls' peers make them too
+    {
+      std::lock_guard<std::mutex> lock(queueMutex_);
+      stopping_ = true;
+    }
+    queueChanged_.notify_all();
+    worker_.join();
+  }
   if (!comm_) return;
   loomResult_t async = loomSuccess;
   // A failed communicator is aborted: its peers may be gone, and destroy would wait for them.
@@ -228,22 +236,58 @@ void LoomProcessGroup::check(loomResult_t result, const char* what) const {
 }
 
 c10::intrusive_ptr<c10d::Work> LoomProcessGroup::run(c10d::OpType type, Tensors outputs,
-                                                     const std::function<loomResult_t()>& call,
-                                                     std::function<void()> finish) {
+                                                     Call call) {
   auto work = c10::make_intrusive<LoomWork>(rank_, type, std::move(outputs));
-  check(call(), c10d::opTypeToString(type).c_str());
+  call.name = c10d::opTypeToString(type);
   if (coalescing_) {
-    pending_.push_back({work, std::move(finish)});
+    held_.calls.push_back(std::move(call));
+    held_.works.push_back(work);
     return work;
   }
-  if (finish) finish();
-  work->complete(nullptr);
+  enqueue({{std::move(call)}, {work}});
   return work;
+}
+
+void LoomProcessGroup::enqueue(Task task) {
+  for (auto& work : task.works) work->markQueued();
+  {
+    std::lock_guard<std::mutex> lock(queueMutex_);
+    queue_.push_back(std::move(task));
+  }
+  queueChanged_.notify_one();
+}
+
+void LoomProcessGroup::serve() {
+  for (;;) {
+    Task task;
+    {
+      std::unique_lock<std::mutex> lock(queueMutex_);
+      queueChanged_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and nothing left to run
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    execute(task);
+  }
+}
+
+void LoomProcessGroup::execute(Task& task) {
+  std::exception_ptr error;
+  try {
+    const bool group = task.calls.size() > 1;
+    if (group) check(loomGroupStart(), "loomGroupStart");
+    for (Call& call : task.calls) check(call.run(), call.name.c_str());
+    if (group) check(loomGroupEnd(), "loomGroupEnd");
+    for (Call& call : task.calls)
+      if (call.finish) call.finish();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  for (auto& work : task.works) work->complete(error);
 }
 
 void LoomProcessGroup::startCoalescing() {
   TORCH_CHECK(!coalescing_, "loom: coalescing groups do not nest");
-  check(loomGroupStart(), "loomGroupStart");
   coalescing_ = true;
 }
 
@@ -254,27 +298,19 @@ void LoomProcessGroup::endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>>
 #endif
   TORCH_CHECK(coalescing_, "loom: endCoalescing without startCoalescing");
   coalescing_ = false;
-  std::vector<Pending> pending = std::move(pending_);
-  pending_.clear();
-  std::exception_ptr error;
-  try {
-    check(loomGroupEnd(), "loomGroupEnd");
-    for (Pending& p : pending) {
-      if (p.finish) p.finish();
-    }
-  } catch (...) {
-    error = std::current_exception();
-  }
-  std::vector<at::Tensor> outputs;
-  for (Pending& p : pending) {
-    p.work->complete(error);
-    for (const at::Tensor& t : p.work->result()) outputs.push_back(t);
-  }
-  if (error) std::rethrow_exception(error);
+  Task group = std::move(held_);
+  held_ = Task();
 #if TORCH_VERSION_MAJOR >= 2
-  auto work = c10::make_intrusive<LoomWork>(rank_, c10d::OpType::COALESCED, outputs);
-  work->complete(nullptr);
-  return work;
+  // One Work for the group: it completes when the group's last call does.
+  std::vector<at::Tensor> outputs;
+  for (auto& work : group.works)
+    for (const at::Tensor& t : work->result()) outputs.push_back(t);
+  auto whole = c10::make_intrusive<LoomWork>(rank_, c10d::OpType::COALESCED, outputs);
+  group.works.push_back(whole);
+  enqueue(std::move(group));
+  return whole;
+#else
+  if (!group.calls.empty()) enqueue(std::move(group));  // each call's Work completes with it
 #endif
 }
 
@@ -323,17 +359,19 @@ loomResult_t LoomProcessGroup::bitwiseAllReduce(const at::Tensor& buffer, RedOpT
 c10::intrusive_ptr<c10d::Work> LoomProcessGroup::broadcast(Tensors& tensors,
                                                            const c10d::BroadcastOptions& opts) {
   at::Tensor t = single(tensors, "broadcast"), buf = t.contiguous();
-  return run(c10d::OpType::BROADCAST, tensors, [&] {
-    return loomBroadcast(buf.data_ptr(), buf.data_ptr(), bytes(buf), loomUint8,
-                         int(opts.rootRank), comm_, nullptr);
-  }, copyBack(t, buf));
+  const int root = int(opts.rootRank);
+  return run(c10d::OpType::BROADCAST, tensors, {[this, buf, root] {
+    return loomBroadcast(buf.data_ptr(), buf.data_ptr(), bytes(buf), loomUint8, root, comm_,
+                         nullptr);
+  }, copyBack(t, buf)});
 }
 
 c10::intrusive_ptr<c10d::Work> LoomProcessGroup::allreduce(Tensors& tensors,
                                                            const c10d::AllreduceOptions& opts) {
   at::Tensor t = single(tensors, "allreduce"), buf = t.contiguous();
   return run(c10d::OpType::ALLREDUCE, tensors,
-             [&] { return reduceInPlace(buf, opts.reduceOp, -1); }, copyBack(t, buf));
+             {[this, buf, op = opts.reduceOp] { return reduceInPlace(buf, op, -1); },
+              copyBack(t, buf)});
 }
 
 c10::intrusive_ptr<c10d::Work> LoomProcessGroup::allreduce_coalesced(
@@ -346,16 +384,18 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::allreduce_coalesced(
   }
   at::Tensor flat = flatten(tensors);
   return run(c10d::OpType::ALLREDUCE_COALESCED, tensors,
-             [&] { return reduceInPlace(flat, opts.reduceOp, -1); },
-             [flat, tensors] { unflatten(flat, tensors); });
+             {[this, flat, op = opts.reduceOp] { return reduceInPlace(flat, op, -1); },
+              [flat, tensors] { unflatten(flat, tensors); }});
 }
 
 c10::intrusive_ptr<c10d::Work> LoomProcessGroup::reduce(Tensors& tensors,
                                                         const c10d::ReduceOptions& opts) {
   at::Tensor t = single(tensors, "reduce"), buf = t.contiguous();
   return run(c10d::OpType::REDUCE, tensors,
-             [&] { return reduceInPlace(buf, opts.reduceOp, int(opts.rootRank)); },
-             copyBack(t, buf));
+             {[this, buf, op = opts.reduceOp, root = int(opts.rootRank)] {
+                return reduceInPlace(buf, op, root);
+              },
+              copyBack(t, buf)});
 }
 
 c10::intrusive_ptr<c10d::Work> LoomProcessGroup::allgather(TensorLists& outputs, Tensors& inputs,
@@ -364,9 +404,36 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::allgather(TensorLists& outputs,
   TORCH_CHECK(outputs.size() == 1, "loom allgather: one output list per call");
   checkParts(outputs[0], size_, in, "allgather");
   at::Tensor flat = at::empty({size_ * in.numel()}, in.options());
-  return run(c10d::OpType::ALLGATHER, outputs[0], [&] {
+  return run(c10d::OpType::ALLGATHER, outputs[0], {[this, in, flat] {
     return loomAllGather(in.data_ptr(), flat.data_ptr(), bytes(in), loomUint8, comm_, nullptr);
-  }, [flat, in, parts = outputs[0]] { unflatten(flat, parts); });
+  }, [flat, parts = outputs[0]] { unflatten(flat, parts); }});
+}
+
+// output_lists[r][i] receives rank r's inputs[i]: one allgather of every input back to back.
+c10::intrusive_ptr<c10d::Work> LoomProcessGroup::allgather_coalesced(
+    TensorLists& outputs, Tensors& inputs, const c10d::AllgatherOptions&) {
+  TORCH_CHECK(!inputs.empty(), "loom allgather_coalesced: no tensors");
+  TORCH_CHECK(int(outputs.size()) == size_, "loom allgather_coalesced: ", size_,
+              " output lists expected, got ", outputs.size());
+  for (const at::Tensor& t : inputs) {
+    checkCpu(t, "allgather_coalesced");
+    TORCH_CHECK(t.scalar_type() == inputs[0].scalar_type(),
+                "loom allgather_coalesced: the tensors must share one dtype");
+  }
+  Tensors parts;  // every output tensor, rank by rank
+  for (const Tensors& list : outputs) {
+    TORCH_CHECK(list.size() == inputs.size(), "loom allgather_coalesced: every output list "
+                "must have ", inputs.size(), " tensors");
+    for (size_t i = 0; i < list.size(); ++i) {
+      checkParts({list[i]}, 1, inputs[i], "allgather_coalesced");
+      parts.push_back(list[i]);
+    }
+  }
+  at::Tensor in = flatten(inputs);
+  at::Tensor flat = at::empty({size_ * in.numel()}, in.options());
+  return run(c10d::OpType::ALLGATHER_COALESCED, parts, {[this, in, flat] {
+    return loomAllGather(in.data_ptr(), flat.data_ptr(), bytes(in), loomUint8, comm_, nullptr);
+  }, [flat, parts] { unflatten(flat, parts); }});
 }
 
 c10::intrusive_ptr<c10d::Work> LoomProcessGroup::_allgather_base(at::Tensor& output,
@@ -374,9 +441,9 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::_allgather_base(at::Tensor& out
                                                                  const c10d::AllgatherOptions&) {
   checkSizes(output, input, size_, "_allgather_base");
   at::Tensor in = input.contiguous(), out = output.contiguous();
-  return run(c10d::OpType::_ALLGATHER_BASE, {output}, [&] {
+  return run(c10d::OpType::_ALLGATHER_BASE, {output}, {[this, in, out] {
     return loomAllGather(in.data_ptr(), out.data_ptr(), bytes(in), loomUint8, comm_, nullptr);
-  }, [in, back = copyBack(output, out)] { back(); });
+  }, copyBack(output, out)});
 }
 
 c10::intrusive_ptr<c10d::Work> LoomProcessGroup::gather(TensorLists& outputs, Tensors& inputs,
@@ -393,12 +460,12 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::gather(TensorLists& outputs, Te
                 "loom gather: only the root takes output tensors");
   }
   at::Tensor flat = rank_ == root ? at::empty({size_ * in.numel()}, in.options()) : at::Tensor();
-  return run(c10d::OpType::GATHER, parts, [&] {
+  return run(c10d::OpType::GATHER, parts, {[this, in, flat, root] {
     return loomGather(in.data_ptr(), flat.defined() ? flat.data_ptr() : nullptr, bytes(in),
                       loomUint8, root, comm_, nullptr);
-  }, [flat, in, parts] {
+  }, [flat, parts] {
     if (flat.defined()) unflatten(flat, parts);
-  });
+  }});
 }
 
 c10::intrusive_ptr<c10d::Work> LoomProcessGroup::scatter(Tensors& outputs, TensorLists& inputs,
@@ -414,10 +481,10 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::scatter(Tensors& outputs, Tenso
     TORCH_CHECK(inputs.empty() || inputs[0].empty(),
                 "loom scatter: only the root takes input tensors");
   }
-  return run(c10d::OpType::SCATTER, outputs, [&] {
+  return run(c10d::OpType::SCATTER, outputs, {[this, flat, out, root] {
     return loomScatter(flat.defined() ? flat.data_ptr() : nullptr, out.data_ptr(), bytes(out),
                        loomUint8, root, comm_, nullptr);
-  }, [flat, back = copyBack(t, out)] { back(); });
+  }, copyBack(t, out)});
 }
 
 c10::intrusive_ptr<c10d::Work> LoomProcessGroup::reduce_scatter(
@@ -426,19 +493,24 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::reduce_scatter(
   TORCH_CHECK(inputs.size() == 1, "loom reduce_scatter: one input list per call");
   checkParts(inputs[0], size_, out, "reduce_scatter");
   at::Tensor flat = flatten(inputs[0]);
-  return run(c10d::OpType::REDUCE_SCATTER, outputs, [&] {
-    return reduceScatter(flat, out, opts.reduceOp);
-  }, [flat, back = copyBack(t, out)] { back(); });
+  return run(c10d::OpType::REDUCE_SCATTER, outputs,
+             {[this, flat, out, op = opts.reduceOp] { return reduceScatter(flat, out, op); },
+              copyBack(t, out)});
 }
 
 c10::intrusive_ptr<c10d::Work> LoomProcessGroup::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
   checkSizes(input, output, size_, "_reduce_scatter_base");
   at::Tensor in = input.contiguous(), out = output.contiguous();
-  return run(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, [&] {
-    return reduceScatter(in, out, opts.reduceOp);
-  }, [in, back = copyBack(output, out)] { back(); });
+  return run(c10d::OpType::_REDUCE_SCATTER_BASE, {output},
+             {[this, in, out, op = opts.reduceOp] { return reduceScatter(in, out, op); },
+              copyBack(output, out)});
 }
+
+// Byte counts and offsets of the blocks each rank sends and receives.
+struct AlltoallLayout {
+  std::vector<size_t> sendCounts, sendOffsets, recvCounts, recvOffsets;
+};
 
 c10::intrusive_ptr<c10d::Work> LoomProcessGroup::alltoall_base(
     at::Tensor& output, at::Tensor& input, std::vector<int64_t>& outputSplits,
@@ -447,20 +519,21 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::alltoall_base(
   checkCpu(input, "alltoall_base");
   TORCH_CHECK(output.scalar_type() == input.scalar_type(), "loom alltoall_base: dtypes differ");
   at::Tensor in = input.contiguous(), out = output.contiguous();
-  std::vector<size_t> sendCounts, sendOffsets, recvCounts, recvOffsets;
-  blocks(in, inputSplits, size_, sendCounts, sendOffsets);
-  blocks(out, outputSplits, size_, recvCounts, recvOffsets);
-  return run(c10d::OpType::ALLTOALL_BASE, {output}, [&] {
-    return loomAlltoAllv(in.data_ptr(), sendCounts.data(), sendOffsets.data(), out.data_ptr(),
-                         recvCounts.data(), recvOffsets.data(), loomUint8, comm_, nullptr);
-  }, [in, back = copyBack(output, out)] { back(); });
+  auto layout = std::make_shared<AlltoallLayout>();
+  blocks(in, inputSplits, size_, layout->sendCounts, layout->sendOffsets);
+  blocks(out, outputSplits, size_, layout->recvCounts, layout->recvOffsets);
+  return run(c10d::OpType::ALLTOALL_BASE, {output}, {[this, in, out, layout] {
+    return loomAlltoAllv(in.data_ptr(), layout->sendCounts.data(), layout->sendOffsets.data(),
+                         out.data_ptr(), layout->recvCounts.data(), layout->recvOffsets.data(),
+                         loomUint8, comm_, nullptr);
+  }, copyBack(output, out)});
 }
 
 c10::intrusive_ptr<c10d::Work> LoomProcessGroup::alltoall(Tensors& outputs, Tensors& inputs,
                                                           const c10d::AllToAllOptions&) {
   TORCH_CHECK(int(outputs.size()) == size_ && int(inputs.size()) == size_, "loom alltoall: ",
               size_, " input and output tensors expected");
-  std::vector<size_t> sendCounts, sendOffsets, recvCounts, recvOffsets;
+  auto layout = std::make_shared<AlltoallLayout>();
   size_t sent = 0, received = 0;
   for (int r = 0; r < size_; ++r) {
     checkCpu(inputs[r], "alltoall");
@@ -468,34 +541,35 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::alltoall(Tensors& outputs, Tens
     TORCH_CHECK(inputs[r].scalar_type() == inputs[0].scalar_type() &&
                 outputs[r].scalar_type() == inputs[0].scalar_type(),
                 "loom alltoall: the tensors must share one dtype");
-    sendOffsets.push_back(sent);
-    sendCounts.push_back(bytes(inputs[r]));
-    sent += sendCounts.back();
-    recvOffsets.push_back(received);
-    recvCounts.push_back(bytes(outputs[r]));
-    received += recvCounts.back();
+    layout->sendOffsets.push_back(sent);
+    layout->sendCounts.push_back(bytes(inputs[r]));
+    sent += layout->sendCounts.back();
+    layout->recvOffsets.push_back(received);
+    layout->recvCounts.push_back(bytes(outputs[r]));
+    received += layout->recvCounts.back();
   }
   at::Tensor in = flatten(inputs);
   at::Tensor out = at::empty({int64_t(received / inputs[0].element_size())}, in.options());
-  return run(c10d::OpType::ALLTOALL, outputs, [&] {
-    return loomAlltoAllv(in.data_ptr(), sendCounts.data(), sendOffsets.data(), out.data_ptr(),
-                         recvCounts.data(), recvOffsets.data(), loomUint8, comm_, nullptr);
-  }, [in, out, outputs] { unflatten(out, outputs); });
+  return run(c10d::OpType::ALLTOALL, outputs, {[this, in, out, layout] {
+    return loomAlltoAllv(in.data_ptr(), layout->sendCounts.data(), layout->sendOffsets.data(),
+                         out.data_ptr(), layout->recvCounts.data(), layout->recvOffsets.data(),
+                         loomUint8, comm_, nullptr);
+  }, [out, outputs] { unflatten(out, outputs); }});
 }
 
 // Tags are not matched: messages between two ranks arrive in the order they were sent.
 c10::intrusive_ptr<c10d::Work> LoomProcessGroup::send(Tensors& tensors, int dstRank, int) {
   at::Tensor buf = single(tensors, "send").contiguous();
-  return run(c10d::OpType::SEND, tensors, [&] {
+  return run(c10d::OpType::SEND, tensors, {[this, buf, dstRank] {
     return loomSend(buf.data_ptr(), bytes(buf), loomUint8, dstRank, comm_, nullptr);
-  }, [buf] {});
+  }, {}});
 }
 
 c10::intrusive_ptr<c10d::Work> LoomProcessGroup::recv(Tensors& tensors, int srcRank, int) {
   at::Tensor t = single(tensors, "recv"), buf = t.contiguous();
-  return run(c10d::OpType::RECV, tensors, [&] {
+  return run(c10d::OpType::RECV, tensors, {[this, buf, srcRank] {
     return loomRecv(buf.data_ptr(), bytes(buf), loomUint8, srcRank, comm_, nullptr);
-  }, copyBack(t, buf));
+  }, copyBack(t, buf)});
 }
 
 c10::intrusive_ptr<c10d::Work> LoomProcessGroup::recvAnysource(Tensors&, int) {
@@ -504,10 +578,10 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::recvAnysource(Tensors&, int) {
 
 c10::intrusive_ptr<c10d::Work> LoomProcessGroup::barrier(const c10d::BarrierOptions&) {
   at::Tensor token = at::zeros({1}, at::kByte);
-  return run(c10d::OpType::BARRIER, {}, [&] {
+  return run(c10d::OpType::BARRIER, {}, {[this, token] {
     return loomAllReduce(token.data_ptr(), token.data_ptr(), 1, loomUint8, loomMax, comm_,
                          nullptr);
-  }, [token] {});
+  }, {}});
 }
 
 }  // namespace loom_torch

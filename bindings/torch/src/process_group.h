@@ -1,17 +1,24 @@
 // The torch.distributed backend "loom": a c10d process group over loom's public C API.
 //
-// Every call runs synchronously on the calling thread (loom's host calls are complete when they
-// return) and returns a Work that is already completed, whose future holds the output tensors.
-// Between startCoalescing and endCoalescing (batch_isend_irecv) the calls go into one loom
-// group: their Works complete when the group ends.
+// A call checks its arguments and stages its tensors on the calling thread, then queues the loom
+// call for the group's one worker thread and returns its Work at once: the caller (DDP's
+// backward, say) goes on while the worker communicates, and the Work completes, with its future
+// holding the output tensors, when the worker has run it. The worker runs the calls in the order
+// they were made, which is the order every rank makes them. Between startCoalescing and
+// endCoalescing (batch_isend_irecv) the calls are held and queued as one loom group.
 #pragma once
 
 #include <loom/loom.h>
 #include <torch/version.h>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <functional>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 // The one version switch: PyTorch 1.x backends subclass c10d::ProcessGroup; from 2.0 a backend
@@ -32,12 +39,14 @@
 
 namespace loom_torch {
 
-// A call's Work: completed at once, or when the coalescing group it was queued in ends.
+// A call's Work: completed by the worker thread once the call ran.
 class LoomWork : public c10d::Work {
  public:
   LoomWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs);
   // Completes the work: the future gets the outputs, or the error.
   void complete(std::exception_ptr error);
+  // Whether the call has been handed to the worker (a call of an open coalescing group has not).
+  void markQueued() { queued_ = true; }
   bool wait(std::chrono::milliseconds timeout) override;
   std::vector<at::Tensor> result() override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
@@ -45,6 +54,7 @@ class LoomWork : public c10d::Work {
  private:
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::atomic<bool> queued_{false};
 };
 
 class LoomProcessGroup : public LOOM_TORCH_BASE {
@@ -67,6 +77,8 @@ class LoomProcessGroup : public LOOM_TORCH_BASE {
   WorkPtr allreduce(Tensors& tensors, const c10d::AllreduceOptions& opts) override;
   WorkPtr allreduce_coalesced(Tensors& tensors,
                               const c10d::AllreduceCoalescedOptions& opts) override;
+  WorkPtr allgather_coalesced(TensorLists& outputs, Tensors& inputs,
+                              const c10d::AllgatherOptions& opts) override;
   WorkPtr reduce(Tensors& tensors, const c10d::ReduceOptions& opts) override;
   WorkPtr allgather(TensorLists& outputs, Tensors& inputs,
                     const c10d::AllgatherOptions& opts) override;
@@ -88,10 +100,22 @@ class LoomProcessGroup : public LOOM_TORCH_BASE {
   WorkPtr barrier(const c10d::BarrierOptions& opts) override;
 
  private:
-  // Runs call (loom calls; nonzero results throw) and then finish (copies staged outputs back),
-  // or queues both in the open coalescing group. The Work's future holds outputs.
-  WorkPtr run(c10d::OpType type, Tensors outputs, const std::function<loomResult_t()>& call,
-              std::function<void()> finish = {});
+  // A loom call with what copies its staged outputs back (may be empty), for the worker.
+  struct Call {
+    std::function<loomResult_t()> run;
+    std::function<void()> finish;
+    std::string name = "";  // the op, for errors; run() sets it
+  };
+  struct Task {
+    std::vector<Call> calls;  // several: one coalescing group, run between loomGroupStart/End
+    std::vector<c10::intrusive_ptr<LoomWork>> works;  // completed once every call ran
+  };
+  // Queues call for the worker, or holds it in the open coalescing group; the Work's future
+  // holds outputs. call.run's captures must own what it touches: it runs later, elsewhere.
+  WorkPtr run(c10d::OpType type, Tensors outputs, Call call);
+  void enqueue(Task task);
+  void serve();  // the worker thread
+  void execute(Task& task);
   void check(loomResult_t result, const char* what) const;
   // Reduces buffer (contiguous) in place on every rank, or onto root when root >= 0.
   loomResult_t reduceInPlace(const at::Tensor& buffer, const c10d::ReduceOp& op, int root);
@@ -101,13 +125,15 @@ class LoomProcessGroup : public LOOM_TORCH_BASE {
   // BAND, BOR and BXOR, which loom lacks: every rank gathers all inputs and folds them.
   loomResult_t bitwiseAllReduce(const at::Tensor& buffer, c10d::ReduceOp::RedOpType op);
 
-  struct Pending {
-    c10::intrusive_ptr<LoomWork> work;
-    std::function<void()> finish;
-  };
   loomComm_t comm_ = nullptr;
   bool coalescing_ = false;
-  std::vector<Pending> pending_;
+  Task held_;  // the open coalescing group's calls
+
+  std::mutex queueMutex_;
+  std::condition_variable queueChanged_;
+  std::deque<Task> queue_;
+  bool stopping_ = false;
+  std::thread worker_;
 };
 
 }  // namespace loom_torch

@@ -6,6 +6,7 @@ import datetime
 import os
 import socket
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -240,15 +241,44 @@ def check_coalesced_and_work(rank, size, gloo):
         dist.all_reduce_coalesced(ts, group=group)
         return ts
     same(*both(gloo, coalesced), "all_reduce_coalesced")
-    x = values(rank, (8,), torch.float32)
-    work = dist.all_reduce(x, async_op=True)
-    assert work.is_completed()
-    assert work.wait()
-    fut = work.get_future()
-    assert fut.done()
-    same(fut.value()[0], x, "the future's tensor")
+    # all_gather_coalesced: out[r][i] is rank r's i-th tensor.
+    def gathered_coalesced(group):
+        ins = [values(rank, (5,), torch.float64), values(rank, (2, 3), torch.float64, seed=1)]
+        out = [[torch.empty_like(t) for t in ins] for _ in range(size)]
+        dist.all_gather_coalesced(out, ins, group=group)
+        return [t for lst in out for t in lst]
+    same(*both(gloo, gathered_coalesced), "all_gather_coalesced")
+    # Async works: several calls in flight, completed in order; wait, is_completed, the future
+    # and a callback chained on it as DDP's communication hooks do.
+    xs = [values(rank, (1000,), torch.float32, seed=s) for s in range(4)]
+    works = [dist.all_reduce(x, async_op=True) for x in xs]
+    halves = works[-1].get_future().then(lambda f: f.value()[0] / 2)
+    for work in works:
+        assert work.wait()
+        assert work.is_completed() and work.is_success()
+    expected = [sum(values(r, (1000,), torch.float32, seed=s) for r in range(size))
+                for s in range(4)]
+    same(xs, expected, "async all_reduce")
+    same(works[0].get_future().wait()[0], expected[0], "the future's tensor")
+    same(halves.wait(), expected[3] / 2, "a callback on the future")
     work = dist.barrier(async_op=True)
     work.wait()
+    # A wait with a timeout raises when the call has not completed by then (rank 0's allreduce
+    # waits for the others', made 1.5 s later); waiting again without one then completes.
+    if rank == 0:
+        x = torch.ones(3)
+        work = dist.all_reduce(x, async_op=True)
+        try:
+            work.wait(timeout=datetime.timedelta(milliseconds=300))
+            raise AssertionError("a wait did not time out")
+        except RuntimeError as e:
+            assert "timed out" in str(e), e
+        work.wait()
+    else:
+        time.sleep(1.5)
+        x = torch.ones(3)
+        dist.all_reduce(x)
+    same(x, torch.full((3,), float(size)), "all_reduce after a timed-out wait")
     # A bad call raises, with loom's message, and the group goes on working.
     try:
         dist.all_reduce(torch.zeros(2, dtype=torch.int16))
