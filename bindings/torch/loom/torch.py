@@ -9,6 +9,8 @@ holds the output tensors); the worker runs the calls in the order they were made
 int8, uint8, int32, int64, bool (SUM as logical or) and complex (SUM/AVG). Errors raise
 RuntimeError with loom's message; init_process_group's timeout is the deadline of every wait.
 """
+import inspect as _inspect
+
 import torch.distributed as _dist
 
 from ._loom_torch import ProcessGroupLoom
@@ -19,4 +21,8 @@ def _create(store, rank, size, timeout):
 
 
 if "LOOM" not in _dist.Backend._plugins:
-    _dist.Backend.register_backend("loom", _create)
+    # PyTorch 2.x asks which devices a backend serves; 1.13 has no such argument.
+    if "devices" in _inspect.signature(_dist.Backend.register_backend).parameters:
+        _dist.Backend.register_backend("loom", _create, devices=["cpu"])
+    else:
+        _dist.Backend.register_backend("loom", _create)

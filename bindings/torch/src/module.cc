@@ -7,8 +7,9 @@
 namespace py = pybind11;
 
 PYBIND11_MODULE(_loom_torch, m) {
-  // The base class's Python type is registered by torch.distributed.
-  py::object base = py::module_::import("torch.distributed").attr(
+  // The base class's Python type, registered by torch's C extension (in 2.x,
+  // torch.distributed.Backend is another class: the Python enum of backend names).
+  py::object base = py::module_::import("torch._C._distributed_c10d").attr(
 #if TORCH_VERSION_MAJOR >= 2
       "Backend"
 #else
