@@ -132,6 +132,7 @@ struct MissingRanks {
   std::vector<int> missing;
   const char* named;
 };
+void PrintTo(const MissingRanks& c, std::ostream* os) { *os << c.named; }
 class NeverJoined : public ::testing::TestWithParam<MissingRanks> {};
 
 TEST_P(NeverJoined, EveryRankThatJoinedIsToldWhichDidNot) {
