@@ -170,6 +170,7 @@ class Root {
   }
 
   std::string missingRanks() const {
+    if (nranks_ < 0) return "bootstrap: no rank joined before the deadline (LOOM_TIMEOUT_MS)";
     std::vector<int> missing;
     for (int r = 0; r < nranks_; ++r)
       if (fds_[size_t(r)] < 0) missing.push_back(r);
