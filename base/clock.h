@@ -25,6 +25,14 @@ class Deadline {
       : endNs_(timeoutMs < 0 ? UINT64_MAX : nowNs() + uint64_t(timeoutMs) * 1000000ull) {}
   static Deadline never() { return Deadline(-1); }
   bool expired() const { return nowNs() >= endNs_; }
+  bool bounded() const { return endNs_ != UINT64_MAX; }
+  bool before(const Deadline& other) const { return endNs_ < other.endNs_; }
+  // This deadline moved ms later.
+  Deadline extended(int64_t ms) const {
+    Deadline d = *this;
+    if (bounded()) d.endNs_ += uint64_t(ms) * 1000000ull;
+    return d;
+  }
   // Milliseconds left, clamped to [0, capMs].
   int remainingMs(int capMs) const {
     if (endNs_ == UINT64_MAX) return capMs;

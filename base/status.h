@@ -5,6 +5,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "loom/loom.h"
 
@@ -14,6 +15,9 @@ namespace loom {
 std::string strprintf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 // s as a JSON string, quotes included (loomGetInfo's and loom-perf's JSON).
 std::string jsonString(std::string_view s);
+// Ascending ranks as a short list for messages: runs of 3 or more become a range
+// ({2, 5} -> "2, 5"; {0, 3, 4, 5, 6, 7} -> "0, 3-7").
+std::string rankRanges(const std::vector<int>& ranks);
 
 class [[nodiscard]] Status {
  public:

@@ -34,6 +34,23 @@ std::string jsonString(std::string_view s) {
   return out + "\"";
 }
 
+std::string rankRanges(const std::vector<int>& ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t end = i + 1;  // [i, end) is a run of consecutive ranks
+    while (end < ranks.size() && ranks[end] == ranks[end - 1] + 1) ++end;
+    if (!out.empty()) out += ", ";
+    if (end - i >= 3) {
+      out += strprintf("%d-%d", ranks[i], ranks[end - 1]);
+    } else {
+      out += std::to_string(ranks[i]);
+      if (end - i == 2) out += ", " + std::to_string(ranks[i + 1]);
+    }
+    i = end;
+  }
+  return out;
+}
+
 const char* dtypeName(loomDataType_t d) {
   static const char* const kNames[] = {"int8",  "uint8",    "int32", "uint32",
                                        "int64", "uint64",   "half",  "bfloat16",

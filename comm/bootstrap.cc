@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -27,6 +28,7 @@ enum MessageType : uint32_t {
   kPut = 5,        // key, value
   kGet = 6,        // key; answered by kGetResult once the key is there
   kGetResult = 7,  // value
+  kJoinTimeout = 8,  // why the communicator was not made: the ranks that never joined
 };
 
 // A key and a value in one payload: the key's length (4 bytes), the key, the value.
@@ -49,7 +51,16 @@ struct Hello {
   unsigned char secret[16];
   int32_t rank;
   int32_t nranks;
+  // What is left of the rank's init deadline, in ms (-1: none): the root gives up waiting for
+  // the missing ranks no later than that, so the rank hears which ones before it gives up.
+  int32_t timeoutMs;
 };
+
+// How long past its deadline a rank that waits to hear that every rank has joined still waits
+// for the root's word naming those that did not: the root's deadline for the rank ends with the
+// rank's own, plus the hello's time on the way and in the root's queue, which takes a second or
+// more on a loaded host.
+constexpr int kJoinVerdictMs = 3000;
 
 // Replies to a hello.
 enum HelloReply : uint8_t { kAccepted = 0, kWrongSize = 2, kDuplicateRank = 3, kBadRank = 4 };
@@ -111,33 +122,13 @@ class Root {
   }
   void run() {
     runPhases();
-    for (int fd : fds_)
-      if (fd >= 0) close(fd);
+    closeGracefully();
     close(listenFd_);
   }
 
  private:
   void runPhases() {
-    // Phase 1: every rank connects; bounded by LOOM_TIMEOUT_MS so a job that never starts
-    // does not leave a thread listening forever.
-    Deadline joinDeadline(params::getInt("LOOM_TIMEOUT_MS"));
-    while (nranks_ < 0 || joined_ < nranks_) {
-      int fd = -1;
-      Status st = net::acceptOne(listenFd_, joinDeadline, &fd);
-      if (!st.isOk()) {
-        LOOM_WARN("BOOT", "bootstrap root: %d of %d ranks joined before the deadline: %s",
-                  joined_, nranks_, st.message().c_str());
-        broadcastAbort("bootstrap: not every rank joined before the deadline (LOOM_TIMEOUT_MS)");
-        return;
-      }
-      admit(fd);
-      if (!fatal_.empty()) {
-        // A rank with a different communicator size: nobody can succeed; say why at once
-        // instead of letting the others wait for their deadline.
-        broadcastAbort(fatal_);
-        return;
-      }
-    }
+    if (!awaitJoins()) return;
     // Phase 2: relay gathers and aborts until every rank has left.
     while (active_ > 0) {
       std::vector<pollfd> p;
@@ -151,6 +142,41 @@ class Root {
       for (int r = 0; r < nranks_; ++r)
         if (fds_[r] >= 0 && (p[r + 1].revents & (POLLIN | POLLHUP | POLLERR))) serve(r);
     }
+  }
+
+  // Phase 1: every rank connects. Bounded by LOOM_TIMEOUT_MS, so that a job that never starts
+  // does not leave a thread listening forever, and by each joined rank's own deadline, so that
+  // the ranks that came hear which ones did not. False: the communicator cannot be made.
+  bool awaitJoins() {
+    joinDeadline_ = Deadline(params::getInt("LOOM_TIMEOUT_MS"));
+    while (nranks_ < 0 || joined_ < nranks_) {
+      int fd = -1;
+      Status st = net::acceptOne(listenFd_, joinDeadline_, &fd);
+      if (!st.isOk()) {
+        const std::string why = missingRanks();
+        LOOM_WARN("BOOT", "bootstrap root: %s (%s)", why.c_str(), st.message().c_str());
+        broadcast(kJoinTimeout, why);
+        return false;
+      }
+      admit(fd);
+      if (!fatal_.empty()) {
+        // A rank with a different communicator size: nobody can succeed; say why at once
+        // instead of letting the others wait for their deadline.
+        broadcastAbort(fatal_);
+        return false;
+      }
+    }
+    return true;
+  }
+
+  std::string missingRanks() const {
+    if (nranks_ < 0) return "bootstrap: no rank joined before the deadline (LOOM_TIMEOUT_MS)";
+    std::vector<int> missing;
+    for (int r = 0; r < nranks_; ++r)
+      if (fds_[size_t(r)] < 0) missing.push_back(r);
+    return strprintf("bootstrap: rank%s %s of %d never joined before the deadline "
+                     "(LOOM_TIMEOUT_MS, or the config's timeoutMs)",
+                     missing.size() == 1 ? "" : "s", rankRanges(missing).c_str(), nranks_);
   }
 
   // Reads a hello and either registers the rank or drops the connection.
@@ -189,6 +215,8 @@ class Root {
     fds_[h.rank] = fd;
     ++joined_;
     ++active_;
+    if (h.timeoutMs >= 0 && Deadline(h.timeoutMs).before(joinDeadline_))
+      joinDeadline_ = Deadline(h.timeoutMs);
   }
 
   void serve(int r) {
@@ -274,10 +302,30 @@ class Root {
     gathered_ = 0;
   }
 
+  // Closes the connections still open (the root gave up before every rank joined) once each
+  // rank has read what it was last told: closing a socket with unread data in it (a rank's
+  // gather, which the root does not read before every rank joined) resets the connection, and
+  // drops what the root sent but the kernel had not yet delivered.
+  void closeGracefully() {
+    for (int fd : fds_)
+      if (fd >= 0) shutdown(fd, SHUT_WR);
+    Deadline linger(kJoinVerdictMs);
+    for (int fd : fds_) {
+      if (fd < 0) continue;
+      char discard[4096];
+      while (net::recvAll(fd, discard, 1, linger).isOk()) {
+        if (recv(fd, discard, sizeof(discard), MSG_DONTWAIT) < 0 && errno != EAGAIN) break;
+      }
+      close(fd);
+    }
+  }
+
   void broadcastAbort(const std::string& reason, int except = -1) {
+    broadcast(kAbort, reason, except);
+  }
+  void broadcast(uint32_t type, const std::string& payload, int except = -1) {
     for (int q = 0; q < int(fds_.size()); ++q)
-      if (q != except && fds_[q] >= 0) 
-        sendMessage(fds_[q], kAbort, reason, Deadline(2000)).ignore();
+      if (q != except && fds_[q] >= 0) sendMessage(fds_[q], type, payload, Deadline(2000)).ignore();
   }
 
   void drop(int r) {
@@ -290,6 +338,7 @@ class Root {
   }
 
   int listenFd_;
+  Deadline joinDeadline_ = Deadline::never();
   std::string fatal_;  // set when the job cannot succeed (mismatched sizes)
   unsigned char secret_[16];
   int nranks_ = -1;
@@ -402,7 +451,8 @@ Status Bootstrap::connect(const loomUniqueId& id, int rank, int nranks,
   }
   Status st = net::connectTo(root, deadline, &fd_);
   if (!st.isOk()) return st.withContext("bootstrap: cannot reach the root at " + root.toString());
-  Hello h = {kUniqueIdMagic, {}, rank, nranks};
+  Hello h = {kUniqueIdMagic, {}, rank, nranks,
+             deadline.bounded() ? deadline.remainingMs(INT32_MAX) : -1};
   memcpy(h.secret, data.secret, 16);
   LOOM_TRY(net::sendAll(fd_, &h, sizeof(h), deadline));
   uint8_t reply = 255;
@@ -436,9 +486,22 @@ Status Bootstrap::readMessage(uint32_t* type, std::string* payload, const Deadli
   return st;
 }
 
+bool Bootstrap::stopped(uint32_t type, const std::string& payload) {
+  if (type == kAbort) {
+    abortCode_ = loomRemoteError;
+    abortReason_ = "aborted by a peer: " + payload;
+  } else if (type == kJoinTimeout) {
+    abortCode_ = loomTimeout;
+    abortReason_ = payload;
+  } else {
+    return false;
+  }
+  return true;
+}
+
 Status Bootstrap::allgather(const std::string& mine, std::vector<std::string>* all,
                             const Deadline& deadline) {
-  if (!abortReason_.empty()) return Status(loomRemoteError, abortReason_);
+  if (!abortReason_.empty()) return Status(abortCode_, abortReason_);
   Status sent;
   {
     std::lock_guard<std::mutex> g(sendMutex_);
@@ -448,21 +511,20 @@ Status Bootstrap::allgather(const std::string& mine, std::vector<std::string>* a
     // The root may have closed after telling us why: prefer its reason to "broken pipe".
     uint32_t type = 0;
     std::string payload;
-    if (recvMessage(fd_, &type, &payload, Deadline(1000)).isOk() && type == kAbort)
-      abortReason_ = "aborted by a peer: " + payload;
-    else
+    if (!recvMessage(fd_, &type, &payload, Deadline(1000)).isOk() || !stopped(type, payload)) {
+      abortCode_ = loomRemoteError;
       abortReason_ = "lost the connection to the bootstrap root (the process that created the "
                      "unique id died?)";
-    return Status(loomRemoteError, abortReason_);
+    }
+    return Status(abortCode_, abortReason_);
   }
   for (;;) {
     uint32_t type = 0;
     std::string payload;
-    LOOM_TRY(readMessage(&type, &payload, deadline));
-    if (type == kAbort) {
-      abortReason_ = "aborted by a peer: " + payload;
-      return Status(loomRemoteError, abortReason_);
-    }
+    // Until every rank has joined, the root's word on which did not beats "timed out"; it
+    // comes when this rank's deadline passes.
+    LOOM_TRY(readMessage(&type, &payload, joined_ ? deadline : deadline.extended(kJoinVerdictMs)));
+    if (stopped(type, payload)) return Status(abortCode_, abortReason_);
     if (type != kGatherResult)
       return errorf(loomInternalError, "bootstrap: unexpected message %u", type);
     all->clear();
@@ -474,6 +536,7 @@ Status Bootstrap::allgather(const std::string& mine, std::vector<std::string>* a
       all->push_back(payload.substr(pos, len));
       pos += len;
     }
+    joined_ = true;
     return Status::ok();
   }
 }
@@ -510,7 +573,7 @@ Status Bootstrap::get(const std::string& key, std::string* value, const Deadline
 }
 
 Status Bootstrap::pollAbort(int waitMs) {
-  if (!abortReason_.empty()) return Status(loomRemoteError, abortReason_);
+  if (!abortReason_.empty()) return Status(abortCode_, abortReason_);
   if (fd_ < 0) return Status::ok();
   pollfd p = {fd_, POLLIN, 0};
   if (poll(&p, 1, waitMs) <= 0) return Status::ok();
@@ -518,13 +581,11 @@ Status Bootstrap::pollAbort(int waitMs) {
   std::string payload;
   Status st = readMessage(&type, &payload, Deadline(5000));
   if (!st.isOk()) {
+    abortCode_ = st.code();
     abortReason_ = st.message();
     return st;
   }
-  if (type == kAbort) {
-    abortReason_ = "aborted by a peer: " + payload;
-    return Status(loomRemoteError, abortReason_);
-  }
+  if (stopped(type, payload)) return Status(abortCode_, abortReason_);
   return errorf(loomInternalError, "bootstrap: unexpected message %u outside an exchange", type);
 }
 

@@ -75,11 +75,16 @@ class Bootstrap final : public RankExchange {
 
  private:
   Status readMessage(uint32_t* type, std::string* payload, const Deadline& deadline);
+  // Records an abort, or the root's word that not every rank joined, as what every later call
+  // reports; false for any other message.
+  bool stopped(uint32_t type, const std::string& payload);
   int fd_ = -1;
   int rank_ = 0;
   std::mutex sendMutex_;  // a revoke from another thread must not interleave with a message
   std::string secret_;       // the id's, which names its root among those of this process
   std::string abortReason_;  // first abort seen, kept so every later call reports it
+  loomResult_t abortCode_ = loomRemoteError;
+  bool joined_ = false;  // the first exchange ended: every rank had joined
 };
 
 }  // namespace loom

@@ -15,6 +15,7 @@
 #include "base/params.h"
 #include "topology/discover.h"
 #include "transports/shm/shm_arena.h"
+#include "transports/shm/shm_util.h"
 #include "transports/shm/user_memory.h"
 
 namespace loom {
@@ -108,7 +109,7 @@ Status Comm::exchangePeers(const loomUniqueId& id, const Deadline& deadline,
   ctx_.commHash = fnv1a(idData.secret, 16, fnv1a(idData.addr, idData.addrLen));
 
   me->rank = rank();
-  me->pid = getpid();
+  transports::describeThisProcess(me);
   std::string hostname;
   me->hostId = topology::hostIdentity(&hostname);
   me->machineId = topology::machineIdentity();

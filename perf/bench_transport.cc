@@ -21,6 +21,7 @@
 #include "comm/options.h"
 #include "toolkit/fork_ranks.h"
 #include "transports/shm/shm_transport.h"
+#include "transports/shm/shm_util.h"
 
 namespace loom::transports {
 namespace {
@@ -252,7 +253,7 @@ int rankMain(toolkit::RankContext& rc, uint64_t commHash) {
     if (!st.isOk()) die("create", st);
     PeerInfo me;
     me.rank = rc.rank();
-    me.pid = getpid();
+    describeThisProcess(&me);
     me.hostId = 1;
     auto all = rc.allgather(std::string(reinterpret_cast<const char*>(&me), sizeof(me)));
     ctx.peers.resize(2);

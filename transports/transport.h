@@ -44,6 +44,10 @@ struct TransferOp {
 struct PeerInfo {
   int32_t rank = 0;
   int32_t pid = 0;
+  // When the process started and its pid namespace (transports/shm/shm_util.h, ProcessId):
+  // the names of its files in /dev/shm carry them, so that they can be told stale.
+  uint64_t pidStart = 0;
+  uint64_t pidNamespace = 0;
   uint64_t hostId = 0;    // hash of hostname, boot id and network namespace inode
   uint64_t machineId = 0; // hash of the boot id alone: ranks that share CPUs
   cpu_set_t cpus = {};     // the CPUs the rank may run on (its affinity at init)

@@ -5,12 +5,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "base/clock.h"
 #include "base/params.h"
@@ -121,6 +124,50 @@ TEST(RootInParent, ForkedWhileAThreadReadsParametersTheChildCanReadThem) {
   reader.join();
   EXPECT_EQ(hung, 0) << hung << " of " << forked << " children hung reading a parameter";
 }
+
+// An init some ranks never join fails on every rank that did, at that rank's deadline (the
+// root's own LOOM_TIMEOUT_MS is minutes), with the ranks that never came named.
+struct MissingRanks {
+  int nranks;
+  std::vector<int> missing;
+  const char* named;
+};
+void PrintTo(const MissingRanks& c, std::ostream* os) { *os << c.named; }
+class NeverJoined : public ::testing::TestWithParam<MissingRanks> {};
+
+TEST_P(NeverJoined, EveryRankThatJoinedIsToldWhichDidNot) {
+  const MissingRanks& c = GetParam();
+  auto results = runRanks(c.nranks, [&c](RankContext& ctx) {
+    const bool missing =
+        std::find(c.missing.begin(), c.missing.end(), ctx.rank()) != c.missing.end();
+    loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+    config.timeoutMs = 1500;
+    loomComm_t comm = nullptr;
+    loomResult_t rc = loomSuccess;
+    const auto start = std::chrono::steady_clock::now();
+    if (missing) ctx.allgather("");  // takes the unique id, never calls init
+    else rc = initComm(ctx, &comm, &config);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const std::string msg = loomGetLastError(nullptr);
+    ctx.allgather("");  // the missing ranks stay until the others have failed
+    if (missing) return 0;
+    RANK_CHECK(rc == loomTimeout, "init gave %s: %s", loomGetErrorString(rc), msg.c_str());
+    RANK_CHECK(msg.find(c.named) != std::string::npos, "the error does not say \"%s\": %s",
+               c.named, msg.c_str());
+    RANK_CHECK(seconds > 1.0 && seconds < 6, "init failed after %.1f s", seconds);
+    return 0;
+  }, ForkOptions::timeout(60));
+  EXPECT_EQ(describeFailures(results), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Bootstrap, NeverJoined,
+    ::testing::Values(MissingRanks{4, {2}, "rank 2 of 4 never joined"},
+                      MissingRanks{8, {1, 3, 4, 5, 6}, "ranks 1, 3-6 of 8 never joined"}),
+    [](const ::testing::TestParamInfo<MissingRanks>& i) {
+      return std::to_string(i.param.missing.size()) + "of" + std::to_string(i.param.nranks);
+    });
 
 TEST(EnvInit, TorchrunStyleVariables) {
   auto results = runRanks(3, [](RankContext& ctx) {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "tests/support/fork_ranks.h"
+#include "tests/support/shm_files.h"
 #include "transports/shm/shm_transport.h"
 #include "transports/shm/shm_util.h"
 
@@ -39,14 +40,7 @@ uint64_t newCommHash() {
 
 // Names in /dev/shm of communicator commHash.
 std::vector<std::string> leftovers(uint64_t commHash) {
-  std::vector<std::string> out;
-  const std::string prefix = shmNamePrefix(commHash);
-  if (DIR* d = opendir("/dev/shm")) {
-    while (dirent* e = readdir(d))
-      if (strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0) out.push_back(e->d_name);
-    closedir(d);
-  }
-  return out;
+  return testing::shmFiles(shmNamePrefix(commHash));
 }
 
 // The context a communicator would have: every rank's pid, all on one host.
@@ -57,7 +51,7 @@ CommContext context(RankContext& rc, uint64_t commHash) {
   ctx.commHash = commHash;
   PeerInfo me;
   me.rank = rc.rank();
-  me.pid = getpid();
+  describeThisProcess(&me);
   me.hostId = 0x5678;
   for (const std::string& s : rc.allgather(std::string(reinterpret_cast<char*>(&me), sizeof(me)))) {
     PeerInfo p;

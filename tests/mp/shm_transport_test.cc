@@ -2,6 +2,7 @@
 // by single copy, reductions, FIFO order, pipelining under a moving limit, lanes, lazy
 // connection, sleeping, a dying peer, and nothing left in /dev/shm afterwards.
 #include "transports/shm/shm_transport.h"
+#include "transports/shm/shm_util.h"
 
 #include <dirent.h>
 #include <gtest/gtest.h>
@@ -20,6 +21,7 @@
 #include "base/clock.h"
 #include "base/dtype.h"
 #include "tests/support/fork_ranks.h"
+#include "tests/support/shm_files.h"
 
 namespace loom::transports {
 namespace {
@@ -61,15 +63,9 @@ long firstDifference(const void* a, const void* b, size_t n) {
   return -1;
 }
 
+// Names in /dev/shm of communicator commHash.
 std::vector<std::string> leftovers(uint64_t commHash) {
-  std::vector<std::string> out;
-  std::string prefix = shmNamePrefix(commHash);
-  if (DIR* d = opendir("/dev/shm")) {
-    while (dirent* e = readdir(d))
-      if (strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0) out.push_back(e->d_name);
-    closedir(d);
-  }
-  return out;
+  return testing::shmFiles(shmNamePrefix(commHash));
 }
 
 // One rank's transport, built the way a communicator builds it: create, then exchange
@@ -88,7 +84,7 @@ Status setUp(RankContext& rc, uint64_t commHash, const ShmOptions& options, Test
   LOOM_TRY(createShmTransport(&r->ctx, options, &r->transport));
   PeerInfo me;
   me.rank = rc.rank();
-  me.pid = getpid();
+  describeThisProcess(&me);
   me.hostId = 0x1234;
   for (const std::string& s : rc.allgather(std::string(reinterpret_cast<char*>(&me), sizeof(me)))) {
     PeerInfo p;

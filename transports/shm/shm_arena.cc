@@ -88,7 +88,8 @@ Status ShmArena::attach(const CommContext& ctx, uint64_t dataBytes, const Deadli
   }
   memberOf_.assign(ctx.peers.size(), -1);
   for (int i = 0; i < members_; ++i) memberOf_[size_t(memberRanks_[size_t(i)])] = i;
-  name_ = "/" + shmNamePrefix(ctx.commHash) + strprintf("arena-%016llx", (unsigned long long)host);
+  name_ = "/" + shmNamePrefix(ctx.commHash) + strprintf("arena-%016llx-", (unsigned long long)host) +
+          ownerTag(processOf(ctx.peers[size_t(lowest)]));
   const size_t offset = dataOffset(members_), total = offset + dataBytes;
   creator_ = localIndex_ == 0;
   if (creator_) {

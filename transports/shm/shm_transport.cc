@@ -15,6 +15,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <dirent.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
@@ -154,10 +155,6 @@ struct Ring {
 struct Doorbell {
   alignas(kPad) std::atomic<uint32_t> seq;       // the futex word; bumped by every ring
   alignas(kPad) std::atomic<uint32_t> sleeping;  // set by the owner while it may sleep
-  // Who owns it, so that a peer can remove the doorbell of an owner that died without
-  // doing so itself.
-  alignas(kPad) int32_t ownerPid;
-  uint64_t ownerPidNamespace;
 };
 
 // Wakes the owner of db if it is (about to be) asleep. Callers publish first.
@@ -170,13 +167,37 @@ void ring(Doorbell* db) {
   futex(&db->seq, FUTEX_WAKE, INT_MAX, nullptr);
 }
 
-std::string connectionName(uint64_t commHash, int a, int b, int lane) {
-  return "/" + shmNamePrefix(commHash) +
-         strprintf("c%d-%d-%d", std::min(a, b), std::max(a, b), lane);
+// The names carry their owners (ownerTag), so that whoever finds one can tell whether it is
+// stale (removeStaleShm); shmNameOwners reads them back.
+std::string connectionName(uint64_t commHash, int a, const ProcessId& ownerA, int b,
+                           const ProcessId& ownerB, int lane) {
+  if (b < a) return connectionName(commHash, b, ownerB, a, ownerA, lane);
+  return "/" + shmNamePrefix(commHash) + strprintf("c%d-%d-%d-", a, b, lane) + ownerTag(ownerA) +
+         "-" + ownerTag(ownerB);
 }
 
-std::string doorbellName(uint64_t commHash, int rank) {
-  return "/" + shmNamePrefix(commHash) + strprintf("db%d", rank);
+std::string doorbellName(uint64_t commHash, int rank, const ProcessId& owner) {
+  return "/" + shmNamePrefix(commHash) + strprintf("db%d-", rank) + ownerTag(owner);
+}
+
+bool allDigits(std::string_view s, bool hex = false) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [hex](char c) {
+    return hex ? isxdigit(static_cast<unsigned char>(c)) != 0 : (c >= '0' && c <= '9');
+  });
+}
+
+// "<pidNamespace>.<pid>.<start>" (ownerTag).
+bool parseOwnerTag(const std::string& tag, ProcessId* out) {
+  const size_t dot1 = tag.find('.'), dot2 = tag.find('.', dot1 + 1);
+  if (dot1 == std::string::npos || dot2 == std::string::npos ||
+      !allDigits(std::string_view(tag).substr(0, dot1)) ||
+      !allDigits(std::string_view(tag).substr(dot1 + 1, dot2 - dot1 - 1)) ||
+      !allDigits(std::string_view(tag).substr(dot2 + 1)) || dot2 - dot1 - 1 > 9)
+    return false;
+  out->pidNamespace = strtoull(tag.c_str(), nullptr, 10);
+  out->pid = int32_t(strtol(tag.c_str() + dot1 + 1, nullptr, 10));
+  out->start = strtoull(tag.c_str() + dot2 + 1, nullptr, 10);
+  return true;
 }
 
 // One peer on one lane, both directions.
@@ -580,15 +601,10 @@ class ShmTransport final : public Transport {
   ShmTransport(const CommContext* ctx, const ShmOptions& options) : ctx_(ctx), options_(options) {}
 
   ~ShmTransport() override {
-    if (doorbellMapping_) shm_unlink(doorbellName(ctx_->commHash, ctx_->rank).c_str());
-    // Peers killed before they could clean up leave their doorbells; the survivors that
-    // knew them remove those (the pid is only meaningful in our own pid namespace).
-    for (const auto& [peer, mapping] : peerDoorbells_) {
-      const auto* db = reinterpret_cast<const Doorbell*>(mapping->base());
-      if (pidNamespace_ != 0 && db->ownerPidNamespace == pidNamespace_ &&
-          kill(db->ownerPid, 0) != 0 && errno == ESRCH)
-        shm_unlink(doorbellName(ctx_->commHash, peer).c_str());
-    }
+    if (doorbellMapping_) shm_unlink(doorbellOf(ctx_->rank).c_str());
+    // Peers killed before they could clean up leave their files (a doorbell, a segment not
+    // attached yet, the host's arena); the ranks that outlive them remove those.
+    removeStaleShm(shmNamePrefix(ctx_->commHash));
   }
 
   Status init() {
@@ -598,8 +614,11 @@ class ShmTransport final : public Transport {
     if (getrandom(&probeWord_, sizeof(probeWord_), 0) != sizeof(probeWord_))
       probeWord_ = nowNs() ^ (uint64_t(getpid()) << 32);
     pidNamespace_ = pidNamespaceId();
+    self_ = thisProcess();
+    // What processes that ended without cleaning up left here, whichever job they ran.
+    removeStaleShm(kShmNamePrefix);
 
-    std::string name = doorbellName(ctx_->commHash, ctx_->rank);
+    std::string name = doorbellOf(ctx_->rank);
     int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0 && errno == EEXIST) {
       // Left by a process of the same communicator and rank that crashed: not ours to keep.
@@ -616,8 +635,6 @@ class ShmTransport final : public Transport {
       return st;
     }
     doorbell_ = new (doorbellMapping_->base()) Doorbell();
-    doorbell_->ownerPid = getpid();
-    doorbell_->ownerPidNamespace = pidNamespace_;
     return Status::ok();
   }
 
@@ -629,7 +646,7 @@ class ShmTransport final : public Transport {
     if (ctx_->peers[peer].hostId != ctx_->peers[ctx_->rank].hostId) return false;
     // Same host but another /dev/shm (another IPC or mount namespace) cannot work: the
     // peer created its doorbell before the ranks exchanged their info, so look for it.
-    int fd = shm_open(doorbellName(ctx_->commHash, peer).c_str(), O_RDONLY, 0);
+    int fd = shm_open(doorbellOf(peer).c_str(), O_RDONLY, 0);
     if (fd < 0) return false;
     close(fd);
     return true;
@@ -641,7 +658,8 @@ class ShmTransport final : public Transport {
       return errorf(loomInvalidUsage, "shm: rank %d cannot connect to rank %d", ctx_->rank, peer);
     std::shared_ptr<Mapping> peerDoorbell;
     LOOM_TRY(openPeerDoorbell(peer, &peerDoorbell));
-    std::string name = connectionName(ctx_->commHash, ctx_->rank, peer, lane);
+    std::string name = connectionName(ctx_->commHash, ctx_->rank, self_, peer,
+                                      processOf(ctx_->peers[size_t(peer)]), lane);
     std::unique_ptr<Mapping> segment;
     Status st = openSegment(name, peer, deadline, &segment);
     if (!st.isOk()) {
@@ -649,7 +667,7 @@ class ShmTransport final : public Transport {
       return st;
     }
     auto conn = std::make_unique<ShmConnection>(
-        ctx_->rank, peer, lane, name, doorbellName(ctx_->commHash, peer), std::move(segment),
+        ctx_->rank, peer, lane, name, doorbellOf(peer), std::move(segment),
         std::move(peerDoorbell), options_.cmaThreshold);
     conn->attach(pidNamespace_, &probeWord_);
     LOOM_INFO("SHM", "rank %d connected to rank %d lane %d (%s)", ctx_->rank, peer, lane,
@@ -677,13 +695,18 @@ class ShmTransport final : public Transport {
   Cost cost() const override { return {0.5e-6, 1.0 / 10e9}; }
 
  private:
+  std::string doorbellOf(int rank) const {
+    return doorbellName(ctx_->commHash, rank,
+                        rank == ctx_->rank ? self_ : processOf(ctx_->peers[size_t(rank)]));
+  }
+
   Status openPeerDoorbell(int peer, std::shared_ptr<Mapping>* out) {
     auto it = peerDoorbells_.find(peer);
     if (it != peerDoorbells_.end()) {
       *out = it->second;
       return Status::ok();
     }
-    std::string name = doorbellName(ctx_->commHash, peer);
+    std::string name = doorbellOf(peer);
     Fd fd(shm_open(name.c_str(), O_RDWR, 0));
     struct stat st;
     if (fd.get() < 0 || fstat(fd.get(), &st) != 0 || size_t(st.st_size) < sizeof(Doorbell))
@@ -770,6 +793,7 @@ class ShmTransport final : public Transport {
   Doorbell* doorbell_ = nullptr;
   std::map<int, std::shared_ptr<Mapping>> peerDoorbells_;
   uint64_t pidNamespace_ = 0;
+  ProcessId self_;
   uint64_t probeWord_ = 0;  // peers read it to test whether CMA works
 };
 
@@ -783,7 +807,57 @@ bool shmConnectionStats(const Connection& conn, ShmConnectionStats* out) {
 }
 
 std::string shmNamePrefix(uint64_t commHash) {
-  return strprintf("loom-%016llx-", (unsigned long long)commHash);
+  return kShmNamePrefix + strprintf("%016llx-", (unsigned long long)commHash);
+}
+
+bool shmNameOwners(const std::string& name, std::vector<ProcessId>* owners) {
+  // loom-<communicator, 16 hex digits>-, then db<rank>-<owner>, c<rank>-<rank>-<lane>-<owner>-
+  // <owner> or arena-<host, 16 hex digits>-<owner>.
+  const size_t head = kShmNamePrefix.size() + 17;
+  if (name.size() <= head || name.compare(0, kShmNamePrefix.size(), kShmNamePrefix) != 0 ||
+      !allDigits(std::string_view(name).substr(kShmNamePrefix.size(), 16), true) ||
+      name[head - 1] != '-')
+    return false;
+  std::vector<std::string> t;
+  for (size_t pos = head;;) {
+    const size_t dash = name.find('-', pos);
+    t.push_back(name.substr(pos, dash == std::string::npos ? std::string::npos : dash - pos));
+    if (dash == std::string::npos) break;
+    pos = dash + 1;
+  }
+  size_t first = 0;
+  if (t.size() == 2 && t[0].rfind("db", 0) == 0 && allDigits(std::string_view(t[0]).substr(2)))
+    first = 1;
+  else if (t.size() == 5 && t[0].rfind("c", 0) == 0 && allDigits(std::string_view(t[0]).substr(1)) &&
+           allDigits(t[1]) && allDigits(t[2]))
+    first = 3;
+  else if (t.size() == 3 && t[0] == "arena" && t[1].size() == 16 && allDigits(t[1], true))
+    first = 2;
+  else
+    return false;
+  owners->assign(t.size() - first, ProcessId());
+  for (size_t i = first; i < t.size(); ++i)
+    if (!parseOwnerTag(t[i], &(*owners)[i - first])) return false;
+  return true;
+}
+
+std::vector<std::string> removeStaleShm(const std::string& prefix) {
+  std::vector<std::string> removed;
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return removed;
+  std::vector<ProcessId> owners;
+  while (const dirent* e = readdir(dir)) {
+    const std::string name = e->d_name;
+    // One ended owner is enough: a pair's segment is of no use to the other side any more.
+    if (name.compare(0, prefix.size(), prefix) == 0 && shmNameOwners(name, &owners) &&
+        std::any_of(owners.begin(), owners.end(), processGone) &&
+        shm_unlink(("/" + name).c_str()) == 0)
+      removed.push_back(name);
+  }
+  closedir(dir);
+  for (const std::string& name : removed)
+    LOOM_INFO("SHM", "removed /dev/shm/%s: its owner has ended", name.c_str());
+  return removed;
 }
 
 Status createShmTransport(const CommContext* ctx, const ShmOptions& options,

@@ -8,8 +8,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
+#include "transports/shm/shm_util.h"
 #include "transports/transport.h"
 
 namespace loom::transports {
@@ -49,8 +51,18 @@ struct ShmConnectionStats {
 // Fills *out and returns true if conn was made by the shm transport.
 bool shmConnectionStats(const Connection& conn, ShmConnectionStats* out);
 
-// Every /dev/shm name the transport of communicator commHash creates starts with this
-// (without the leading '/'), so tests can check that nothing is left behind.
+// Every name loom gives a file in /dev/shm starts with kShmNamePrefix; those of communicator
+// commHash with shmNamePrefix(commHash) (without the leading '/').
+inline const std::string kShmNamePrefix = "loom-";
 std::string shmNamePrefix(uint64_t commHash);
+// Whether `name` (in /dev/shm, without the '/') is one loom makes, and the processes it names
+// as its owners: a doorbell's rank, both ranks of a connection's segment, the rank that made
+// a host's arena (each as ownerTag writes it).
+bool shmNameOwners(const std::string& name, std::vector<ProcessId>* owners);
+// Removes the names loom made in /dev/shm that start with prefix (shmNamePrefix(commHash), or
+// kShmNamePrefix for every communicator) and name an owner that has certainly ended
+// (processGone): never those of live processes, nor those whose owners' pids mean nothing
+// here. Returns the names removed.
+std::vector<std::string> removeStaleShm(const std::string& prefix);
 
 }  // namespace loom::transports

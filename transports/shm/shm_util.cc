@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 namespace loom::transports {
@@ -60,6 +61,65 @@ bool waitUntil(const Deadline& deadline, bool (*pred)(const void*), const void* 
 uint64_t pidNamespaceId() {
   struct stat st;
   return stat("/proc/self/ns/pid", &st) == 0 ? uint64_t(st.st_ino) : 0;
+}
+
+namespace {
+
+// Reads /proc/<pid>/stat ("self" for pid 0): the state letter and the start time. False if
+// there is no such process (or no /proc).
+bool readProcStat(pid_t pid, char* state, uint64_t* start) {
+  char path[64];
+  if (pid == 0) snprintf(path, sizeof(path), "/proc/self/stat");
+  else snprintf(path, sizeof(path), "/proc/%d/stat", int(pid));
+  Fd fd(open(path, O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return false;
+  char buf[1024];
+  const ssize_t n = read(fd.get(), buf, sizeof(buf) - 1);
+  if (n <= 0) return false;
+  buf[n] = '\0';
+  // The command name, in parentheses, may hold anything: the fields follow its last ')'.
+  const char* p = strrchr(buf, ')');
+  if (p == nullptr) return false;
+  unsigned long long ticks = 0;
+  // state (field 3), then 18 fields up to starttime (field 22).
+  if (sscanf(p + 1, " %c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %llu",
+             state, &ticks) != 2)
+    return false;
+  *start = ticks;
+  return true;
+}
+
+}  // namespace
+
+ProcessId thisProcess() {
+  ProcessId p;
+  p.pid = int32_t(getpid());
+  char state = 0;
+  if (!readProcStat(0, &state, &p.start)) p.start = 0;
+  p.pidNamespace = pidNamespaceId();
+  return p;
+}
+
+void describeThisProcess(PeerInfo* me) {
+  const ProcessId p = thisProcess();
+  me->pid = p.pid;
+  me->pidStart = p.start;
+  me->pidNamespace = p.pidNamespace;
+}
+
+ProcessId processOf(const PeerInfo& peer) { return {peer.pid, peer.pidStart, peer.pidNamespace}; }
+
+std::string ownerTag(const ProcessId& p) {
+  return strprintf("%llu.%d.%llu", (unsigned long long)p.pidNamespace, int(p.pid),
+                   (unsigned long long)p.start);
+}
+
+bool processGone(const ProcessId& p) {
+  if (p.pid <= 0 || p.pidNamespace == 0 || p.pidNamespace != pidNamespaceId()) return false;
+  char state = 0;
+  uint64_t start = 0;
+  if (!readProcStat(p.pid, &state, &start)) return kill(p.pid, 0) != 0 && errno == ESRCH;
+  return state == 'Z' || state == 'X' || (p.start != 0 && start != p.start);
 }
 
 int pidfdOpen(pid_t pid) {

@@ -13,6 +13,7 @@
 
 #include "base/clock.h"
 #include "base/status.h"
+#include "transports/transport.h"
 
 namespace loom::transports {
 
@@ -72,6 +73,27 @@ bool waitUntil(const Deadline& deadline, Pred pred) {
 
 // Inode of /proc/self/ns/pid (0 if unknown): pids mean the same only within one namespace.
 uint64_t pidNamespaceId();
+
+// A process as the names loom gives its files in /dev/shm record it: its pid, when it started
+// (clock ticks from boot, /proc/<pid>/stat; 0 if unknown) and its pid namespace (0 if unknown).
+// The start time tells the process from a later one that reuses its pid; the namespace says
+// whether the pid means anything here.
+struct ProcessId {
+  int32_t pid = 0;
+  uint64_t start = 0;
+  uint64_t pidNamespace = 0;
+  bool operator==(const ProcessId&) const = default;
+};
+ProcessId thisProcess();
+// Fills the pid, pidStart and pidNamespace of a rank's PeerInfo with this process's.
+void describeThisProcess(PeerInfo* me);
+ProcessId processOf(const PeerInfo& peer);
+// "<pidNamespace>.<pid>.<start>", as a name in /dev/shm carries its owner.
+std::string ownerTag(const ProcessId& p);
+// Whether p has certainly ended, as this process sees it: its pid is free, a zombie's, or
+// another process's (a different start time). A process of another pid namespace, or of an
+// unknown one, is taken as alive: its pid names nothing here.
+bool processGone(const ProcessId& p);
 // A pidfd for pid, or -1 where the kernel has none.
 int pidfdOpen(pid_t pid);
 // Whether the process is gone: its pidfd (if >= 0) turned readable, which happens at exit,
