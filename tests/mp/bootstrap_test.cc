@@ -98,6 +98,9 @@ TEST(RootInParent, ForkedRanksLeaveWithoutWaitingForIt) {
 // it locked and hung in its first init. Here a thread keeps that lock busy while the test forks
 // children that each read a parameter: every child must exit.
 TEST(RootInParent, ForkedWhileAThreadReadsParametersTheChildCanReadThem) {
+  // The registry exists before the thread starts, as loomGetUniqueId makes it before its root
+  // thread: a fork during the registry's one-time construction is not what this is about.
+  ASSERT_NE(params::getInt("LOOM_TIMEOUT_MS"), 0);
   std::atomic<bool> stop{false};
   std::thread reader([&stop] {
     while (!stop.load()) params::reloadFromEnvironment();
