@@ -131,7 +131,7 @@ def worker(rank, n, port, args, results):
     gloo = dist.new_group(backend="gloo")
     groups = {"loom": dist.group.WORLD, "gloo": gloo}
     rows = []
-    for op in OPS:
+    for op in args.ops.split(","):
         fallback = {name: needs_fallback(op, g, n) for name, g in groups.items()}
         size = args.minbytes
         while size <= args.maxbytes:
@@ -189,6 +189,7 @@ def report(n, data, doc_runs):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-n", "--ranks", default="2,4", help="rank counts, e.g. 2,4")
+    ap.add_argument("--ops", default=",".join(OPS), help="operations, e.g. all_reduce")
     ap.add_argument("-b", "--minbytes", default="4K")
     ap.add_argument("-e", "--maxbytes", default="256M")
     ap.add_argument("-f", "--stepfactor", type=int, default=4)
