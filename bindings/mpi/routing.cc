@@ -9,9 +9,10 @@
 namespace loom::mpi {
 namespace {
 
-// Below this, Open MPI's own shared-memory collectives beat loom's on one host
-// (docs/MPI.md's measurements); LOOM_MPI_MIN_BYTES overrides it.
-constexpr size_t kDefaultMinBytes = 16384;
+// Below this, loom is no faster than Open MPI's shared-memory collectives on 2 ranks of one
+// host (docs/MPI.md's measurements), and MPI keeps the call: a communicator that sees only
+// small calls never pays for a loom communicator. LOOM_MPI_MIN_BYTES overrides it.
+constexpr size_t kDefaultMinBytes = 4096;
 
 const char* const kCallNames[] = {"MPI_Allreduce", "MPI_Reduce", "MPI_Bcast", "MPI_Allgather",
                                   "MPI_Reduce_scatter_block", "MPI_Alltoall", "MPI_Alltoallv",

@@ -374,6 +374,19 @@ static void checkFallThrough(MPI_Comm split) {
   PMPI_Comm_free(&inter);
 }
 
+/* A call loom refuses returns MPI's error through the communicator's error handler, here
+ * MPI_ERRORS_RETURN (a NULL output, which loom checks and Open MPI does not: it would crash). */
+static void checkBadInput(MPI_Comm comm) {
+  if (!gExpectLoom) return;
+  MPI_Comm returning;
+  PMPI_Comm_dup(comm, &returning);
+  PMPI_Comm_set_errhandler(returning, MPI_ERRORS_RETURN);
+  const int rc = MPI_Allreduce(gSend, NULL, BIG, MPI_INT, MPI_SUM, returning);
+  CHECK(rc == MPI_ERR_ARG, "MPI_Allreduce into NULL returned %d, not MPI_ERR_ARG", rc);
+  expectRoute(1, "MPI_Allreduce into NULL");
+  PMPI_Comm_free(&returning);
+}
+
 /* No rank leaves the barrier before the last one enters it: rank 0 enters 0.3 s late. */
 static void checkBarrier(MPI_Comm comm) {
   int rank = 0;
@@ -450,6 +463,7 @@ int main(int argc, char** argv) {
   }
   checkFallThrough(split);
   checkBarrier(dup);
+  checkBadInput(dup);
   PMPI_Comm_free(&dup);
   PMPI_Comm_free(&split);
   checkLifetimes();
