@@ -1,20 +1,49 @@
 // MPI's predefined datatypes and ops as loom's, and which datatypes are plain bytes.
-#include <cstdint>
-#include <type_traits>
-
 #include "bindings/mpi/interpose.h"
 
 namespace loom::mpi {
 namespace {
 
-constexpr loomDataType_t kNoType = loomNumTypes;
+enum class Kind { Signed, Unsigned, Real, Complex };
 
-// The loom integer type of a C integer type, by width and signedness (loom has no 16-bit
-// integers).
-template <typename T>
-constexpr loomDataType_t integer() {
-  constexpr bool s = std::is_signed_v<T>;
-  switch (sizeof(T)) {
+struct TypeEntry {
+  MPI_Datatype mpi;
+  Kind kind;
+};
+
+// Looked up by handle (MPI's predefined handles are not constants to switch on); the loom
+// type follows from the kind and the size MPI gives, so that C's long and Fortran's INTEGER
+// map to whatever width they have here. MPI_CHAR and MPI_BYTE are not reduction types in MPI,
+// and loom has no logical ops for MPI_C_BOOL or MPI_LOGICAL. MPI_OFFSET stays with MPI: Open
+// MPI 4.1 orders it as unsigned in MPI_MIN and MPI_MAX, and the interposer must not change an
+// answer.
+const TypeEntry kTypes[] = {
+    {MPI_SIGNED_CHAR, Kind::Signed},      {MPI_UNSIGNED_CHAR, Kind::Unsigned},
+    {MPI_INT, Kind::Signed},              {MPI_UNSIGNED, Kind::Unsigned},
+    {MPI_LONG, Kind::Signed},             {MPI_UNSIGNED_LONG, Kind::Unsigned},
+    {MPI_LONG_LONG, Kind::Signed},        {MPI_UNSIGNED_LONG_LONG, Kind::Unsigned},
+    {MPI_INT8_T, Kind::Signed},           {MPI_UINT8_T, Kind::Unsigned},
+    {MPI_INT32_T, Kind::Signed},          {MPI_UINT32_T, Kind::Unsigned},
+    {MPI_INT64_T, Kind::Signed},          {MPI_UINT64_T, Kind::Unsigned},
+    {MPI_AINT, Kind::Signed},             {MPI_COUNT, Kind::Signed},
+    {MPI_FLOAT, Kind::Real},              {MPI_DOUBLE, Kind::Real},
+    {MPI_C_FLOAT_COMPLEX, Kind::Complex}, {MPI_C_DOUBLE_COMPLEX, Kind::Complex},
+    // Fortran's, which a Fortran program's calls carry (MPI_Type_f2c of its handles).
+    {MPI_INTEGER, Kind::Signed},          {MPI_INTEGER1, Kind::Signed},
+    {MPI_INTEGER4, Kind::Signed},         {MPI_INTEGER8, Kind::Signed},
+    {MPI_REAL, Kind::Real},               {MPI_DOUBLE_PRECISION, Kind::Real},
+    {MPI_REAL4, Kind::Real},              {MPI_REAL8, Kind::Real},
+    {MPI_COMPLEX, Kind::Complex},         {MPI_DOUBLE_COMPLEX, Kind::Complex},
+};
+
+// loom's type for one part (a whole number, or a complex number's real or imaginary part)
+// of partBytes bytes; loomNumTypes when loom has none (16-bit integers, half and quad floats).
+loomDataType_t loomType(Kind kind, size_t partBytes) {
+  if (kind == Kind::Real || kind == Kind::Complex) {
+    return partBytes == 4 ? loomFloat32 : partBytes == 8 ? loomFloat64 : loomNumTypes;
+  }
+  const bool s = kind == Kind::Signed;
+  switch (partBytes) {
     case 1:
       return s ? loomInt8 : loomUint8;
     case 4:
@@ -22,51 +51,23 @@ constexpr loomDataType_t integer() {
     case 8:
       return s ? loomInt64 : loomUint64;
     default:
-      return kNoType;
+      return loomNumTypes;
   }
 }
-
-struct TypeEntry {
-  MPI_Datatype mpi;
-  loomDataType_t loom;
-  size_t parts;  // 2: a complex number, whose parts only add
-};
-
-// Looked up by handle: MPI's predefined handles are not constants to switch on. MPI_CHAR and
-// MPI_BYTE are not reduction types in MPI, and loom has no logical ops for MPI_C_BOOL.
-// MPI_OFFSET stays with MPI: Open MPI 4.1 orders it as unsigned in MPI_MIN and MPI_MAX, and
-// the interposer must not change an answer.
-const TypeEntry kTypes[] = {
-    {MPI_SIGNED_CHAR, integer<signed char>(), 1},
-    {MPI_UNSIGNED_CHAR, integer<unsigned char>(), 1},
-    {MPI_INT, integer<int>(), 1},
-    {MPI_UNSIGNED, integer<unsigned>(), 1},
-    {MPI_LONG, integer<long>(), 1},
-    {MPI_UNSIGNED_LONG, integer<unsigned long>(), 1},
-    {MPI_LONG_LONG, integer<long long>(), 1},
-    {MPI_UNSIGNED_LONG_LONG, integer<unsigned long long>(), 1},
-    {MPI_INT8_T, loomInt8, 1},
-    {MPI_UINT8_T, loomUint8, 1},
-    {MPI_INT32_T, loomInt32, 1},
-    {MPI_UINT32_T, loomUint32, 1},
-    {MPI_INT64_T, loomInt64, 1},
-    {MPI_UINT64_T, loomUint64, 1},
-    {MPI_AINT, integer<MPI_Aint>(), 1},
-    {MPI_COUNT, integer<MPI_Count>(), 1},
-    {MPI_FLOAT, loomFloat32, 1},
-    {MPI_DOUBLE, loomFloat64, 1},
-    {MPI_C_FLOAT_COMPLEX, loomFloat32, 2},
-    {MPI_C_DOUBLE_COMPLEX, loomFloat64, 2},
-};
 
 }  // namespace
 
 Route reduction(MPI_Datatype type, MPI_Op op, Reduction* out) {
   const TypeEntry* entry = nullptr;
   for (const TypeEntry& e : kTypes) {
-    if (e.mpi == type && e.loom != kNoType) entry = &e;
+    if (e.mpi == type && type != MPI_DATATYPE_NULL) entry = &e;
   }
   if (entry == nullptr) return Route::Datatype;
+  int size = 0;
+  PMPI_Type_size(type, &size);
+  const size_t parts = entry->kind == Kind::Complex ? 2 : 1;
+  const loomDataType_t loom = loomType(entry->kind, size_t(size) / parts);
+  if (size <= 0 || loom == loomNumTypes) return Route::Datatype;
   loomRedOp_t loomOp;
   if (op == MPI_SUM) loomOp = loomSum;
   else if (op == MPI_PROD) loomOp = loomProd;
@@ -74,10 +75,8 @@ Route reduction(MPI_Datatype type, MPI_Op op, Reduction* out) {
   else if (op == MPI_MAX) loomOp = loomMax;
   else return Route::Op;
   // A complex number's parts add one by one; its product, minimum and maximum do not.
-  if (entry->parts > 1 && loomOp != loomSum) return Route::Op;
-  int size = 0;
-  PMPI_Type_size(type, &size);
-  *out = {entry->loom, loomOp, entry->parts, size_t(size)};
+  if (parts > 1 && loomOp != loomSum) return Route::Op;
+  *out = {loom, loomOp, parts, size_t(size)};
   return Route::Loom;
 }
 

@@ -135,7 +135,7 @@ static void checkReduction(enum Reduction call, MPI_Comm comm, const Type* t, MP
 }
 
 static const Type* reductionTypes(int* count) {
-  static Type types[32];
+  static Type types[48];
   int k = 0;
 #define T(type, kind, width, parts, mapped) \
   types[k++] = (Type){type, #type, kind, width, parts, mapped}
@@ -161,7 +161,19 @@ static const Type* reductionTypes(int* count) {
   T(MPI_DOUBLE, REAL, 8, 1, 1);
   T(MPI_C_FLOAT_COMPLEX, REAL, 4, 2, 1);
   T(MPI_C_DOUBLE_COMPLEX, REAL, 8, 2, 1);
+  /* Fortran's, as a Fortran program's calls carry them. */
+  T(MPI_INTEGER, SIGNED, (int)typeBytes(MPI_INTEGER), 1, 1);
+  T(MPI_INTEGER1, SIGNED, 1, 1, 1);
+  T(MPI_INTEGER4, SIGNED, 4, 1, 1);
+  T(MPI_INTEGER8, SIGNED, 8, 1, 1);
+  T(MPI_REAL, REAL, 4, 1, 1);
+  T(MPI_DOUBLE_PRECISION, REAL, 8, 1, 1);
+  T(MPI_REAL4, REAL, 4, 1, 1);
+  T(MPI_REAL8, REAL, 8, 1, 1);
+  T(MPI_COMPLEX, REAL, 4, 2, 1);
+  T(MPI_DOUBLE_COMPLEX, REAL, 8, 2, 1);
   /* No 16-bit integers in loom: these fall through. */
+  T(MPI_INTEGER2, SIGNED, 2, 1, 0);
   T(MPI_SHORT, SIGNED, 2, 1, 0);
   T(MPI_UNSIGNED_SHORT, UNSIGNED, 2, 1, 0);
   T(MPI_INT16_T, SIGNED, 2, 1, 0);
@@ -292,7 +304,7 @@ static void checkAlltoallv(MPI_Comm comm, const Type* t, int base, int inPlace) 
 /* The datatypes the data-moving calls send as bytes: every dense one, derived ones included;
  * a vector (with holes) falls through. */
 static const Type* movingTypes(int* count) {
-  static Type types[48];
+  static Type types[64];
   static MPI_Datatype contiguous = MPI_DATATYPE_NULL, vector = MPI_DATATYPE_NULL;
   if (contiguous == MPI_DATATYPE_NULL) {
     PMPI_Type_contiguous(3, MPI_INT, &contiguous);
