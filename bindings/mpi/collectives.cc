@@ -37,6 +37,14 @@ Route rooted(MPI_Comm comm, int root, Route route) {
   return root >= 0 && size_t(root) < n ? route : Route::BadArgument;
 }
 
+// A send buffer that is the receive buffer other than through MPI_IN_PLACE is MPI's to judge
+// (Open MPI refuses it in MPI_Allreduce, takes it in MPI_Alltoall); loom would take it as in
+// place.
+Route unaliased(const void* sendbuf, const void* recvbuf, Route route) {
+  return sendbuf != MPI_IN_PLACE && sendbuf != nullptr && sendbuf == recvbuf ? Route::BadArgument
+                                                                              : route;
+}
+
 int rankIn(loomComm_t comm) {
   int rank = 0;
   loomCommUserRank(comm, &rank);
@@ -65,7 +73,8 @@ using namespace loom::mpi;
 extern "C" int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count,
                              MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
   Reduction r{};
-  const Route route = count < 0 ? Route::BadArgument : reduction(datatype, op, &r);
+  const Route route = count < 0 ? Route::BadArgument
+                                : unaliased(sendbuf, recvbuf, reduction(datatype, op, &r));
   loomComm_t lc = admit(Call::Allreduce, comm, route, size_t(count) * r.elementBytes);
   if (lc == nullptr) return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
   const void* in = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
@@ -77,8 +86,10 @@ extern "C" int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count,
 extern "C" int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
                           MPI_Op op, int root, MPI_Comm comm) {
   Reduction r{};
-  const Route route =
-      count < 0 ? Route::BadArgument : rooted(comm, root, reduction(datatype, op, &r));
+  int rank = -1;
+  if (comm != MPI_COMM_NULL) PMPI_Comm_rank(comm, &rank);
+  Route route = count < 0 ? Route::BadArgument : rooted(comm, root, reduction(datatype, op, &r));
+  if (rank == root) route = unaliased(sendbuf, recvbuf, route);  // recvbuf is the root's alone
   loomComm_t lc = admit(Call::Reduce, comm, route, size_t(count) * r.elementBytes);
   if (lc == nullptr) return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
   // MPI_IN_PLACE is the root's: its input is already in recvbuf.
@@ -106,7 +117,8 @@ extern "C" int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype se
                              MPI_Comm comm) {
   const bool inPlace = sendbuf == MPI_IN_PLACE;
   size_t block = 0;
-  const Route route = moving(sendcount, sendtype, recvcount, recvtype, inPlace, &block);
+  const Route route = unaliased(
+      sendbuf, recvbuf, moving(sendcount, sendtype, recvcount, recvtype, inPlace, &block));
   loomComm_t lc = admit(Call::Allgather, comm, route, block * ranksOf(comm));
   if (lc == nullptr) {
     return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
@@ -120,7 +132,8 @@ extern "C" int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype se
 extern "C" int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount,
                                         MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
   Reduction r{};
-  const Route route = recvcount < 0 ? Route::BadArgument : reduction(datatype, op, &r);
+  const Route route = recvcount < 0 ? Route::BadArgument
+                                    : unaliased(sendbuf, recvbuf, reduction(datatype, op, &r));
   const size_t block = size_t(recvcount) * r.elementBytes;
   loomComm_t lc = admit(Call::ReduceScatterBlock, comm, route, block * ranksOf(comm));
   if (lc == nullptr) {
@@ -142,9 +155,11 @@ extern "C" int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int 
 extern "C" int MPI_Alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
                             void* recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
   size_t block = 0;
-  const Route route = sendbuf == MPI_IN_PLACE
-                          ? Route::InPlace
-                          : moving(sendcount, sendtype, recvcount, recvtype, false, &block);
+  const Route route =
+      sendbuf == MPI_IN_PLACE
+          ? Route::InPlace
+          : unaliased(sendbuf, recvbuf,
+                      moving(sendcount, sendtype, recvcount, recvtype, false, &block));
   loomComm_t lc = admit(Call::Alltoall, comm, route, block * ranksOf(comm));
   if (lc == nullptr) {
     return PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
@@ -183,6 +198,7 @@ extern "C" int MPI_Alltoallv(const void* sendbuf, const int sendcounts[], const 
   Route route = Route::Loom;
   if (n == 0) route = Route::BadComm;
   else if (sendbuf == MPI_IN_PLACE) route = Route::InPlace;
+  else if (unaliased(sendbuf, recvbuf, route) != route) route = Route::BadArgument;
   else if (!dense(sendtype, &sendElement) || !dense(recvtype, &recvElement))
     route = Route::Datatype;
   else if (!inBytes(sendcounts, sdispls, n, sendElement, &sc, &sd) ||
