@@ -2,6 +2,9 @@
 // kept in an attribute of the MPI communicator, destroyed by the attribute's delete callback
 // when the MPI communicator is freed (MPI_Comm_free, or MPI_Finalize for the predefined ones).
 #include <atomic>
+#include <chrono>
+#include <future>
+#include <list>
 #include <mutex>
 
 #include "bindings/mpi/interpose.h"
@@ -21,12 +24,31 @@ int gKeyval = MPI_KEYVAL_INVALID;
 std::once_flag gKeyvalOnce;
 std::atomic<int> gLive{0};
 
+// Destructions still running in the background: see deleteEntry.
+std::mutex gPendingMutex;
+std::list<std::future<void>> gPending;
+
+void destroy(loomComm_t comm) {
+  loomCommDestroy(comm);
+  gLive.fetch_sub(1, std::memory_order_relaxed);
+}
+
+// Every rank frees the MPI communicator, so every rank destroys its part of the loom one. But
+// MPI_Comm_free does not wait for the other ranks, and loomCommDestroy does on the rank that
+// serves the rendezvous (rank 0): a program whose ranks free a communicator at different
+// points (one before a collective on another communicator, one after it) would deadlock
+// there. So rank 0 destroys in the background, and MPI_Finalize waits for it.
 int deleteEntry(MPI_Comm, int, void* value, void*) {
   auto* entry = static_cast<Entry*>(value);
-  if (entry->comm != nullptr) {
-    // Every rank frees the MPI communicator (collective), so every rank destroys its part.
-    loomCommDestroy(entry->comm);
-    gLive.fetch_sub(1, std::memory_order_relaxed);
+  int rank = 0;
+  if (entry->comm != nullptr) loomCommUserRank(entry->comm, &rank);
+  if (entry->comm != nullptr && rank != 0) destroy(entry->comm);
+  if (entry->comm != nullptr && rank == 0) {
+    std::lock_guard<std::mutex> lock(gPendingMutex);
+    gPending.remove_if([](std::future<void>& f) {
+      return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+    });
+    gPending.push_back(std::async(std::launch::async, destroy, entry->comm));
   }
   delete entry;
   return MPI_SUCCESS;
@@ -93,6 +115,10 @@ void releaseAtFinalize() {
   release(MPI_COMM_SELF);
   release(MPI_COMM_WORLD);
   PMPI_Comm_free_keyval(&gKeyval);
+  // Every rank is in MPI_Finalize now, so every destruction in the background can finish.
+  std::lock_guard<std::mutex> lock(gPendingMutex);
+  for (std::future<void>& f : gPending) f.wait();
+  gPending.clear();
 }
 
 int liveComms() { return gLive.load(std::memory_order_relaxed); }

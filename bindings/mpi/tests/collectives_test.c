@@ -427,11 +427,26 @@ static void checkBarrier(MPI_Comm comm) {
   expectRoute(0 >= gMinBytes, "MPI_Barrier");
 }
 
+/* The loom communicators alive, once those being destroyed in the background (rank 0's, which
+ * wait for the other ranks) are gone: a few seconds at most. */
+static int liveAfterDestruction(int expected) {
+  int live = -1;
+  const double start = MPI_Wtime();
+  do {
+    gCounts(NULL, NULL, &live);
+  } while (live != expected && MPI_Wtime() - start < 30);
+  return live;
+}
+
 /* Communicators made and freed over and over leave no loom communicator behind. */
 static void checkLifetimes(void) {
-  int rank = 0, base = 0, live = 0, ntypes = 0;
+  /* MPI_COMM_WORLD's is the one left from the checks before (when calls run on loom). */
+  int rank = 0, base = gExpectLoom, live = 0, ntypes = 0;
   PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (gCounts) gCounts(NULL, NULL, &base);
+  if (gCounts) {
+    live = liveAfterDestruction(base);
+    CHECK(live == base, "%d loom communicators live before the rounds, not %d", live, base);
+  }
   const Type* t = &reductionTypes(&ntypes)[2]; /* MPI_INT */
   for (int round = 0; round < 10; ++round) {
     MPI_Comm dup, split;
@@ -447,11 +462,28 @@ static void checkLifetimes(void) {
     PMPI_Comm_free(&dup);
     PMPI_Comm_free(&split);
     if (gCounts) {
-      gCounts(NULL, NULL, &live);
+      live = liveAfterDestruction(base);
       CHECK(live == base, "round %d: %d loom communicators live after MPI_Comm_free, not %d",
             round, live, base);
     }
   }
+}
+
+/* MPI_Comm_free does not wait for the other ranks: rank 0 frees a communicator before a
+ * collective on another one that the other ranks enter first, and they free it after. */
+static void checkFreeOrder(void) {
+  int rank = 0, ntypes = 0;
+  PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const Type* t = &reductionTypes(&ntypes)[2]; /* MPI_INT */
+  MPI_Comm dup;
+  PMPI_Comm_dup(MPI_COMM_WORLD, &dup);
+  checkReduction(ALLREDUCE, dup, t, MPI_SUM, "MPI_SUM", BIG, 0, 1);
+  if (rank == 0) PMPI_Comm_free(&dup);
+  const double start = MPI_Wtime();
+  checkReduction(ALLREDUCE, MPI_COMM_WORLD, t, MPI_SUM, "MPI_SUM", BIG, 0, 1);
+  const double took = MPI_Wtime() - start;
+  CHECK(took < 5, "an allreduce took %.1f s while rank 0 freed another communicator", took);
+  if (rank != 0) PMPI_Comm_free(&dup);
 }
 
 int main(int argc, char** argv) {
@@ -491,6 +523,7 @@ int main(int argc, char** argv) {
   PMPI_Comm_free(&dup);
   PMPI_Comm_free(&split);
   checkLifetimes();
+  checkFreeOrder();
   const int rc = finishTest("loom_mpi_collectives_test");
   MPI_Finalize();
   /* MPI_Finalize released the world's and self's loom communicators: none is left. */
