@@ -3,6 +3,7 @@
 // when the MPI communicator is freed (MPI_Comm_free, or MPI_Finalize for the predefined ones).
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <future>
 #include <list>
 #include <mutex>
@@ -75,6 +76,11 @@ Entry* create(MPI_Comm comm) {
   PMPI_Allreduce(&ok, &allOk, 1, MPI_INT, MPI_MIN, comm);
   if (!allOk) {
     if (made != nullptr) loomCommAbort(made);
+    static std::once_flag said;
+    std::call_once(said, [] {
+      std::fprintf(stderr, "loom-mpi: no loom communicator could be made for an MPI "
+                           "communicator, whose calls run on MPI (LOOM_DEBUG=INFO says why)\n");
+    });
     return new Entry{nullptr, Route::NoLoom};
   }
   gLive.fetch_add(1, std::memory_order_relaxed);

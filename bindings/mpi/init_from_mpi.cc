@@ -1,6 +1,7 @@
 // loomCommInitFromMpi: the ranks of an MPI communicator meet through it (rank 0's unique id,
 // broadcast over the communicator) and join a loom communicator of the same ranks.
 #include <cstdio>
+#include <cstdlib>
 
 #include "loom/loom_mpi.h"
 
@@ -39,9 +40,20 @@ extern "C" loomResult_t loomCommInitFromMpi(loomComm_t* comm, MPI_Comm mpiComm,
     int result;
     loomUniqueId id;
   } root{};
-  if (rank == 0) root.result = loomGetUniqueId(&root.id);
+  // A fixed rendezvous address (LOOM_ROOT, NCCL_COMM_ID) would be every communicator's: the
+  // second one made while the first lives would meet the first's ranks. Rank 0 decides, so
+  // that every rank refuses alike.
+  const char* fixedRoot = std::getenv("LOOM_ROOT");
+  if (fixedRoot == nullptr || *fixedRoot == '\0') fixedRoot = std::getenv("NCCL_COMM_ID");
+  const bool fixed = fixedRoot != nullptr && *fixedRoot != '\0';
+  if (rank == 0) root.result = fixed ? loomInvalidUsage : loomGetUniqueId(&root.id);
   if (PMPI_Bcast(&root, sizeof(root), MPI_BYTE, 0, mpiComm) != MPI_SUCCESS) {
     return refuse(loomSystemError, "broadcasting the unique id over mpiComm failed");
+  }
+  if (root.result == loomInvalidUsage) {
+    return refuse(loomInvalidUsage,
+                  "LOOM_ROOT or NCCL_COMM_ID is set on rank 0 (one rendezvous address for every "
+                  "communicator); unset it: the ranks meet through the MPI communicator");
   }
   if (root.result != loomSuccess) {
     return refuse(static_cast<loomResult_t>(root.result), "loomGetUniqueId failed on rank 0");

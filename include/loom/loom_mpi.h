@@ -18,7 +18,9 @@ extern "C" {
  *  over mpiComm (an intracommunicator: MPI_COMM_WORLD, a duplicate, a split...): rank 0 makes
  *  the unique id and broadcasts it over mpiComm, then every rank joins with config (NULL: the
  *  LOOM_* defaults). Every rank returns the same result when loomGetUniqueId fails on rank 0
- *  or mpiComm is not usable; MPI must be initialised. *comm = NULL on failure. */
+ *  (or LOOM_ROOT or NCCL_COMM_ID is set there: loomInvalidUsage, since that one address would
+ *  be every communicator's rendezvous) or mpiComm is not usable; MPI must be initialised.
+ *  *comm = NULL on failure. */
 loomResult_t loomCommInitFromMpi(loomComm_t* comm, MPI_Comm mpiComm, const loomConfig_t* config);
 
 #ifdef __cplusplus

@@ -1,8 +1,10 @@
 /* loomCommInitFromMpi on MPI_COMM_WORLD, a duplicate and a reordered split: the loom
  * communicator has the MPI communicator's ranks, in its order, and reduces as MPI does; and
- * what it refuses (no comm pointer, MPI_COMM_NULL, an intercommunicator) every rank refuses.
+ * what it refuses (no comm pointer, MPI_COMM_NULL, an intercommunicator, LOOM_ROOT set)
+ * every rank refuses.
  *
  *   mpirun -np 4 loom_mpi_init_test */
+#include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
@@ -41,6 +43,11 @@ static void checkRefused(MPI_Comm split) {
         "a NULL comm pointer is refused");
   CHECK(loomCommInitFromMpi(&comm, MPI_COMM_NULL, NULL) == loomInvalidArgument && comm == NULL,
         "MPI_COMM_NULL is refused");
+  /* One fixed rendezvous address would be every communicator's: refused on every rank. */
+  setenv("LOOM_ROOT", "127.0.0.1:1", 1);
+  CHECK(loomCommInitFromMpi(&comm, MPI_COMM_WORLD, NULL) == loomInvalidUsage && comm == NULL,
+        "LOOM_ROOT set is refused");
+  unsetenv("LOOM_ROOT");
   int rank = 0, size = 0;
   PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
   PMPI_Comm_size(MPI_COMM_WORLD, &size);
