@@ -25,9 +25,10 @@ int gKeyval = MPI_KEYVAL_INVALID;
 std::once_flag gKeyvalOnce;
 std::atomic<int> gLive{0};
 
-// Destructions still running in the background: see deleteEntry.
+// Destructions still running in the background: see deleteEntry. Never destroyed: a
+// process that exits without MPI_Finalize must not wait in a future's destructor.
 std::mutex gPendingMutex;
-std::list<std::future<void>> gPending;
+std::list<std::future<void>>& gPending = *new std::list<std::future<void>>;
 
 void destroy(loomComm_t comm) {
   loomCommDestroy(comm);
