@@ -48,3 +48,19 @@ function(loom_binding target)
   loom_source_view(bindings view bindings)
   target_include_directories(${target} PRIVATE ${view})
 endfunction()
+
+# loom_binding_wanted(OPTION WHAT OUT_VAR): whether a binding is to be built: OPTION is on, and
+# libloom is shared (every binding is built over libloom.so; with LOOM_BUILD_STATIC it says
+# that WHAT is skipped). Sets OUT_VAR to ON or OFF.
+function(loom_binding_wanted option what out)
+  set(${out} OFF PARENT_SCOPE)
+  if(NOT ${option})
+    return()
+  endif()
+  if(LOOM_BUILD_STATIC)
+    message(STATUS "${what} skipped: it is built over the shared libloom.so, and "
+                   "LOOM_BUILD_STATIC is on")
+    return()
+  endif()
+  set(${out} ON PARENT_SCOPE)
+endfunction()

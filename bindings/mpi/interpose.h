@@ -1,0 +1,69 @@
+// libloom-mpi-preload.so: MPI's collectives on loom, under an unchanged MPI program (PMPI).
+//
+// Every MPI_* entry point asks the same questions in the same order: is interposition on, is
+// the communicator an intracommunicator, can loom express the datatype and op, is the message
+// at least LOOM_MPI_MIN_BYTES; then it finds (or collectively makes) the communicator's loom
+// communicator. Any "no" sends the call to PMPI_* unchanged. The answers depend only on
+// arguments that MPI requires to agree on every rank (the datatype's signature, the op, the
+// count of a rooted or symmetric call), so every rank of a collective takes the same path.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+
+#include "loom/loom.h"
+
+namespace loom::mpi {
+
+enum class Call { Allreduce, Reduce, Bcast, Allgather, ReduceScatterBlock, Alltoall, Alltoallv,
+                  Barrier, Count };
+
+/** Where a call went, and why. */
+enum class Route {
+  Loom,        // ran on loom
+  Disabled,    // LOOM_MPI_INTERPOSE=0
+  BadComm,     // MPI_COMM_NULL or an intercommunicator
+  Datatype,    // not a predefined type loom reduces, or not dense (derived, with holes)
+  Op,          // an op loom lacks (user-defined, MAXLOC, logical, bitwise)
+  Small,       // below LOOM_MPI_MIN_BYTES
+  InPlace,     // an MPI_IN_PLACE form loom has no counterpart for
+  Mismatch,    // send and receive sides of different sizes (MPI reports what is wrong)
+  BadArgument, // a negative count or a root out of range (MPI reports it)
+  NoLoom,      // the loom communicator could not be made
+  Count
+};
+
+/** LOOM_MPI_INTERPOSE (default 1), read once. */
+bool interposing();
+/** LOOM_MPI_MIN_BYTES, read once. */
+size_t minBytes();
+/** Counts the call and logs (LOOM_DEBUG=INFO) its first of each (call, route). */
+void note(Call call, Route route);
+/** A loom call's result as MPI's: on failure loom's message goes to stderr and the
+ *  communicator's error handler is called, as MPI would for its own failure. */
+int finish(Call call, MPI_Comm comm, loomComm_t loomComm, loomResult_t result);
+
+/** What a reduction becomes on loom: elements of `type` (count * perElement of them). */
+struct Reduction {
+  loomDataType_t type;
+  loomRedOp_t op;
+  size_t perElement;  // 2 for a complex type (its parts summed one by one)
+  size_t elementBytes;
+};
+/** Route::Loom with *out filled, or why not (Datatype, Op). */
+Route reduction(MPI_Datatype type, MPI_Op op, Reduction* out);
+/** Whether count elements of type are count * size contiguous bytes (no holes, lower bound
+ *  0), which the data-moving calls send as bytes; *bytes is one element's size. */
+bool dense(MPI_Datatype type, size_t* bytes);
+
+/** comm's loom communicator, made on the first call that asks (every rank of comm must be in
+ *  the same collective), cached in an attribute of comm and destroyed with it. NULL with
+ *  *route set when there is none: BadComm or NoLoom. */
+loomComm_t loomCommOf(MPI_Comm comm, Route* route);
+/** Destroys the loom communicators of MPI_COMM_SELF and MPI_COMM_WORLD, before MPI ends. */
+void releaseAtFinalize();
+/** Loom communicators alive now. */
+int liveComms();
+
+}  // namespace loom::mpi

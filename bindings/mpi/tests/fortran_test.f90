@@ -1,0 +1,94 @@
+! The interposed calls from Fortran (`use mpi`), against Open MPI's own Fortran PMPI_* entry
+! points, in place and out of place; and that each ran on loom (argument "loom") or that no
+! preload is there (argument "none").
+!
+!   mpirun -np 4 [-x LD_PRELOAD=libloom-mpi-preload.so] loom_mpi_fortran_test loom|none
+program fortran_test
+  use mpi
+  implicit none
+  integer, parameter :: n = 4099
+  integer :: ierr, rank, nranks, i, fails, total, expected
+  integer(kind=8) :: before, after
+  character(len=8) :: mode
+  double precision :: x(n), y(n), ref(n)
+  integer :: ix(n * 8), iy(n * 8), iref(n * 8)
+  integer :: counts(8), displs(8)
+
+  call mpi_init(ierr)
+  call mpi_comm_rank(MPI_COMM_WORLD, rank, ierr)
+  call mpi_comm_size(MPI_COMM_WORLD, nranks, ierr)
+  call get_command_argument(1, mode)
+  fails = 0
+  call loom_calls_on_loom(before)
+
+  do i = 1, n
+    x(i) = dble(mod(rank * 7 + i, 11) - 5)
+  end do
+  call pmpi_allreduce(x, ref, n, MPI_DOUBLE_PRECISION, MPI_SUM, MPI_COMM_WORLD, ierr)
+  call mpi_allreduce(x, y, n, MPI_DOUBLE_PRECISION, MPI_SUM, MPI_COMM_WORLD, ierr)
+  call expect(all(y == ref), 'mpi_allreduce sum')
+  y = x
+  call mpi_allreduce(MPI_IN_PLACE, y, n, MPI_DOUBLE_PRECISION, MPI_SUM, MPI_COMM_WORLD, ierr)
+  call expect(all(y == ref), 'mpi_allreduce sum in place')
+
+  do i = 1, n * nranks
+    ix(i) = mod(rank * 13 + i * 7, 50) - 25
+  end do
+  call pmpi_reduce(ix, iref, n, MPI_INTEGER, MPI_MAX, nranks - 1, MPI_COMM_WORLD, ierr)
+  call mpi_reduce(ix, iy, n, MPI_INTEGER, MPI_MAX, nranks - 1, MPI_COMM_WORLD, ierr)
+  if (rank == nranks - 1) call expect(all(iy(1:n) == iref(1:n)), 'mpi_reduce max')
+
+  call pmpi_reduce_scatter_block(ix, iref, n, MPI_INTEGER, MPI_MIN, MPI_COMM_WORLD, ierr)
+  iy(1:n * nranks) = ix(1:n * nranks)
+  call mpi_reduce_scatter_block(MPI_IN_PLACE, iy, n, MPI_INTEGER, MPI_MIN, MPI_COMM_WORLD, ierr)
+  call expect(all(iy(1:n) == iref(1:n)), 'mpi_reduce_scatter_block min in place')
+
+  iy(1:n) = ix(1:n)
+  iref(1:n) = ix(1:n)
+  call pmpi_bcast(iref, n, MPI_INTEGER, 1, MPI_COMM_WORLD, ierr)
+  call mpi_bcast(iy, n, MPI_INTEGER, 1, MPI_COMM_WORLD, ierr)
+  call expect(all(iy(1:n) == iref(1:n)), 'mpi_bcast')
+
+  call pmpi_allgather(ix, n, MPI_INTEGER, iref, n, MPI_INTEGER, MPI_COMM_WORLD, ierr)
+  call mpi_allgather(ix, n, MPI_INTEGER, iy, n, MPI_INTEGER, MPI_COMM_WORLD, ierr)
+  call expect(all(iy(1:n * nranks) == iref(1:n * nranks)), 'mpi_allgather')
+
+  call pmpi_alltoall(ix, n, MPI_INTEGER, iref, n, MPI_INTEGER, MPI_COMM_WORLD, ierr)
+  call mpi_alltoall(ix, n, MPI_INTEGER, iy, n, MPI_INTEGER, MPI_COMM_WORLD, ierr)
+  call expect(all(iy(1:n * nranks) == iref(1:n * nranks)), 'mpi_alltoall')
+
+  do i = 1, nranks
+    counts(i) = n
+    displs(i) = (i - 1) * n
+  end do
+  call pmpi_alltoallv(ix, counts, displs, MPI_INTEGER, iref, counts, displs, MPI_INTEGER, &
+                      MPI_COMM_WORLD, ierr)
+  call mpi_alltoallv(ix, counts, displs, MPI_INTEGER, iy, counts, displs, MPI_INTEGER, &
+                     MPI_COMM_WORLD, ierr)
+  call expect(all(iy(1:n * nranks) == iref(1:n * nranks)), 'mpi_alltoallv')
+
+  ! Eight calls of at least 4096 bytes with types and ops loom has.
+  call loom_calls_on_loom(after)
+  expected = 8
+  if (trim(mode) == 'none') then
+    call expect(after == -1, 'no preload, yet loomMpiCounts is there')
+  else
+    call expect(after - before == expected, 'every call ran on loom')
+  end if
+  call mpi_barrier(MPI_COMM_WORLD, ierr)
+  call pmpi_allreduce(fails, total, 1, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD, ierr)
+  if (rank == 0) print '(a, i0, a)', 'loom_mpi_fortran_test: ', total, ' failed checks'
+  call mpi_finalize(ierr)
+  if (total /= 0) stop 1
+
+contains
+
+  subroutine expect(ok, what)
+    logical, intent(in) :: ok
+    character(len=*), intent(in) :: what
+    if (.not. ok) then
+      print '(a, i0, 2a)', 'rank ', rank, ': failed: ', what
+      fails = fails + 1
+    end if
+  end subroutine expect
+end program fortran_test

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# MPI_Allreduce (or another loom-mpi-perf collective) of an unchanged MPI program with and
+# without libloom-mpi-preload.so, side by side: K runs of each, interleaved, and each size's
+# median out-of-place time.
+#
+#   perf/mpi_preload_compare.sh BUILD_DIR NRANKS [K] [MAXBYTES] [COLLECTIVE] [STEPFACTOR]
+#
+# The preloaded runs set LOOM_MPI_MIN_BYTES=0, so that every size runs on loom (the default
+# threshold is chosen from this table). Prints: size (B), MPI's median (us), loom's median
+# (us), and MPI's time over loom's (above 1: the preload is faster).
+set -euo pipefail
+build="$1"
+nranks="$2"
+repeats="${3:-5}"
+maxbytes="${4:-64M}"
+collective="${5:-all_reduce}"
+factor="${6:-2}"
+preload="$build/bindings/mpi/libloom-mpi-preload.so"
+bench="$build/perf/loom-mpi-perf"
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+mpirun_=(mpirun --allow-run-as-root --oversubscribe --timeout 600 -np "$nranks")
+for ((k = 0; k < repeats; ++k)); do
+  "${mpirun_[@]}" "$bench" "$collective" -b 8 -e "$maxbytes" -f "$factor" -n 20 -w 5 \
+    > "$out/mpi.$k"
+  "${mpirun_[@]}" -x LD_PRELOAD="$preload" -x LOOM_MPI_MIN_BYTES=0 "$bench" "$collective" \
+    -b 8 -e "$maxbytes" -f "$factor" -n 20 -w 5 > "$out/loom.$k"
+done
+/usr/bin/python3 - "$out" "$repeats" <<'PY'
+import statistics, sys
+folder, repeats = sys.argv[1], int(sys.argv[2])
+def times(name):
+    rows = {}
+    for k in range(repeats):
+        for line in open(f"{folder}/{name}.{k}"):
+            f = line.split()
+            if f and f[0].isdigit():
+                if f[8] != "0": sys.exit(f"{name} run {k}: {f[8]} wrong results at {f[0]} B")
+                rows.setdefault(int(f[0]), []).append(float(f[5]))
+    return {size: statistics.median(t) for size, t in rows.items()}
+mpi, loom = times("mpi"), times("loom")
+print(f"{'size (B)':>10} {'MPI (us)':>10} {'loom (us)':>10} {'MPI/loom':>9}")
+for size in sorted(mpi):
+    print(f"{size:>10} {mpi[size]:>10.1f} {loom[size]:>10.1f} {mpi[size] / loom[size]:>9.2f}")
+PY
