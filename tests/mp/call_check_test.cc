@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "base/params.h"
+#include "comm/comm.h"
 #include "loom/loom.h"
 #include "tests/support/comm_harness.h"
 #include "tests/support/fork_ranks.h"
@@ -252,6 +253,35 @@ TEST(CallCheckInit, MustBeSetOnEveryRank) {
     const std::string msg = loomGetLastError(nullptr);
     RANK_CHECK(rc == loomInvalidUsage, "init: %s: %s", loomGetErrorString(rc), msg.c_str());
     RANK_CHECK(msg.find("LOOM_CHECK=1 on rank 1 only") != std::string::npos, "%s", msg.c_str());
+    return 0;
+  }, ForkOptions::timeout(60));
+  EXPECT_EQ(describeFailures(results), "");
+}
+
+// The store's take, which the check's sends and receives use: a value goes to the one rank that
+// takes it, whether it was put before or after, and the root then forgets the key.
+TEST(CallCheckInit, TakeGivesAKeyOnceThenForgetsIt) {
+  auto results = runRanks(2, [](RankContext& ctx) {
+    loomComm_t comm = nullptr;
+    RANK_LOOM(initComm(ctx, &comm));
+    Bootstrap& boot = commOf(comm).bootstrap();
+    std::string value;
+    if (ctx.rank() == 0) {
+      RANK_CHECK(boot.put("before", "one", Deadline(kTimeoutMs)).isOk(), "put");
+      Status st = boot.take("after", &value, Deadline(kTimeoutMs));
+      RANK_CHECK(st.isOk() && value == "two", "take before the put: %s, \"%s\"",
+                 st.message().c_str(), value.c_str());
+    } else {
+      Status st = boot.take("before", &value, Deadline(kTimeoutMs));
+      RANK_CHECK(st.isOk() && value == "one", "take after the put: %s, \"%s\"",
+                 st.message().c_str(), value.c_str());
+      st = boot.take("before", &value, Deadline(300));
+      RANK_CHECK(st.code() == loomTimeout, "a taken key is still there: %s",
+                 st.message().c_str());
+      RANK_CHECK(boot.put("after", "two", Deadline(kTimeoutMs)).isOk(), "put");
+    }
+    ctx.allgather("");  // neither leaves before the other is done with the root
+    RANK_LOOM(loomCommDestroy(comm));
     return 0;
   }, ForkOptions::timeout(60));
   EXPECT_EQ(describeFailures(results), "");
