@@ -29,6 +29,13 @@ const Entry kEntries[] = {
      "communicator is destroyed (left alone, the scheduler may crowd three ranks on one core "
      "and one on another); threads that thread starts meanwhile inherit the binding. none: "
      "never bind."},
+    {"LOOM_CHECK", Type::Bool, "0",
+     "1: before every call the ranks exchange what each of them calls (collective, count, "
+     "type, op, root; an alltoallv's counts; the bytes of each send and receive, with the peers "
+     "concerned) through the bootstrap and compare; where they differ every rank's call "
+     "returns loomInvalidUsage naming the ranks and what differed, and the communicator fails "
+     "(docs/RELIABILITY.md). Costs each call a round trip through the bootstrap root. Set it "
+     "alike on every rank."},
     {"LOOM_YIELD_USEC", Type::Int, "2000",
      "Microseconds an idle wait yields the CPU (sched_yield) before it sleeps (futex or poll)."},
     {"LOOM_DEBUG", Type::String, "WARN", "Log level: NONE, WARN, INFO or TRACE.", "NCCL_DEBUG",

@@ -107,6 +107,8 @@ Status submitCollective(loomComm* comm, CallDesc& call) {
   if (call.op >= loomNumOps) applyPreMulSum(comm, call);
   if (inGroup()) return queueCollective(comm, call);
   CallHold hold(comm);
+  const CallDesc* one = &call;
+  LOOM_TRY(comm->impl->agreeOnCall({&one, 1}, {}));
   return comm->impl->runCollective(call);
 }
 
@@ -624,7 +626,8 @@ static loomResult_t pointToPoint(void* buff, size_t count, loomDataType_t dataty
   P2PCall call{{peer, kind, bytes}, buff};
   if (inGroup()) return finish(comm, queueP2P(comm, call));
   CallHold hold(comm);
-  return finish(comm, comm->impl->runP2P({call}));
+  st = comm->impl->agreeOnCall({}, {&call, 1});
+  return finish(comm, st.isOk() ? comm->impl->runP2P({call}) : st);
 }
 
 loomResult_t loomSend(const void* sendbuff, size_t count, loomDataType_t datatype, int peer,

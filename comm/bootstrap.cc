@@ -29,6 +29,7 @@ enum MessageType : uint32_t {
   kGet = 6,        // key; answered by kGetResult once the key is there
   kGetResult = 7,  // value
   kJoinTimeout = 8,  // why the communicator was not made: the ranks that never joined
+  kTake = 9,         // key; as kGet, and the root forgets the key once it answered
 };
 
 // A key and a value in one payload: the key's length (4 bytes), the key, the value.
@@ -243,6 +244,7 @@ class Root {
         break;
       case kPut:
       case kGet:
+      case kTake:
         serveStore(r, type, payload);
         break;
       default:
@@ -260,22 +262,29 @@ class Root {
       drop(r);
       return;
     }
-    if (type == kGet) {
+    const bool take = type == kTake;
+    if (type == kGet || take) {
       auto it = store_.find(key);
-      if (it == store_.end()) waiting_.push_back({r, key});
-      else answer(r, it->second);
+      if (it == store_.end()) {
+        waiting_.push_back({r, key, take});
+        return;
+      }
+      answer(r, it->second);
+      if (take) store_.erase(it);
       return;
     }
-    store_[key] = value;
+    bool taken = false;
     for (size_t i = 0; i < waiting_.size();) {
-      if (waiting_[i].second != key) {
+      if (waiting_[i].key != key) {
         ++i;
         continue;
       }
-      int q = waiting_[i].first;
+      const Waiting w = waiting_[i];
       waiting_.erase(waiting_.begin() + i);
-      answer(q, value);
+      answer(w.rank, value);
+      taken |= w.take;
     }
+    if (!taken) store_[key] = value;
   }
 
   void answer(int r, const std::string& value) {
@@ -330,7 +339,7 @@ class Root {
 
   void drop(int r) {
     if (fds_[r] < 0) return;
-    std::erase_if(waiting_, [r](const auto& w) { return w.first == r; });
+    std::erase_if(waiting_, [r](const Waiting& w) { return w.rank == r; });
     close(fds_[r]);
     fds_[r] = -1;
     --active_;
@@ -349,7 +358,13 @@ class Root {
   std::vector<std::string> gathers_;
   std::vector<bool> hasGather_;
   std::map<std::string, std::string> store_;
-  std::vector<std::pair<int, std::string>> waiting_;  // (rank, key) of gets not answered yet
+  // Gets and takes not answered yet.
+  struct Waiting {
+    int rank;
+    std::string key;
+    bool take;
+  };
+  std::vector<Waiting> waiting_;
 };
 
 Status packId(const net::Address& root, const unsigned char secret[16], uint32_t flags,
@@ -548,9 +563,18 @@ Status Bootstrap::put(const std::string& key, const std::string& value,
 }
 
 Status Bootstrap::get(const std::string& key, std::string* value, const Deadline& deadline) {
+  return fetchKey(kGet, key, value, deadline);
+}
+
+Status Bootstrap::take(const std::string& key, std::string* value, const Deadline& deadline) {
+  return fetchKey(kTake, key, value, deadline);
+}
+
+Status Bootstrap::fetchKey(uint32_t request, const std::string& key, std::string* value,
+                           const Deadline& deadline) {
   {
     std::lock_guard<std::mutex> g(sendMutex_);
-    LOOM_TRY(sendMessage(fd_, kGet, keyed(key, std::string()), deadline));
+    LOOM_TRY(sendMessage(fd_, request, keyed(key, std::string()), deadline));
   }
   for (;;) {
     uint32_t type = 0;

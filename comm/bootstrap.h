@@ -64,6 +64,10 @@ class Bootstrap final : public RankExchange {
   // relayed meanwhile: the ranks left use them to agree on what comes next.
   Status put(const std::string& key, const std::string& value, const Deadline& deadline);
   Status get(const std::string& key, std::string* value, const Deadline& deadline);
+  // get, for a key one rank reads once: the root then forgets it, so that keys used once per
+  // call (LOOM_CHECK's) do not pile up. The value of a key taken before it is put goes only to
+  // the taker.
+  Status take(const std::string& key, std::string* value, const Deadline& deadline);
   // Non-blocking: an abort relayed from another rank, or a lost root, becomes an error.
   // waitMs: how long to wait for one (0: only what has arrived).
   Status pollAbort(int waitMs = 0);
@@ -74,6 +78,8 @@ class Bootstrap final : public RankExchange {
   void leave();
 
  private:
+  Status fetchKey(uint32_t request, const std::string& key, std::string* value,
+                  const Deadline& deadline);
   Status readMessage(uint32_t* type, std::string* payload, const Deadline& deadline);
   // Records an abort, or the root's word that not every rank joined, as what every later call
   // reports; false for any other message.

@@ -13,6 +13,7 @@
 #include "base/dtype.h"
 #include "base/log.h"
 #include "base/params.h"
+#include "comm/call_check.h"
 #include "topology/discover.h"
 #include "transports/shm/shm_arena.h"
 #include "transports/shm/shm_util.h"
@@ -97,6 +98,7 @@ void Comm::useOptions(const CommOptions& options) {
   forcedBuilders_ = options.forcedBuilders;
   directBytes_ = options.directBytes;
   wait_ = options.wait;
+  checkCalls_ = options.checkCalls;
 }
 
 Status Comm::exchangePeers(const loomUniqueId& id, const Deadline& deadline,
@@ -116,19 +118,28 @@ Status Comm::exchangePeers(const loomUniqueId& id, const Deadline& deadline,
   if (sched_getaffinity(0, sizeof(me->cpus), &me->cpus) != 0) CPU_SET(sched_getcpu(), &me->cpus);
   snprintf(me->hostname, sizeof(me->hostname), "%s", hostname.c_str());
   LOOM_TRY(connections_.open(&ctx_, transportMode_, options.shm, options.tcp, me));
+  // LOOM_CHECK travels with the record: a rank that checks waits for every rank in every call,
+  // so the ranks must agree on it.
+  std::string record(reinterpret_cast<const char*>(me), sizeof(*me));
+  record += char(checkCalls_);
   std::vector<std::string> all;
-  LOOM_TRY(boot_.allgather(std::string(reinterpret_cast<const char*>(me), sizeof(*me)), &all,
-                           deadline));
+  LOOM_TRY(boot_.allgather(record, &all, deadline));
   ctx_.peers.resize(nranks());
+  std::vector<int> checking;
   for (int r = 0; r < nranks(); ++r) {
-    if (all[r].size() != sizeof(transports::PeerInfo))
+    if (all[r].size() != sizeof(transports::PeerInfo) + 1)
       return errorf(loomInternalError, "bootstrap: rank %d sent a malformed peer record", r);
     memcpy(&ctx_.peers[r], all[r].data(), sizeof(transports::PeerInfo));
+    if (all[r].back() != 0) checking.push_back(r);
     if (transportMode_ == "shm" && ctx_.peers[r].hostId != me->hostId)
       return errorf(loomInvalidArgument,
                     "LOOM_TRANSPORT=shm but rank %d is on another host (%s)", r,
                     ctx_.peers[r].hostname);
   }
+  if (!checking.empty() && int(checking.size()) != nranks())
+    return errorf(loomInvalidUsage, "LOOM_CHECK=1 on rank%s %s only: set it alike on every rank",
+                  checking.size() == 1 ? "" : "s", rankRanges(checking).c_str());
+  peerChecks_.assign(checkCalls_ ? size_t(nranks()) : 0, 0);
   return Status::ok();
 }
 
@@ -524,6 +535,66 @@ Status Comm::stampMismatch(const char* collective) const {
                 "not match: rank %d called %s, this rank %s",
                 rank(), collective, (unsigned long long)stamp_.sequence(), other,
                 describe(theirs).c_str(), describe(stamp_).c_str());
+}
+
+// The collectives' descriptors go through the bootstrap's allgather, not a loom allgather: the
+// bootstrap relays each rank's whole blob over a connection of its own, one exchange at a time,
+// so no call's data can be read as another's, whereas a loom allgather would travel the very
+// paths that mismatched calls confuse. Every rank gets the same descriptors and reaches the
+// same verdict.
+Status Comm::checkCall(std::span<const CallDesc* const> colls, std::span<const P2PCall> p2p) {
+  LOOM_TRY(usable());
+  ++checkedCalls_;
+  Deadline deadline(timeoutMs());
+  std::string verdict;
+  Status st = colls.empty() ? Status::ok() : checkCollectives(colls, deadline, &verdict);
+  if (st.isOk() && verdict.empty() && !p2p.empty()) st = checkPeers(p2p, deadline, &verdict);
+  if (st.isOk() && verdict.empty()) return Status::ok();
+  const char* name = checkedCallName(colls, p2p);
+  if (st.isOk())
+    st = errorf(loomInvalidUsage, "rank %d: %s call %llu (LOOM_CHECK): %s", rank(), name,
+                (unsigned long long)checkedCalls_, verdict.c_str());
+  else
+    st = st.withContext(strprintf("rank %d: %s call %llu (LOOM_CHECK's exchange)", rank(), name,
+                                  (unsigned long long)checkedCalls_));
+  fail(st);
+  return st;
+}
+
+Status Comm::checkCollectives(std::span<const CallDesc* const> colls, const Deadline& deadline,
+                              std::string* verdict) {
+  std::string mine;
+  for (const CallDesc* c : colls) describeCollective(*c, &mine);
+  std::vector<std::string> all;
+  LOOM_TRY(boot_.allgather(mine, &all, deadline));
+  *verdict = collectivesDiffer(all);
+  return Status::ok();
+}
+
+// Each pair of ranks compares its operations with each other through the bootstrap's store,
+// under keys numbered by the pair's checks so far: sends and receives concern their peers
+// alone, and the other ranks may meanwhile call something else, or nothing.
+Status Comm::checkPeers(std::span<const P2PCall> p2p, const Deadline& deadline,
+                        std::string* verdict) {
+  std::vector<int> peers;
+  for (const P2PCall& c : p2p)
+    if (c.op.peer != rank() && std::find(peers.begin(), peers.end(), c.op.peer) == peers.end())
+      peers.push_back(c.op.peer);
+  auto key = [](int from, int to, uint64_t check) {
+    return strprintf("check/%d>%d/%llu", from, to, (unsigned long long)check);
+  };
+  for (int peer : peers) {
+    std::string mine;
+    describeOpsWith(peer, p2p, &mine);
+    LOOM_TRY(boot_.put(key(rank(), peer, ++peerChecks_[size_t(peer)]), mine, deadline));
+  }
+  for (int peer : peers) {
+    std::string mine, theirs;
+    describeOpsWith(peer, p2p, &mine);
+    LOOM_TRY(boot_.take(key(peer, rank(), peerChecks_[size_t(peer)]), &theirs, deadline));
+    if (verdict->empty()) *verdict = opsUnpaired(rank(), mine, peer, theirs);
+  }
+  return Status::ok();
 }
 
 Status Comm::runP2P(const std::vector<P2PCall>& calls) {

@@ -66,6 +66,14 @@ class Comm final : public collectives::ExecHost {
   CallDesc& apiCall() { return apiCall_; }
   // Runs a group of sends and receives together.
   Status runP2P(const std::vector<P2PCall>& calls);
+  // LOOM_CHECK: the ranks agree on a call (a group's collectives and sends and receives, all
+  // together) before it runs (comm/call_check.h); where they differ, every rank of the call
+  // fails the communicator with what differed. Without LOOM_CHECK, nothing.
+  Status agreeOnCall(std::span<const CallDesc* const> colls, std::span<const P2PCall> p2p) {
+    if (!checkCalls_) [[likely]]
+      return Status::ok();
+    return checkCall(colls, p2p);
+  }
 
   // Error state: after a failure the communicator refuses further work with the first error.
   Status usable() const { return errors_.usable(); }
@@ -158,6 +166,13 @@ class Comm final : public collectives::ExecHost {
   Status execute(const collectives::PreparedPlan& plan, std::span<void* const> buffers,
                  loomDataType_t dtype, loomRedOp_t op, const char* collective,
                  uint64_t inputBytes = 0, uint64_t outputBytes = 0, bool aheadOfCall = false);
+  // agreeOnCall's exchanges: the collectives' descriptors with every rank, the sends' and
+  // receives' with each peer concerned (theirs alone: the other ranks do not take part).
+  Status checkCall(std::span<const CallDesc* const> colls, std::span<const P2PCall> p2p);
+  Status checkCollectives(std::span<const CallDesc* const> colls, const Deadline& deadline,
+                          std::string* verdict);
+  Status checkPeers(std::span<const P2PCall> p2p, const Deadline& deadline,
+                    std::string* verdict);
   // Marks the communicator failed with st (withFirstCause's) and returns that.
   Status failed(const Status& st);
   // st, with the cause a peer relays when it failed first (waiting up to kFirstCauseWaitMs).
@@ -188,6 +203,10 @@ class Comm final : public collectives::ExecHost {
   Bootstrap boot_;
   CpuBinding binding_;
   WaitPolicy wait_;
+  // LOOM_CHECK, the calls it checked, and per peer the checks of sends and receives with it.
+  bool checkCalls_ = false;
+  uint64_t checkedCalls_ = 0;
+  std::vector<uint64_t> peerChecks_;
   Connections connections_;
   std::unique_ptr<transports::ShmArena> arena_;  // mapped at the first call that uses it
   BufferAgreement agreement_;

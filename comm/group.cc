@@ -26,9 +26,15 @@ Status runCommItems(loomComm* c, std::vector<GroupItem>& items) {
   if (!st.isOk()) return st;
   CallHold hold(c);
   thread_local std::vector<P2PCall> p2p;
+  thread_local std::vector<const CallDesc*> colls;
   p2p.clear();
-  for (const GroupItem& it : items)
-    if (it.comm == c && it.kind == GroupItem::Kind::P2P) p2p.push_back(it.p2pCall);
+  colls.clear();
+  for (const GroupItem& it : items) {
+    if (it.comm != c) continue;
+    if (it.kind == GroupItem::Kind::P2P) p2p.push_back(it.p2pCall);
+    if (it.kind == GroupItem::Kind::Collective) colls.push_back(&it.coll);
+  }
+  LOOM_TRY(c->impl->agreeOnCall(colls, p2p));
   if (!p2p.empty()) LOOM_TRY(c->impl->runP2P(p2p));
   for (GroupItem& it : items)
     if (it.comm == c && it.kind == GroupItem::Kind::Collective)

@@ -154,6 +154,7 @@ Status readCommOptions(const loomConfig_t* config, CommOptions* out) {
   out->tcp = readTcpOptions();
   out->directBytes = nonNegative(params::getInt("LOOM_SHM_DIRECT_BYTES"));
   LOOM_TRY(readWaitOptions(out));
+  out->checkCalls = params::getBool("LOOM_CHECK");
   readDiscoveryAndAutotune(out);
   return Status::ok();
 }

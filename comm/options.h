@@ -37,6 +37,7 @@ struct CommOptions {
   uint64_t directBytes = 0;         // LOOM_SHM_DIRECT_BYTES: the direct arena's data
   WaitPolicy wait;                  // readWaitPolicy
   bool bindToCores = true;  // LOOM_BIND=auto (else none)
+  bool checkCalls = false;  // LOOM_CHECK: the ranks agree on every call before it runs
   // Topology discovery's settings (LOOM_TOPO_*; those of detection only without a file) and
   // autotune's (LOOM_AUTOTUNE_*, read only under LOOM_AUTOTUNE), both with the cache directory.
   topology::DiscoveryOptions discovery;
