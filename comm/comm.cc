@@ -583,16 +583,17 @@ Status Comm::checkPeers(std::span<const P2PCall> p2p, const Deadline& deadline,
   auto key = [](int from, int to, uint64_t check) {
     return strprintf("check/%d>%d/%llu", from, to, (unsigned long long)check);
   };
-  for (int peer : peers) {
-    std::string mine;
-    describeOpsWith(peer, p2p, &mine);
-    LOOM_TRY(boot_.put(key(rank(), peer, ++peerChecks_[size_t(peer)]), mine, deadline));
+  std::vector<std::string> mine(peers.size());
+  for (size_t i = 0; i < peers.size(); ++i) {
+    describeOpsWith(peers[i], p2p, &mine[i]);
+    LOOM_TRY(boot_.put(key(rank(), peers[i], ++peerChecks_[size_t(peers[i])]), mine[i],
+                       deadline));
   }
-  for (int peer : peers) {
-    std::string mine, theirs;
-    describeOpsWith(peer, p2p, &mine);
-    LOOM_TRY(boot_.take(key(peer, rank(), peerChecks_[size_t(peer)]), &theirs, deadline));
-    if (verdict->empty()) *verdict = opsUnpaired(rank(), mine, peer, theirs);
+  for (size_t i = 0; i < peers.size(); ++i) {
+    std::string theirs;
+    LOOM_TRY(boot_.take(key(peers[i], rank(), peerChecks_[size_t(peers[i])]), &theirs,
+                        deadline));
+    if (verdict->empty()) *verdict = opsUnpaired(rank(), mine[i], peers[i], theirs);
   }
   return Status::ok();
 }

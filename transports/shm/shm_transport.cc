@@ -613,7 +613,6 @@ class ShmTransport final : public Transport {
     prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
     if (getrandom(&probeWord_, sizeof(probeWord_), 0) != sizeof(probeWord_))
       probeWord_ = nowNs() ^ (uint64_t(getpid()) << 32);
-    pidNamespace_ = pidNamespaceId();
     self_ = thisProcess();
     // What processes that ended without cleaning up left here, whichever job they ran.
     removeStaleShm(kShmNamePrefix);
@@ -669,7 +668,7 @@ class ShmTransport final : public Transport {
     auto conn = std::make_unique<ShmConnection>(
         ctx_->rank, peer, lane, name, doorbellOf(peer), std::move(segment),
         std::move(peerDoorbell), options_.cmaThreshold);
-    conn->attach(pidNamespace_, &probeWord_);
+    conn->attach(self_.pidNamespace, &probeWord_);
     LOOM_INFO("SHM", "rank %d connected to rank %d lane %d (%s)", ctx_->rank, peer, lane,
               name.c_str());
     *out = std::move(conn);
@@ -792,8 +791,7 @@ class ShmTransport final : public Transport {
   std::unique_ptr<Mapping> doorbellMapping_;
   Doorbell* doorbell_ = nullptr;
   std::map<int, std::shared_ptr<Mapping>> peerDoorbells_;
-  uint64_t pidNamespace_ = 0;
-  ProcessId self_;
+  ProcessId self_;  // this process, as its files in /dev/shm name it
   uint64_t probeWord_ = 0;  // peers read it to test whether CMA works
 };
 
