@@ -36,6 +36,20 @@ const Entry kEntries[] = {
      "returns loomInvalidUsage naming the ranks and what differed, and the communicator fails "
      "(docs/RELIABILITY.md). Costs each call a round trip through the bootstrap root. Set it "
      "alike on every rank."},
+    {"LOOM_FLIGHT_RECORDER", Type::Int, "2000",
+     "Calls each communicator keeps in its flight recorder (collective, count, type, op, "
+     "algorithm, state, times), written as JSON by LOOM_FLIGHT_RECORDER_DUMP's events and by "
+     "loomCommDumpTrace; tools/loom-trace merges the ranks' files. 0: record nothing. Each "
+     "entry takes under 100 bytes."},
+    {"LOOM_FLIGHT_RECORDER_DUMP", Type::String, "error,abort,fatal",
+     "When a communicator writes its flight recorder by itself, a comma list: error (its first "
+     "failed call: a timeout, a dead peer, a mismatch), abort (loomCommAbort), fatal (the "
+     "process dies of SIGSEGV, SIGBUS, SIGFPE, SIGILL or SIGABRT; the handler chains to the one "
+     "it replaced), usr1 (SIGUSR1 dumps every live communicator and the process goes on), or "
+     "none."},
+    {"LOOM_FLIGHT_RECORDER_DIR", Type::String, "",
+     "Where flight recorder files go (loom-trace-<communicator>-rank<r>.json); empty: $TMPDIR, "
+     "else /tmp."},
     {"LOOM_YIELD_USEC", Type::Int, "2000",
      "Microseconds an idle wait yields the CPU (sched_yield) before it sleeps (futex or poll)."},
     {"LOOM_DEBUG", Type::String, "WARN", "Log level: NONE, WARN, INFO or TRACE.", "NCCL_DEBUG",

@@ -172,6 +172,13 @@ loomResult_t loomGetInfo(const char** json) {
   return loomSuccess;
 }
 
+loomResult_t loomCommDumpTrace(loomComm_t comm, const char* path) {
+  Status st = checkComm(comm, "loomCommDumpTrace");
+  if (st.isOk()) st = comm->impl->dumpTrace(path, "request", nullptr);
+  if (!st.isOk()) return finish(nullptr, st.withContext("loomCommDumpTrace"));
+  return loomSuccess;
+}
+
 loomResult_t loomCommGetLastAlgorithm(loomComm_t comm, const char** algorithm) {
   Status st = checkComm(comm, "loomCommGetLastAlgorithm");
   if (st.isOk() && algorithm == nullptr)
@@ -350,7 +357,7 @@ static loomResult_t release(loomComm_t comm, const char* fn, const char* abortRe
     awaitReady(comm, fn, true).ignore();
   forget(comm);
   if (comm->impl) {
-    if (abortReason != nullptr) comm->impl->revoke(abortReason);
+    if (abortReason != nullptr) comm->impl->abort(abortReason);
     Deadline deadline(comm->impl->timeoutMs());
     while (comm->busy.load(std::memory_order_acquire) > 0 && !deadline.expired())
       std::this_thread::sleep_for(std::chrono::microseconds(200));

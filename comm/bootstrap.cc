@@ -6,6 +6,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -62,6 +64,8 @@ struct Hello {
 // rank's own, plus the hello's time on the way and in the root's queue, which takes a second or
 // more on a loaded host.
 constexpr int kJoinVerdictMs = 3000;
+// How often a rank retries a root at rank 0 that is still another communicator's.
+constexpr int kBusyRootRetryMs = 20;
 
 // Replies to a hello.
 enum HelloReply : uint8_t { kAccepted = 0, kWrongSize = 2, kDuplicateRank = 3, kBadRank = 4 };
@@ -185,8 +189,14 @@ class Root {
     Hello h;
     Status st = net::recvAll(fd, &h, sizeof(h), Deadline(5000));
     if (!st.isOk() || h.magic != kUniqueIdMagic || !secretsEqual(h.secret, secret_)) {
-      LOOM_WARN("BOOT", "bootstrap root: dropped a connection that did not prove the secret "
-                        "of this unique id");
+      // A rank of the next communicator made through the same LOOM_ROOT retries every
+      // kBusyRootRetryMs until this root ends: one warning, the rest at INFO.
+      if (dropped_++ == 0)
+        LOOM_WARN("BOOT", "bootstrap root: dropped a connection that did not prove the secret "
+                          "of this unique id");
+      else
+        LOOM_INFO("BOOT", "bootstrap root: dropped connection %llu that did not prove the "
+                          "secret of this unique id", (unsigned long long)dropped_);
       close(fd);
       return;
     }
@@ -350,6 +360,7 @@ class Root {
   Deadline joinDeadline_ = Deadline::never();
   std::string fatal_;  // set when the job cannot succeed (mismatched sizes)
   unsigned char secret_[16];
+  uint64_t dropped_ = 0;  // connections dropped for a wrong secret
   int nranks_ = -1;
   int joined_ = 0;
   int active_ = 0;
@@ -404,6 +415,13 @@ Status rankZeroRootId(const std::string& address, loomUniqueId* id) {
   std::string basis = address;
   for (const char* job : {"TORCHELASTIC_RUN_ID", "OMPI_MCA_ess_base_jobid", "SLURM_JOB_ID"})
     if (const char* v = getenv(job)) basis += std::string("/") + v;
+  // The n-th id a process makes this way belongs to the n-th communicator it makes through such
+  // an address, on every rank alike: communicators made one after another through one address
+  // then differ in their secret, and a rank early for the next one is refused by the root of
+  // the last one, still serving its slower ranks, instead of joining it (Bootstrap::connect
+  // retries).
+  static std::atomic<uint64_t> made{0};
+  basis += "#" + std::to_string(++made);
   unsigned char secret[16] = {};
   for (size_t i = 0; i < basis.size(); ++i) secret[i % 16] = secret[i % 16] * 31 + basis[i];
   return packId(addr, secret, kRootAtRankZero, id);
@@ -457,26 +475,44 @@ Status Bootstrap::connect(const loomUniqueId& id, int rank, int nranks,
   LOOM_TRY(decodeUniqueId(id, &data, &root));
   rank_ = rank;
   secret_.assign(reinterpret_cast<const char*>(data.secret), 16);
-  if ((data.flags & kRootAtRankZero) && rank == 0) {
+  // Through a root at rank 0 (LOOM_ROOT), the address may still be held by the root of the
+  // communicator made through it before, until its last rank leaves it, and that root refuses
+  // this one's ranks: both wait for it, until the deadline.
+  const bool rootMayBeBusy = (data.flags & kRootAtRankZero) != 0;
+  if (rootMayBeBusy && rank == 0) {
     loomUniqueId served;
     Status st = startBootstrapRoot(root, data.secret, &served);
+    while (!st.isOk() && st.message().find(strerror(EADDRINUSE)) != std::string::npos &&
+           !deadline.expired()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(kBusyRootRetryMs));
+      st = startBootstrapRoot(root, data.secret, &served);
+    }
     if (!st.isOk())
       return st.withContext("bootstrap: rank 0 cannot serve the root at " + root.toString() +
                             " (LOOM_ROOT or NCCL_COMM_ID must name an address of rank 0's host)");
   }
-  Status st = net::connectTo(root, deadline, &fd_);
-  if (!st.isOk()) return st.withContext("bootstrap: cannot reach the root at " + root.toString());
-  Hello h = {kUniqueIdMagic, {}, rank, nranks,
-             deadline.bounded() ? deadline.remainingMs(INT32_MAX) : -1};
-  memcpy(h.secret, data.secret, 16);
-  LOOM_TRY(net::sendAll(fd_, &h, sizeof(h), deadline));
   uint8_t reply = 255;
-  st = net::recvAll(fd_, &reply, 1, deadline);
-  if (!st.isOk())
-    return errorf(loomInvalidArgument,
-                  "bootstrap: the root at %s refused this rank: the unique id's secret does not "
-                  "match (a stale or wrong unique id?)",
-                  root.toString().c_str());
+  for (;;) {
+    Status st = net::connectTo(root, deadline, &fd_);
+    if (!st.isOk())
+      return st.withContext("bootstrap: cannot reach the root at " + root.toString());
+    Hello h = {kUniqueIdMagic, {}, rank, nranks,
+               deadline.bounded() ? deadline.remainingMs(INT32_MAX) : -1};
+    memcpy(h.secret, data.secret, 16);
+    LOOM_TRY(net::sendAll(fd_, &h, sizeof(h), deadline));
+    if (net::recvAll(fd_, &reply, 1, deadline).isOk()) break;
+    close(fd_);
+    fd_ = -1;
+    if (!rootMayBeBusy || deadline.expired())
+      return errorf(loomInvalidArgument,
+                    "bootstrap: the root at %s refused this rank: the unique id's secret does "
+                    "not match (a stale or wrong unique id%s?)",
+                    root.toString().c_str(),
+                    rootMayBeBusy ? ", or the root of another communicator made through the "
+                                    "same address that never ended"
+                                  : "");
+    std::this_thread::sleep_for(std::chrono::milliseconds(kBusyRootRetryMs));
+  }
   switch (reply) {
     case kAccepted: {
       std::lock_guard<std::mutex> lock(rootsHere().mutex);

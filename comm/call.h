@@ -25,6 +25,8 @@ struct CallDesc {
   // agreed (Comm::agreeBuffersMapped): the peer algorithms read them with plain loads. The
   // tuner's model costs such reads as plain copies (Tuner::decide); builders do not read it.
   bool buffersMapped = false;
+  // The call's flight recorder entry where a group recorded it as queued (Comm::recordQueued).
+  uint64_t recorded = 0;
 };
 
 // Whether two byte ranges share a byte (empty ranges share none).

@@ -70,6 +70,7 @@ Status Comm::init(int nranks, const loomUniqueId& id, int rank, const loomConfig
   Deadline deadline(ctx_.timeoutMs);
   transports::PeerInfo me;
   LOOM_TRY(exchangePeers(id, deadline, options, &me));
+  recorder_.configure(options.flightRecorder, ctx_.commHash, rank, nranks);
   numberHosts();
   cpu_set_t machineCpus;
   shareMachine(me, &machineCpus);
@@ -225,6 +226,8 @@ void Comm::revoke(const std::string& reason) {
 void Comm::fail(const Status& st) {
   if (!errors_.record(st)) return;
   LOOM_WARN("COLL", "%s", st.message().c_str());
+  recorder_.noteFailure(st.message());
+  if (recorder_.enabled() && recorder_.dumpsOn(kDumpOnError)) dumpTraceLogged("error");
   // An abort relayed from a peer, or this rank's revoke, is already known to everyone;
   // anything else, tell them.
   if (st.message().find("aborted by a peer") == std::string::npos && !errors_.revoked())
@@ -242,6 +245,19 @@ loomResult_t Comm::asyncError() {
 const char* Comm::lastAlgorithm() {
   lastAlgorithmShown_ = lastChoice_.builder == nullptr ? "" : tuner::describe(lastChoice_);
   return lastAlgorithmShown_.c_str();
+}
+
+void Comm::abort(const std::string& reason) {
+  if (recorder_.enabled() && recorder_.dumpsOn(kDumpOnAbort)) dumpTraceLogged("abort");
+  revoke(reason);
+}
+
+void Comm::dumpTraceLogged(const char* reason) const {
+  std::string written;
+  Status st = dumpTrace(nullptr, reason, &written);
+  if (st.isOk()) LOOM_WARN("COLL", "rank %d: flight recorder written to %s (%s)", rank(),
+                           written.c_str(), reason);
+  else LOOM_WARN("COLL", "rank %d: %s", rank(), st.message().c_str());
 }
 
 void Comm::leave() {
@@ -347,6 +363,41 @@ Status Comm::agreeBuffersMapped(const CallDesc& call, const collectives::Builder
 
 Status Comm::runCollective(CallDesc& call) {
   LOOM_TRY(usable());
+  const collectives::CollArgs& a = call.args;
+  if (call.recorded != 0) {
+    recordedCall_ = call.recorded;
+    recorder_.setState(recordedCall_, FlightRecorder::State::Running);
+  } else {
+    recordedCall_ = recorder_.open(collectives::collectiveName(a.coll), true, a.count,
+                                   call.outputBytes, call.dtype, call.op, a.root,
+                                   FlightRecorder::State::Running);
+  }
+  Status st = chooseAndRun(call);
+  recorder_.close(recordedCall_, st.isOk());
+  recordedCall_ = 0;
+  return st;
+}
+
+void Comm::recordQueued(CallDesc* call) {
+  const collectives::CollArgs& a = call->args;
+  call->recorded = recorder_.open(collectives::collectiveName(a.coll), true, a.count,
+                                  call->outputBytes, call->dtype, call->op, a.root,
+                                  FlightRecorder::State::Queued);
+}
+
+Status Comm::dumpTrace(const char* path, const char* reason, std::string* written) const {
+  if (!recorder_.enabled())
+    return errorf(loomInvalidUsage,
+                  "the flight recorder is off (LOOM_FLIGHT_RECORDER=0): nothing to dump");
+  loomResult_t rc = recorder_.dump(reason, path, written);
+  if (rc != loomSuccess)
+    return errorf(rc, "cannot write the flight recorder to %s: %s",
+                  path != nullptr && path[0] != '\0' ? path : recorder_.defaultPath(),
+                  strerror(errno));
+  return Status::ok();
+}
+
+Status Comm::chooseAndRun(CallDesc& call) {
   stampedCall_ = &call;
   if (const ResolvedCall* again = memo_.repeat(call)) return runResolved(call, *again);
   completeArgs(&call);
@@ -419,6 +470,8 @@ Status Comm::runResolved(const CallDesc& call, const ResolvedCall& r) {
   const collectives::CollArgs& a = call.args;
   const collectives::PreparedPlan& prepared = *r.plan;
   lastChoice_ = r.decision.choice;
+  recorder_.setAlgorithm(recordedCall_, r.decision.choice.builder->name,
+                         int(prepared.lanes.size()));
   lastSource_ = r.decision.source;
   lastBuffersMapped_ = r.buffersMapped;
   size_t es = dtypeSize(call.dtype);
@@ -600,6 +653,18 @@ Status Comm::checkPeers(std::span<const P2PCall> p2p, const Deadline& deadline,
 
 Status Comm::runP2P(const std::vector<P2PCall>& calls) {
   LOOM_TRY(usable());
+  uint64_t bytes = 0;
+  for (const P2PCall& c : calls) bytes += c.op.bytes;
+  recordedCall_ = recorder_.open("sendrecv", false, calls.size(), bytes, loomUint8, loomSum, -1,
+                                 FlightRecorder::State::Running);
+  recorder_.setAlgorithm(recordedCall_, "p2p", 1);
+  Status st = exchangeP2P(calls);
+  recorder_.close(recordedCall_, st.isOk());
+  recordedCall_ = 0;
+  return st;
+}
+
+Status Comm::exchangeP2P(const std::vector<P2PCall>& calls) {
   stampedCall_ = nullptr;
   // Sends to self pair with receives from self in order: a plain copy, no transport.
   std::vector<const P2PCall*> selfSends, selfRecvs;

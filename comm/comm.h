@@ -20,6 +20,7 @@
 #include "comm/connections.h"
 #include "comm/cpu_binding.h"
 #include "comm/error_state.h"
+#include "comm/flight_recorder.h"
 #include "comm/options.h"
 #include "base/status.h"
 #include "topology/topology.h"
@@ -66,6 +67,11 @@ class Comm final : public collectives::ExecHost {
   CallDesc& apiCall() { return apiCall_; }
   // Runs a group of sends and receives together.
   Status runP2P(const std::vector<P2PCall>& calls);
+  // The flight recorder (comm/flight_recorder.h). A group's collective is recorded as queued
+  // when the group ends (recordQueued sets call->recorded), then runs under that entry.
+  void recordQueued(CallDesc* call);
+  // Writes the flight recorder to path (null or empty: its default file); *written the file.
+  Status dumpTrace(const char* path, const char* reason, std::string* written) const;
   // LOOM_CHECK: the ranks agree on a call (a group's collectives and sends and receives, all
   // together) before it runs (comm/call_check.h); where they differ, every rank of the call
   // fails the communicator with what differed. Without LOOM_CHECK, nothing.
@@ -88,6 +94,8 @@ class Comm final : public collectives::ExecHost {
   // tells the peers, whose calls end too. Any thread (loomCommRevoke, loomCommAbort).
   void revoke(const std::string& reason);
   bool revoked() const { return errors_.revoked(); }
+  // loomCommAbort: writes the flight recorder where LOOM_FLIGHT_RECORDER_DUMP asks, and revokes.
+  void abort(const std::string& reason);
   // Tells the peers this rank is gone on purpose (destroy) or not (abort).
   void leave();
   void abortPeers(const std::string& reason);
@@ -173,6 +181,12 @@ class Comm final : public collectives::ExecHost {
                           std::string* verdict);
   Status checkPeers(std::span<const P2PCall> p2p, const Deadline& deadline,
                     std::string* verdict);
+  // runCollective's and runP2P's work between their flight recorder entry's opening and
+  // closing.
+  Status chooseAndRun(CallDesc& call);
+  Status exchangeP2P(const std::vector<P2PCall>& calls);
+  // Writes the flight recorder to its default file, and logs where (or why not).
+  void dumpTraceLogged(const char* reason) const;
   // Marks the communicator failed with st (withFirstCause's) and returns that.
   Status failed(const Status& st);
   // st, with the cause a peer relays when it failed first (waiting up to kFirstCauseWaitMs).
@@ -229,6 +243,8 @@ class Comm final : public collectives::ExecHost {
   std::vector<char> scratch_;
   std::vector<char> inputCopy_;  // an in-place alltoall's input, see resolve
   uint64_t sequence_ = 0;
+  FlightRecorder recorder_;
+  uint64_t recordedCall_ = 0;  // the flight recorder's entry of the call running (0: none)
   // The call being run (runCollective; null for a send/receive group), and the stamp execute
   // gives a call through the host's arena from it (execute, stampMismatch).
   const CallDesc* stampedCall_ = nullptr;

@@ -29,10 +29,12 @@ Status runCommItems(loomComm* c, std::vector<GroupItem>& items) {
   thread_local std::vector<const CallDesc*> colls;
   p2p.clear();
   colls.clear();
-  for (const GroupItem& it : items) {
+  for (GroupItem& it : items) {
     if (it.comm != c) continue;
     if (it.kind == GroupItem::Kind::P2P) p2p.push_back(it.p2pCall);
-    if (it.kind == GroupItem::Kind::Collective) colls.push_back(&it.coll);
+    if (it.kind != GroupItem::Kind::Collective) continue;
+    c->impl->recordQueued(&it.coll);
+    colls.push_back(&it.coll);
   }
   LOOM_TRY(c->impl->agreeOnCall(colls, p2p));
   if (!p2p.empty()) LOOM_TRY(c->impl->runP2P(p2p));

@@ -4,6 +4,7 @@
 #include <climits>
 #include <cstddef>
 #include <cstdio>
+#include <cstdlib>
 
 #include "base/nccl_env.h"
 #include "base/params.h"
@@ -72,6 +73,26 @@ Status readCallerChoices(const loomConfig_t* config, CommOptions* out) {
     return errorf(loomInvalidArgument, "LOOM_TRANSPORT=\"%s\": expected auto, shm or tcp",
                   out->transport.c_str());
   return parseAlgorithms(algos, &out->forcedBuilders);
+}
+
+// LOOM_FLIGHT_RECORDER, LOOM_FLIGHT_RECORDER_DUMP, LOOM_FLIGHT_RECORDER_DIR.
+Status readFlightRecorderOptions(FlightRecorderOptions* out) {
+  const int64_t capacity = params::getInt("LOOM_FLIGHT_RECORDER");
+  if (capacity < 0 || capacity > (int64_t(1) << 24))
+    return errorf(loomInvalidArgument,
+                  "LOOM_FLIGHT_RECORDER=%lld: the calls kept must be 0 to 16777216",
+                  (long long)capacity);
+  out->capacity = uint32_t(capacity);
+  std::string error;
+  if (parseDumpWhen(params::getString("LOOM_FLIGHT_RECORDER_DUMP"), &out->dumpWhen, &error) !=
+      loomSuccess)
+    return Status(loomInvalidArgument, error);
+  out->dir = params::getString("LOOM_FLIGHT_RECORDER_DIR");
+  if (out->dir.empty()) {
+    const char* tmp = getenv("TMPDIR");
+    out->dir = tmp != nullptr && tmp[0] != '\0' ? tmp : "/tmp";
+  }
+  return Status::ok();
 }
 
 // How the executor waits and where the ranks run: LOOM_SPIN_COUNT, LOOM_YIELD_USEC, LOOM_BIND.
@@ -155,6 +176,7 @@ Status readCommOptions(const loomConfig_t* config, CommOptions* out) {
   out->directBytes = nonNegative(params::getInt("LOOM_SHM_DIRECT_BYTES"));
   LOOM_TRY(readWaitOptions(out));
   out->checkCalls = params::getBool("LOOM_CHECK");
+  LOOM_TRY(readFlightRecorderOptions(&out->flightRecorder));
   readDiscoveryAndAutotune(out);
   return Status::ok();
 }

@@ -12,6 +12,7 @@
 #include "base/status.h"
 #include "collectives/builders.h"
 #include "comm/cpu_binding.h"
+#include "comm/flight_recorder.h"
 #include "loom/loom.h"
 #include "topology/comm_discovery.h"
 #include "topology/topology.h"
@@ -38,6 +39,7 @@ struct CommOptions {
   WaitPolicy wait;                  // readWaitPolicy
   bool bindToCores = true;  // LOOM_BIND=auto (else none)
   bool checkCalls = false;  // LOOM_CHECK: the ranks agree on every call before it runs
+  FlightRecorderOptions flightRecorder;  // LOOM_FLIGHT_RECORDER*
   // Topology discovery's settings (LOOM_TOPO_*; those of detection only without a file) and
   // autotune's (LOOM_AUTOTUNE_*, read only under LOOM_AUTOTUNE), both with the cache directory.
   topology::DiscoveryOptions discovery;

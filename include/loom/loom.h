@@ -149,6 +149,11 @@ loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t* asyncError);
 /** The algorithm and parameters comm ran its last collective with, in LOOM_TUNE's spelling
  *  ("direct lanes=1", "ring"); "" before the first. Valid until the next call on comm. */
 loomResult_t loomCommGetLastAlgorithm(loomComm_t comm, const char** algorithm);
+/** Writes comm's flight recorder (its last LOOM_FLIGHT_RECORDER calls: collective, count,
+ *  type, op, algorithm, state, times) as JSON to path, or where path is NULL or "" to
+ *  LOOM_FLIGHT_RECORDER_DIR/loom-trace-<communicator>-rank<r>.json. Any thread, also while a
+ *  call runs, and after a failure. `loom-trace` merges the files of all ranks. */
+loomResult_t loomCommDumpTrace(loomComm_t comm, const char* path);
 
 /** Host memory that the ranks of one host can read in each other's processes with plain
  *  loads (pages of a memfd, mapped shared; zero-filled): buffers from here let the "peer"

@@ -196,6 +196,32 @@ TEST(EnvInit, TorchrunStyleVariables) {
   EXPECT_EQ(describeFailures(results), "");
 }
 
+// Communicators made one after another through one LOOM_ROOT: ranks that are done with one
+// reach the address while its root still serves the slower ranks; they wait for the next one's
+// root instead of joining the last one's, and every communicator has the right ranks.
+TEST(EnvInit, SuccessiveCommunicatorsThroughOneRootKeepApart) {
+  auto results = runRanks(3, [](RankContext& ctx) {
+    static const int port = 20000 + (getppid() + 7919) % 20000;
+    setenv("LOOM_RANK", std::to_string(ctx.rank()).c_str(), 1);
+    setenv("LOOM_WORLD_SIZE", "3", 1);
+    setenv("LOOM_ROOT", ("127.0.0.1:" + std::to_string(port)).c_str(), 1);
+    params::reloadFromEnvironment();
+    for (int round = 0; round < 6; ++round) {
+      loomComm_t comm = nullptr;
+      RANK_LOOM(loomCommInitFromEnv(&comm, nullptr));
+      int64_t v = ctx.rank() + 10 * round, sum = 0;
+      RANK_LOOM(loomAllReduce(&v, &sum, 1, loomInt64, loomSum, comm, nullptr));
+      RANK_CHECK(sum == 3 + 30 * round, "round %d: sum %lld", round, (long long)sum);
+      // Rank 0, which serves the root, leaves last in odd rounds, first in even ones.
+      const int lateRank = round % 2 == 1 ? 0 : 2;
+      if (ctx.rank() == lateRank) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      RANK_LOOM(loomCommDestroy(comm));
+    }
+    return 0;
+  }, ForkOptions::timeout(90));
+  EXPECT_EQ(describeFailures(results), "");
+}
+
 TEST(EnvInit, MissingVariablesAreAClearError) {
   auto results = runRanks(1, [](RankContext&) {
     for (const char* v : {"LOOM_RANK", "LOOM_WORLD_SIZE", "LOOM_ROOT", "RANK", "WORLD_SIZE",

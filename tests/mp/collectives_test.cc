@@ -1,14 +1,22 @@
 // Every collective × dtype × op, in place and out of place, over shm and tcp, with forked
-// ranks, checked bit for bit against independently computed expectations.
+// ranks, checked bit for bit against independently computed expectations; and a soak of
+// random calls on every algorithm, with the process's memory and descriptors watched.
 #include <gtest/gtest.h>
+
+#include <malloc.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdarg>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "base/status.h"
+#include "collectives/builders.h"
 #include "loom/loom.h"
 #include "tests/support/comm_harness.h"
 #include "tests/support/fork_ranks.h"
@@ -321,6 +329,141 @@ TEST_P(Collectives, RepeatedCallsOnTheSameBuffers) {
     RANK_LOOM(loomCommDestroy(comm));
     return 0;
   }, ForkOptions::timeout(240));
+  EXPECT_EQ(describeFailures(results), "");
+}
+
+// Open descriptors and resident pages of this process.
+int openDescriptors() {
+  int n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+size_t residentBytes() {
+  long pages = 0, resident = 0;
+  if (FILE* f = fopen("/proc/self/statm", "r")) {
+    if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    fclose(f);
+  }
+  return size_t(resident) * size_t(sysconf(_SC_PAGESIZE));
+}
+
+// The soak's communicators: the tuner's choice, and variant k forcing every collective's k-th
+// algorithm (modulo their number), over shm; the tuner's choice and the first variants over tcp.
+std::vector<std::pair<std::string, const char*>> soakVariants() {
+  std::vector<std::pair<std::string, const char*>> v = {{"", "shm"}, {"", "tcp"}};
+  size_t most = 0;
+  for (int c = 0; c < int(collectives::Collective::SendRecv); ++c)
+    most = std::max(most, collectives::builderNames(collectives::Collective(c)).size());
+  for (size_t k = 0; k < most; ++k) {
+    std::string algos;
+    for (int c = 0; c < int(collectives::Collective::SendRecv); ++c) {
+      auto names = collectives::builderNames(collectives::Collective(c));
+      algos += (algos.empty() ? "" : ",") +
+               std::string(collectives::collectiveName(collectives::Collective(c))) + "=" +
+               std::string(names[k % names.size()]);
+    }
+    v.push_back({algos, "shm"});
+    if (k < 3) v.push_back({algos, "tcp"});
+  }
+  return v;
+}
+
+// 20,000 calls chosen at random (the same sequence on every rank): every collective, type, op,
+// in place or not, counts from 0 to 64 Ki elements, on communicators that force each algorithm
+// in turn over shm and tcp. Every result is exact; a forced algorithm may refuse a call it
+// cannot serve (on every rank alike). Sampled every 1,000 calls, the open descriptors must not
+// grow from the 2,000th call on (connections open at first use), and the resident memory,
+// once the plan caches are full, not grow by more than 8 MiB.
+TEST(Soak, RandomCallsStayExactWithMemoryAndDescriptorsFlat) {
+  constexpr int kRanks = 4, kCalls = 20000, kSample = 1000;
+  auto results = runRanks(kRanks, [&](RankContext& ctx) {
+    const int n = ctx.nranks(), rank = ctx.rank();
+    std::vector<loomComm_t> comms;
+    std::vector<std::string> names;
+    for (auto& [algos, transport] : soakVariants()) {
+      loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+      config.transport = transport;
+      config.algorithms = algos.empty() ? nullptr : algos.c_str();
+      config.timeoutMs = 60000;
+      loomComm_t comm = nullptr;
+      RANK_LOOM(initComm(ctx, &comm, &config));
+      comms.push_back(comm);
+      names.push_back(std::string(transport) + " " + (algos.empty() ? "tuned" : algos));
+    }
+    const CaseFn fns[] = {allReduce, reduce,   reduceScatter, broadcast,
+                          allGather, alltoall, alltoallv,     sendRecv};
+    const bool reduces[] = {true, true, true, false, false, false, false, false};
+    // A communicator opens its connections at first use, each algorithm to its peers and the
+    // lanes by the size, a rooted collective's tree by its root: first every collective at
+    // every power of two of bytes the calls below reach and every root on each, so that what
+    // is open after is what must stay.
+    int refused = 0;
+    for (size_t which = 0; which < comms.size(); ++which)
+      for (size_t fn = 0; fn < std::size(fns); ++fn)
+        for (uint64_t bytes = 1; bytes <= 65535 * 8; bytes *= 2)
+          for (int root = 0; root < (fn == 1 || fn == 3 ? n : 1); ++root) {
+          Result r = fns[fn](comms[which], rank, n, {loomUint8, loomSum, bytes, false, root});
+          refused += r.find("cannot serve this call") != std::string::npos;
+          RANK_CHECK(r.empty() || r.find("cannot serve this call") != std::string::npos,
+                     "warm-up on %s: %s", names[which].c_str(), r.c_str());
+        }
+    const int fdsAtStart = openDescriptors();
+    malloc_trim(0);
+    // Connections a call of a shape the warm-up missed may still open (a lane or a peer): a
+    // few, and none after the first 2,000 calls.
+    constexpr int kMostLazy = 16;
+    int fdsSettled = -1;
+    // Each communicator keeps up to 256 prepared plans (comm/call_memo.h), a few KiB each:
+    // random calls fill those caches in about 12,000 calls, after which memory stays flat.
+    constexpr int kCallsToFill = 12000;
+    constexpr size_t kMostCached = size_t(96) << 20;
+    size_t rssFilled = 0;
+    const size_t rssAtStart = residentBytes();
+    std::mt19937_64 random(20261206);
+    for (int i = 0; i < kCalls; ++i) {
+      const size_t which = random() % comms.size(), fn = random() % std::size(fns);
+      Case c;
+      c.t = kAllTypes[random() % std::size(kAllTypes)];
+      c.op = reduces[fn] ? kAllOps[random() % std::size(kAllOps)] : loomSum;
+      const uint64_t shape = random() % 16;
+      c.count = shape == 0 ? 0 : shape < 12 ? random() % 512 : shape < 15 ? random() % 8192
+                                                                          : random() % 65536;
+      c.inPlace = random() % 2 == 0;
+      c.root = int(random() % n);
+      Result r = fns[fn](comms[which], rank, n, c);
+      if (r.find("cannot serve this call") != std::string::npos) {
+        ++refused;
+        continue;
+      }
+      RANK_CHECK(r.empty(), "call %d on %s: %s", i, names[which].c_str(), r.c_str());
+      if ((i + 1) % kSample != 0) continue;
+      const int fds = openDescriptors();
+      malloc_trim(0);  // what the heap holds free is not the process's
+      const size_t rss = residentBytes();
+      if (i + 1 == 2 * kSample) fdsSettled = fds;
+      if (i + 1 == kCallsToFill) rssFilled = rss;
+      RANK_CHECK(fdsSettled < 0 || fds <= fdsSettled,
+                 "%d descriptors open after %d calls, %d after %d", fds, i + 1, fdsSettled,
+                 2 * kSample);
+      RANK_CHECK(fds <= fdsAtStart + kMostLazy, "%d descriptors open after %d calls, %d before",
+                 fds, i + 1, fdsAtStart);
+      RANK_CHECK(rss < rssAtStart + kMostCached, "resident memory grew from %zu to %zu KiB in %d calls",
+                 rssAtStart >> 10, rss >> 10, i + 1);
+      RANK_CHECK(rssFilled == 0 || rss < rssFilled + (8u << 20),
+                 "resident memory grew from %zu KiB after %d calls to %zu KiB after %d",
+                 rssFilled >> 10, kCallsToFill, rss >> 10, i + 1);
+      if (rank == 0 && i + 1 == kCalls)
+        fprintf(stderr, "soak: %d calls on %zu communicators, %d refused by a forced "
+                        "algorithm; descriptors %d after the warm-up, %d from call %d on; "
+                        "resident %zu KiB after the warm-up, %zu after %d calls, %zu after %d\n",
+                kCalls, comms.size(), refused, fdsAtStart, fds, 2 * kSample, rssAtStart >> 10,
+                rssFilled >> 10, kCallsToFill, rss >> 10, kCalls);
+    }
+    RANK_CHECK(refused < kCalls / 4, "%d of %d calls refused", refused, kCalls);
+    for (loomComm_t comm : comms) RANK_LOOM(loomCommDestroy(comm));
+    return 0;
+  }, ForkOptions::timeout(280));
   EXPECT_EQ(describeFailures(results), "");
 }
 

@@ -418,12 +418,13 @@ static void checkBarrier(MPI_Comm comm) {
   PMPI_Barrier(comm);
   const double start = MPI_Wtime();
   if (rank == 0) {
-    while (MPI_Wtime() - start < 0.3) {
+    while (MPI_Wtime() - start < 0.5) {
     }
   }
   MPI_Barrier(comm);
+  /* The ranks leave the first barrier up to a scheduling delay apart: 0.1 s of margin. */
   const double waited = MPI_Wtime() - start;
-  CHECK(waited >= 0.29, "left MPI_Barrier after %.3f s, before rank 0 entered it", waited);
+  CHECK(waited >= 0.4, "left MPI_Barrier after %.3f s, before rank 0 entered it", waited);
   expectRoute(0 >= gMinBytes, "MPI_Barrier");
 }
 
