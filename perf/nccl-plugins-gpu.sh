@@ -49,7 +49,8 @@ build_all() {
   local nvcc="$cuda/bin/nvcc"
   [[ -x "$nvcc" ]] || nvcc=nvcc
   step compile_probe 120 "$nvcc" -O2 -std=c++17 -o "$build/nccl_plugins_probe" \
-    perf/nccl_plugins_probe.cu -I"$cuda/include" -L"$cuda/lib64" -lnccl -lcudart
+    perf/nccl_plugins_probe.cu -I"$cuda/include" -L"$cuda/lib64" -Xlinker -rpath -Xlinker "$cuda/lib64" \
+    -lnccl -lcudart
 }
 
 # The tuner: NCCL loads libnccl-tuner-loom.so by NCCL_TUNER_PLUGIN=loom from the library path,

@@ -1,7 +1,7 @@
 // A small NCCL program for perf/nccl-plugins-gpu.sh: every visible GPU (up to 8) in one
-// communicator, a few allreduce sizes (8 B .. 64 MiB), each checked, each timed. Run under NCCL_TUNER_PLUGIN=loom
-// (and NCCL_NET_PLUGIN=loom) with NCCL_DEBUG=INFO, NCCL's log shows the plugins loading and
-// the tuner's choices. Built with nvcc against the machine's own NCCL.
+// communicator, a few allreduce sizes (8 B .. 64 MiB), each checked, each timed. Run under
+// NCCL_TUNER_PLUGIN=loom (and NCCL_NET_PLUGIN=loom) with NCCL_DEBUG=INFO, NCCL's log shows the
+// plugins loading and the tuner's choices. Built with nvcc against the machine's own NCCL.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -10,21 +10,20 @@
 #include <cstdlib>
 #include <vector>
 
-#define CHECK_CUDA(x)                                                              \
-  do {                                                                             \
-    cudaError_t e_ = (x);                                                          \
-    if (e_ != cudaSuccess) {                                                       \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(1);                                                                     \
-    }                                                                              \
+static void check(bool ok, const char* call, const char* error, const char* file, int line) {
+  if (ok) return;
+  fprintf(stderr, "%s:%d %s: %s\n", file, line, call, error);
+  exit(1);
+}
+#define CHECK_CUDA(x)                                                                       \
+  do {                                                                                      \
+    cudaError_t e_ = (x);                                                                   \
+    check(e_ == cudaSuccess, #x, cudaGetErrorString(e_), __FILE__, __LINE__);               \
   } while (0)
-#define CHECK_NCCL(x)                                                              \
-  do {                                                                             \
-    ncclResult_t r_ = (x);                                                         \
-    if (r_ != ncclSuccess) {                                                       \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, ncclGetErrorString(r_)); \
-      exit(1);                                                                     \
-    }                                                                              \
+#define CHECK_NCCL(x)                                                                       \
+  do {                                                                                      \
+    ncclResult_t r_ = (x);                                                                  \
+    check(r_ == ncclSuccess, #x, ncclGetErrorString(r_), __FILE__, __LINE__);               \
   } while (0)
 
 int main() {

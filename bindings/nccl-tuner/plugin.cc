@@ -55,12 +55,15 @@ Result initContext(size_t nRanks, size_t nNodes, DebugLogger log, void** context
   return kSuccess;
 }
 
-// The model's costs for one call; kSuccess with *known = false for NCCL's functions that are
-// not tuned (send/recv, alltoall...), which are left to NCCL.
-Result modelCosts(Context* ctx, int collType, size_t nBytes,
-                  float costs[LOOM_NCCL_NUM_ALGORITHMS][LOOM_NCCL_NUM_PROTOCOLS], int* channels,
-                  bool* known) {
-  *known = false;
+// The model's answer for one call; `known` false for NCCL's functions that are not tuned
+// (send/recv, alltoall...), which are left to NCCL.
+struct Answer {
+  float costs[LOOM_NCCL_NUM_ALGORITHMS][LOOM_NCCL_NUM_PROTOCOLS];
+  int channels = 0;
+  bool known = false;
+};
+
+Result modelCosts(Context* ctx, int collType, size_t nBytes, Answer* out) {
   if (ctx == nullptr) return kInvalidArgument;
   if (collType < 0 || collType >= kNumFuncs) {
     TUNER_LOG(ctx->log, kLogWarn, kLogAll, "loom tuner: getCollInfo: collType %d is not one of "
@@ -68,12 +71,16 @@ Result modelCosts(Context* ctx, int collType, size_t nBytes,
     return kInvalidArgument;
   }
   if (collType >= LOOM_NCCL_NUM_FUNCTIONS) return kSuccess;
-  *known = true;
-  return fromLoom(loomNcclModelCosts(ctx->model, collType, nBytes, costs, channels));
+  out->known = true;
+  return fromLoom(loomNcclModelCosts(ctx->model, collType, nBytes, out->costs, &out->channels));
 }
 
-void logChoice(Context* ctx, int collType, size_t nBytes, int algo, int proto, float cost,
-               int channels) {
+// The model's channels go with its own algorithms (Ring, Tree, PAT); NCCL's keep NCCL's. The
+// choice is logged once per function and size bucket.
+void finishChoice(Context* ctx, int collType, size_t nBytes, int algo, int proto, float cost,
+                  int channels, int* nChannels) {
+  if (algo == kAlgoRing || algo == kAlgoTree || algo == kAlgoPat) *nChannels = channels;
+  channels = *nChannels;
   const int bucket = nBytes == 0 ? 0 : 64 - __builtin_clzll(nBytes);
   if (ctx->log == nullptr || ctx->logged[collType][bucket].load(std::memory_order_relaxed)) return;
   ctx->logged[collType][bucket].store(true, std::memory_order_relaxed);
@@ -104,11 +111,9 @@ Result fillTable(void* context, int collType, size_t nBytes, float** collCostTab
                                        : "the cost table has no entries");
     return kInvalidArgument;
   }
-  float costs[LOOM_NCCL_NUM_ALGORITHMS][LOOM_NCCL_NUM_PROTOCOLS];
-  int channels = 0;
-  bool known = false;
-  const Result r = modelCosts(ctx, collType, nBytes, costs, &channels, &known);
-  if (r != kSuccess || !known) return r;
+  Answer answer;
+  const Result r = modelCosts(ctx, collType, nBytes, &answer);
+  if (r != kSuccess || !answer.known) return r;
   // NCCL's table is float[numAlgo][numProto], passed as float**: not an array of pointers.
   float* table = reinterpret_cast<float*>(collCostTable);
   const int algos = numAlgo < kNumAlgorithms ? numAlgo : kNumAlgorithms;
@@ -119,11 +124,10 @@ Result fillTable(void* context, int collType, size_t nBytes, float** collCostTab
     for (int p = 0; p < protos; ++p) {
       float& entry = table[a * numProto + p];
       if (entry < 0) continue;  // NCCL_ALGO_PROTO_IGNORE: NCCL cannot use it here
-      if (costs[a][p] >= 0) entry = costs[a][p];
+      if (answer.costs[a][p] >= 0) entry = answer.costs[a][p];
       if (bestAlgo < 0 || entry < best) best = entry, bestAlgo = a, bestProto = p;
     }
-  if (bestAlgo == kAlgoRing || bestAlgo == kAlgoTree || bestAlgo == kAlgoPat) *nChannels = channels;
-  logChoice(ctx, collType, nBytes, bestAlgo, bestProto, best, *nChannels);
+  finishChoice(ctx, collType, nBytes, bestAlgo, bestProto, best, answer.channels, nChannels);
   return kSuccess;
 }
 
@@ -135,11 +139,10 @@ Result getCollInfoV2(void* context, int collType, size_t nBytes, int collNetSupp
     TUNER_LOG(ctx->log, kLogWarn, kLogAll, "loom tuner: getCollInfo (v2): a result pointer is NULL");
     return kInvalidArgument;
   }
-  float costs[LOOM_NCCL_NUM_ALGORITHMS][LOOM_NCCL_NUM_PROTOCOLS];
-  int channels = 0;
-  bool known = false;
-  const Result r = modelCosts(ctx, collType, nBytes, costs, &channels, &known);
-  if (r != kSuccess || !known) return r;
+  Answer answer;
+  const Result r = modelCosts(ctx, collType, nBytes, &answer);
+  if (r != kSuccess || !answer.known) return r;
+  const auto& costs = answer.costs;
   // v2 has no table: the cheapest of the model's entries that this communicator supports.
   int bestAlgo = -1, bestProto = -1;
   for (int a = 0; a < kNumAlgorithms; ++a) {
@@ -152,8 +155,8 @@ Result getCollInfoV2(void* context, int collType, size_t nBytes, int collNetSupp
   if (bestAlgo < 0) return kSuccess;
   *algorithm = bestAlgo;
   *protocol = bestProto;
-  if (bestAlgo == kAlgoRing || bestAlgo == kAlgoTree || bestAlgo == kAlgoPat) *nChannels = channels;
-  logChoice(ctx, collType, nBytes, bestAlgo, bestProto, costs[bestAlgo][bestProto], *nChannels);
+  finishChoice(ctx, collType, nBytes, bestAlgo, bestProto, costs[bestAlgo][bestProto],
+               answer.channels, nChannels);
   return kSuccess;
 }
 
