@@ -367,6 +367,27 @@ TEST(Speed, InitAtScale) {
   }
 }
 
+// The same from a topology file of all 8192 ranks (the corpus's dgx-rail-1024, ~5 MB of JSON):
+// reading it is most of the time.
+TEST(Speed, InitAt8192RanksFromAFile) {
+  Plugin plugin;
+  ASSERT_TRUE(plugin.loaded());
+  const std::string path = testing::TempDir() + "nccl_tuner_dgx_rail_1024.json";
+  for (const loom::topology::Topology& t : loom::topology::corpusModels(true))
+    if (t.name == "dgx-rail-1024") {
+      ASSERT_TRUE(loom::topology::saveTopology(t, path).isOk());
+    }
+  ScopedEnv file("LOOM_TOPO_FILE", path.c_str());
+  void* ctx = nullptr;
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_EQ(plugin.v5->init(&ctx, 1, 8192, 1024, nullptr, nullptr, nullptr), kSuccess);
+  const double s = secondsSince(start);
+  printf("init at 8192 ranks from %s: %.0f ms\n", path.c_str(), s * 1e3);
+  EXPECT_LT(s, 10.0);
+  EXPECT_EQ(plugin.v5->finalize(ctx), kSuccess);
+  remove(path.c_str());
+}
+
 // The model's Ring with Simple against loom's simulator of loom's ring allreduce plan over the
 // same topology, where the two are the same algorithm: one ring through every rank, one
 // network link per host (NCCL spreads its channels over all of a host's NICs; loom's ring
