@@ -161,6 +161,10 @@ const Entry kEntries[] = {
      "ranks must match the communicator)."},
     {"LOOM_TOPO_DUMP", Type::String, "",
      "Rank 0 writes the communicator's topology to this JSON file after init."},
+    {"LOOM_TOPO_MODEL", Type::String, "dgx-rail-16",
+     "The corpus model (topology/models) whose hosts and fabric the NCCL tuner plugin "
+     "(libnccl-tuner-loom.so) prices NCCL's algorithms on, at NCCL's rank and node counts, "
+     "where LOOM_TOPO_FILE is not set (docs/NCCL_PLUGINS.md)."},
     {"LOOM_CACHE_DIR", Type::String, "",
      "Directory of loom's per-host caches (topology probe and link figures, LOOM_AUTOTUNE's "
      "measurements); empty: $XDG_CACHE_HOME/loom, else ~/.cache/loom."},
