@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 
 #include <string>
+#include <vector>
 
 #include "base/clock.h"
 #include "base/status.h"
@@ -23,6 +24,14 @@ struct Address {
 
 // Parses "host:port", "[v6addr]:port" or a bare host (port 0). Hosts resolve by getaddrinfo.
 Status parseAddress(const std::string& text, Address* out);
+struct Interface {
+  std::string name;  // "eth0", "lo"
+  Address address;   // port 0
+  bool loopback = false;
+};
+// The interfaces that are up and that LOOM_SOCKET_IFNAME / LOOM_SOCKET_FAMILY allow, in the
+// system's order, one address each (IPv4 where there is one); an error if none.
+Status listInterfaces(std::vector<Interface>* out);
 // The address to listen on, per LOOM_SOCKET_IFNAME / LOOM_SOCKET_FAMILY; port 0.
 Status chooseInterfaceAddress(Address* out, std::string* ifname);
 

@@ -17,6 +17,7 @@
 #include "base/reduce_kernels.h"
 #include "base/dtype.h"
 #include "base/log.h"
+#include "base/params.h"
 #include "base/socket.h"
 
 namespace loom::transports {
@@ -247,6 +248,7 @@ class TcpConnection final : public Connection {
   // waits for its sockets from the listener.
   bool addPollFds(std::vector<pollfd>* fds);
   const std::vector<UniqueFd>& sockets() const { return fds_; }
+  bool established() const { return !fds_.empty(); }
 
  private:
   Status acceptSockets(bool* progressed);
@@ -272,9 +274,9 @@ class TcpTransportImpl final : public Transport {
   ~TcpTransportImpl() override = default;
 
   Status listen() {
-    net::Address addr;
-    std::string ifname;
-    LOOM_TRY(net::chooseInterfaceAddress(&addr, &ifname));
+    net::Address addr = options_.listenAddress;
+    std::string ifname = "given";
+    if (addr.len == 0) LOOM_TRY(net::chooseInterfaceAddress(&addr, &ifname));
     int fd = -1;
     LOOM_TRY(net::listenOn(addr, &fd, &bound_));
     listener_ = UniqueFd(fd);
@@ -638,9 +640,24 @@ Status createTcpTransport(const CommContext* ctx, const TcpOptions& options,
                   kChunkAlign, kMaxChunkBytes);
   o.chunkBytes -= o.chunkBytes % kChunkAlign;
   auto t = std::make_unique<TcpTransportImpl>(ctx, o);
-  LOOM_TRY(t->listen());
+  if (o.listens) LOOM_TRY(t->listen());
   *out = std::move(t);
   return Status::ok();
+}
+
+TcpOptions tcpOptionsFromParams() {
+  TcpOptions o;
+  o.sockets = int(params::getInt("LOOM_TCP_SOCKETS"));
+  o.chunkBytes = size_t(std::max<int64_t>(0, params::getInt("LOOM_TCP_CHUNK_BYTES")));
+  const int64_t pacing = params::getInt("LOOM_TCP_PACING");
+  o.pacingBytesPerSecond = uint64_t(std::max<int64_t>(0, pacing));
+  o.pacingPerPeer = pacing < 0;
+  return o;
+}
+
+bool tcpConnected(const Connection& conn) {
+  const auto* c = dynamic_cast<const TcpConnection*>(&conn);
+  return c != nullptr && c->established();
 }
 
 std::vector<uint64_t> tcpSocketPacing(const Connection& conn) {
