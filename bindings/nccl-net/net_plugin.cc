@@ -154,16 +154,6 @@ struct Header {
 static_assert(sizeof(Header) == 64, "Header is a wire format");
 constexpr uint32_t kHeaderMagic = 0x6e63636c;  // "nccl"
 
-TransferOp transfer(TransferOp::Kind kind, const void* src, void* dst, size_t bytes) {
-  TransferOp op;
-  op.kind = kind;
-  op.src = src;
-  op.dst = dst;
-  op.bytes = bytes;
-  op.limit = bytes;
-  return op;
-}
-
 struct MemoryHandle {
   char* data;
   size_t size;
@@ -200,7 +190,6 @@ class Comm {
     }
   }
   Kind kind() const { return kind_; }
-  Connection& connection() { return *conn_; }
 
   Request* take() {
     for (Request& r : slots_)
@@ -246,7 +235,7 @@ class Comm {
 
  private:
   Status postHeader() {
-    headerOp_ = transfer(TransferOp::Kind::Recv, nullptr, &header_, sizeof(header_));
+    headerOp_ = transports::wholeTransfer(TransferOp::Kind::Recv, &header_, sizeof(header_));
     headerPosted_ = true;
     return post(&headerOp_);
   }
@@ -272,7 +261,7 @@ class Comm {
     if (header_.size <= kInlineBytes) {
       if (header_.size > 0) memcpy(r->data[i], header_.payload, header_.size);
     } else {
-      r->ops[i] = transfer(TransferOp::Kind::Recv, nullptr, r->data[i], r->sizes[i]);
+      r->ops[i] = transports::wholeTransfer(TransferOp::Kind::Recv, r->data[i], r->sizes[i]);
       LOOM_TRY(post(&r->ops[i]));
     }
     if (++r->received == r->n) expecting_.pop_front();
@@ -461,8 +450,8 @@ ncclResult_t isend(void* sendComm, void* data, size_t size, int tag, void* mhand
   r->header = Header{size, tag, kHeaderMagic, {}};
   const bool inlined = size <= kInlineBytes;
   if (inlined && size > 0) memcpy(r->header.payload, data, size);
-  r->ops[0] = transfer(TransferOp::Kind::Send, &r->header, nullptr, sizeof(Header));
-  r->ops[1] = transfer(TransferOp::Kind::Send, data, nullptr, inlined ? 0 : size);
+  r->ops[0] = transports::wholeTransfer(TransferOp::Kind::Send, &r->header, sizeof(Header));
+  r->ops[1] = transports::wholeTransfer(TransferOp::Kind::Send, data, inlined ? 0 : size);
   Status st = c->post(&r->ops[0]);
   if (st.isOk() && !inlined) st = c->post(&r->ops[1]);
   if (!st.isOk()) {

@@ -97,11 +97,7 @@ class TransportEndpoint final : public Endpoint {
     while (finished < count) {
       while (posted < count && posted - finished < kWindow) {
         TransferOp& op = ops[posted % kWindow];
-        op = TransferOp();
-        op.kind = kind;
-        op.src = buf;
-        op.dst = buf;
-        op.bytes = op.limit = bytes;
+        op = transports::wholeTransfer(kind, buf, bytes);
         if (!conn->post(&op).isOk()) return false;
         ++posted;
       }

@@ -81,9 +81,10 @@ class NetApi {
     ncclNetProperties_v11_t p = {};
     if (version_ == 11) {
       rc = v11()->getProperties(dev, &p);
-    } else {  // v9 and v10 share the struct, a prefix of v11's
-      rc = version_ == 9 ? v9()->getProperties(dev, reinterpret_cast<ncclNetProperties_v9_t*>(&p))
-                         : v10()->getProperties(dev, reinterpret_cast<ncclNetProperties_v10_t*>(&p));
+    } else if (version_ == 10) {  // v9 and v10 share the struct, a prefix of v11's
+      rc = v10()->getProperties(dev, reinterpret_cast<ncclNetProperties_v10_t*>(&p));
+    } else {
+      rc = v9()->getProperties(dev, reinterpret_cast<ncclNetProperties_v9_t*>(&p));
     }
     if (rc != ncclSuccess) return rc;
     copyCommon(p, out);
