@@ -1,9 +1,9 @@
-// NCCL's net plugin ABI, versions 8 to 11, declared from its documented layouts
-// (docs/NCCL_PLUGINS.md; the facts: NCCL's ext-net headers of 2.28). Every struct is checked
+// NCCL's net plugin ABI, versions 8 to 12, declared from its documented layouts
+// (docs/NCCL_PLUGINS.md; the facts: NCCL's ext-net headers of 2.28, and of 2.30 for v12). Every struct is checked
 // below against the sizes and offsets NCCL compiles on x86-64 and aarch64 (LP64), so that a
 // member out of place is a compile error rather than a crash inside NCCL.
 //
-// NCCL looks each version up by name (`ncclNetPlugin_v11`, then _v10, _v9, _v8) as a const data
+// NCCL looks each version up by name (`ncclNetPlugin_v12` from 2.30, then _v11 .. _v8) as a const data
 // object of the type below. Plain C layout: the conformance harness includes this header too.
 #pragma once
 
@@ -131,10 +131,41 @@ typedef struct {
   int maxMultiRequestSize;
 } ncclNetProperties_v11_t;
 
+// v12 (NCCL 2.30): up to 8 physical devices per virtual one, and the device's rail and plane.
+#define NCCL_NET_MAX_DEVS_PER_NIC_V12 8
+#define NCCL_NET_ID_UNDEF (-1)
+typedef struct {
+  int ndevs;
+  int devs[NCCL_NET_MAX_DEVS_PER_NIC_V12];
+} ncclNetVDeviceProps_v12_t;
+
+typedef struct {
+  char* name;
+  char* pciPath;
+  uint64_t guid;
+  int ptrSupport;
+  int regIsGlobal;
+  int forceFlush;
+  int speed;
+  int port;
+  float latency;
+  int maxComms;
+  int maxRecvs;
+  ncclNetDeviceType netDeviceType;
+  int netDeviceVersion;
+  ncclNetVDeviceProps_v12_t vProps;
+  size_t maxP2pBytes;
+  size_t maxCollBytes;
+  int maxMultiRequestSize;
+  int16_t railId;  // NCCL_NET_ID_UNDEF: NCCL ignores it
+  int16_t planeId;
+} ncclNetProperties_v12_t;
+
 typedef struct {
   int trafficClass;
 } ncclNetCommConfig_v10_t;
 typedef ncclNetCommConfig_v10_t ncclNetCommConfig_v11_t;
+typedef ncclNetCommConfig_v10_t ncclNetCommConfig_v12_t;
 
 typedef struct {
   int32_t maxConcurrentPeers, minConcurrentPeers, maxFlowsPerPeer, minFlowsPerPeer;
@@ -146,6 +177,8 @@ typedef struct {
   uint32_t algo;
   uint32_t proto;
 } ncclNetAttr_v11_t;
+typedef ncclNetAttr_v11_t ncclNetAttr_v12_t;
+typedef ncclNetDeviceHandle_v11_t ncclNetDeviceHandle_v12_t;
 
 typedef struct {
   const char* name;
@@ -263,6 +296,39 @@ typedef struct {
   ncclResult_t (*setNetAttr)(void* ctx, ncclNetAttr_v11_t* netAttr);
 } ncclNet_v11_t;
 
+// v12: v11's functions over v12's types.
+typedef struct {
+  const char* name;
+  ncclResult_t (*init)(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* config,
+                       ncclDebugLogger_t logFunction, ncclProfilerCallback_t profFunction);
+  ncclResult_t (*devices)(int* ndev);
+  ncclResult_t (*getProperties)(int dev, ncclNetProperties_v12_t* props);
+  ncclResult_t (*listen)(void* ctx, int dev, void* handle, void** listenComm);
+  ncclResult_t (*connect)(void* ctx, int dev, void* handle, void** sendComm,
+                          ncclNetDeviceHandle_v12_t** sendDevComm);
+  ncclResult_t (*accept)(void* listenComm, void** recvComm,
+                         ncclNetDeviceHandle_v12_t** recvDevComm);
+  ncclResult_t (*regMr)(void* comm, void* data, size_t size, int type, void** mhandle);
+  ncclResult_t (*regMrDmaBuf)(void* comm, void* data, size_t size, int type, uint64_t offset,
+                              int fd, void** mhandle);
+  ncclResult_t (*deregMr)(void* comm, void* mhandle);
+  ncclResult_t (*isend)(void* sendComm, void* data, size_t size, int tag, void* mhandle,
+                        void* phandle, void** request);
+  ncclResult_t (*irecv)(void* recvComm, int n, void** data, size_t* sizes, int* tags,
+                        void** mhandles, void** phandles, void** request);
+  ncclResult_t (*iflush)(void* recvComm, int n, void** data, int* sizes, void** mhandles,
+                         void** request);
+  ncclResult_t (*test)(void* request, int* done, int* sizes);
+  ncclResult_t (*closeSend)(void* sendComm);
+  ncclResult_t (*closeRecv)(void* recvComm);
+  ncclResult_t (*closeListen)(void* listenComm);
+  ncclResult_t (*getDeviceMr)(void* comm, void* mhandle, void** dptr_mhandle);
+  ncclResult_t (*irecvConsumed)(void* recvComm, int n, void* request);
+  ncclResult_t (*makeVDevice)(int* d, ncclNetVDeviceProps_v12_t* props);
+  ncclResult_t (*finalize)(void* ctx);
+  ncclResult_t (*setNetAttr)(void* ctx, ncclNetAttr_v12_t* netAttr);
+} ncclNet_v12_t;
+
 #ifdef __cplusplus
 }  // extern "C"
 #define LOOM_NET_ABI_ASSERT(cond) static_assert(cond, #cond)
@@ -297,4 +363,13 @@ LOOM_NET_ABI_ASSERT(offsetof(ncclNet_v10_t, connect) == 40);
 LOOM_NET_ABI_ASSERT(sizeof(ncclNet_v11_t) == 176);
 LOOM_NET_ABI_ASSERT(offsetof(ncclNet_v11_t, finalize) == 160);
 LOOM_NET_ABI_ASSERT(offsetof(ncclNet_v11_t, setNetAttr) == 168);
+LOOM_NET_ABI_ASSERT(sizeof(ncclNetVDeviceProps_v12_t) == 36);
+LOOM_NET_ABI_ASSERT(offsetof(ncclNetProperties_v12_t, vProps) == 64);
+LOOM_NET_ABI_ASSERT(offsetof(ncclNetProperties_v12_t, maxP2pBytes) == 104);
+LOOM_NET_ABI_ASSERT(offsetof(ncclNetProperties_v12_t, maxMultiRequestSize) == 120);
+LOOM_NET_ABI_ASSERT(offsetof(ncclNetProperties_v12_t, railId) == 124);
+LOOM_NET_ABI_ASSERT(offsetof(ncclNetProperties_v12_t, planeId) == 126);
+LOOM_NET_ABI_ASSERT(sizeof(ncclNetProperties_v12_t) == 128);
+LOOM_NET_ABI_ASSERT(sizeof(ncclNet_v12_t) == 176);
+LOOM_NET_ABI_ASSERT(offsetof(ncclNet_v12_t, setNetAttr) == 168);
 #endif

@@ -1,4 +1,4 @@
-// The versioned entry points NCCL looks up (ncclNetPlugin_v8 .. _v11): each version's
+// The versioned entry points NCCL looks up (ncclNetPlugin_v8 .. _v12): each version's
 // signatures and property struct over the one implementation (net_plugin.h).
 #include <limits.h>
 
@@ -50,6 +50,15 @@ ncclResult_t propsV9(int dev, ncclNetProperties_v9_t* p) { return fillSized(dev,
 ncclResult_t propsV11(int dev, ncclNetProperties_v11_t* p) {
   ncclResult_t rc = fillSized(dev, p);
   if (rc == ncclSuccess) p->maxMultiRequestSize = 1;
+  return rc;
+}
+
+ncclResult_t propsV12(int dev, ncclNetProperties_v12_t* p) {
+  ncclResult_t rc = fillSized(dev, p);
+  if (rc != ncclSuccess) return rc;
+  p->maxMultiRequestSize = 1;
+  p->railId = NCCL_NET_ID_UNDEF;  // no rails known: NCCL pairs devices by its own topology
+  p->planeId = NCCL_NET_ID_UNDEF;
   return rc;
 }
 
@@ -151,5 +160,10 @@ LOOM_NET_EXPORT const ncclNet_v10_t ncclNetPlugin_v10 = {
 
 LOOM_NET_EXPORT const ncclNet_v11_t ncclNetPlugin_v11 = {
     kName,    initV11,  devices,  propsV11,   listenV11,  connectV11, acceptAny,
+    regMr,    regMrDmaBuf, deregMr, isendV10, irecvV10,  iflush,     test,
+    closeSend, closeRecv, closeListen, nullptr, nullptr, nullptr, finalizeV11, nullptr};
+
+LOOM_NET_EXPORT const ncclNet_v12_t ncclNetPlugin_v12 = {
+    kName,    initV11,  devices,  propsV12,   listenV11,  connectV11, acceptAny,
     regMr,    regMrDmaBuf, deregMr, isendV10, irecvV10,  iflush,     test,
     closeSend, closeRecv, closeListen, nullptr, nullptr, nullptr, finalizeV11, nullptr};

@@ -56,8 +56,12 @@ TEST_P(NcclNet, PropertiesDescribeHostInterfaces) {
       EXPECT_EQ(p.vDevs, 1);
       EXPECT_EQ(p.vDev0, dev);
     }
-    if (GetParam() == 11) {
+    if (GetParam() >= 11) {
       EXPECT_EQ(p.maxMultiRequestSize, 1);
+    }
+    if (GetParam() == 12) {
+      EXPECT_EQ(p.railId, NCCL_NET_ID_UNDEF);
+      EXPECT_EQ(p.planeId, NCCL_NET_ID_UNDEF);
     }
   }
   NetApi::Props none;
@@ -68,8 +72,9 @@ TEST_P(NcclNet, PropertiesDescribeHostInterfaces) {
   if (GetParam() >= 9) {
     EXPECT_EQ(api.v9()->makeVDevice, nullptr);
   }
-  if (GetParam() == 11) {
-    EXPECT_NE(api.v11()->finalize, nullptr);
+  if (GetParam() >= 11) {
+    EXPECT_TRUE(GetParam() == 11 ? api.v11()->finalize != nullptr
+                                 : api.v12()->finalize != nullptr);
     EXPECT_EQ(api.finalize(), ncclSuccess);
   }
 }
@@ -267,7 +272,7 @@ TEST_P(NcclNet, ThirtyTwoInFlightArriveWhole) { runPair(manyInFlight, GetParam()
 TEST_P(NcclNet, GroupedReceiveMatchesTags) { runPair(groupedReceive, GetParam()); }
 TEST_P(NcclNet, LargerMessageThanReceiveIsAnError) { runPair(truncation, GetParam()); }
 
-INSTANTIATE_TEST_SUITE_P(Versions, NcclNet, ::testing::Values(8, 9, 10, 11), versionName);
+INSTANTIATE_TEST_SUITE_P(Versions, NcclNet, ::testing::Values(8, 9, 10, 11, 12), versionName);
 
 // 1 GiB in one message: v9 on, whose sizes are size_t.
 int oneGiB(RankContext& ctx, int version) {
@@ -303,8 +308,8 @@ int oneGiB(RankContext& ctx, int version) {
 
 class NcclNetLarge : public ::testing::TestWithParam<int> {};
 TEST_P(NcclNetLarge, OneGiBMessageArrivesWhole) { runPair(oneGiB, GetParam(), 120); }
-// v10's isend and irecv take the same size_t as v11's.
-INSTANTIATE_TEST_SUITE_P(Versions, NcclNetLarge, ::testing::Values(9, 11), versionName);
+// v10's and v11's isend and irecv take the same size_t as v9's and v12's.
+INSTANTIATE_TEST_SUITE_P(Versions, NcclNetLarge, ::testing::Values(9, 12), versionName);
 
 // ---- faults ----
 
@@ -356,7 +361,7 @@ void runKill(int version, int victim) {
 class NcclNetFault : public ::testing::TestWithParam<int> {};
 TEST_P(NcclNetFault, SenderKilledIsSystemErrorAtReceiver) { runKill(GetParam(), kSender); }
 TEST_P(NcclNetFault, ReceiverKilledIsSystemErrorAtSender) { runKill(GetParam(), kReceiver); }
-INSTANTIATE_TEST_SUITE_P(Versions, NcclNetFault, ::testing::Values(8, 11), versionName);
+INSTANTIATE_TEST_SUITE_P(Versions, NcclNetFault, ::testing::Values(8, 12), versionName);
 
 // ---- two hosts: network namespaces joined by a bridge ----
 
@@ -387,7 +392,7 @@ int vethDevice(RankContext& ctx, int version) {
 }
 
 TEST_F(NcclNetTwoHosts, DeviceIsTheHostsInterface) { runAcross(vethDevice, 11); }
-TEST_F(NcclNetTwoHosts, ThirtyTwoInFlightArriveWhole) { runAcross(manyInFlight, 11); }
+TEST_F(NcclNetTwoHosts, ThirtyTwoInFlightArriveWhole) { runAcross(manyInFlight, 12); }
 TEST_F(NcclNetTwoHosts, GroupedReceiveMatchesTags) { runAcross(groupedReceive, 9); }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // NCCL's net plugin as NCCL's proxy sees it: the library dlopen'ed as NCCL opens it, one
-// version's exported struct (ncclNetPlugin_v8 .. _v11) looked up by name, and every call made
+// version's exported struct (ncclNetPlugin_v8 .. _v12) looked up by name, and every call made
 // through that struct's own members with that version's types (int sizes for v8, size_t from
-// v9, the profiler handles of v10, v11's per-communicator context). The tests and the benchmark
+// v9, the profiler handles of v10, v11's per-communicator context, v12's properties). The tests and the benchmark
 // are written once over this adapter.
 #pragma once
 
@@ -43,6 +43,7 @@ class NetApi {
   const ncclNet_v9_t* v9() const { return static_cast<const ncclNet_v9_t*>(table_); }
   const ncclNet_v10_t* v10() const { return static_cast<const ncclNet_v10_t*>(table_); }
   const ncclNet_v11_t* v11() const { return static_cast<const ncclNet_v11_t*>(table_); }
+  const ncclNet_v12_t* v12() const { return static_cast<const ncclNet_v12_t*>(table_); }
   const char* name() const { return v8()->name; }
 
   // v11: a context per communicator, as NCCL makes one per ncclComm.
@@ -51,13 +52,20 @@ class NetApi {
       case 8: return v8()->init(logger);
       case 9: return v9()->init(logger);
       case 10: return v10()->init(logger, nullptr);
-      default: {
+      case 11: {
         ncclNetCommConfig_v11_t config = {NCCL_NET_TRAFFIC_CLASS_UNDEF};
         return v11()->init(&ctx_, commId, &config, logger, nullptr);
       }
+      default: {
+        ncclNetCommConfig_v12_t config = {NCCL_NET_TRAFFIC_CLASS_UNDEF};
+        return v12()->init(&ctx_, commId, &config, logger, nullptr);
+      }
     }
   }
-  ncclResult_t finalize() { return version_ == 11 ? v11()->finalize(ctx_) : ncclSuccess; }
+  ncclResult_t finalize() {
+    return version_ == 11 ? v11()->finalize(ctx_)
+           : version_ == 12 ? v12()->finalize(ctx_) : ncclSuccess;
+  }
   ncclResult_t devices(int* n) { return v8()->devices(n); }
 
   // The properties every version has, and the later ones where the version has them.
@@ -68,7 +76,8 @@ class NetApi {
     float latency = -1;
     size_t maxP2pBytes = 0, maxCollBytes = 0;  // v9+
     int vDevs = 0, vDev0 = -1;                 // v9+
-    int maxMultiRequestSize = 0;               // v11
+    int maxMultiRequestSize = 0;               // v11+
+    int railId = 0, planeId = 0;               // v12
   };
   ncclResult_t properties(int dev, Props* out) {
     ncclResult_t rc;
@@ -76,6 +85,15 @@ class NetApi {
       ncclNetProperties_v8_t p;
       if ((rc = v8()->getProperties(dev, &p)) != ncclSuccess) return rc;
       copyCommon(p, out);
+      return rc;
+    }
+    if (version_ == 12) {
+      ncclNetProperties_v12_t p;
+      if ((rc = v12()->getProperties(dev, &p)) != ncclSuccess) return rc;
+      copyCommon(p, out);
+      copySized(p, out);
+      out->railId = p.railId;
+      out->planeId = p.planeId;
       return rc;
     }
     ncclNetProperties_v11_t p = {};
@@ -88,11 +106,7 @@ class NetApi {
     }
     if (rc != ncclSuccess) return rc;
     copyCommon(p, out);
-    out->maxP2pBytes = p.maxP2pBytes;
-    out->maxCollBytes = p.maxCollBytes;
-    out->vDevs = p.vProps.ndevs;
-    out->vDev0 = p.vProps.devs[0];
-    out->maxMultiRequestSize = p.maxMultiRequestSize;
+    copySized(p, out);
     return rc;
   }
 
@@ -101,7 +115,8 @@ class NetApi {
       case 8: return v8()->listen(dev, handle, comm);
       case 9: return v9()->listen(dev, handle, comm);
       case 10: return v10()->listen(dev, handle, comm);
-      default: return v11()->listen(ctx_, dev, handle, comm);
+      case 11: return v11()->listen(ctx_, dev, handle, comm);
+      default: return v12()->listen(ctx_, dev, handle, comm);
     }
   }
   ncclResult_t connect(int dev, void* handle, void** comm) {
@@ -112,7 +127,8 @@ class NetApi {
         ncclNetCommConfig_v10_t config = {NCCL_NET_TRAFFIC_CLASS_UNDEF};
         return v10()->connect(dev, &config, handle, comm, &devComm_);
       }
-      default: return v11()->connect(ctx_, dev, handle, comm, &devComm_);
+      case 11: return v11()->connect(ctx_, dev, handle, comm, &devComm_);
+      default: return v12()->connect(ctx_, dev, handle, comm, &devComm_);
     }
   }
   ncclResult_t accept(void* listenComm, void** comm) {
@@ -120,7 +136,8 @@ class NetApi {
       case 8: return v8()->accept(listenComm, comm, &devComm_);
       case 9: return v9()->accept(listenComm, comm, &devComm_);
       case 10: return v10()->accept(listenComm, comm, &devComm_);
-      default: return v11()->accept(listenComm, comm, &devComm_);
+      case 11: return v11()->accept(listenComm, comm, &devComm_);
+      default: return v12()->accept(listenComm, comm, &devComm_);
     }
   }
   // NCCL's loops: connect and accept until the comm is there, within `seconds`; *calls counts
@@ -147,7 +164,8 @@ class NetApi {
       case 8: return v8()->isend(comm, data, int(size), tag, mhandle, req);
       case 9: return v9()->isend(comm, data, size, tag, mhandle, req);
       case 10: return v10()->isend(comm, data, size, tag, mhandle, nullptr, req);
-      default: return v11()->isend(comm, data, size, tag, mhandle, nullptr, req);
+      case 11: return v11()->isend(comm, data, size, tag, mhandle, nullptr, req);
+      default: return v12()->isend(comm, data, size, tag, mhandle, nullptr, req);
     }
   }
   ncclResult_t irecv(void* comm, int n, void** data, const size_t* sizes, int* tags,
@@ -161,7 +179,9 @@ class NetApi {
     if (version_ == 9) return v9()->irecv(comm, n, data, wide.data(), tags, mhandles, req);
     if (version_ == 10)
       return v10()->irecv(comm, n, data, wide.data(), tags, mhandles, phandles, req);
-    return v11()->irecv(comm, n, data, wide.data(), tags, mhandles, phandles, req);
+    if (version_ == 11)
+      return v11()->irecv(comm, n, data, wide.data(), tags, mhandles, phandles, req);
+    return v12()->irecv(comm, n, data, wide.data(), tags, mhandles, phandles, req);
   }
   ncclResult_t iflush(void* comm, int n, void** data, int* sizes, void** mhandles, void** req) {
     return v8()->iflush(comm, n, data, sizes, mhandles, req);
@@ -195,6 +215,15 @@ class NetApi {
     out->maxComms = p.maxComms;
     out->maxRecvs = p.maxRecvs;
     out->netDeviceType = p.netDeviceType;
+  }
+
+  template <typename P>
+  static void copySized(const P& p, Props* out) {
+    out->maxP2pBytes = p.maxP2pBytes;
+    out->maxCollBytes = p.maxCollBytes;
+    out->vDevs = p.vProps.ndevs;
+    out->vDev0 = p.vProps.devs[0];
+    out->maxMultiRequestSize = p.maxMultiRequestSize;
   }
 
   template <typename F>
