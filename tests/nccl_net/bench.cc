@@ -1,7 +1,7 @@
 // The NCCL net plugin beside loom's own TCP transport on the same link, in one run: one-way
-// bandwidth (1–64 MiB messages, 4 in flight) and 8-byte latency (half a ping-pong), the
-// median of a few repetitions each, and their ratio. A program, not a test (it measures;
-// docs/NCCL_PLUGINS.md has its figures):
+// bandwidth (1–64 MiB messages, 4 in flight; median of 5) and 8-byte latency (half a
+// ping-pong; median of 41 runs of 200 round trips), and their ratio. A program, not a test
+// (it measures; docs/NCCL_PLUGINS.md has its figures):
 //
 //   loom_nccl_net_bench                                   # loopback, two processes
 //   loom_nccl_net_bench --gtest_filter='*TwoHosts*'       # two netns hosts, 1 Gbit/s (tc)
@@ -25,7 +25,9 @@ namespace {
 using transports::TransferOp;
 
 constexpr int kWindow = 4;
-constexpr int kRepeats = 5;
+constexpr int kRepeats = 5;           // per bandwidth figure
+constexpr int kLatencyRepeats = 41;   // of kLatencyRounds round trips each
+constexpr int kLatencyRounds = 200;
 
 // One rank's two directions to the other, of one kind or the other.
 class Endpoint {
@@ -197,8 +199,8 @@ int measure(RankContext& ctx, const char* link, double bytesBudget) {
     fflush(stdout);
   }
   std::vector<double> lat[2];
-  for (int rep = 0; rep < kRepeats; ++rep)
-    for (int k = 0; k < 2; ++k) lat[k].push_back(latency(ctx, *ends[k], buf, 2000));
+  for (int rep = 0; rep < kLatencyRepeats; ++rep)
+    for (int k = 0; k < 2; ++k) lat[k].push_back(latency(ctx, *ends[k], buf, kLatencyRounds));
   if (ctx.rank() == 1)
     printf("%-12s %-14s %14.2f %14.2f %8.3f\n", link, "8 B lat. us", median(lat[0]) * 1e6,
            median(lat[1]) * 1e6, median(lat[0]) / median(lat[1]));
@@ -207,9 +209,12 @@ int measure(RankContext& ctx, const char* link, double bytesBudget) {
   return 0;
 }
 
+// Unpinned: on a machine busy with other work, a pinned rank waits for its one core.
+ForkOptions benchOptions() { return ForkOptions::timeout(600); }
+
 TEST(NcclNetBench, Loopback) {
   auto results = runRanks(2, [](RankContext& ctx) { return measure(ctx, "loopback", 1 << 30); },
-                          ForkOptions::timeout(600));
+                          benchOptions());
   EXPECT_EQ(describeFailures(results), "");
 }
 
@@ -224,7 +229,7 @@ TEST_F(NcclNetBenchTwoHosts, OneGbit) {
         if (TwoHostsTest::enter(hosts[size_t(ctx.rank())]) != 0) return 2;
         return measure(ctx, "netns 1Gbit", 128 << 20);
       },
-      ForkOptions::timeout(600));
+      benchOptions());
   EXPECT_EQ(describeFailures(results), "");
 }
 
