@@ -1,10 +1,10 @@
 // NCCL's net plugin ABI, versions 8 to 12, declared from its documented layouts
-// (docs/NCCL_PLUGINS.md; the facts: NCCL's ext-net headers of 2.28, and of 2.30 for v12). Every struct is checked
-// below against the sizes and offsets NCCL compiles on x86-64 and aarch64 (LP64), so that a
-// member out of place is a compile error rather than a crash inside NCCL.
+// (docs/NCCL_PLUGINS.md; the facts: NCCL's ext-net headers of 2.28, and of 2.30 for v12). Every
+// struct is checked below against the sizes and offsets NCCL compiles on x86-64 and aarch64
+// (LP64), so that a member out of place is a compile error rather than a crash inside NCCL.
 //
-// NCCL looks each version up by name (`ncclNetPlugin_v12` from 2.30, then _v11 .. _v8) as a const data
-// object of the type below. Plain C layout: the conformance harness includes this header too.
+// NCCL looks each version up by name (`ncclNetPlugin_v12` from 2.30, then _v11 .. _v8) as a
+// const data object of the type below. Plain C layout: the conformance harness includes this header too.
 #pragma once
 
 #include <stddef.h>

@@ -1,8 +1,8 @@
 // NCCL's net plugin as NCCL's proxy sees it: the library dlopen'ed as NCCL opens it, one
 // version's exported struct (ncclNetPlugin_v8 .. _v12) looked up by name, and every call made
 // through that struct's own members with that version's types (int sizes for v8, size_t from
-// v9, the profiler handles of v10, v11's per-communicator context, v12's properties). The tests and the benchmark
-// are written once over this adapter.
+// v9, the profiler handles of v10, v11's per-communicator context, v12's properties). The
+// tests and the benchmark are written once over this adapter.
 #pragma once
 
 #include <dlfcn.h>
