@@ -4,7 +4,8 @@
 // (LP64), so that a member out of place is a compile error rather than a crash inside NCCL.
 //
 // NCCL looks each version up by name (`ncclNetPlugin_v12` from 2.30, then _v11 .. _v8) as a
-// const data object of the type below. Plain C layout: the conformance harness includes this header too.
+// const data object of the type below. Plain C layout: the conformance harness includes this
+// header too.
 #pragma once
 
 #include <stddef.h>
@@ -264,69 +265,44 @@ typedef struct {
   ncclResult_t (*makeVDevice)(int* d, ncclNetVDeviceProps_v10_t* props);
 } ncclNet_v10_t;
 
-typedef struct {
-  const char* name;
-  ncclResult_t (*init)(void** ctx, uint64_t commId, ncclNetCommConfig_v11_t* config,
-                       ncclDebugLogger_t logFunction, ncclProfilerCallback_t profFunction);
-  ncclResult_t (*devices)(int* ndev);
-  ncclResult_t (*getProperties)(int dev, ncclNetProperties_v11_t* props);
-  ncclResult_t (*listen)(void* ctx, int dev, void* handle, void** listenComm);
-  ncclResult_t (*connect)(void* ctx, int dev, void* handle, void** sendComm,
-                          ncclNetDeviceHandle_v11_t** sendDevComm);
-  ncclResult_t (*accept)(void* listenComm, void** recvComm,
-                         ncclNetDeviceHandle_v11_t** recvDevComm);
-  ncclResult_t (*regMr)(void* comm, void* data, size_t size, int type, void** mhandle);
-  ncclResult_t (*regMrDmaBuf)(void* comm, void* data, size_t size, int type, uint64_t offset,
-                              int fd, void** mhandle);
-  ncclResult_t (*deregMr)(void* comm, void* mhandle);
-  ncclResult_t (*isend)(void* sendComm, void* data, size_t size, int tag, void* mhandle,
-                        void* phandle, void** request);
-  ncclResult_t (*irecv)(void* recvComm, int n, void** data, size_t* sizes, int* tags,
-                        void** mhandles, void** phandles, void** request);
-  ncclResult_t (*iflush)(void* recvComm, int n, void** data, int* sizes, void** mhandles,
-                         void** request);
-  ncclResult_t (*test)(void* request, int* done, int* sizes);
-  ncclResult_t (*closeSend)(void* sendComm);
-  ncclResult_t (*closeRecv)(void* recvComm);
-  ncclResult_t (*closeListen)(void* listenComm);
-  ncclResult_t (*getDeviceMr)(void* comm, void* mhandle, void** dptr_mhandle);
-  ncclResult_t (*irecvConsumed)(void* recvComm, int n, void* request);
-  ncclResult_t (*makeVDevice)(int* d, ncclNetVDeviceProps_v11_t* props);
-  ncclResult_t (*finalize)(void* ctx);
+// v11 and v12 differ only in the property and virtual-device types.
+#define LOOM_NCCL_NET_V11_MEMBERS(Props, VProps)                                                   \
+  const char* name;                                                                                \
+  ncclResult_t (*init)(void** ctx, uint64_t commId, ncclNetCommConfig_v11_t* config,               \
+                       ncclDebugLogger_t logFunction, ncclProfilerCallback_t profFunction);        \
+  ncclResult_t (*devices)(int* ndev);                                                              \
+  ncclResult_t (*getProperties)(int dev, Props* props);                                            \
+  ncclResult_t (*listen)(void* ctx, int dev, void* handle, void** listenComm);                     \
+  ncclResult_t (*connect)(void* ctx, int dev, void* handle, void** sendComm,                       \
+                          ncclNetDeviceHandle_v11_t** sendDevComm);                                \
+  ncclResult_t (*accept)(void* listenComm, void** recvComm,                                        \
+                         ncclNetDeviceHandle_v11_t** recvDevComm);                                 \
+  ncclResult_t (*regMr)(void* comm, void* data, size_t size, int type, void** mhandle);            \
+  ncclResult_t (*regMrDmaBuf)(void* comm, void* data, size_t size, int type, uint64_t offset,      \
+                              int fd, void** mhandle);                                             \
+  ncclResult_t (*deregMr)(void* comm, void* mhandle);                                              \
+  ncclResult_t (*isend)(void* sendComm, void* data, size_t size, int tag, void* mhandle,           \
+                        void* phandle, void** request);                                            \
+  ncclResult_t (*irecv)(void* recvComm, int n, void** data, size_t* sizes, int* tags,              \
+                        void** mhandles, void** phandles, void** request);                         \
+  ncclResult_t (*iflush)(void* recvComm, int n, void** data, int* sizes, void** mhandles,          \
+                         void** request);                                                          \
+  ncclResult_t (*test)(void* request, int* done, int* sizes);                                      \
+  ncclResult_t (*closeSend)(void* sendComm);                                                       \
+  ncclResult_t (*closeRecv)(void* recvComm);                                                       \
+  ncclResult_t (*closeListen)(void* listenComm);                                                   \
+  ncclResult_t (*getDeviceMr)(void* comm, void* mhandle, void** dptr_mhandle);                     \
+  ncclResult_t (*irecvConsumed)(void* recvComm, int n, void* request);                             \
+  ncclResult_t (*makeVDevice)(int* d, VProps* props);                                              \
+  ncclResult_t (*finalize)(void* ctx);                                                             \
   ncclResult_t (*setNetAttr)(void* ctx, ncclNetAttr_v11_t* netAttr);
+
+typedef struct {
+  LOOM_NCCL_NET_V11_MEMBERS(ncclNetProperties_v11_t, ncclNetVDeviceProps_v11_t)
 } ncclNet_v11_t;
 
-// v12: v11's functions over v12's types.
 typedef struct {
-  const char* name;
-  ncclResult_t (*init)(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* config,
-                       ncclDebugLogger_t logFunction, ncclProfilerCallback_t profFunction);
-  ncclResult_t (*devices)(int* ndev);
-  ncclResult_t (*getProperties)(int dev, ncclNetProperties_v12_t* props);
-  ncclResult_t (*listen)(void* ctx, int dev, void* handle, void** listenComm);
-  ncclResult_t (*connect)(void* ctx, int dev, void* handle, void** sendComm,
-                          ncclNetDeviceHandle_v12_t** sendDevComm);
-  ncclResult_t (*accept)(void* listenComm, void** recvComm,
-                         ncclNetDeviceHandle_v12_t** recvDevComm);
-  ncclResult_t (*regMr)(void* comm, void* data, size_t size, int type, void** mhandle);
-  ncclResult_t (*regMrDmaBuf)(void* comm, void* data, size_t size, int type, uint64_t offset,
-                              int fd, void** mhandle);
-  ncclResult_t (*deregMr)(void* comm, void* mhandle);
-  ncclResult_t (*isend)(void* sendComm, void* data, size_t size, int tag, void* mhandle,
-                        void* phandle, void** request);
-  ncclResult_t (*irecv)(void* recvComm, int n, void** data, size_t* sizes, int* tags,
-                        void** mhandles, void** phandles, void** request);
-  ncclResult_t (*iflush)(void* recvComm, int n, void** data, int* sizes, void** mhandles,
-                         void** request);
-  ncclResult_t (*test)(void* request, int* done, int* sizes);
-  ncclResult_t (*closeSend)(void* sendComm);
-  ncclResult_t (*closeRecv)(void* recvComm);
-  ncclResult_t (*closeListen)(void* listenComm);
-  ncclResult_t (*getDeviceMr)(void* comm, void* mhandle, void** dptr_mhandle);
-  ncclResult_t (*irecvConsumed)(void* recvComm, int n, void* request);
-  ncclResult_t (*makeVDevice)(int* d, ncclNetVDeviceProps_v12_t* props);
-  ncclResult_t (*finalize)(void* ctx);
-  ncclResult_t (*setNetAttr)(void* ctx, ncclNetAttr_v12_t* netAttr);
+  LOOM_NCCL_NET_V11_MEMBERS(ncclNetProperties_v12_t, ncclNetVDeviceProps_v12_t)
 } ncclNet_v12_t;
 
 #ifdef __cplusplus
