@@ -242,6 +242,35 @@ Status connectTo(const Address& addr, const Deadline& deadline, int* fd) {
   }
 }
 
+Status connectStart(const Address& addr, int* fd) {
+  int s = socket(addr.family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (s < 0) return errorf(loomSystemError, "socket: %s", strerror(errno));
+  if (connect(s, reinterpret_cast<const sockaddr*>(&addr.storage), addr.len) != 0 &&
+      errno != EINPROGRESS) {
+    int err = errno;
+    close(s);
+    return errorf(err == ECONNREFUSED ? loomRemoteError : loomSystemError, "connect to %s: %s",
+                  addr.toString().c_str(), strerror(err));
+  }
+  *fd = s;
+  return Status::ok();
+}
+
+Status connectDone(int fd, bool* done) {
+  pollfd p = {fd, POLLOUT, 0};
+  *done = false;
+  if (poll(&p, 1, 0) <= 0) return Status::ok();
+  int err = 0;
+  socklen_t len = sizeof(err);
+  getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+  if (err != 0)
+    return errorf(err == ECONNREFUSED ? loomRemoteError : loomSystemError, "connect: %s",
+                  strerror(err));
+  setNoDelay(fd);
+  *done = true;
+  return Status::ok();
+}
+
 Status acceptOne(int listenFd, const Deadline& deadline, int* fd) {
   LOOM_TRY(waitFd(listenFd, POLLIN, deadline, "accept a connection"));
   int s = accept4(listenFd, nullptr, nullptr, SOCK_CLOEXEC);

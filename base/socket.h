@@ -39,6 +39,10 @@ Status chooseInterfaceAddress(Address* out, std::string* ifname);
 Status listenOn(const Address& addr, int* fd, Address* bound);
 // Connects (blocking socket, retried on ECONNREFUSED until the deadline).
 Status connectTo(const Address& addr, const Deadline& deadline, int* fd);
+// Connects without waiting: *fd is a non-blocking socket whose connection is under way (or
+// made); connectDone says when it is made (and sets TCP_NODELAY then). A refusal is an error.
+Status connectStart(const Address& addr, int* fd);
+Status connectDone(int fd, bool* done);
 // Accepts one connection, waiting at most until the deadline.
 Status acceptOne(int listenFd, const Deadline& deadline, int* fd);
 // Whole transfers on a blocking or non-blocking socket, bounded by the deadline. A closed

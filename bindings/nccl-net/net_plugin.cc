@@ -112,6 +112,9 @@ struct Handle {
   uint32_t addressLen;
   uint32_t reserved;
   sockaddr_in6 address;  // or a sockaddr_in
+  // The connecting side's comm while its sockets connect: NCCL calls connect() again with the
+  // same handle until it hands out the comm. NULL as listen() writes it.
+  void* pending;
 };
 static_assert(sizeof(Handle) <= NCCL_NET_HANDLE_MAXSIZE, "a handle fits NCCL's");
 constexpr uint64_t kHandleMagic = 0x6c6f6f6d2d6e6574ull;  // "loom-net"
@@ -137,6 +140,7 @@ Status makeLink(int rank, const unsigned char secret[16], const Context* c,
   transports::tcp::TcpOptions options = transports::tcp::tcpOptionsFromParams();
   options.listens = rank == 1;
   options.listenAddress = listenAt;
+  options.dialWithoutWaiting = true;
   LOOM_TRY(transports::tcp::createTcpTransport(&link->ctx, options, &link->transport));
   *out = std::move(link);
   return Status::ok();
@@ -190,6 +194,7 @@ class Comm {
     }
   }
   Kind kind() const { return kind_; }
+  bool connected() const { return transports::tcp::tcpConnected(*conn_); }
 
   Request* take() {
     for (Request& r : slots_)
@@ -346,33 +351,48 @@ ncclResult_t listen(Context* ctx, int dev, void* handle, void** listenComm) {
   return ncclSuccess;
 }
 
-ncclResult_t connect(Context* ctx, int dev, const void* handle, void** sendComm) {
+namespace {
+
+// The first connect() with a handle: a transport of its own that dials the listener's address
+// without waiting (its sockets connect as the comm progresses).
+Status startConnect(Context* ctx, const Device& d, const Handle& h, Comm** out) {
+  std::shared_ptr<Link> link;
+  LOOM_TRY(makeLink(0, h.secret, ctx != nullptr ? ctx : defaultContext(), net::Address(), &link));
+  memcpy(&link->ctx.peers[1].tcpAddr, &h.address, h.addressLen);
+  link->ctx.peers[1].tcpAddrLen = h.addressLen;
+  // LOOM_TCP_PACING=-1 paces each socket at the link's rate, as loom's own connections are at
+  // the topology's slowest link: here the device's port, where the kernel knows it.
+  if (d.bytesPerSecond > 0)
+    transports::setTcpPeerPacing(*link->transport, {0, uint64_t(d.bytesPerSecond)});
+  std::unique_ptr<Connection> conn;
+  LOOM_TRY(link->transport->connect(1, 0, Deadline(link->ctx.timeoutMs), &conn));
+  *out = new Comm(Kind::Send, std::move(link), std::move(conn),
+                  size_t(NCCL_NET_MAX_REQUESTS) * kMaxRecvs);
+  return Status::ok();
+}
+
+}  // namespace
+
+ncclResult_t connect(Context* ctx, int dev, void* handle, void** sendComm) {
   const Device* d = nullptr;
   if (Status st = deviceAt(dev, &d); !st.isOk()) return fromStatus(st.withContext("connect"));
   if (handle == nullptr || sendComm == nullptr)
     return failWith(ncclInternalError, "connect: handle or sendComm is NULL");
+  *sendComm = nullptr;
   Handle h;
   memcpy(&h, handle, sizeof(h));
   if (h.magic != kHandleMagic || h.addressLen == 0 || h.addressLen > sizeof(h.address))
     return failWith(ncclInvalidUsage, "connect: the handle is not one of this plugin's listen()");
-  std::shared_ptr<Link> link;
-  Status st = makeLink(0, h.secret, ctx != nullptr ? ctx : defaultContext(), net::Address(), &link);
-  if (st.isOk()) {
-    memcpy(&link->ctx.peers[1].tcpAddr, &h.address, h.addressLen);
-    link->ctx.peers[1].tcpAddrLen = h.addressLen;
-    // LOOM_TCP_PACING=-1 paces each socket at the link's rate, as loom's own connections are
-    // at the topology's slowest link: here the device's port, where the kernel knows it.
-    if (d->bytesPerSecond > 0)
-      transports::setTcpPeerPacing(*link->transport, {0, uint64_t(d->bytesPerSecond)});
+  auto* c = static_cast<Comm*>(h.pending);
+  Status st = c == nullptr ? startConnect(ctx, *d, h, &c) : Status::ok();
+  if (st.isOk()) st = c->progress();
+  h.pending = st.isOk() && !c->connected() ? c : nullptr;
+  memcpy(handle, &h, sizeof(h));
+  if (!st.isOk()) {
+    delete c;
+    return fromStatus(st.withContext("connect"));
   }
-  // The dial completes against the listener's backlog whether or not its side has called
-  // accept() yet: one round trip per socket.
-  std::unique_ptr<Connection> conn;
-  if (st.isOk())
-    st = link->transport->connect(1, 0, Deadline(link->ctx.timeoutMs), &conn);
-  if (!st.isOk()) return fromStatus(st.withContext("connect"));
-  *sendComm = new Comm(Kind::Send, std::move(link), std::move(conn),
-                       size_t(NCCL_NET_MAX_REQUESTS) * kMaxRecvs);
+  if (h.pending == nullptr) *sendComm = c;  // else not yet: NCCL calls again
   return ncclSuccess;
 }
 

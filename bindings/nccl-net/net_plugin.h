@@ -38,7 +38,8 @@ ncclResult_t devices(int* ndev);
 ncclResult_t properties(int dev, DeviceProps* out);
 
 ncclResult_t listen(Context* ctx, int dev, void* handle, void** listenComm);
-ncclResult_t connect(Context* ctx, int dev, const void* handle, void** sendComm);
+// `handle` is NCCL's copy of listen()'s, which keeps the comm under way between NCCL's calls.
+ncclResult_t connect(Context* ctx, int dev, void* handle, void** sendComm);
 ncclResult_t accept(void* listenComm, void** recvComm);
 ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle);
 ncclResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,

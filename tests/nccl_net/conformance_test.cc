@@ -141,6 +141,24 @@ TEST_P(NcclNet, BadInputIsRefused) {
   EXPECT_EQ(api.finalize(), ncclSuccess);
 }
 
+// connect() never waits: to a listener that is gone it answers ncclSystemError at once, not
+// after LOOM_TIMEOUT_MS.
+TEST_P(NcclNet, ConnectToAClosedListenerFailsAtOnce) {
+  NetApi api(kPlugin, GetParam());
+  ASSERT_TRUE(api.error().empty()) << api.error();
+  ASSERT_EQ(api.init(), ncclSuccess);
+  char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void* listenComm = nullptr;
+  ASSERT_EQ(api.listen(0, handle, &listenComm), ncclSuccess);
+  ASSERT_EQ(api.closeListen(listenComm), ncclSuccess);
+  const auto start = std::chrono::steady_clock::now();
+  void* send = nullptr;
+  EXPECT_EQ(api.connectLoop(0, handle, &send, nullptr, 5), ncclSystemError);
+  EXPECT_EQ(send, nullptr);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  EXPECT_EQ(api.finalize(), ncclSuccess);
+}
+
 // ---- two processes ----
 
 // The sizes of one round of messages: empty, inline, around the inline limit, chunk-sized and

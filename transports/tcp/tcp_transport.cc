@@ -244,6 +244,13 @@ class TcpConnection final : public Connection {
 
   // Starts moving data over these sockets (in round-robin order).
   void establish(std::vector<UniqueFd> fds, int sockets, size_t chunkBytes);
+  // The lower rank's sockets, connecting (TcpOptions::dialWithoutWaiting): each sends `hello`
+  // (its socketIndex set) once connected, and the last one establishes the connection.
+  void startDial(std::vector<UniqueFd> fds, const TcpHello& hello) {
+    dialing_ = std::move(fds);
+    dialed_.assign(dialing_.size(), false);
+    hello_ = hello;
+  }
   // Adds the sockets with work waiting on the kernel; returns true while the connection still
   // waits for its sockets from the listener.
   bool addPollFds(std::vector<pollfd>* fds);
@@ -252,6 +259,7 @@ class TcpConnection final : public Connection {
 
  private:
   Status acceptSockets(bool* progressed);
+  Status continueDial(bool* progressed);
   // Moves what socket s can move in one direction now, until the kernel pushes back.
   Status pump(Stream* stream, int s, bool sending, bool* progressed);
   Status fail(Status status);
@@ -262,6 +270,9 @@ class TcpConnection final : public Connection {
   Deadline deadline_;  // for the peer's sockets to arrive (the higher rank)
   std::vector<UniqueFd> fds_;
   std::vector<TransferOp*> early_;  // posted before the sockets arrived
+  std::vector<UniqueFd> dialing_;   // startDial's sockets while they connect
+  std::vector<bool> dialed_;
+  TcpHello hello_ = {};
   Stream send_, recv_;
   Status error_;
 };
@@ -371,20 +382,31 @@ Status TcpTransportImpl::connect(int peer, int lane, const Deadline& deadline,
     memcpy(&addr.storage, &ctx_->peers[peer].tcpAddr, addr.len);
     std::string context = strprintf("tcp: connecting to %s lane %d at %s", peerName(peer).c_str(),
                                     lane, addr.toString().c_str());
+    TcpHello hello = {};
+    hello.magic = kTcpHelloMagic;
+    memcpy(hello.secret, ctx_->secret, sizeof(hello.secret));
+    hello.rank = ctx_->rank;
+    hello.lane = lane;
+    hello.sockets = options_.sockets;
+    hello.chunkBytes = options_.chunkBytes;
     std::vector<UniqueFd> fds;
+    if (options_.dialWithoutWaiting) {
+      for (int i = 0; i < options_.sockets; ++i) {
+        int fd = -1;
+        Status st = net::connectStart(addr, &fd);
+        if (!st.isOk()) return st.withContext(context);
+        fds.emplace_back(fd);
+      }
+      conn->startDial(std::move(fds), hello);
+      *out = std::move(conn);
+      return Status::ok();
+    }
     for (int i = 0; i < options_.sockets; ++i) {
       int fd = -1;
       Status st = net::connectTo(addr, deadline, &fd);
       if (!st.isOk()) return st.withContext(context);
       fds.emplace_back(fd);
-      TcpHello hello = {};
-      hello.magic = kTcpHelloMagic;
-      memcpy(hello.secret, ctx_->secret, sizeof(hello.secret));
-      hello.rank = ctx_->rank;
-      hello.lane = lane;
       hello.socketIndex = i;
-      hello.sockets = options_.sockets;
-      hello.chunkBytes = options_.chunkBytes;
       st = net::sendAll(fd, &hello, sizeof(hello), deadline);
       if (st.isOk()) st = net::setNonBlocking(fd, true);
       if (!st.isOk()) return st.withContext(context);
@@ -567,6 +589,34 @@ Status TcpConnection::acceptSockets(bool* progressed) {
   return Status::ok();
 }
 
+Status TcpConnection::continueDial(bool* progressed) {
+  for (size_t i = 0; i < dialing_.size(); ++i) {
+    if (dialed_[i]) continue;
+    bool done = false;
+    Status st = net::connectDone(dialing_[i].get(), &done);
+    if (!st.isOk())
+      return fail(st.withContext("tcp: connecting to " + transport_->peerName(peer_)));
+    if (!done) continue;
+    // A fresh socket's buffer takes the whole hello.
+    hello_.socketIndex = int32_t(i);
+    if (send(dialing_[i].get(), &hello_, sizeof(hello_), MSG_NOSIGNAL | MSG_DONTWAIT) !=
+        ssize_t(sizeof(hello_)))
+      return fail(errorf(loomSystemError, "tcp: cannot greet %s: %s",
+                         transport_->peerName(peer_).c_str(), strerror(errno)));
+    dialed_[i] = true;
+    *progressed = true;
+  }
+  if (std::find(dialed_.begin(), dialed_.end(), false) == dialed_.end()) {
+    const int sockets = int(dialing_.size());
+    establish(std::move(dialing_), sockets, size_t(hello_.chunkBytes));
+    dialing_.clear();
+  } else if (deadline_.expired()) {
+    return fail(errorf(loomTimeout, "tcp: could not connect to %s before the deadline",
+                       transport_->peerName(peer_).c_str()));
+  }
+  return Status::ok();
+}
+
 Status TcpConnection::pump(Stream* stream, int s, bool sending, bool* progressed) {
   iovec iov[kMaxIov];
   for (;;) {
@@ -602,7 +652,7 @@ Status TcpConnection::pump(Stream* stream, int s, bool sending, bool* progressed
 Status TcpConnection::progress(bool* progressed) {
   if (!error_.isOk()) return error_;
   if (fds_.empty()) {
-    LOOM_TRY(acceptSockets(progressed));
+    LOOM_TRY(dialing_.empty() ? acceptSockets(progressed) : continueDial(progressed));
     if (fds_.empty()) return Status::ok();
   }
   for (size_t s = 0; s < fds_.size(); ++s) {

@@ -41,6 +41,10 @@ struct TcpOptions {
   bool listens = true;
   // Where it listens; empty (len 0): the interface LOOM_SOCKET_IFNAME chooses.
   net::Address listenAddress;
+  // Whether a lower rank's connect() returns before its sockets are connected: they connect in
+  // progress(), and tcpConnected says when they have (for callers that must never wait, as
+  // NCCL's connect must not).
+  bool dialWithoutWaiting = false;
 };
 
 // LOOM_TCP_SOCKETS, LOOM_TCP_CHUNK_BYTES and LOOM_TCP_PACING as TcpOptions.
