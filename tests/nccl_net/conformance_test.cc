@@ -23,7 +23,16 @@ namespace {
 
 const char* const kPlugin = LOOM_NCCL_NET_PLUGIN;
 
-class NcclNet : public ::testing::TestWithParam<int> {};
+// The plugin opened and initialised through the version under test, in this process.
+class NcclNet : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    api_ = std::make_unique<NetApi>(kPlugin, GetParam());
+    ASSERT_TRUE(api_->error().empty()) << api_->error();
+    ASSERT_EQ(api_->init(), ncclSuccess);
+  }
+  std::unique_ptr<NetApi> api_;
+};
 
 std::string versionName(const ::testing::TestParamInfo<int>& info) {
   return "v" + std::to_string(info.param);
@@ -32,10 +41,8 @@ std::string versionName(const ::testing::TestParamInfo<int>& info) {
 // ---- one process ----
 
 TEST_P(NcclNet, PropertiesDescribeHostInterfaces) {
-  NetApi api(kPlugin, GetParam());
-  ASSERT_TRUE(api.error().empty()) << api.error();
+  NetApi& api = *api_;
   EXPECT_STREQ(api.name(), "loom");
-  ASSERT_EQ(api.init(), ncclSuccess);
   int ndev = 0;
   ASSERT_EQ(api.devices(&ndev), ncclSuccess);
   ASSERT_GE(ndev, 1);
@@ -80,9 +87,7 @@ TEST_P(NcclNet, PropertiesDescribeHostInterfaces) {
 }
 
 TEST_P(NcclNet, RegistrationTakesHostMemoryOnly) {
-  NetApi api(kPlugin, GetParam());
-  ASSERT_TRUE(api.error().empty()) << api.error();
-  ASSERT_EQ(api.init(), ncclSuccess);
+  NetApi& api = *api_;
   char handle[NCCL_NET_HANDLE_MAXSIZE];
   void* listenComm = nullptr;
   ASSERT_EQ(api.listen(0, handle, &listenComm), ncclSuccess);
@@ -104,9 +109,7 @@ TEST_P(NcclNet, RegistrationTakesHostMemoryOnly) {
 
 // A process may connect to its own handle: the refusals of bad input, on real comms.
 TEST_P(NcclNet, BadInputIsRefused) {
-  NetApi api(kPlugin, GetParam());
-  ASSERT_TRUE(api.error().empty()) << api.error();
-  ASSERT_EQ(api.init(), ncclSuccess);
+  NetApi& api = *api_;
   char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
   void* stranger = nullptr;
   EXPECT_EQ(api.connect(0, handle, &stranger), ncclInvalidUsage);  // not a listen()'s handle
@@ -144,9 +147,7 @@ TEST_P(NcclNet, BadInputIsRefused) {
 // connect() never waits: to a listener that is gone it answers ncclSystemError at once, not
 // after LOOM_TIMEOUT_MS.
 TEST_P(NcclNet, ConnectToAClosedListenerFailsAtOnce) {
-  NetApi api(kPlugin, GetParam());
-  ASSERT_TRUE(api.error().empty()) << api.error();
-  ASSERT_EQ(api.init(), ncclSuccess);
+  NetApi& api = *api_;
   char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
   void* listenComm = nullptr;
   ASSERT_EQ(api.listen(0, handle, &listenComm), ncclSuccess);
