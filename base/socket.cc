@@ -104,16 +104,14 @@ bool interfaceWanted(const std::string& spec, const char* name) {
 
 }  // namespace
 
-Status chooseInterfaceAddress(Address* out, std::string* ifname) {
+Status listInterfaces(std::vector<Interface>* out) {
   std::string spec = params::getString("LOOM_SOCKET_IFNAME");
   std::string fam = params::getString("LOOM_SOCKET_FAMILY");
   int wantFamily = fam == "AF_INET" ? AF_INET : fam == "AF_INET6" ? AF_INET6 : AF_UNSPEC;
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0)
     return errorf(loomSystemError, "getifaddrs: %s", strerror(errno));
-  // Without a spec, a non-loopback interface wins; loopback is the last resort.
-  const ifaddrs* best = nullptr;
-  const ifaddrs* loopback = nullptr;
+  out->clear();
   for (const ifaddrs* ifa = list; ifa != nullptr; ifa = ifa->ifa_next) {
     if (ifa->ifa_addr == nullptr || !(ifa->ifa_flags & IFF_UP)) continue;
     int f = ifa->ifa_addr->sa_family;
@@ -124,25 +122,37 @@ Status chooseInterfaceAddress(Address* out, std::string* ifname) {
       if (IN6_IS_ADDR_LINKLOCAL(&a6->sin6_addr)) continue;
     }
     if (!interfaceWanted(spec, ifa->ifa_name)) continue;
-    if (ifa->ifa_flags & IFF_LOOPBACK) {
-      if (loopback == nullptr || (loopback->ifa_addr->sa_family == AF_INET6 && f == AF_INET))
-        loopback = ifa;
-      continue;
-    }
-    if (best == nullptr || (best->ifa_addr->sa_family == AF_INET6 && f == AF_INET)) best = ifa;
+    auto same = std::find_if(out->begin(), out->end(),
+                             [&](const Interface& i) { return i.name == ifa->ifa_name; });
+    // One address per interface, IPv4 where it has one.
+    if (same != out->end() && !(same->address.family() == AF_INET6 && f == AF_INET)) continue;
+    Interface item;
+    item.name = ifa->ifa_name;
+    item.loopback = (ifa->ifa_flags & IFF_LOOPBACK) != 0;
+    item.address.len = f == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+    memcpy(&item.address.storage, ifa->ifa_addr, item.address.len);
+    item.address.setPort(0);
+    if (same != out->end()) *same = item; else out->push_back(item);
   }
-  const ifaddrs* pick = best != nullptr ? best : loopback;
-  if (pick == nullptr) {
-    freeifaddrs(list);
+  freeifaddrs(list);
+  if (out->empty())
     return errorf(loomSystemError, "no network interface matches LOOM_SOCKET_IFNAME=\"%s\"%s",
                   spec.c_str(), fam.empty() ? "" : (" and LOOM_SOCKET_FAMILY=" + fam).c_str());
-  }
-  out->len = pick->ifa_addr->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
-  memset(&out->storage, 0, sizeof(out->storage));
-  memcpy(&out->storage, pick->ifa_addr, out->len);
-  out->setPort(0);
-  if (ifname) *ifname = pick->ifa_name;
-  freeifaddrs(list);
+  return Status::ok();
+}
+
+Status chooseInterfaceAddress(Address* out, std::string* ifname) {
+  std::vector<Interface> all;
+  LOOM_TRY(listInterfaces(&all));
+  // A non-loopback interface wins, IPv4 first; loopback is the last resort.
+  auto order = [](const Interface& c) {
+    return (c.loopback ? 2 : 0) + (c.address.family() == AF_INET ? 0 : 1);
+  };
+  const Interface* pick = nullptr;
+  for (const Interface& i : all)
+    if (pick == nullptr || order(i) < order(*pick)) pick = &i;
+  *out = pick->address;
+  if (ifname) *ifname = pick->name;
   return Status::ok();
 }
 
@@ -230,6 +240,35 @@ Status connectTo(const Address& addr, const Deadline& deadline, int* fd) {
     return errorf(err == ECONNREFUSED ? loomRemoteError : loomSystemError, "connect to %s: %s",
                   addr.toString().c_str(), strerror(err));
   }
+}
+
+Status connectStart(const Address& addr, int* fd) {
+  int s = socket(addr.family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (s < 0) return errorf(loomSystemError, "socket: %s", strerror(errno));
+  if (connect(s, reinterpret_cast<const sockaddr*>(&addr.storage), addr.len) != 0 &&
+      errno != EINPROGRESS) {
+    int err = errno;
+    close(s);
+    return errorf(err == ECONNREFUSED ? loomRemoteError : loomSystemError, "connect to %s: %s",
+                  addr.toString().c_str(), strerror(err));
+  }
+  *fd = s;
+  return Status::ok();
+}
+
+Status connectDone(int fd, bool* done) {
+  pollfd p = {fd, POLLOUT, 0};
+  *done = false;
+  if (poll(&p, 1, 0) <= 0) return Status::ok();
+  int err = 0;
+  socklen_t len = sizeof(err);
+  getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+  if (err != 0)
+    return errorf(err == ECONNREFUSED ? loomRemoteError : loomSystemError, "connect: %s",
+                  strerror(err));
+  setNoDelay(fd);
+  *done = true;
+  return Status::ok();
 }
 
 Status acceptOne(int listenFd, const Deadline& deadline, int* fd) {

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 
 #include <string>
+#include <vector>
 
 #include "base/clock.h"
 #include "base/status.h"
@@ -23,6 +24,14 @@ struct Address {
 
 // Parses "host:port", "[v6addr]:port" or a bare host (port 0). Hosts resolve by getaddrinfo.
 Status parseAddress(const std::string& text, Address* out);
+struct Interface {
+  std::string name;  // "eth0", "lo"
+  Address address;   // port 0
+  bool loopback = false;
+};
+// The interfaces that are up and that LOOM_SOCKET_IFNAME / LOOM_SOCKET_FAMILY allow, in the
+// system's order, one address each (IPv4 where there is one); an error if none.
+Status listInterfaces(std::vector<Interface>* out);
 // The address to listen on, per LOOM_SOCKET_IFNAME / LOOM_SOCKET_FAMILY; port 0.
 Status chooseInterfaceAddress(Address* out, std::string* ifname);
 
@@ -30,6 +39,10 @@ Status chooseInterfaceAddress(Address* out, std::string* ifname);
 Status listenOn(const Address& addr, int* fd, Address* bound);
 // Connects (blocking socket, retried on ECONNREFUSED until the deadline).
 Status connectTo(const Address& addr, const Deadline& deadline, int* fd);
+// Connects without waiting: *fd is a non-blocking socket whose connection is under way (or
+// made); connectDone says when it is made (and sets TCP_NODELAY then). A refusal is an error.
+Status connectStart(const Address& addr, int* fd);
+Status connectDone(int fd, bool* done);
 // Accepts one connection, waiting at most until the deadline.
 Status acceptOne(int listenFd, const Deadline& deadline, int* fd);
 // Whole transfers on a blocking or non-blocking socket, bounded by the deadline. A closed

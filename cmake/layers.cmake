@@ -64,3 +64,12 @@ function(loom_binding_wanted option what out)
   endif()
   set(${out} ON PARENT_SCOPE)
 endfunction()
+
+# loom_internal_binding(TARGET FOLDERS f...): a target of bindings/ that another library loads
+# as a plugin of its own (NCCL's net plugin), which needs loom's layers and not only its C API:
+# compiled against bindings/, the public C API and the layers listed, nothing else.
+function(loom_internal_binding target)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "FOLDERS")
+  loom_source_view(${target} view bindings ${arg_FOLDERS})
+  target_include_directories(${target} PRIVATE ${view})
+endfunction()

@@ -189,15 +189,7 @@ transports::ShmOptions readShmOptions() {
   return o;
 }
 
-transports::tcp::TcpOptions readTcpOptions() {
-  transports::tcp::TcpOptions o;
-  o.sockets = int(params::getInt("LOOM_TCP_SOCKETS"));
-  o.chunkBytes = size_t(nonNegative(params::getInt("LOOM_TCP_CHUNK_BYTES")));
-  const int64_t pacing = params::getInt("LOOM_TCP_PACING");
-  o.pacingBytesPerSecond = nonNegative(pacing);
-  o.pacingPerPeer = pacing < 0;
-  return o;
-}
+transports::tcp::TcpOptions readTcpOptions() { return transports::tcp::tcpOptionsFromParams(); }
 
 Status readTuning(tuner::TunerConfig* out) {
   readTuningFacts(out);

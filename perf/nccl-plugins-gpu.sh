@@ -2,7 +2,7 @@
 # loom's NCCL plugins under the real NCCL of a GPU machine (docs/NCCL_PLUGINS.md), in one call
 # of a few minutes: builds loom and its plugins, compiles a small NCCL program of ours
 # (perf/nccl_plugins_probe.cu) with nvcc against the machine's NCCL, runs it with each plugin
-# and NCCL_DEBUG=INFO, and keeps from NCCL's log what shows the plugin loaded and what it did.
+# and NCCL_DEBUG=INFO, and keeps from NCCL's log what shows each plugin loaded and what it did.
 #
 # Usage: perf/nccl-plugins-gpu.sh [--dry-run] [RESULTS_DIR]   (default: $OUT, else
 #        ./nccl-plugins-results). --dry-run prints the commands and runs none.
@@ -70,8 +70,15 @@ check_tuner_plugin() {
   fi
 }
 
-# The net plugin (libnccl-net-loom.so, NCCL_NET_PLUGIN=loom): its check goes here, as
-# check_net_plugin, run after the tuner's below.
+# The net plugin: NCCL loads libnccl-net-loom.so by NCCL_NET_PLUGIN=loom from the library path
+# at init (one GPU is enough), takes its newest ncclNetPlugin_vN, and names it in its log.
+check_net_plugin() {
+  step net_probe 120 env LD_LIBRARY_PATH="$build/nccl-net:$build:${LD_LIBRARY_PATH:-}" \
+    NCCL_NET_PLUGIN=loom NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET \
+    "$build/nccl_plugins_probe" || failed=1
+  expect net_loaded net_probe.log 'NET/loom|NET/Plugin.*loom'
+  expect net_probe_ok net_probe.log 'probe: OK'
+}
 
 main() {
   mkdir -p "$results"
@@ -82,7 +89,7 @@ main() {
     exit 1
   fi
   check_tuner_plugin
-  if declare -F check_net_plugin > /dev/null; then check_net_plugin; fi
+  check_net_plugin
   ((dry)) || nvidia-smi -L > "$results/gpus.txt" 2>&1
   echo "result: $( ((failed)) && echo FAILED || echo OK)" | tee -a "$results/summary.txt"
   exit $failed

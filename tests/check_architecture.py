@@ -11,7 +11,8 @@ Usage: tests/check_architecture.py [SOURCE_ROOT]   (default: the folder above th
 2. Every `#include "folder/..."` of every top-level folder against the tables: a folder that
    holds sources must have a row, and every folder -> folder edge must be one its row allows.
    A folder above the library may use "the library" (every layer and include/loom/), or only
-   "the public API" (include/loom/), and the folders its row names; a layer may use the layers its row names, which must point one way
+   "the public API" (include/loom/), and the folders (or layers) its row names; a row may name
+   a subfolder (`bindings/nccl-net/`), which then owns its files; a layer may use the layers its row names, which must point one way
    (no cycle).
 3. Every path a source file, script or doc names (`comm/comm.h`, `docs/TUNING.md`) exists in
    the tree: relative to the source root, to the naming file's folder, or as the tail of a
@@ -105,21 +106,32 @@ def parse_cmake_layers(text):
     return layers
 
 
-def include_edges(files, top_folders):
+def owner(path, rows):
+    """The folder a path belongs to: the deepest row folder that holds it (a row may name a
+    subfolder, `bindings/nccl-net/`, that may use more than its parent), else its top folder."""
+    best = path.split("/")[0]
+    for folder in rows:
+        if path.startswith(folder + "/") and len(folder) > len(best):
+            best = folder
+    return best
+
+
+def include_edges(files, top_folders, rows=()):
     """(from folder, to folder) -> first file that includes across, for every #include "x/..."
-    whose first part is a top-level folder (or loom/, the public header)."""
+    whose first part is a top-level folder (or loom/, the public header); a folder is the
+    deepest row folder that holds the file, or the included path."""
     edges = {}
     for path in files:
         if not path.endswith(SOURCE_EXTENSIONS) or "/" not in path:
             continue
-        source = path.split("/")[0]
+        source = owner(path, rows)
         with open(os.path.join(ROOT, path), errors="replace") as f:
             for line in f:
-                m = re.match(r'\s*#\s*include\s+"([^"/]+)/', line)
+                m = re.match(r'\s*#\s*include\s+"(([^"/]+)/[^"]*)"', line)
                 if not m:
                     continue
-                target = PUBLIC if m.group(1) == "loom" else m.group(1)
-                if target != source and target in top_folders:
+                target = PUBLIC if m.group(2) == "loom" else owner(m.group(1), rows)
+                if target != source and target.split("/")[0] in top_folders:
                     edges.setdefault((source, target), path)
     return edges
 
@@ -155,7 +167,7 @@ def allowed_folders(library, upper, top_folders):
                 expanded |= set(library) | {PUBLIC}
             elif used == "the public API":
                 expanded.add(PUBLIC)
-            elif used in upper:
+            elif used in upper or used in library:
                 expanded.add(used)
             else:
                 errors.append(f"{folder}/ may use {used}/, which neither table lists")
@@ -203,9 +215,10 @@ def check_layers(files):
     with open(os.path.join(ROOT, "CMakeLists.txt")) as f:
         cmake = parse_cmake_layers(f.read())
     top_folders = {p.split("/")[0] for p in files if "/" in p}
+    folders = {p.rsplit("/", i)[0] for p in files for i in range(1, p.count("/") + 1)}
     check_against_build(library, cmake)
-    allowed = allowed_folders(library, upper, top_folders)
-    check_includes(include_edges(files, top_folders), allowed)
+    allowed = allowed_folders(library, upper, folders)
+    check_includes(include_edges(files, top_folders, set(library) | set(upper)), allowed)
     check_one_way(allowed, allowed)
 
 

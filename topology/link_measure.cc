@@ -16,6 +16,7 @@ namespace {
 
 using transports::Connection;
 using transports::TransferOp;
+using transports::wholeTransfer;
 
 // A lane no plan uses: the measurement gets connections of its own, dropped afterwards, so a
 // measurement that fails half-way leaves nothing behind on the connections collectives use.
@@ -51,16 +52,6 @@ size_t payloadBytes(uint64_t command) {
   return command == kBulk ? kBulkBytes : command == kShaperProbe ? kShaperProbeBytes : 0;
 }
 
-TransferOp transferOp(TransferOp::Kind kind, void* buffer, size_t bytes) {
-  TransferOp op;
-  op.kind = kind;
-  op.src = buffer;
-  op.dst = buffer;
-  op.bytes = bytes;
-  op.limit = bytes;
-  return op;
-}
-
 // Posts `ops` in order and progresses them to completion. Yields the CPU while idle: the
 // peer may share this core.
 Status runOps(Connection* c, const std::vector<TransferOp*>& ops, const Deadline& deadline) {
@@ -86,7 +77,7 @@ Status runBurst(Connection* c, TransferOp::Kind kind, size_t count, const Deadli
   std::vector<TransferOp> ops;
   std::vector<TransferOp*> all;
   ops.reserve(count);
-  for (uint64_t& w : words) all.push_back(&ops.emplace_back(transferOp(kind, &w, sizeof(w))));
+  for (uint64_t& w : words) all.push_back(&ops.emplace_back(wholeTransfer(kind, &w, sizeof(w))));
   return runOps(c, all, deadline);
 }
 
@@ -133,7 +124,7 @@ Status respond(Connection* c, std::vector<char>* bulk, int sharedCore, const Dea
   OneCore pin(sharedCore);
   for (;;) {
     uint64_t command = kStop;
-    TransferOp in = transferOp(TransferOp::Kind::Recv, &command, sizeof(command));
+    TransferOp in = wholeTransfer(TransferOp::Kind::Recv, &command, sizeof(command));
     LOOM_TRY(runOps(c, {&in}, deadline));
     if (command == kStop) return Status::ok();
     const size_t payload = payloadBytes(command);
@@ -141,7 +132,7 @@ Status respond(Connection* c, std::vector<char>* bulk, int sharedCore, const Dea
       pin.moveTo(command == kPingApart ? sharedCore + 1 : sharedCore);
     if (payload > 0) {
       pin.release();
-      TransferOp data = transferOp(TransferOp::Kind::Recv, bulk->data(), payload);
+      TransferOp data = wholeTransfer(TransferOp::Kind::Recv, bulk->data(), payload);
       LOOM_TRY(runOps(c, {&data}, deadline));
     }
     if (command == kBurst) {
@@ -149,7 +140,7 @@ Status respond(Connection* c, std::vector<char>* bulk, int sharedCore, const Dea
       LOOM_TRY(runBurst(c, TransferOp::Kind::Send, kBurstMessages, deadline));
       continue;
     }
-    TransferOp reply = transferOp(TransferOp::Kind::Send, &command, sizeof(command));
+    TransferOp reply = wholeTransfer(TransferOp::Kind::Send, &command, sizeof(command));
     LOOM_TRY(runOps(c, {&reply}, deadline));
   }
 }
@@ -183,7 +174,7 @@ class Initiator {
     out->bandwidth = double(kBulkBytes) / std::max(fastest - 2 * out->latency, fastest / 2);
     if (how_.shaper) LOOM_TRY(probeShaper(rtt, out));
     command_ = kStop;
-    TransferOp stop = transferOp(TransferOp::Kind::Send, &command_, sizeof(command_));
+    TransferOp stop = wholeTransfer(TransferOp::Kind::Send, &command_, sizeof(command_));
     return runOps(c_, {&stop}, deadline_);
   }
 
@@ -191,9 +182,9 @@ class Initiator {
   // One command and its answer (with the command's payload, if any), timed.
   Status round(uint64_t what, double* seconds) {
     command_ = what;
-    TransferOp ask = transferOp(TransferOp::Kind::Send, &command_, sizeof(command_));
-    TransferOp data = transferOp(TransferOp::Kind::Send, bulk_->data(), payloadBytes(what));
-    TransferOp answer = transferOp(TransferOp::Kind::Recv, &reply_, sizeof(reply_));
+    TransferOp ask = wholeTransfer(TransferOp::Kind::Send, &command_, sizeof(command_));
+    TransferOp data = wholeTransfer(TransferOp::Kind::Send, bulk_->data(), payloadBytes(what));
+    TransferOp answer = wholeTransfer(TransferOp::Kind::Recv, &reply_, sizeof(reply_));
     auto t = Clock::now();
     Status st = data.bytes > 0 ? runOps(c_, {&ask, &data, &answer}, deadline_)
                                : runOps(c_, {&ask, &answer}, deadline_);

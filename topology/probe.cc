@@ -41,12 +41,6 @@ hwloc_obj_t pciParent(hwloc_obj_t obj) {
   return nullptr;
 }
 
-double nicSpeed(const std::string& ifname) {  // /sys reports Mbit/s, -1 for virtual links
-  std::ifstream in("/sys/class/net/" + ifname + "/speed");
-  long mbit = 0;
-  return in >> mbit && mbit > 0 ? double(mbit) * 1e6 / 8 : 0;
-}
-
 void addCaches(hwloc_topology_t topo, HostInfo* out) {
   const std::pair<hwloc_obj_type_t, const char*> kTypes[] = {
       {HWLOC_OBJ_L1CACHE, "L1d"}, {HWLOC_OBJ_L2CACHE, "L2"}, {HWLOC_OBJ_L3CACHE, "L3"},
@@ -75,7 +69,7 @@ void addDevices(hwloc_topology_t topo, HostInfo* out) {
       d.pcieBandwidth = double(a.linkspeed) * 1e9;  // hwloc: GB/s
     }
     d.numa = numaOf(topo, os);
-    if (type == HWLOC_OBJ_OSDEV_NETWORK) d.linkBandwidth = nicSpeed(d.name);
+    if (type == HWLOC_OBJ_OSDEV_NETWORK) d.linkBandwidth = nicLinkBandwidth(d.name);
     out->devices.push_back(std::move(d));
   }
 }
@@ -95,6 +89,12 @@ CacheLevel lastLevelCacheOf(const HostInfo& info) {
   for (const CacheLevel& c : info.caches)  // innermost first
     if (c.size > 0) last = c;
   return last;
+}
+
+double nicLinkBandwidth(const std::string& ifname) {  // /sys: Mbit/s, -1 for virtual links
+  std::ifstream in("/sys/class/net/" + ifname + "/speed");
+  long mbit = 0;
+  return in >> mbit && mbit > 0 ? double(mbit) * 1e6 / 8 : 0;
 }
 
 Status probeHost(HostInfo* out, bool withDevices) {

@@ -87,6 +87,10 @@ void checkCacheClaim(HostInfo* info);
 // slow part) is skipped and `devices` stays empty.
 Status probeHost(HostInfo* out, bool withDevices = true);
 
+// The port speed of network interface `ifname` in bytes/s (/sys/class/net), 0 where the kernel
+// does not say (virtual links, loopback).
+double nicLinkBandwidth(const std::string& ifname);
+
 // Figures for the local links; defaults are conservative guesses, overwritten by measurement.
 struct LocalLinkFigures {
   LinkSpec memory{10e9, 1e-6, "shm"};        // rank endpoint ↔ NUMA hub

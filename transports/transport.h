@@ -40,6 +40,18 @@ struct TransferOp {
   bool complete() const { return done == bytes; }
 };
 
+// An op whose bytes are all ready (limit = bytes) in `buffer`: the source of a send, where a
+// receive lands.
+inline TransferOp wholeTransfer(TransferOp::Kind kind, void* buffer, size_t bytes) {
+  TransferOp op;
+  op.kind = kind;
+  op.src = buffer;
+  op.dst = buffer;
+  op.bytes = bytes;
+  op.limit = bytes;
+  return op;
+}
+
 // What each rank publishes at init and every rank learns about every other rank.
 struct PeerInfo {
   int32_t rank = 0;

@@ -17,6 +17,7 @@
 #include "base/reduce_kernels.h"
 #include "base/dtype.h"
 #include "base/log.h"
+#include "base/params.h"
 #include "base/socket.h"
 
 namespace loom::transports {
@@ -243,13 +244,22 @@ class TcpConnection final : public Connection {
 
   // Starts moving data over these sockets (in round-robin order).
   void establish(std::vector<UniqueFd> fds, int sockets, size_t chunkBytes);
+  // The lower rank's sockets, connecting (TcpOptions::dialWithoutWaiting): each sends `hello`
+  // (its socketIndex set) once connected, and the last one establishes the connection.
+  void startDial(std::vector<UniqueFd> fds, const TcpHello& hello) {
+    dialing_ = std::move(fds);
+    dialed_.assign(dialing_.size(), false);
+    hello_ = hello;
+  }
   // Adds the sockets with work waiting on the kernel; returns true while the connection still
   // waits for its sockets from the listener.
   bool addPollFds(std::vector<pollfd>* fds);
   const std::vector<UniqueFd>& sockets() const { return fds_; }
+  bool established() const { return !fds_.empty(); }
 
  private:
   Status acceptSockets(bool* progressed);
+  Status continueDial(bool* progressed);
   // Moves what socket s can move in one direction now, until the kernel pushes back.
   Status pump(Stream* stream, int s, bool sending, bool* progressed);
   Status fail(Status status);
@@ -260,6 +270,9 @@ class TcpConnection final : public Connection {
   Deadline deadline_;  // for the peer's sockets to arrive (the higher rank)
   std::vector<UniqueFd> fds_;
   std::vector<TransferOp*> early_;  // posted before the sockets arrived
+  std::vector<UniqueFd> dialing_;   // startDial's sockets while they connect
+  std::vector<bool> dialed_;
+  TcpHello hello_ = {};
   Stream send_, recv_;
   Status error_;
 };
@@ -272,9 +285,9 @@ class TcpTransportImpl final : public Transport {
   ~TcpTransportImpl() override = default;
 
   Status listen() {
-    net::Address addr;
-    std::string ifname;
-    LOOM_TRY(net::chooseInterfaceAddress(&addr, &ifname));
+    net::Address addr = options_.listenAddress;
+    std::string ifname = "given";
+    if (addr.len == 0) LOOM_TRY(net::chooseInterfaceAddress(&addr, &ifname));
     int fd = -1;
     LOOM_TRY(net::listenOn(addr, &fd, &bound_));
     listener_ = UniqueFd(fd);
@@ -369,20 +382,31 @@ Status TcpTransportImpl::connect(int peer, int lane, const Deadline& deadline,
     memcpy(&addr.storage, &ctx_->peers[peer].tcpAddr, addr.len);
     std::string context = strprintf("tcp: connecting to %s lane %d at %s", peerName(peer).c_str(),
                                     lane, addr.toString().c_str());
+    TcpHello hello = {};
+    hello.magic = kTcpHelloMagic;
+    memcpy(hello.secret, ctx_->secret, sizeof(hello.secret));
+    hello.rank = ctx_->rank;
+    hello.lane = lane;
+    hello.sockets = options_.sockets;
+    hello.chunkBytes = options_.chunkBytes;
     std::vector<UniqueFd> fds;
+    if (options_.dialWithoutWaiting) {
+      for (int i = 0; i < options_.sockets; ++i) {
+        int fd = -1;
+        Status st = net::connectStart(addr, &fd);
+        if (!st.isOk()) return st.withContext(context);
+        fds.emplace_back(fd);
+      }
+      conn->startDial(std::move(fds), hello);
+      *out = std::move(conn);
+      return Status::ok();
+    }
     for (int i = 0; i < options_.sockets; ++i) {
       int fd = -1;
       Status st = net::connectTo(addr, deadline, &fd);
       if (!st.isOk()) return st.withContext(context);
       fds.emplace_back(fd);
-      TcpHello hello = {};
-      hello.magic = kTcpHelloMagic;
-      memcpy(hello.secret, ctx_->secret, sizeof(hello.secret));
-      hello.rank = ctx_->rank;
-      hello.lane = lane;
       hello.socketIndex = i;
-      hello.sockets = options_.sockets;
-      hello.chunkBytes = options_.chunkBytes;
       st = net::sendAll(fd, &hello, sizeof(hello), deadline);
       if (st.isOk()) st = net::setNonBlocking(fd, true);
       if (!st.isOk()) return st.withContext(context);
@@ -565,6 +589,34 @@ Status TcpConnection::acceptSockets(bool* progressed) {
   return Status::ok();
 }
 
+Status TcpConnection::continueDial(bool* progressed) {
+  for (size_t i = 0; i < dialing_.size(); ++i) {
+    if (dialed_[i]) continue;
+    bool done = false;
+    Status st = net::connectDone(dialing_[i].get(), &done);
+    if (!st.isOk())
+      return fail(st.withContext("tcp: connecting to " + transport_->peerName(peer_)));
+    if (!done) continue;
+    // A fresh socket's buffer takes the whole hello.
+    hello_.socketIndex = int32_t(i);
+    if (send(dialing_[i].get(), &hello_, sizeof(hello_), MSG_NOSIGNAL | MSG_DONTWAIT) !=
+        ssize_t(sizeof(hello_)))
+      return fail(errorf(loomSystemError, "tcp: cannot greet %s: %s",
+                         transport_->peerName(peer_).c_str(), strerror(errno)));
+    dialed_[i] = true;
+    *progressed = true;
+  }
+  if (std::find(dialed_.begin(), dialed_.end(), false) == dialed_.end()) {
+    const int sockets = int(dialing_.size());
+    establish(std::move(dialing_), sockets, size_t(hello_.chunkBytes));
+    dialing_.clear();
+  } else if (deadline_.expired()) {
+    return fail(errorf(loomTimeout, "tcp: could not connect to %s before the deadline",
+                       transport_->peerName(peer_).c_str()));
+  }
+  return Status::ok();
+}
+
 Status TcpConnection::pump(Stream* stream, int s, bool sending, bool* progressed) {
   iovec iov[kMaxIov];
   for (;;) {
@@ -600,7 +652,7 @@ Status TcpConnection::pump(Stream* stream, int s, bool sending, bool* progressed
 Status TcpConnection::progress(bool* progressed) {
   if (!error_.isOk()) return error_;
   if (fds_.empty()) {
-    LOOM_TRY(acceptSockets(progressed));
+    LOOM_TRY(dialing_.empty() ? acceptSockets(progressed) : continueDial(progressed));
     if (fds_.empty()) return Status::ok();
   }
   for (size_t s = 0; s < fds_.size(); ++s) {
@@ -638,9 +690,24 @@ Status createTcpTransport(const CommContext* ctx, const TcpOptions& options,
                   kChunkAlign, kMaxChunkBytes);
   o.chunkBytes -= o.chunkBytes % kChunkAlign;
   auto t = std::make_unique<TcpTransportImpl>(ctx, o);
-  LOOM_TRY(t->listen());
+  if (o.listens) LOOM_TRY(t->listen());
   *out = std::move(t);
   return Status::ok();
+}
+
+TcpOptions tcpOptionsFromParams() {
+  TcpOptions o;
+  o.sockets = int(params::getInt("LOOM_TCP_SOCKETS"));
+  o.chunkBytes = size_t(std::max<int64_t>(0, params::getInt("LOOM_TCP_CHUNK_BYTES")));
+  const int64_t pacing = params::getInt("LOOM_TCP_PACING");
+  o.pacingBytesPerSecond = uint64_t(std::max<int64_t>(0, pacing));
+  o.pacingPerPeer = pacing < 0;
+  return o;
+}
+
+bool tcpConnected(const Connection& conn) {
+  const auto* c = dynamic_cast<const TcpConnection*>(&conn);
+  return c != nullptr && c->established();
 }
 
 std::vector<uint64_t> tcpSocketPacing(const Connection& conn) {

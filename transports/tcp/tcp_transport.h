@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "base/socket.h"
 #include "base/status.h"
 #include "transports/transport.h"
 
@@ -35,7 +36,23 @@ struct TcpOptions {
   // one chunk goes whole on one socket, and must still have the link's rate.
   // pacingBytesPerSecond for peers it gives none.
   bool pacingPerPeer = false;
+  // Whether the transport listens for the connections of lower ranks. One that only dials
+  // (the NCCL net plugin's sending side, a rank 0 of two) needs no listener.
+  bool listens = true;
+  // Where it listens; empty (len 0): the interface LOOM_SOCKET_IFNAME chooses.
+  net::Address listenAddress;
+  // Whether a lower rank's connect() returns before its sockets are connected: they connect in
+  // progress(), and tcpConnected says when they have (for callers that must never wait, as
+  // NCCL's connect must not).
+  bool dialWithoutWaiting = false;
 };
+
+// LOOM_TCP_SOCKETS, LOOM_TCP_CHUNK_BYTES and LOOM_TCP_PACING as TcpOptions.
+TcpOptions tcpOptionsFromParams();
+
+// Whether conn's sockets are all there (a higher rank's connection gets them from its
+// listener, as the lower rank dials); false if conn is not a TCP connection.
+bool tcpConnected(const Connection& conn);
 
 // The pacing rate each of conn's sockets sends under, as the kernel reports it
 // (SO_MAX_PACING_RATE; ~0 when unpaced); empty if conn is not a TCP connection.
