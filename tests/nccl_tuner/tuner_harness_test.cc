@@ -29,8 +29,14 @@ namespace model = loom::tuner::nccl;
 
 class Plugin {
  public:
+  // The library under test: the tuner plugin, or LOOM_NCCL_TUNER_LIBRARY's (the net plugin,
+  // which carries the same symbols for NCCL's fallback).
+  static const char* path() {
+    const char* other = getenv("LOOM_NCCL_TUNER_LIBRARY");
+    return other != nullptr && other[0] != '\0' ? other : LOOM_NCCL_TUNER_PLUGIN;
+  }
   Plugin() {
-    handle_ = dlopen(LOOM_NCCL_TUNER_PLUGIN, RTLD_NOW | RTLD_LOCAL);
+    handle_ = dlopen(path(), RTLD_NOW | RTLD_LOCAL);
     if (handle_ == nullptr) return;
     v2 = static_cast<const TunerV2*>(dlsym(handle_, "ncclTunerPlugin_v2"));
     v3 = static_cast<const TunerV3*>(dlsym(handle_, "ncclTunerPlugin_v3"));
@@ -188,7 +194,7 @@ void checkTableVersions(const Plugin& plugin, const Cluster& c) {
 
 TEST(Abi, EveryVersionIsExportedAndNamedLoom) {
   Plugin plugin;
-  ASSERT_TRUE(plugin.loaded()) << LOOM_NCCL_TUNER_PLUGIN << ": " << dlerror();
+  ASSERT_TRUE(plugin.loaded()) << Plugin::path() << ": " << dlerror();
   for (const char* name : {plugin.v2->name, plugin.v3->name, plugin.v4->name, plugin.v5->name})
     EXPECT_STREQ(name, "loom");
   EXPECT_TRUE(plugin.v2->init && plugin.v2->getCollInfo && plugin.v2->destroy);
