@@ -1,0 +1,442 @@
+// Stream-ordered calls (comm/stream_calls.h): staging, the jobs that the streams hand to a
+// communicator's progress thread, and that thread.
+//
+// A job is one communicator's calls of one enqueue (a call, or a group's calls). On each of its
+// streams: copies of device input into staging, a host function that counts the stream in (the
+// last stream to arrive posts the job), a wait on the job's flag, copies of the staged output
+// back, a host function that lets go of the job. The progress thread runs posted jobs in order,
+// each as a group of host calls, and sets the flag.
+#include <algorithm>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "collectives/plan.h"
+#include "comm/handle.h"
+#include "comm/stream_calls.h"
+
+namespace loom {
+
+// The communicator's progress thread: posted jobs, run one after another.
+class OrderedQueue;
+
+namespace {
+
+thread_local bool tOnProgressThread = false;
+
+// A device buffer's host copy: copied in before the call, out after it, or both.
+struct Staged {
+  void* user = nullptr;
+  void* host = nullptr;
+  size_t bytes = 0;
+  size_t capacity = 0;  // of host, from the pool
+  bool in = false, out = false;
+};
+
+// Staging memory kept for reuse: pinned memory is slow to get (cudaHostAlloc pins and maps
+// pages: milliseconds for megabytes) and a training loop stages the same sizes call after call.
+// Sizes round up to a power of two, and up to kKeep buffers of each size stay. The pool belongs
+// to one device: a forked child's new device starts it again.
+class StagingPool {
+ public:
+  static constexpr size_t kKeep = 8;
+
+  Status take(device::Device* dev, size_t bytes, void** p, size_t* capacity) {
+    size_t size = 4096;
+    while (size < bytes) size *= 2;
+    *capacity = size;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (dev != owner_) {
+        free_.clear();  // another process's (before a fork), or another device's
+        owner_ = dev;
+      }
+      std::vector<void*>& kept = free_[size];
+      if (!kept.empty()) {
+        *p = kept.back();
+        kept.pop_back();
+        return Status::ok();
+      }
+    }
+    return dev->allocHost(p, size);
+  }
+
+  void give(device::Device* dev, void* p, size_t capacity) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      std::vector<void*>& kept = free_[capacity];
+      if (dev == owner_ && kept.size() < kKeep) {
+        kept.push_back(p);
+        return;
+      }
+    }
+    dev->freeHost(p);
+  }
+
+ private:
+  std::mutex mu_;
+  device::Device* owner_ = nullptr;
+  std::map<size_t, std::vector<void*>> free_;  // by size
+};
+// Never destroyed: streams' threads give staging back until the process ends.
+StagingPool& stagingPool() {
+  static StagingPool* pool = new StagingPool;
+  return *pool;
+}
+
+void releaseStaging(device::Device* dev, std::vector<Staged>& staged) {
+  for (Staged& s : staged) stagingPool().give(dev, s.host, s.capacity);
+  staged.clear();
+}
+
+struct Item {
+  loomComm* comm = nullptr;
+  void* stream = nullptr;
+  bool isP2P = false;
+  CallDesc coll;
+  P2PCall p2p{};
+  std::vector<Staged> staged;
+};
+
+struct Job {
+  loomComm* comm = nullptr;
+  device::Device* dev = nullptr;
+  std::shared_ptr<OrderedQueue> queue;
+  std::vector<Item> items;
+  std::vector<void*> streams;  // distinct, in order of first use
+  std::atomic<int> toArrive{0}, refs{0};
+  std::atomic<uint32_t> flag{device::kPending};
+  uint64_t seq = 0;  // the enqueue's number on the communicator: jobs run in this order
+  ~Job() {
+    for (Item& it : items) releaseStaging(dev, it.staged);
+  }
+};
+
+}  // namespace
+
+class OrderedQueue {
+ public:
+  explicit OrderedQueue(loomComm* comm) : comm_(comm), rank_(comm->impl->rank()) {
+    thread_ = std::thread([this] { run(); });
+  }
+  ~OrderedQueue() { stop(); }
+
+  // The next job's number, at its enqueue (the caller's thread).
+  uint64_t number() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return enqueued_++;
+  }
+
+  // Posted by the last of a job's streams to arrive (a host function of the runtime). Jobs run
+  // in the order they were enqueued, whichever stream arrives first: every rank then runs the
+  // communicator's calls in the order it made them, as the ranks' calls must match.
+  void post(Job* job) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (stopped_) {  // the communicator may be gone: its count of pending jobs with it
+      lock.unlock();
+      finishJob(job, false);
+      return;
+    }
+    posted_[job->seq] = job;
+    cv_.notify_all();
+  }
+
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopped_) return;
+      stopped_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+    for (auto& [seq, job] : posted_) complete(job, false);  // never started
+    posted_.clear();
+  }
+
+ private:
+  void run() {
+    tOnProgressThread = true;
+    log::setThreadRank(rank_);
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [this] { return stopped_ || posted_.count(next_) > 0; });
+      if (stopped_) return;
+      Job* job = posted_[next_];
+      posted_.erase(next_++);
+      lock.unlock();
+      complete(job, runJob(job));
+      lock.lock();
+    }
+  }
+
+  // The job's calls as one group of host calls on the staging buffers.
+  bool runJob(Job* job) {
+    loomGroupStart();
+    Status st;
+    for (Item& it : job->items) {
+      if (!st.isOk()) break;
+      st = it.isP2P ? submitP2P(comm_, it.p2p) : submitCollective(comm_, it.coll);
+    }
+    loomResult_t r = loomGroupEnd();
+    if (st.isOk() && r != loomSuccess) st = Status(r, loomGetLastError(nullptr));
+    if (st.isOk()) return true;
+    LOOM_WARN("COLL", "a stream-ordered call failed: %s", st.message().c_str());
+    if (comm_->impl) comm_->impl->fail(st);  // loomCommGetAsyncError says so
+    return false;
+  }
+
+  void complete(Job* job, bool ok) {
+    comm_->orderedPending.fetch_sub(1, std::memory_order_acq_rel);
+    finishJob(job, ok);
+  }
+  static void finishJob(Job* job, bool ok) {
+    job->flag.store(ok ? device::kDone : device::kFailed, std::memory_order_release);
+    if (job->refs.fetch_sub(1) == 1) delete job;
+  }
+
+  loomComm* comm_;
+  int rank_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<uint64_t, Job*> posted_;  // by number
+  uint64_t enqueued_ = 0, next_ = 0;  // numbers given out; the next to run
+  bool stopped_ = false;
+  std::thread thread_;
+};
+
+namespace {
+
+// Host functions run by the streams.
+void arrive(void* arg) {
+  auto* job = static_cast<Job*>(arg);
+  if (job->toArrive.fetch_sub(1) == 1) job->queue->post(job);
+}
+void letGo(void* arg) {
+  auto* job = static_cast<Job*>(arg);
+  if (job->refs.fetch_sub(1) == 1) delete job;
+}
+
+// The host side of [p, p + bytes) where it is device memory, else p. Device input and output
+// that overlap (the in-place layouts) share one copy, so the call sees the same aliasing.
+Status stage(device::Device* dev, Item& it, const void* in, size_t inBytes, void* out,
+             size_t outBytes, bool outReadFirst, const void** hostIn, void** hostOut) {
+  *hostIn = in;
+  *hostOut = out;
+  const bool inDev = inBytes > 0 && dev->isDeviceMemory(in);
+  const bool outDev = outBytes > 0 && dev->isDeviceMemory(out);
+  if (inDev) LOOM_TRY(dev->checkRange(in, inBytes));
+  if (outDev) LOOM_TRY(dev->checkRange(out, outBytes));
+  auto add = [&](const void* user, size_t bytes, bool copyIn, bool copyOut, char** host) {
+    void* p = nullptr;
+    size_t capacity = 0;
+    LOOM_TRY(stagingPool().take(dev, bytes, &p, &capacity));
+    it.staged.push_back({const_cast<void*>(user), p, bytes, capacity, copyIn, copyOut});
+    *host = static_cast<char*>(p);
+    return Status::ok();
+  };
+  const char* a = static_cast<const char*>(in);
+  char* b = static_cast<char*>(out);
+  if (inDev && outDev && a < b + outBytes && b < a + inBytes) {
+    const char* lo = std::min<const char*>(a, b);
+    const char* hi = std::max<const char*>(a + inBytes, b + outBytes);
+    char* host = nullptr;
+    LOOM_TRY(add(lo, size_t(hi - lo), true, true, &host));
+    *hostIn = host + (a - lo);
+    *hostOut = host + (b - lo);
+    return Status::ok();
+  }
+  char* host = nullptr;
+  if (inDev) {
+    LOOM_TRY(add(in, inBytes, true, false, &host));
+    *hostIn = host;
+  }
+  if (outDev) {
+    LOOM_TRY(add(out, outBytes, outReadFirst, true, &host));
+    *hostOut = host;
+  }
+  return Status::ok();
+}
+
+Status refuseCapture(device::Device* dev, void* stream, const char* what) {
+  bool capturing = false;
+  LOOM_TRY(dev->isCapturing(stream, &capturing));
+  if (!capturing) return Status::ok();
+  return errorf(loomInvalidUsage,
+                "%s: the stream is being captured into a graph, and loom's stream-ordered calls "
+                "are not capturable (each hands its call to loom's progress thread once, from a "
+                "host function): make the call outside the capture",
+                what);
+}
+
+Status itemFor(device::Device* dev, void* stream, const CallDesc& call, Item* it) {
+  LOOM_TRY(refuseCapture(dev, stream, collectives::collectiveName(call.args.coll)));
+  it->stream = stream;
+  it->coll = call;
+  // An alltoallv need not write every element of its output: what it skips must stay as it was.
+  const bool outReadFirst = call.args.coll == collectives::Collective::AlltoAllv;
+  void* out = nullptr;
+  LOOM_TRY(stage(dev, *it, call.input, call.inputBytes, call.output, call.outputBytes,
+                 outReadFirst, &it->coll.input, &out));
+  it->coll.output = out;
+  LOOM_TRACE("COLL", "%s of %zu bytes: stream-ordered on the %s device, %zu buffer(s) staged "
+             "through host memory, reduced on the host",
+             collectives::collectiveName(call.args.coll),
+             std::max(call.inputBytes, call.outputBytes), dev->name(), it->staged.size());
+  return Status::ok();
+}
+
+Status p2pItemFor(device::Device* dev, void* stream, const P2PCall& call, Item* it) {
+  const bool send = call.op.kind == collectives::P2POp::Kind::Send;
+  LOOM_TRY(refuseCapture(dev, stream, send ? "loomSend" : "loomRecv"));
+  it->stream = stream;
+  it->isP2P = true;
+  it->p2p = call;
+  const void* in = nullptr;
+  void* out = nullptr;
+  LOOM_TRY(stage(dev, *it, send ? call.buffer : nullptr, send ? call.op.bytes : 0,
+                 send ? nullptr : call.buffer, send ? 0 : call.op.bytes, false, &in, &out));
+  it->p2p.buffer = send ? const_cast<void*>(in) : out;
+  LOOM_TRACE("COLL", "%s of %zu bytes: stream-ordered on the %s device, %zu buffer(s) staged",
+             send ? "send" : "recv", call.op.bytes, dev->name(), it->staged.size());
+  return Status::ok();
+}
+
+// Enqueues job on its streams (see the top of the file). The job is the streams' from here.
+Status launch(Job* job) {
+  loomComm* comm = job->comm;
+  if (!comm->ordered) comm->ordered = std::make_shared<OrderedQueue>(comm);
+  job->queue = comm->ordered;
+  job->seq = job->queue->number();
+  for (const Item& it : job->items)
+    if (std::find(job->streams.begin(), job->streams.end(), it.stream) == job->streams.end())
+      job->streams.push_back(it.stream);
+  const int n = int(job->streams.size());
+  job->toArrive.store(n);
+  job->refs.store(n + 1);  // each stream's letGo, and the progress thread's completion
+  // The stream waits at most as long as the calls queued before it and this one may take.
+  const int64_t timeout = comm->impl->timeoutMs();
+  const int pending = comm->orderedPending.fetch_add(1) + 1;
+  const int64_t waitMs = timeout < 0 ? -1 : timeout * pending + 10000;
+  device::Device* dev = job->dev;
+  for (void* s : job->streams) {
+    for (const Item& it : job->items)
+      for (const Staged& st : it.staged)
+        if (it.stream == s && st.in) LOOM_TRY(dev->copyAsync(st.host, st.user, st.bytes, s));
+    LOOM_TRY(dev->launchHostFunc(s, arrive, job));
+    LOOM_TRY(dev->waitFlag(s, &job->flag, waitMs));
+    for (const Item& it : job->items)
+      for (const Staged& st : it.staged)
+        if (it.stream == s && st.out) LOOM_TRY(dev->copyAsync(st.user, st.host, st.bytes, s));
+    LOOM_TRY(dev->launchHostFunc(s, letGo, job));
+  }
+  return Status::ok();
+}
+
+Status launchOne(loomComm* comm, device::Device* dev, Item&& it) {
+  auto job = std::make_unique<Job>();
+  job->comm = comm;
+  job->dev = dev;
+  job->items.push_back(std::move(it));
+  return launch(job.release());
+}
+
+// The thread's stream-ordered calls in the group being queued.
+struct Queued {
+  device::Device* dev;
+  Item item;
+};
+thread_local std::vector<Queued> tQueued;
+
+}  // namespace
+
+Status enqueueCollective(loomComm* comm, device::Device* dev, void* stream, const CallDesc& call) {
+  Item it;
+  it.comm = comm;
+  Status st = itemFor(dev, stream, call, &it);
+  if (!st.isOk()) {
+    releaseStaging(dev, it.staged);
+    return st;
+  }
+  if (inGroup()) {
+    tQueued.push_back({dev, std::move(it)});
+    return Status::ok();
+  }
+  return launchOne(comm, dev, std::move(it));
+}
+
+Status enqueueP2P(loomComm* comm, device::Device* dev, void* stream, const P2PCall& call) {
+  Item it;
+  it.comm = comm;
+  Status st = p2pItemFor(dev, stream, call, &it);
+  if (!st.isOk()) {
+    releaseStaging(dev, it.staged);
+    return st;
+  }
+  if (inGroup()) {
+    tQueued.push_back({dev, std::move(it)});
+    return Status::ok();
+  }
+  return launchOne(comm, dev, std::move(it));
+}
+
+Status enqueueGroup(bool (*hostCallsOf)(loomComm*, void*), void* ctx) {
+  std::vector<Queued> queued;
+  queued.swap(tQueued);
+  Status first;
+  std::vector<Job*> jobs;
+  for (Queued& q : queued) {
+    loomComm* c = q.item.comm;
+    auto same = [c](Job* j) { return j->comm == c; };
+    auto found = std::find_if(jobs.begin(), jobs.end(), same);
+    if (found == jobs.end()) {
+      jobs.push_back(new Job);
+      jobs.back()->comm = c;
+      jobs.back()->dev = q.dev;
+      found = jobs.end() - 1;
+    }
+    (*found)->items.push_back(std::move(q.item));
+  }
+  for (Job* job : jobs) {
+    Status st = checkComm(job->comm, "loomGroupEnd");
+    if (st.isOk() && hostCallsOf(job->comm, ctx))
+      st = errorf(loomInvalidUsage,
+                  "loomGroupEnd: the group holds both stream-ordered calls (device buffers or a "
+                  "stream) and host calls of one communicator; make them all one kind");
+    if (st.isOk()) st = launch(job);
+    else delete job;
+    if (!st.isOk() && first.isOk()) first = st;
+  }
+  return first;
+}
+
+void dropGroup() {
+  for (Queued& q : tQueued) releaseStaging(q.dev, q.item.staged);
+  tQueued.clear();
+}
+
+Status awaitOrderedSlow(loomComm* comm) {
+  if (tOnProgressThread) return Status::ok();
+  Deadline deadline(comm->impl->timeoutMs());
+  while (comm->orderedPending.load(std::memory_order_acquire) > 0) {
+    if (deadline.expired())
+      return errorf(loomTimeout,
+                    "a host call waited %lld ms for the communicator's earlier stream-ordered "
+                    "calls to run (are their streams blocked?)",
+                    (long long)comm->impl->timeoutMs());
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  return Status::ok();
+}
+
+void stopOrdered(loomComm* comm) {
+  if (!comm->ordered) return;
+  comm->ordered->stop();
+  comm->ordered.reset();  // jobs still on streams keep the stopped queue alive
+}
+
+}  // namespace loom
