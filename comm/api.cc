@@ -101,6 +101,9 @@ const loomConfig_t* orParents(const loomConfig_t* config, const Comm& parent,
 Status submit(loomComm* comm, void* stream, CallDesc& call) {
   if (device::Device* dev = orderedDevice(stream, call.input, call.output)) [[unlikely]]
     return enqueueCollective(comm, dev, stream, call);
+  if (stream != nullptr)
+    LOOM_TRACE("COLL", "%s: a stream without a device in use (%s): runs on the host now",
+               collectives::collectiveName(call.args.coll), device::whyNone());
   return submitCollective(comm, call);
 }
 

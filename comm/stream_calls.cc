@@ -354,34 +354,36 @@ thread_local std::vector<Queued> tQueued;
 
 }  // namespace
 
-Status enqueueCollective(loomComm* comm, device::Device* dev, void* stream, const CallDesc& call) {
-  Item it;
-  it.comm = comm;
-  Status st = itemFor(dev, stream, call, &it);
-  if (!st.isOk()) {
+namespace {
+
+// A described item: kept for the group's end, or enqueued now.
+Status enqueueItem(device::Device* dev, Item&& it, const Status& described) {
+  if (!described.isOk()) {
     releaseStaging(dev, it.staged);
-    return st;
+    return described;
   }
   if (inGroup()) {
     tQueued.push_back({dev, std::move(it)});
     return Status::ok();
   }
+  loomComm* comm = it.comm;
   return launchOne(comm, dev, std::move(it));
+}
+
+}  // namespace
+
+Status enqueueCollective(loomComm* comm, device::Device* dev, void* stream, const CallDesc& call) {
+  Item it;
+  it.comm = comm;
+  Status st = itemFor(dev, stream, call, &it);
+  return enqueueItem(dev, std::move(it), st);
 }
 
 Status enqueueP2P(loomComm* comm, device::Device* dev, void* stream, const P2PCall& call) {
   Item it;
   it.comm = comm;
   Status st = p2pItemFor(dev, stream, call, &it);
-  if (!st.isOk()) {
-    releaseStaging(dev, it.staged);
-    return st;
-  }
-  if (inGroup()) {
-    tQueued.push_back({dev, std::move(it)});
-    return Status::ok();
-  }
-  return launchOne(comm, dev, std::move(it));
+  return enqueueItem(dev, std::move(it), st);
 }
 
 Status enqueueGroup(bool (*hostCallsOf)(loomComm*, void*), void* ctx) {

@@ -74,14 +74,6 @@ class Device {
   std::vector<std::function<std::string()>> checks_;
 };
 
-// Enqueues a call that must be accepted.
-#define ENQUEUE(call)                                                                  \
-  do {                                                                                 \
-    loomResult_t enqueueRc_ = (call);                                                  \
-    RANK_CHECK(enqueueRc_ == loomSuccess, "%s -> %s: %s", #call,                       \
-               loomGetErrorString(enqueueRc_), loomGetLastError(comm));               \
-  } while (0)
-
 std::string reductionCheck(const char* what, loomDataType_t t, loomRedOp_t op, int n,
                            const void* dev, uint64_t count, uint64_t first = 0) {
   std::vector<char> got = Device::read(dev, count * typeSize(t));
@@ -109,7 +101,7 @@ int enqueueReductions(loomComm_t comm, int rank, int n, void* const streams[2], 
       char* b = dev.copyOf(std::vector<char>(bytes, kUntouched));
       // In place every other call: the staging keeps the aliasing.
       char* out = (k % 2) ? a : b;
-      ENQUEUE(loomAllReduce(a, out, count, t, op, comm, streams[k++ % 2]));
+      RANK_LOOM(loomAllReduce(a, out, count, t, op, comm, streams[k++ % 2]));
       dev.expect([=] { return reductionCheck("allreduce", t, op, n, out, count); });
     }
   for (loomRedOp_t op : kAllOps) {
@@ -118,12 +110,12 @@ int enqueueReductions(loomComm_t comm, int rank, int n, void* const streams[2], 
     fillInput(in.data(), count * n, op, t, n, rank);
     char* a = dev.copyOf(in);
     char* inPlace = a + size_t(rank) * count * typeSize(t);
-    ENQUEUE(loomReduceScatter(a, inPlace, count, t, op, comm, streams[k++ % 2]));
+    RANK_LOOM(loomReduceScatter(a, inPlace, count, t, op, comm, streams[k++ % 2]));
     dev.expect([=] { return reductionCheck("reducescatter", t, op, n, inPlace, count, rank * count); });
     const int root = n - 1;
     char* r = dev.copyOf(in.data(), count * typeSize(t));
     char* ro = dev.copyOf(std::vector<char>(count * typeSize(t), kUntouched));
-    ENQUEUE(loomReduce(r, ro, count, t, op, root, comm, streams[k++ % 2]));
+    RANK_LOOM(loomReduce(r, ro, count, t, op, root, comm, streams[k++ % 2]));
     if (rank == root) dev.expect([=] { return reductionCheck("reduce", t, op, n, ro, count); });
     else dev.expect([=] {
       std::vector<char> got = Device::read(ro, count * typeSize(t));
@@ -143,24 +135,24 @@ int enqueueMovement(loomComm_t comm, int rank, int n, void* const streams[2], De
     std::vector<char> rootData(bytes);
     fillOrigin(rootData.data(), bytes, root, -1);
     char* b = dev.copyOf(rank == root ? rootData : std::vector<char>(bytes, kUntouched));
-    ENQUEUE(loomBroadcast(b, b, bytes, loomInt8, root, comm, streams[root % 2]));
+    RANK_LOOM(loomBroadcast(b, b, bytes, loomInt8, root, comm, streams[root % 2]));
     dev.expect([=] { return originCheck("broadcast", b, bytes, root, -1); });
   }
   char* all = dev.copyOf(std::vector<char>(bytes * n, kUntouched));
   char* own = dev.copyOf(mine);
-  ENQUEUE(loomAllGather(own, all, bytes, loomInt8, comm, streams[0]));
+  RANK_LOOM(loomAllGather(own, all, bytes, loomInt8, comm, streams[0]));
   for (int j = 0; j < n; ++j)
     dev.expect([=] { return originCheck("allgather", all + j * bytes, bytes, j, -1); });
   char* sendAll = dev.copyOf(blocks);
   char* recvAll = dev.copyOf(std::vector<char>(bytes * n, kUntouched));
-  ENQUEUE(loomAlltoAll(sendAll, recvAll, bytes, loomInt8, comm, streams[1]));
+  RANK_LOOM(loomAlltoAll(sendAll, recvAll, bytes, loomInt8, comm, streams[1]));
   for (int j = 0; j < n; ++j)
     dev.expect([=] { return originCheck("alltoall", recvAll + j * bytes, bytes, j, rank); });
   // Alltoallv with a gap before each received block: the gaps must stay as they were.
   std::vector<size_t> counts(n, bytes), sdispls(n), rdispls(n);
   for (int j = 0; j < n; ++j) sdispls[j] = j * bytes, rdispls[j] = j * (bytes + 8) + 8;
   char* recvV = dev.copyOf(std::vector<char>((bytes + 8) * n, kUntouched));
-  ENQUEUE(loomAlltoAllv(sendAll, counts.data(), sdispls.data(), recvV, counts.data(),
+  RANK_LOOM(loomAlltoAllv(sendAll, counts.data(), sdispls.data(), recvV, counts.data(),
                         rdispls.data(), loomInt8, comm, streams[0]));
   for (int j = 0; j < n; ++j)
     dev.expect([=] {
@@ -170,12 +162,12 @@ int enqueueMovement(loomComm_t comm, int rank, int n, void* const streams[2], De
     });
   const int root = n / 2;
   char* gathered = dev.copyOf(std::vector<char>(bytes * n, kUntouched));
-  ENQUEUE(loomGather(own, gathered, bytes, loomInt8, root, comm, streams[1]));
+  RANK_LOOM(loomGather(own, gathered, bytes, loomInt8, root, comm, streams[1]));
   if (rank == root)
     for (int j = 0; j < n; ++j)
       dev.expect([=] { return originCheck("gather", gathered + j * bytes, bytes, j, -1); });
   char* part = dev.copyOf(std::vector<char>(bytes, kUntouched));
-  ENQUEUE(loomScatter(sendAll, part, bytes, loomInt8, root, comm, streams[0]));
+  RANK_LOOM(loomScatter(sendAll, part, bytes, loomInt8, root, comm, streams[0]));
   dev.expect([=] { return originCheck("scatter", part, bytes, root, rank); });
   return 0;
 }
@@ -192,12 +184,12 @@ int enqueueGroup(loomComm_t comm, int rank, int n, void* const streams[2], Devic
   char* all = dev.copyOf(std::vector<char>(count * n, kUntouched));
   char* got = dev.copyOf(std::vector<char>(count, kUntouched));
   const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
-  ENQUEUE(loomGroupStart());
-  ENQUEUE(loomAllReduce(a, a, count, loomFloat32, loomSum, comm, streams[0]));
-  ENQUEUE(loomAllGather(own, all, count, loomInt8, comm, streams[1]));
-  ENQUEUE(loomSend(own, count, loomInt8, next, comm, streams[0]));
-  ENQUEUE(loomRecv(got, count, loomInt8, prev, comm, streams[1]));
-  ENQUEUE(loomGroupEnd());
+  RANK_LOOM(loomGroupStart());
+  RANK_LOOM(loomAllReduce(a, a, count, loomFloat32, loomSum, comm, streams[0]));
+  RANK_LOOM(loomAllGather(own, all, count, loomInt8, comm, streams[1]));
+  RANK_LOOM(loomSend(own, count, loomInt8, next, comm, streams[0]));
+  RANK_LOOM(loomRecv(got, count, loomInt8, prev, comm, streams[1]));
+  RANK_LOOM(loomGroupEnd());
   dev.expect([=] { return reductionCheck("group allreduce", loomFloat32, loomSum, n, a, count); });
   for (int j = 0; j < n; ++j)
     dev.expect([=] { return originCheck("group allgather", all + j * count, count, j, -1); });
@@ -211,8 +203,8 @@ int enqueueChain(loomComm_t comm, int rank, int n, void* stream, Device& dev) {
   std::vector<int32_t> in(1000, rank + 1);
   char* a = dev.copyOf(in.data(), in.size() * 4);
   char* b = dev.copyOf(std::vector<char>(in.size() * 4, kUntouched));
-  ENQUEUE(loomAllReduce(a, b, in.size(), loomInt32, loomSum, comm, stream));
-  ENQUEUE(loomAllReduce(b, b, in.size(), loomInt32, loomSum, comm, stream));
+  RANK_LOOM(loomAllReduce(a, b, in.size(), loomInt32, loomSum, comm, stream));
+  RANK_LOOM(loomAllReduce(b, b, in.size(), loomInt32, loomSum, comm, stream));
   dev.expect([=] {
     std::vector<char> raw = Device::read(b, in.size() * 4);
     const int32_t want = n * n * (n + 1) / 2;
@@ -244,7 +236,7 @@ int everyCollective(RankContext& ctx) {
     std::vector<char> mine(100);
     fillOrigin(mine.data(), mine.size(), 0, -1);
     char* b = dev.copyOf(rank == 0 ? mine : std::vector<char>(100, kUntouched));
-    ENQUEUE(loomBroadcast(b, b, 100, loomInt8, 0, comm, nullptr));
+    RANK_LOOM(loomBroadcast(b, b, 100, loomInt8, 0, comm, nullptr));
     dev.expect([=] { return originCheck("broadcast on the default stream", b, 100, 0, -1); });
     for (void* s : {streams[0], streams[1], static_cast<void*>(nullptr)})
       RANK_LOOM(loomStreamSynchronize(s, 60000));
@@ -281,7 +273,7 @@ TEST(DeviceStreams, ACapturingStreamIsRefusedAndTheStreamStaysUsable) {
     RANK_LOOM(loomStreamEndCapture(s));
     RANK_CHECK(rc == loomInvalidUsage, "got %s", loomGetErrorString(rc));
     RANK_CHECK(msg.find("captured into a graph") != std::string::npos, "message: %s", msg.c_str());
-    ENQUEUE(loomAllReduce(a, a, 64, loomInt32, loomSum, comm, s));
+    RANK_LOOM(loomAllReduce(a, a, 64, loomInt32, loomSum, comm, s));
     RANK_LOOM(loomStreamSynchronize(s, 30000));
     std::vector<char> got = Device::read(a, 256);
     int32_t v;
@@ -314,13 +306,13 @@ TEST(DeviceStreams, AKilledRankEndsEveryStreamsWaitWithAnError) {
     Device dev;
     char* a = dev.copyOf(ones.data(), count * 4);
     char* b = dev.copyOf(ones.data(), count * 4);
-    ENQUEUE(loomAllReduce(a, a, count, loomFloat32, loomSum, comm, streams[0]));
+    RANK_LOOM(loomAllReduce(a, a, count, loomFloat32, loomSum, comm, streams[0]));
     RANK_LOOM(loomStreamSynchronize(streams[0], 30000));
     ctx.allgather("");
     if (ctx.rank() == victim) raise(SIGKILL);
     auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < 20; ++i)
-      ENQUEUE(loomAllReduce(i % 2 ? a : b, i % 2 ? a : b, count, loomFloat32, loomSum, comm,
+      RANK_LOOM(loomAllReduce(i % 2 ? a : b, i % 2 ? a : b, count, loomFloat32, loomSum, comm,
                             streams[i % 2]));
     loomResult_t s0 = loomStreamSynchronize(streams[0], 30000);
     loomResult_t s1 = loomStreamSynchronize(streams[1], 30000);

@@ -109,9 +109,16 @@ class LoomProcessGroup : public LOOM_TORCH_BASE {
   struct Task {
     std::vector<Call> calls;  // several: one coalescing group, run between loomGroupStart/End
     std::vector<c10::intrusive_ptr<LoomWork>> works;  // completed once every call ran
+    // CUDA tensors: the device, and the current stream of it when the call was made. Such a
+    // task is enqueued on that stream by the calling thread (loom returns once it is enqueued),
+    // so that kernels launched after the op are ordered after the collective.
+    bool onDevice = false;
+    c10::Device device = c10::Device(c10::DeviceType::CPU);
+    void* stream = nullptr;
   };
   // Queues call for the worker, or holds it in the open coalescing group; the Work's future
-  // holds outputs. call.run's captures must own what it touches: it runs later, elsewhere.
+  // holds outputs. call.run's captures must own what it touches: it runs later, elsewhere. A
+  // call on CUDA tensors runs now instead (Task::onDevice).
   WorkPtr run(c10d::OpType type, Tensors outputs, Call call);
   void enqueue(Task task);
   void serve();  // the worker thread
@@ -132,7 +139,9 @@ class LoomProcessGroup : public LOOM_TORCH_BASE {
   std::mutex queueMutex_;
   std::condition_variable queueChanged_;
   std::deque<Task> queue_;
+  bool running_ = false;  // the worker is running a task
   bool stopping_ = false;
+  void* stream_ = nullptr;  // the stream of the task being executed (its loom calls')
   std::thread worker_;
 };
 
