@@ -286,6 +286,48 @@ TEST(DeviceStreams, ACapturingStreamIsRefusedAndTheStreamStaysUsable) {
   EXPECT_EQ(describeFailures(results), "");
 }
 
+// What a call on device buffers is told apart by: TRACE names the path it took; a buffer that
+// runs past its allocation is refused, not read past; and a group that mixes stream-ordered and
+// host calls of one communicator is refused.
+TEST(DeviceStreams, TraceNamesThePathAndBadCallsAreRefused) {
+  auto results = runRanks(2, [](RankContext& ctx) {
+    useDevice();
+    logInRank("TRACE", "COLL");
+    loomComm_t comm = nullptr;
+    RANK_LOOM(initComm(ctx, &comm));
+    std::vector<int32_t> in(64, ctx.rank() + 1), host(64, 0);
+    Device dev;
+    char* a = dev.copyOf(in.data(), 256);
+    RANK_LOOM(loomAllReduce(a, a, 64, loomInt32, loomSum, comm, nullptr));
+    RANK_LOOM(loomStreamSynchronize(nullptr, 30000));
+    if (emulated()) {
+      loomResult_t rc = loomAllReduce(a, a, 4096, loomInt32, loomSum, comm, nullptr);
+      std::string msg = loomGetLastError(comm);
+      RANK_CHECK(rc == loomInvalidArgument && msg.find("leave the allocation") != std::string::npos,
+                 "a buffer past its allocation: %s: %s", loomGetErrorString(rc), msg.c_str());
+    }
+    RANK_LOOM(loomGroupStart());
+    RANK_LOOM(loomAllReduce(a, a, 64, loomInt32, loomSum, comm, nullptr));
+    RANK_LOOM(loomAllReduce(host.data(), host.data(), 64, loomInt32, loomSum, comm, nullptr));
+    loomResult_t rc = loomGroupEnd();
+    std::string msg = loomGetLastError(nullptr);
+    RANK_CHECK(rc == loomInvalidUsage && msg.find("both stream-ordered") != std::string::npos,
+               "a mixed group: %s: %s", loomGetErrorString(rc), msg.c_str());
+    // Host buffers without a stream still run on the host, at once.
+    RANK_LOOM(loomAllReduce(host.data(), host.data(), 64, loomInt32, loomSum, comm, nullptr));
+    RANK_LOOM(loomCommDestroy(comm));
+    return 0;
+  }, ForkOptions::timeout(60));
+  EXPECT_EQ(describeFailures(results), "");
+  // Two stream-ordered calls were described (the first, and the group's, refused at its end);
+  // the host calls ran on the host, as the executor's lines (#0, #1) say.
+  for (const RankResult& r : results) {
+    EXPECT_EQ(linesWith(r.output, "stream-ordered on the ").size(), 2u) << r.output;
+    EXPECT_EQ(linesWith(r.output, "reduced on the host").size(), 2u) << r.output;
+    EXPECT_EQ(linesWith(r.output, "allreduce #").size(), 2u) << r.output;
+  }
+}
+
 // A rank killed while the others' calls wait on two streams: each stream's wait ends with an
 // error within seconds (not the 60 s deadline), and the communicator says why.
 TEST(DeviceStreams, AKilledRankEndsEveryStreamsWaitWithAnError) {
