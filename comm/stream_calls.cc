@@ -112,6 +112,7 @@ struct Job {
   std::atomic<int> toArrive{0}, refs{0};
   std::atomic<uint32_t> flag{device::kPending};
   uint64_t seq = 0;  // the enqueue's number on the communicator: jobs run in this order
+  std::atomic<bool> abandoned{false};  // its enqueue failed: it fails without running
   ~Job() {
     for (Item& it : items) releaseStaging(dev, it.staged);
   }
@@ -169,7 +170,7 @@ class OrderedQueue {
       Job* job = posted_[next_];
       posted_.erase(next_++);
       lock.unlock();
-      complete(job, runJob(job));
+      complete(job, job->abandoned.load() ? failAbandoned() : runJob(job));
       lock.lock();
     }
   }
@@ -187,6 +188,16 @@ class OrderedQueue {
     if (st.isOk()) return true;
     LOOM_WARN("COLL", "a stream-ordered call failed: %s", st.message().c_str());
     if (comm_->impl) comm_->impl->fail(st);  // loomCommGetAsyncError says so
+    return false;
+  }
+
+  // A job whose enqueue failed: the ranks' calls no longer match, so the communicator fails.
+  bool failAbandoned() {
+    Status st = errorf(loomSystemError,
+                       "a stream-ordered call could not be enqueued on its streams (its caller "
+                       "was told why); the communicator's calls can no longer match the peers'");
+    LOOM_WARN("COLL", "%s", st.message().c_str());
+    if (comm_->impl) comm_->impl->fail(st);
     return false;
   }
 
@@ -306,6 +317,38 @@ Status p2pItemFor(device::Device* dev, void* stream, const P2PCall& call, Item* 
   return Status::ok();
 }
 
+// Job's work on stream s: copies in, the arrival, the wait, copies out, the release.
+// *arrives and *letsGo: whether the host functions that count the stream in and let go of the
+// job were enqueued (a runtime may refuse any of these).
+Status enqueueOn(Job* job, void* s, int64_t waitMs, bool* arrives, bool* letsGo) {
+  device::Device* dev = job->dev;
+  for (const Item& it : job->items)
+    for (const Staged& st : it.staged)
+      if (it.stream == s && st.in) LOOM_TRY(dev->copyAsync(st.host, st.user, st.bytes, s));
+  LOOM_TRY(dev->launchHostFunc(s, arrive, job));
+  *arrives = true;
+  LOOM_TRY(dev->waitFlag(s, &job->flag, waitMs));
+  for (const Item& it : job->items)
+    for (const Staged& st : it.staged)
+      if (it.stream == s && st.out) LOOM_TRY(dev->copyAsync(st.user, st.host, st.bytes, s));
+  LOOM_TRY(dev->launchHostFunc(s, letGo, job));
+  *letsGo = true;
+  return Status::ok();
+}
+
+// A job whose enqueue failed on its stream `failed` still goes to the progress thread, which
+// fails it without running it (and the communicator with it): its number must be used, or the
+// calls after it would wait for it. The streams that will not arrive or let go are counted out.
+void abandon(Job* job, size_t failed, bool arrives, bool letsGo) {
+  job->abandoned.store(true);
+  const int streams = int(job->streams.size());
+  const int neverArrive = streams - int(failed) - (arrives ? 1 : 0);
+  const int neverLetGo = streams - int(failed) - (letsGo ? 1 : 0);
+  job->refs.fetch_sub(neverLetGo);  // the progress thread's reference stays: never 0 here
+  if (neverArrive > 0 && job->toArrive.fetch_sub(neverArrive) == neverArrive)
+    job->queue->post(job);
+}
+
 // Enqueues job on its streams (see the top of the file). The job is the streams' from here.
 Status launch(Job* job) {
   loomComm* comm = job->comm;
@@ -322,17 +365,13 @@ Status launch(Job* job) {
   const int64_t timeout = comm->impl->timeoutMs();
   const int pending = comm->orderedPending.fetch_add(1) + 1;
   const int64_t waitMs = timeout < 0 ? -1 : timeout * pending + 10000;
-  device::Device* dev = job->dev;
-  for (void* s : job->streams) {
-    for (const Item& it : job->items)
-      for (const Staged& st : it.staged)
-        if (it.stream == s && st.in) LOOM_TRY(dev->copyAsync(st.host, st.user, st.bytes, s));
-    LOOM_TRY(dev->launchHostFunc(s, arrive, job));
-    LOOM_TRY(dev->waitFlag(s, &job->flag, waitMs));
-    for (const Item& it : job->items)
-      for (const Staged& st : it.staged)
-        if (it.stream == s && st.out) LOOM_TRY(dev->copyAsync(st.user, st.host, st.bytes, s));
-    LOOM_TRY(dev->launchHostFunc(s, letGo, job));
+  for (size_t i = 0; i < job->streams.size(); ++i) {
+    bool arrives = false, letsGo = false;
+    Status st = enqueueOn(job, job->streams[i], waitMs, &arrives, &letsGo);
+    if (!st.isOk()) {
+      abandon(job, i, arrives, letsGo);
+      return st;
+    }
   }
   return Status::ok();
 }
@@ -357,7 +396,9 @@ thread_local std::vector<Queued> tQueued;
 namespace {
 
 // A described item: kept for the group's end, or enqueued now.
-Status enqueueItem(device::Device* dev, Item&& it, const Status& described) {
+Status enqueueItem(device::Device* dev, Item&& it, Status described) {
+  // A communicator known to have failed refuses now rather than from the stream.
+  if (described.isOk()) described = it.comm->impl->usable();
   if (!described.isOk()) {
     releaseStaging(dev, it.staged);
     return described;

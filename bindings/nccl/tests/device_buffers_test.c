@@ -12,12 +12,14 @@
 #include <nccl.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 
 void* fakeCudaDeviceBuffer(size_t* bytes);
 int fakeCudaPointerQueries(void);
 int fakeCudaHostFunctions(void);
+void fakeCudaFailHostFunctions(int fail);
 
 static void routed(ncclComm_t comm, float* device, float* host) {
   cudaStream_t stream;
@@ -60,6 +62,20 @@ static void routed(ncclComm_t comm, float* device, float* host) {
   float in = 3, out = 0;
   CHECK(ncclAllReduce(&in, &out, 1, ncclFloat32, ncclSum, comm, stream) == ncclSuccess);
   CHECK(out == 3);
+  /* A call the runtime refuses to enqueue: its error now, and the communicator fails (its calls
+   * could no longer match the peers'): the next call says so instead of waiting. */
+  fakeCudaFailHostFunctions(1);
+  CHECK(ncclAllReduce(device, device, 1, ncclFloat32, ncclSum, comm, stream) != ncclSuccess);
+  fakeCudaFailHostFunctions(0);
+  ncclResult_t async = ncclSuccess;
+  /* The progress thread fails the communicator: within 5 s. */
+  for (int i = 0; i < 5000 && async == ncclSuccess; ++i) {
+    CHECK(ncclCommGetAsyncError(comm, &async) == ncclSuccess);
+    if (async == ncclSuccess) usleep(1000);
+  }
+  CHECK(async != ncclSuccess);
+  CHECK(ncclAllReduce(&in, &out, 1, ncclFloat32, ncclSum, comm, stream) != ncclSuccess);
+  CHECK(strstr(ncclGetLastError(comm), "could not be enqueued") != NULL);
   CHECK(cudaStreamDestroy(stream) == cudaSuccess);
 }
 

@@ -10,7 +10,7 @@
 #include <string.h>
 
 static char gDeviceRange[4096];
-static int gQueries, gHostFunctions;
+static int gQueries, gHostFunctions, gFailHostFunctions;
 static cudaStream_t gCapturing; /* the stream being captured, if any */
 
 /* The range the runtime calls device memory, and its size. */
@@ -22,6 +22,8 @@ void* fakeCudaDeviceBuffer(size_t* bytes) {
 /* How many times cudaPointerGetAttributes was asked; cudaLaunchHostFunc called. */
 int fakeCudaPointerQueries(void) { return gQueries; }
 int fakeCudaHostFunctions(void) { return gHostFunctions; }
+/* From now on cudaLaunchHostFunc fails (fail != 0), as a runtime with a broken context would. */
+void fakeCudaFailHostFunctions(int fail) { gFailHostFunctions = fail; }
 
 cudaError_t cudaGetDeviceCount(int* count) {
   const char* devices = getenv("FAKE_CUDA_DEVICES");
@@ -76,6 +78,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaM
 }
 cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* userData) {
   (void)stream;
+  if (gFailHostFunctions) return cudaErrorLaunchFailure;
   ++gHostFunctions;
   fn(userData);
   return cudaSuccess;
