@@ -108,8 +108,7 @@ struct Job {
   device::Device* dev = nullptr;
   std::shared_ptr<OrderedQueue> queue;
   std::vector<Item> items;
-  std::vector<void*> streams;  // distinct, in order of first use
-  std::atomic<int> toArrive{0}, refs{0};
+  std::atomic<int> refs{0};  // its streams' letGo, the progress thread's completion, launch
   std::atomic<uint32_t> flag{device::kPending};
   uint64_t seq = 0;  // the enqueue's number on the communicator: jobs run in this order
   std::atomic<bool> abandoned{false};  // its enqueue failed: it fails without running
@@ -222,14 +221,38 @@ class OrderedQueue {
 
 namespace {
 
+// What the streams of one enqueue share: a call's job, or a group's jobs (one per
+// communicator). Each stream counts in once; the last to arrive posts every job, so that a
+// group's communicators (ranks of this process, which must progress together) start together
+// even where they share a stream, which a wait per job before the next job's arrival would block.
+struct Gate {
+  std::vector<Job*> jobs;
+  std::vector<void*> streams;  // distinct, in order of first use
+  std::atomic<int> toArrive{0}, refs{0};
+};
+
+void postAll(Gate* gate) {
+  for (Job* job : gate->jobs) {
+    std::shared_ptr<OrderedQueue> queue = job->queue;  // a stopped queue may go with the job
+    queue->post(job);
+  }
+}
+
 // Host functions run by the streams.
 void arrive(void* arg) {
-  auto* job = static_cast<Job*>(arg);
-  if (job->toArrive.fetch_sub(1) == 1) job->queue->post(job);
+  auto* gate = static_cast<Gate*>(arg);
+  if (gate->toArrive.fetch_sub(1) == 1) postAll(gate);
+  if (gate->refs.fetch_sub(1) == 1) delete gate;
 }
 void letGo(void* arg) {
   auto* job = static_cast<Job*>(arg);
   if (job->refs.fetch_sub(1) == 1) delete job;
+}
+
+bool touches(const Job* job, void* stream) {
+  for (const Item& it : job->items)
+    if (it.stream == stream) return true;
+  return false;
 }
 
 // The host side of [p, p + bytes) where it is device memory, else p. Device input and output
@@ -317,71 +340,97 @@ Status p2pItemFor(device::Device* dev, void* stream, const P2PCall& call, Item* 
   return Status::ok();
 }
 
-// Job's work on stream s: copies in, the arrival, the wait, copies out, the release.
-// *arrives and *letsGo: whether the host functions that count the stream in and let go of the
-// job were enqueued (a runtime may refuse any of these).
-Status enqueueOn(Job* job, void* s, int64_t waitMs, bool* arrives, bool* letsGo) {
-  device::Device* dev = job->dev;
-  for (const Item& it : job->items)
-    for (const Staged& st : it.staged)
-      if (it.stream == s && st.in) LOOM_TRY(dev->copyAsync(st.host, st.user, st.bytes, s));
-  LOOM_TRY(dev->launchHostFunc(s, arrive, job));
-  *arrives = true;
-  LOOM_TRY(dev->waitFlag(s, &job->flag, waitMs));
-  for (const Item& it : job->items)
-    for (const Staged& st : it.staged)
-      if (it.stream == s && st.out) LOOM_TRY(dev->copyAsync(st.user, st.host, st.bytes, s));
-  LOOM_TRY(dev->launchHostFunc(s, letGo, job));
-  *letsGo = true;
-  return Status::ok();
-}
+// How far an enqueue got: the streams whose arrival was enqueued, and per job the letGo
+// enqueued (a runtime may refuse any step).
+struct Progress {
+  int arrivals = 0;
+  std::vector<int> letGos;
+};
 
-// A job whose enqueue failed on its stream `failed` still goes to the progress thread, which
-// fails it without running it (and the communicator with it): its number must be used, or the
-// calls after it would wait for it. The streams that will not arrive or let go are counted out.
-void abandon(Job* job, size_t failed, bool arrives, bool letsGo) {
-  job->abandoned.store(true);
-  const int streams = int(job->streams.size());
-  const int neverArrive = streams - int(failed) - (arrives ? 1 : 0);
-  const int neverLetGo = streams - int(failed) - (letsGo ? 1 : 0);
-  job->refs.fetch_sub(neverLetGo);  // the progress thread's reference stays: never 0 here
-  if (neverArrive > 0 && job->toArrive.fetch_sub(neverArrive) == neverArrive)
-    job->queue->post(job);
-}
-
-// Enqueues job on its streams (see the top of the file). The job is the streams' from here.
-Status launch(Job* job) {
-  loomComm* comm = job->comm;
-  if (!comm->ordered) comm->ordered = std::make_shared<OrderedQueue>(comm);
-  job->queue = comm->ordered;
-  job->seq = job->queue->number();
-  for (const Item& it : job->items)
-    if (std::find(job->streams.begin(), job->streams.end(), it.stream) == job->streams.end())
-      job->streams.push_back(it.stream);
-  const int n = int(job->streams.size());
-  job->toArrive.store(n);
-  job->refs.store(n + 1);  // each stream's letGo, and the progress thread's completion
-  // The stream waits at most as long as the calls queued before it and this one may take.
-  const int64_t timeout = comm->impl->timeoutMs();
-  const int pending = comm->orderedPending.fetch_add(1) + 1;
-  const int64_t waitMs = timeout < 0 ? -1 : timeout * pending + 10000;
-  for (size_t i = 0; i < job->streams.size(); ++i) {
-    bool arrives = false, letsGo = false;
-    Status st = enqueueOn(job, job->streams[i], waitMs, &arrives, &letsGo);
-    if (!st.isOk()) {
-      abandon(job, i, arrives, letsGo);
-      return st;
+// The gate's work on stream s: copies in, the arrival, a wait per job, copies out, the releases.
+Status enqueueOn(Gate* gate, void* s, int64_t waitMs, Progress* done) {
+  device::Device* dev = gate->jobs[0]->dev;
+  for (const Job* job : gate->jobs)
+    for (const Item& it : job->items)
+      for (const Staged& st : it.staged)
+        if (it.stream == s && st.in) LOOM_TRY(dev->copyAsync(st.host, st.user, st.bytes, s));
+  LOOM_TRY(dev->launchHostFunc(s, arrive, gate));
+  ++done->arrivals;
+  for (const Job* job : gate->jobs)
+    if (touches(job, s)) LOOM_TRY(dev->waitFlag(s, &job->flag, waitMs));
+  for (const Job* job : gate->jobs)
+    for (const Item& it : job->items)
+      for (const Staged& st : it.staged)
+        if (it.stream == s && st.out) LOOM_TRY(dev->copyAsync(st.user, st.host, st.bytes, s));
+  for (size_t j = 0; j < gate->jobs.size(); ++j)
+    if (touches(gate->jobs[j], s)) {
+      LOOM_TRY(dev->launchHostFunc(s, letGo, gate->jobs[j]));
+      ++done->letGos[j];
     }
-  }
   return Status::ok();
+}
+
+// An enqueue that failed part way: its jobs still go to their progress threads, which fail them
+// without running them (and their communicators): their numbers must be used, or the calls
+// after them would wait. What the streams will never do is counted out.
+void abandon(Gate* gate, const Progress& done) {
+  for (size_t j = 0; j < gate->jobs.size(); ++j) {
+    Job* job = gate->jobs[j];
+    job->abandoned.store(true);
+    int streams = 0;
+    for (void* s : gate->streams) streams += touches(job, s) ? 1 : 0;
+    job->refs.fetch_sub(streams - done.letGos[j]);  // the launcher's stays: never 0 here
+  }
+  const int never = int(gate->streams.size()) - done.arrivals;
+  if (never > 0 && gate->toArrive.fetch_sub(never) == never) postAll(gate);
+  gate->refs.fetch_sub(never);  // the launcher's stays: never 0 here
+}
+
+// Enqueues the jobs (one per communicator) on their streams, behind one gate (see the top of
+// the file). The jobs are the streams' from here.
+Status launch(std::vector<Job*> jobs) {
+  auto* gate = new Gate;
+  gate->jobs = std::move(jobs);
+  int64_t waitMs = -1;
+  for (Job* job : gate->jobs) {
+    loomComm* comm = job->comm;
+    if (!comm->ordered) comm->ordered = std::make_shared<OrderedQueue>(comm);
+    job->queue = comm->ordered;
+    job->seq = job->queue->number();
+    int streams = 0;
+    for (const Item& it : job->items) {
+      auto& all = gate->streams;
+      if (std::find(all.begin(), all.end(), it.stream) == all.end()) all.push_back(it.stream);
+    }
+    for (void* s : gate->streams) streams += touches(job, s) ? 1 : 0;
+    job->refs.store(streams + 2);  // + the progress thread's, + the launcher's until it returns
+    // A stream waits at most as long as the calls queued before this one and it may take.
+    const int64_t timeout = comm->impl->timeoutMs();
+    const int pending = comm->orderedPending.fetch_add(1) + 1;
+    if (timeout >= 0) waitMs = std::max(waitMs, timeout * pending + 10000);
+  }
+  const int n = int(gate->streams.size());
+  gate->toArrive.store(n);
+  gate->refs.store(n + 1);  // each stream's arrival, and the launcher's until it returns
+  Progress done;
+  done.letGos.assign(gate->jobs.size(), 0);
+  Status st;
+  for (void* s : gate->streams) {
+    st = enqueueOn(gate, s, waitMs, &done);
+    if (!st.isOk()) break;
+  }
+  if (!st.isOk()) abandon(gate, done);
+  for (Job* job : gate->jobs) letGo(job);  // the launcher's references
+  if (gate->refs.fetch_sub(1) == 1) delete gate;
+  return st;
 }
 
 Status launchOne(loomComm* comm, device::Device* dev, Item&& it) {
-  auto job = std::make_unique<Job>();
+  auto* job = new Job;
   job->comm = comm;
   job->dev = dev;
   job->items.push_back(std::move(it));
-  return launch(job.release());
+  return launch({job});
 }
 
 // The thread's stream-ordered calls in the group being queued.
@@ -444,14 +493,19 @@ Status enqueueGroup(bool (*hostCallsOf)(loomComm*, void*), void* ctx) {
     }
     (*found)->items.push_back(std::move(q.item));
   }
+  std::vector<Job*> ready;
   for (Job* job : jobs) {
     Status st = checkComm(job->comm, "loomGroupEnd");
     if (st.isOk() && hostCallsOf(job->comm, ctx))
       st = errorf(loomInvalidUsage,
                   "loomGroupEnd: the group holds both stream-ordered calls (device buffers or a "
                   "stream) and host calls of one communicator; make them all one kind");
-    if (st.isOk()) st = launch(job);
+    if (st.isOk()) ready.push_back(job);
     else delete job;
+    if (!st.isOk() && first.isOk()) first = st;
+  }
+  if (!ready.empty()) {
+    Status st = launch(std::move(ready));
     if (!st.isOk() && first.isOk()) first = st;
   }
   return first;

@@ -286,6 +286,51 @@ TEST(DeviceStreams, ACapturingStreamIsRefusedAndTheStreamStaysUsable) {
   EXPECT_EQ(describeFailures(results), "");
 }
 
+// One process drives three ranks (one GPU's ranks, as loom allows) on one stream: a group of
+// their allreduces starts them together, though each waits on that stream for its own.
+TEST(DeviceStreams, OneThreadDrivesSeveralRanksOnOneStream) {
+  auto results = runRanks(1, [](RankContext&) {
+    useDevice();
+    const int n = 3;
+    loomUniqueId id;
+    RANK_LOOM(loomGetUniqueId(&id));
+    loomComm_t comms[n] = {};
+    loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+    config.timeoutMs = 20000;
+    RANK_LOOM(loomGroupStart());
+    for (int r = 0; r < n; ++r) RANK_LOOM(loomCommInitRankConfig(&comms[r], n, id, r, &config));
+    RANK_LOOM(loomGroupEnd());
+    void* s = nullptr;
+    RANK_LOOM(loomStreamCreate(&s));
+    Device dev;
+    char* bufs[n];
+    for (int r = 0; r < n; ++r) {
+      std::vector<int32_t> in(257, r + 1);
+      bufs[r] = dev.copyOf(in.data(), in.size() * 4);
+    }
+    auto start = std::chrono::steady_clock::now();
+    RANK_LOOM(loomGroupStart());
+    for (int r = 0; r < n; ++r)
+      RANK_LOOM(loomAllReduce(bufs[r], bufs[r], 257, loomInt32, loomSum, comms[r], s));
+    RANK_LOOM(loomGroupEnd());
+    RANK_LOOM(loomStreamSynchronize(s, 30000));
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    RANK_CHECK(seconds < 5, "the group took %.1f s", seconds);
+    for (int r = 0; r < n; ++r) {
+      std::vector<char> raw = Device::read(bufs[r], 257 * 4);
+      for (int i = 0; i < 257; ++i) {
+        int32_t v;
+        memcpy(&v, raw.data() + i * 4, 4);
+        RANK_CHECK(v == 6, "rank %d element %d is %d", r, i, v);
+      }
+    }
+    RANK_LOOM(loomStreamDestroy(s));
+    for (int r = 0; r < n; ++r) RANK_LOOM(loomCommDestroy(comms[r]));
+    return 0;
+  }, ForkOptions::timeout(60));
+  EXPECT_EQ(describeFailures(results), "");
+}
+
 // What a call on device buffers is told apart by: TRACE names the path it took; a buffer that
 // runs past its allocation is refused, not read past; and a group that mixes stream-ordered and
 // host calls of one communicator is refused.
