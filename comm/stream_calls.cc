@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -40,11 +41,12 @@ struct Staged {
 
 // Staging memory kept for reuse: pinned memory is slow to get (cudaHostAlloc pins and maps
 // pages: milliseconds for megabytes) and a training loop stages the same sizes call after call.
-// Sizes round up to a power of two, and up to kKeep buffers of each size stay. The pool belongs
+// Sizes round up to a power of two, and a few buffers of each size stay. The pool belongs
 // to one device: a forked child's new device starts it again.
 class StagingPool {
  public:
-  static constexpr size_t kKeep = 8;
+  // Buffers kept per size: more of the smallest, which every call's flag takes.
+  static size_t keep(size_t size) { return size <= 4096 ? 64 : 8; }
 
   Status take(device::Device* dev, size_t bytes, void** p, size_t* capacity) {
     size_t size = 4096;
@@ -70,7 +72,7 @@ class StagingPool {
     {
       std::lock_guard<std::mutex> lock(mu_);
       std::vector<void*>& kept = free_[capacity];
-      if (dev == owner_ && kept.size() < kKeep) {
+      if (dev == owner_ && kept.size() < keep(capacity)) {
         kept.push_back(p);
         return;
       }
@@ -109,11 +111,20 @@ struct Job {
   std::shared_ptr<OrderedQueue> queue;
   std::vector<Item> items;
   std::atomic<int> refs{0};  // its streams' letGo, the progress thread's completion, launch
-  std::atomic<uint32_t> flag{device::kPending};
+  // Set by the progress thread, awaited by the streams: in pinned memory (the GPU may read it).
+  std::atomic<uint32_t>* flag = nullptr;
+  void* flagMemory = nullptr;
+  size_t flagCapacity = 0;
   uint64_t seq = 0;  // the enqueue's number on the communicator: jobs run in this order
   std::atomic<bool> abandoned{false};  // its enqueue failed: it fails without running
   ~Job() {
     for (Item& it : items) releaseStaging(dev, it.staged);
+    if (flagMemory != nullptr) stagingPool().give(dev, flagMemory, flagCapacity);
+  }
+  Status makeFlag() {
+    LOOM_TRY(stagingPool().take(dev, sizeof(std::atomic<uint32_t>), &flagMemory, &flagCapacity));
+    flag = new (flagMemory) std::atomic<uint32_t>(device::kPending);
+    return Status::ok();
   }
 };
 
@@ -205,7 +216,7 @@ class OrderedQueue {
     finishJob(job, ok);
   }
   static void finishJob(Job* job, bool ok) {
-    job->flag.store(ok ? device::kDone : device::kFailed, std::memory_order_release);
+    job->flag->store(ok ? device::kDone : device::kFailed, std::memory_order_release);
     if (job->refs.fetch_sub(1) == 1) delete job;
   }
 
@@ -357,7 +368,7 @@ Status enqueueOn(Gate* gate, void* s, int64_t waitMs, Progress* done) {
   LOOM_TRY(dev->launchHostFunc(s, arrive, gate));
   ++done->arrivals;
   for (const Job* job : gate->jobs)
-    if (touches(job, s)) LOOM_TRY(dev->waitFlag(s, &job->flag, waitMs));
+    if (touches(job, s)) LOOM_TRY(dev->waitFlag(s, job->flag, waitMs));
   for (const Job* job : gate->jobs)
     for (const Item& it : job->items)
       for (const Staged& st : it.staged)
@@ -389,6 +400,13 @@ void abandon(Gate* gate, const Progress& done) {
 // Enqueues the jobs (one per communicator) on their streams, behind one gate (see the top of
 // the file). The jobs are the streams' from here.
 Status launch(std::vector<Job*> jobs) {
+  for (Job* job : jobs) {
+    Status st = job->makeFlag();
+    if (!st.isOk()) {
+      for (Job* j : jobs) delete j;
+      return st;
+    }
+  }
   auto* gate = new Gate;
   gate->jobs = std::move(jobs);
   int64_t waitMs = -1;

@@ -2,9 +2,11 @@
 // runs without CUDA. The functions are declared here with the runtime's ABI (plain ints, enums
 // and pointers, the same from CUDA 11 on) rather than from its headers.
 //
-// The stream's wait on loom's flag is a host function that polls the flag (cudaLaunchHostFunc):
-// it holds the stream, not a GPU engine. cuStreamWaitValue32 on host-mapped memory would free
-// the runtime's callback thread during the collective; it is not used yet.
+// The stream's wait on loom's flag is cuStreamWaitValue32 (libcuda's, the GPU itself waiting on
+// the pinned host word) where the driver has it: the runtime may run every stream's host
+// functions on one thread, so a host function that blocked until the flag were set could hold
+// back another stream's arrival that the awaited call needs. Without it, the wait is a host
+// function that polls the flag, with that limit (one stream per process is safe).
 #include <dlfcn.h>
 
 #include <cstdlib>
@@ -22,6 +24,7 @@ constexpr int kMemcpyDefault = 4;          // cudaMemcpyDefault: the runtime see
 constexpr int kMemoryTypeDevice = 2;       // cudaMemoryTypeDevice
 constexpr int kCaptureModeRelaxed = 2;     // cudaStreamCaptureModeRelaxed
 constexpr unsigned kHostAllocPortable = 1; // cudaHostAllocPortable
+constexpr unsigned kWaitValueAnd = 2;      // CU_STREAM_WAIT_VALUE_AND: until (*addr & value) != 0
 
 struct PointerAttributes {  // cudaPointerAttributes' fields (CUDA 11 on)
   int type;
@@ -51,6 +54,8 @@ struct Api {
   cudaError (*beginCapture)(void*, int);
   cudaError (*endCapture)(void*, void**);
   cudaError (*graphDestroy)(void*);
+  // libcuda's (optional): CUresult cuStreamWaitValue32(CUstream, CUdeviceptr, uint32_t, unsigned)
+  int (*streamWaitValue32)(void*, uint64_t, uint32_t, unsigned) = nullptr;
 };
 
 constexpr const char* kNames[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so.11",
@@ -106,7 +111,17 @@ class Cuda final : public Device {
   Status launchHostFunc(void* stream, HostFn fn, void* arg) override {
     return check(api_.launchHostFunc(stream, fn, arg), "cudaLaunchHostFunc");
   }
+  // The flag is in memory from allocHost: pinned, so (with unified addressing) its address is
+  // the device's too. A driver that refuses the wait once is not asked again.
   Status waitFlag(void* stream, const std::atomic<uint32_t>* flag, int64_t timeoutMs) override {
+    if (api_.streamWaitValue32 != nullptr && gpuWaits_.load(std::memory_order_relaxed)) {
+      const uint32_t either = kDone | kFailed;
+      if (api_.streamWaitValue32(stream, reinterpret_cast<uint64_t>(flag), either,
+                                 kWaitValueAnd) == 0)
+        return Status::ok();
+      gpuWaits_.store(false);
+      api_.getLastError();
+    }
     auto* w = new FlagWait{flag, timeoutMs};
     Status st = launchHostFunc(stream, pollFlag, w);
     if (!st.isOk()) delete w;
@@ -154,6 +169,7 @@ class Cuda final : public Device {
                   api_.getErrorString ? api_.getErrorString(e) : "?");
   }
   Api api_;
+  std::atomic<bool> gpuWaits_{true};
 };
 
 template <typename F>
@@ -204,6 +220,11 @@ Device* makeCuda(Status* st) {
     *st = errorf(loomSystemError, "%s lacks a function loom uses (CUDA 11 or later is needed)",
                  name.c_str());
     return nullptr;
+  }
+  // libcuda, which the runtime has loaded by now (or will): the GPU-side wait.
+  if (void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)) {
+    if (!bind(driver, "cuStreamWaitValue32_v2", &api.streamWaitValue32))
+      bind(driver, "cuStreamWaitValue32", &api.streamWaitValue32);
   }
   if (api.getDeviceCount(&devices) != 0 || devices == 0) {
     api.getLastError();

@@ -44,7 +44,8 @@ class Device {
   // fn(arg) runs on a host thread once the stream's earlier work has completed; later work
   // waits for it. fn must not call the runtime.
   virtual Status launchHostFunc(void* stream, HostFn fn, void* arg) = 0;
-  // Later work waits until *flag leaves kPending. kFailed, or timeoutMs passing first, fails the
+  // Later work waits until *flag leaves kPending; flag must be in memory from allocHost (the
+  // GPU may read it). kFailed, or timeoutMs passing first, fails the
   // stream (the emulated stream's error is sticky and reported by streamSynchronize; CUDA's
   // stream goes on: the caller reports the failure through the communicator).
   virtual Status waitFlag(void* stream, const std::atomic<uint32_t>* flag, int64_t timeoutMs) = 0;
