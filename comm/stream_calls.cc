@@ -132,15 +132,17 @@ struct Job {
 
 class OrderedQueue {
  public:
-  explicit OrderedQueue(loomComm* comm) : comm_(comm), rank_(comm->impl->rank()) {
+  explicit OrderedQueue(loomComm* comm)
+      : comm_(comm), rank_(comm->impl->rank()), timeoutMs_(comm->impl->timeoutMs()) {
     thread_ = std::thread([this] { run(); });
   }
   ~OrderedQueue() { stop(); }
 
-  // The next job's number, at its enqueue (the caller's thread).
-  uint64_t number() {
+  // Numbers job, at its enqueue (the caller's thread).
+  void number(Job* job) {
     std::lock_guard<std::mutex> lock(mu_);
-    return enqueued_++;
+    job->seq = enqueued_++;
+    numbered_[job->seq] = job;
   }
 
   // Posted by the last of a job's streams to arrive (a host function of the runtime). Jobs run
@@ -148,7 +150,9 @@ class OrderedQueue {
   // communicator's calls in the order it made them, as the ranks' calls must match.
   void post(Job* job) {
     std::unique_lock<std::mutex> lock(mu_);
-    if (stopped_) {  // the communicator may be gone: its count of pending jobs with it
+    // After the end (the communicator may be gone, its count of pending jobs with it), or too
+    // late (failed by the deadline already): it fails without running.
+    if (stopped_ || job->seq < next_) {
       lock.unlock();
       finishJob(job, false);
       return;
@@ -166,7 +170,12 @@ class OrderedQueue {
     cv_.notify_all();
     thread_.join();
     for (auto& [seq, job] : posted_) complete(job, false);  // never started
+    // Enqueued but never posted (a stream has not arrived): their waits end; the streams that
+    // arrive later let go of them.
+    for (auto& [seq, job] : numbered_)
+      if (posted_.count(seq) == 0) job->flag->store(device::kFailed, std::memory_order_release);
     posted_.clear();
+    numbered_.clear();
   }
 
  private:
@@ -175,14 +184,46 @@ class OrderedQueue {
     log::setThreadRank(rank_);
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
-      cv_.wait(lock, [this] { return stopped_ || posted_.count(next_) > 0; });
-      if (stopped_) return;
-      Job* job = posted_[next_];
-      posted_.erase(next_++);
+      if (!awaitNext(lock)) return;
+      Job* job = numbered_[next_];
+      numbered_.erase(next_);
+      const bool posted = posted_.erase(next_++) > 0;
       lock.unlock();
-      complete(job, job->abandoned.load() ? failAbandoned() : runJob(job));
+      if (posted) complete(job, job->abandoned.load() ? failAbandoned() : runJob(job));
+      else failLate(job);
       lock.lock();
     }
+  }
+
+  // Waits until the next job is posted, or was enqueued longer ago than the deadline without
+  // being posted (its streams have not all arrived: true, and it is not in posted_); false once
+  // stopped. Idle (nothing enqueued), it waits without a deadline.
+  bool awaitNext(std::unique_lock<std::mutex>& lock) {
+    Deadline postBy(timeoutMs_);
+    while (!stopped_ && posted_.count(next_) == 0) {
+      if (numbered_.count(next_) == 0) {
+        cv_.wait(lock);
+        postBy = Deadline(timeoutMs_);
+      } else if (postBy.expired()) {
+        return true;
+      } else {
+        cv_.wait_for(lock, std::chrono::milliseconds(100));
+      }
+    }
+    return !stopped_;
+  }
+
+  // A job whose streams did not all arrive in time: it fails, and the communicator with it (the
+  // calls after it can no longer match the peers'). Its streams' later arrival lets go of it.
+  void failLate(Job* job) {
+    Status st = errorf(loomTimeout,
+                       "a stream-ordered call's streams did not all reach it within %lld ms "
+                       "(is one of them blocked?)",
+                       (long long)timeoutMs_);
+    LOOM_WARN("COLL", "%s", st.message().c_str());
+    if (comm_->impl) comm_->impl->fail(st);
+    comm_->orderedPending.fetch_sub(1, std::memory_order_acq_rel);
+    job->flag->store(device::kFailed, std::memory_order_release);
   }
 
   // The job's calls as one group of host calls on the staging buffers.
@@ -224,7 +265,8 @@ class OrderedQueue {
   int rank_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::map<uint64_t, Job*> posted_;  // by number
+  int64_t timeoutMs_;
+  std::map<uint64_t, Job*> numbered_, posted_;  // by number: enqueued, and of those posted
   uint64_t enqueued_ = 0, next_ = 0;  // numbers given out; the next to run
   bool stopped_ = false;
   std::thread thread_;
@@ -414,7 +456,7 @@ Status launch(std::vector<Job*> jobs) {
     loomComm* comm = job->comm;
     if (!comm->ordered) comm->ordered = std::make_shared<OrderedQueue>(comm);
     job->queue = comm->ordered;
-    job->seq = job->queue->number();
+    job->queue->number(job);
     int streams = 0;
     for (const Item& it : job->items) {
       auto& all = gate->streams;
