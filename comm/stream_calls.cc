@@ -143,6 +143,7 @@ class OrderedQueue {
     std::lock_guard<std::mutex> lock(mu_);
     job->seq = enqueued_++;
     numbered_[job->seq] = job;
+    cv_.notify_all();  // the deadline for its posting starts
   }
 
   // Posted by the last of a job's streams to arrive (a host function of the runtime). Jobs run
@@ -220,8 +221,7 @@ class OrderedQueue {
                        "a stream-ordered call's streams did not all reach it within %lld ms "
                        "(is one of them blocked?)",
                        (long long)timeoutMs_);
-    LOOM_WARN("COLL", "%s", st.message().c_str());
-    if (comm_->impl) comm_->impl->fail(st);
+    fail(st);
     comm_->orderedPending.fetch_sub(1, std::memory_order_acq_rel);
     job->flag->store(device::kFailed, std::memory_order_release);
   }
@@ -247,9 +247,15 @@ class OrderedQueue {
     Status st = errorf(loomSystemError,
                        "a stream-ordered call could not be enqueued on its streams (its caller "
                        "was told why); the communicator's calls can no longer match the peers'");
-    LOOM_WARN("COLL", "%s", st.message().c_str());
-    if (comm_->impl) comm_->impl->fail(st);
+    fail(st);
     return false;
+  }
+
+  // Fails the communicator (loomCommGetAsyncError, its WARN line) and records why as its last
+  // error (loomGetLastError(comm)): the call that caused it has returned long ago.
+  void fail(const Status& st) {
+    if (comm_->impl) comm_->impl->fail(st);
+    finish(comm_, st);
   }
 
   void complete(Job* job, bool ok) {

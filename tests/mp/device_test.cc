@@ -331,6 +331,49 @@ TEST(DeviceStreams, OneThreadDrivesSeveralRanksOnOneStream) {
   EXPECT_EQ(describeFailures(results), "");
 }
 
+// A call whose stream is held back past its communicator's timeout (here by a call of another
+// communicator ahead of it on the stream, whose peer comes late) fails, and the stream's wait
+// on it ends, instead of the stream waiting forever.
+TEST(DeviceStreams, ACallWhoseStreamDoesNotReachItInTimeFails) {
+  auto results = runRanks(2, [](RankContext& ctx) {
+    useDevice();
+    loomConfig_t slow = LOOM_CONFIG_INITIALIZER, quick = LOOM_CONFIG_INITIALIZER;
+    slow.timeoutMs = 30000;
+    quick.timeoutMs = 1000;
+    loomComm_t x = nullptr, y = nullptr;
+    RANK_LOOM(initComm(ctx, &x, &slow));
+    RANK_LOOM(initComm(ctx, &y, &quick));
+    void* s = nullptr;
+    RANK_LOOM(loomStreamCreate(&s));
+    std::vector<int32_t> in(64, 1);
+    Device dev;
+    char* a = dev.copyOf(in.data(), 256);
+    char* b = dev.copyOf(in.data(), 256);
+    if (ctx.rank() == 1) std::this_thread::sleep_for(std::chrono::seconds(3));
+    RANK_LOOM(loomAllReduce(a, a, 64, loomInt32, loomSum, x, s));
+    RANK_LOOM(loomAllReduce(b, b, 64, loomInt32, loomSum, y, s));
+    loomResult_t synced = loomStreamSynchronize(s, 30000);
+    loomResult_t async = loomSuccess;
+    RANK_LOOM(loomCommGetAsyncError(y, &async));
+    RANK_CHECK(async != loomSuccess, "y did not fail");
+    if (ctx.rank() == 0) {
+      std::string msg = loomGetLastError(y);
+      RANK_CHECK(async == loomTimeout && msg.find("did not all reach it") != std::string::npos,
+                 "y: %s: %s", loomGetErrorString(async), msg.c_str());
+      if (emulated()) RANK_CHECK(synced != loomSuccess, "the stream did not fail");
+    }
+    // x's call, ahead on the stream, was not affected.
+    std::vector<char> raw = Device::read(a, 4);
+    int32_t v;
+    memcpy(&v, raw.data(), 4);
+    RANK_CHECK(v == 2, "x's allreduce gave %d", v);
+    RANK_LOOM(loomCommAbort(y));
+    RANK_LOOM(loomCommDestroy(x));
+    return 0;
+  }, ForkOptions::timeout(60));
+  EXPECT_EQ(describeFailures(results), "");
+}
+
 // What a call on device buffers is told apart by: TRACE names the path it took; a buffer that
 // runs past its allocation is refused, not read past; and a group that mixes stream-ordered and
 // host calls of one communicator is refused.
