@@ -88,6 +88,17 @@ std::string originCheck(const char* what, const void* dev, uint64_t bytes, int s
   return isOrigin(got.data(), bytes, src, dst) ? "" : strprintf("%s: block of %d wrong", what, src);
 }
 
+// Every one of count int32 elements of device buffer dev is want, else what differs.
+std::string int32Check(const char* what, const void* dev, size_t count, int32_t want) {
+  std::vector<char> raw = Device::read(dev, count * 4);
+  for (size_t i = 0; i < count; ++i) {
+    int32_t v;
+    memcpy(&v, raw.data() + i * 4, 4);
+    if (v != want) return strprintf("%s: element %zu is %d, not %d", what, i, v, want);
+  }
+  return "";
+}
+
 // Every reducing collective, enqueued alternately on the two streams.
 int enqueueReductions(loomComm_t comm, int rank, int n, void* const streams[2], Device& dev) {
   const uint64_t count = 37;
@@ -205,16 +216,7 @@ int enqueueChain(loomComm_t comm, int rank, int n, void* stream, Device& dev) {
   char* b = dev.copyOf(std::vector<char>(in.size() * 4, kUntouched));
   RANK_LOOM(loomAllReduce(a, b, in.size(), loomInt32, loomSum, comm, stream));
   RANK_LOOM(loomAllReduce(b, b, in.size(), loomInt32, loomSum, comm, stream));
-  dev.expect([=] {
-    std::vector<char> raw = Device::read(b, in.size() * 4);
-    const int32_t want = n * n * (n + 1) / 2;
-    for (size_t i = 0; i < in.size(); ++i) {
-      int32_t v;
-      memcpy(&v, raw.data() + i * 4, 4);
-      if (v != want) return strprintf("chain: element %zu is %d, not %d", i, v, want);
-    }
-    return std::string();
-  });
+  dev.expect([=] { return int32Check("chain", b, in.size(), n * n * (n + 1) / 2); });
   return 0;
 }
 
@@ -275,10 +277,8 @@ TEST(DeviceStreams, ACapturingStreamIsRefusedAndTheStreamStaysUsable) {
     RANK_CHECK(msg.find("captured into a graph") != std::string::npos, "message: %s", msg.c_str());
     RANK_LOOM(loomAllReduce(a, a, 64, loomInt32, loomSum, comm, s));
     RANK_LOOM(loomStreamSynchronize(s, 30000));
-    std::vector<char> got = Device::read(a, 256);
-    int32_t v;
-    memcpy(&v, got.data(), 4);
-    RANK_CHECK(v == 3, "the allreduce after the capture gave %d", v);
+    std::string wrong = int32Check("the allreduce after the capture", a, 64, 3);
+    RANK_CHECK(wrong.empty(), "%s", wrong.c_str());
     RANK_LOOM(loomStreamDestroy(s));
     RANK_LOOM(loomCommDestroy(comm));
     return 0;
@@ -317,12 +317,8 @@ TEST(DeviceStreams, OneThreadDrivesSeveralRanksOnOneStream) {
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     RANK_CHECK(seconds < 5, "the group took %.1f s", seconds);
     for (int r = 0; r < n; ++r) {
-      std::vector<char> raw = Device::read(bufs[r], 257 * 4);
-      for (int i = 0; i < 257; ++i) {
-        int32_t v;
-        memcpy(&v, raw.data() + i * 4, 4);
-        RANK_CHECK(v == 6, "rank %d element %d is %d", r, i, v);
-      }
+      std::string wrong = int32Check("a rank's allreduce", bufs[r], 257, 6);
+      RANK_CHECK(wrong.empty(), "rank %d: %s", r, wrong.c_str());
     }
     RANK_LOOM(loomStreamDestroy(s));
     for (int r = 0; r < n; ++r) RANK_LOOM(loomCommDestroy(comms[r]));
@@ -363,10 +359,8 @@ TEST(DeviceStreams, ACallWhoseStreamDoesNotReachItInTimeFails) {
       if (emulated()) RANK_CHECK(synced != loomSuccess, "the stream did not fail");
     }
     // x's call, ahead on the stream, was not affected.
-    std::vector<char> raw = Device::read(a, 4);
-    int32_t v;
-    memcpy(&v, raw.data(), 4);
-    RANK_CHECK(v == 2, "x's allreduce gave %d", v);
+    std::string wrong = int32Check("x's allreduce", a, 64, 2);
+    RANK_CHECK(wrong.empty(), "%s", wrong.c_str());
     RANK_LOOM(loomCommAbort(y));
     RANK_LOOM(loomCommDestroy(x));
     return 0;
