@@ -55,6 +55,39 @@ loomResult_t loomDeviceMemcpy(void* dst, const void* src, size_t size) {
   });
 }
 
+loomResult_t loomDeviceMemcpyAsync(void* dst, const void* src, size_t size, void* stream) {
+  return onDevice("loomDeviceMemcpyAsync", [&](device::Device* d) {
+    if (size > 0 && (dst == nullptr || src == nullptr))
+      return errorf(loomInvalidArgument, "%s is NULL", dst == nullptr ? "dst" : "src");
+    return d->copyAsync(dst, src, size, stream);
+  });
+}
+
+loomResult_t loomEventCreate(void** event) {
+  return onDevice("loomEventCreate", [&](device::Device* d) {
+    if (event == nullptr) return errorf(loomInvalidArgument, "event is NULL");
+    return d->eventCreate(event);
+  });
+}
+
+loomResult_t loomEventDestroy(void* event) {
+  return onDevice("loomEventDestroy", [&](device::Device* d) { return d->eventDestroy(event); });
+}
+
+loomResult_t loomEventRecord(void* event, void* stream) {
+  return onDevice("loomEventRecord", [&](device::Device* d) {
+    if (event == nullptr) return errorf(loomInvalidArgument, "event is NULL");
+    return d->eventRecord(event, stream);
+  });
+}
+
+loomResult_t loomStreamWaitEvent(void* stream, void* event) {
+  return onDevice("loomStreamWaitEvent", [&](device::Device* d) {
+    if (event == nullptr) return errorf(loomInvalidArgument, "event is NULL");
+    return d->streamWaitEvent(stream, event);
+  });
+}
+
 loomResult_t loomStreamCreate(void** stream) {
   return onDevice("loomStreamCreate", [&](device::Device* d) {
     if (stream == nullptr) return errorf(loomInvalidArgument, "stream is NULL");

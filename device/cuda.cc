@@ -24,6 +24,7 @@ constexpr int kMemcpyDefault = 4;          // cudaMemcpyDefault: the runtime see
 constexpr int kMemoryTypeDevice = 2;       // cudaMemoryTypeDevice
 constexpr int kCaptureModeRelaxed = 2;     // cudaStreamCaptureModeRelaxed
 constexpr unsigned kHostAllocPortable = 1; // cudaHostAllocPortable
+constexpr unsigned kEventDisableTiming = 2;  // cudaEventDisableTiming
 constexpr unsigned kWaitValueAnd = 2;      // CU_STREAM_WAIT_VALUE_AND: until (*addr & value) != 0
 
 struct PointerAttributes {  // cudaPointerAttributes' fields (CUDA 11 on)
@@ -54,6 +55,10 @@ struct Api {
   cudaError (*beginCapture)(void*, int);
   cudaError (*endCapture)(void*, void**);
   cudaError (*graphDestroy)(void*);
+  cudaError (*eventCreateWithFlags)(void**, unsigned);
+  cudaError (*eventDestroy)(void*);
+  cudaError (*eventRecord)(void*, void*);
+  cudaError (*streamWaitEvent)(void*, void*, unsigned);
   // libcuda's (optional): CUresult cuStreamWaitValue32(CUstream, CUdeviceptr, uint32_t, unsigned)
   int (*streamWaitValue32)(void*, uint64_t, uint32_t, unsigned) = nullptr;
 };
@@ -154,6 +159,16 @@ class Cuda final : public Device {
   Status beginCapture(void* s) override {
     return check(api_.beginCapture(s, kCaptureModeRelaxed), "cudaStreamBeginCapture");
   }
+  Status eventCreate(void** e) override {
+    return check(api_.eventCreateWithFlags(e, kEventDisableTiming), "cudaEventCreateWithFlags");
+  }
+  Status eventDestroy(void* e) override { return check(api_.eventDestroy(e), "cudaEventDestroy"); }
+  Status eventRecord(void* e, void* s) override {
+    return check(api_.eventRecord(e, s), "cudaEventRecord");
+  }
+  Status streamWaitEvent(void* s, void* e) override {
+    return check(api_.streamWaitEvent(s, e, 0), "cudaStreamWaitEvent");
+  }
   Status endCapture(void* s) override {
     void* graph = nullptr;
     LOOM_TRY(check(api_.endCapture(s, &graph), "cudaStreamEndCapture"));
@@ -194,7 +209,11 @@ bool bindAll(void* h, Api* a) {
          bind(h, "cudaStreamQuery", &a->streamQuery) &&
          bind(h, "cudaStreamBeginCapture", &a->beginCapture) &&
          bind(h, "cudaStreamEndCapture", &a->endCapture) &&
-         bind(h, "cudaGraphDestroy", &a->graphDestroy);
+         bind(h, "cudaGraphDestroy", &a->graphDestroy) &&
+         bind(h, "cudaEventCreateWithFlags", &a->eventCreateWithFlags) &&
+         bind(h, "cudaEventDestroy", &a->eventDestroy) &&
+         bind(h, "cudaEventRecord", &a->eventRecord) &&
+         bind(h, "cudaStreamWaitEvent", &a->streamWaitEvent);
 }
 
 }  // namespace

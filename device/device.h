@@ -62,6 +62,11 @@ class Device {
   virtual Status streamSynchronize(void* stream, int64_t timeoutMs) = 0;
   virtual Status beginCapture(void* stream) = 0;
   virtual Status endCapture(void* stream) = 0;
+  // Events, for ordering one stream after another's work (cudaEvent_t).
+  virtual Status eventCreate(void** event) = 0;
+  virtual Status eventDestroy(void* event) = 0;
+  virtual Status eventRecord(void* event, void* stream) = 0;
+  virtual Status streamWaitEvent(void* stream, void* event) = 0;
 };
 
 // The device LOOM_DEVICE selects, made at first use: "emulated", "cuda" (an error if no CUDA

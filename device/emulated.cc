@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "base/clock.h"
+#include "base/params.h"
 #include "device/device.h"
 
 namespace loom::device {
@@ -106,14 +107,21 @@ class Memory {
   std::map<size_t, size_t> free_, used_;  // offset -> bytes
 };
 
+// An event: how many times it was recorded, and the last record a stream has reached.
+struct Event {
+  std::atomic<uint64_t> recorded{0}, reached{0};
+};
+
 struct Op {
-  enum class Kind { Copy, HostFn, Wait } kind;
+  enum class Kind { Copy, HostFn, Wait, WriteValue, WaitValue } kind;
   char* dst = nullptr;
   const char* src = nullptr;
   size_t bytes = 0;
   HostFn fn = nullptr;
   void* arg = nullptr;
   const std::atomic<uint32_t>* flag = nullptr;
+  std::atomic<uint64_t>* value = nullptr;  // WriteValue's target, WaitValue's word
+  uint64_t operand = 0;                    // what WriteValue writes, WaitValue awaits (at least)
   int64_t timeoutMs = 0;
 };
 
@@ -182,6 +190,19 @@ class Stream {
       case Op::Kind::HostFn:
         op.fn(op.arg);
         return Status::ok();
+      case Op::Kind::WriteValue:
+        op.value->store(op.operand, std::memory_order_release);
+        return Status::ok();
+      case Op::Kind::WaitValue: {
+        Deadline deadline(op.timeoutMs);
+        while (op.value->load(std::memory_order_acquire) < op.operand)
+          if (deadline.expired())
+            return errorf(loomTimeout, "emulated stream: an event wait passed %lld ms",
+                          (long long)op.timeoutMs);
+          else
+            std::this_thread::sleep_for(std::chrono::microseconds(50));
+        return Status::ok();
+      }
       case Op::Kind::Wait: {
         Deadline deadline(op.timeoutMs);
         uint32_t v;
@@ -276,6 +297,31 @@ class Emulated final : public Device {
   Status endCapture(void* stream) override {
     of(stream)->capturing = false;
     return Status::ok();
+  }
+  Status eventCreate(void** event) override {
+    *event = new Event;
+    return Status::ok();
+  }
+  Status eventDestroy(void* event) override {
+    delete static_cast<Event*>(event);
+    return Status::ok();
+  }
+  // A record is a value write of its number; a wait, for the number recorded last (none: no
+  // wait, as CUDA's), with the deadline of every wait.
+  Status eventRecord(void* event, void* stream) override {
+    auto* e = static_cast<Event*>(event);
+    Op op{Op::Kind::WriteValue};
+    op.value = &e->reached;
+    op.operand = ++e->recorded;
+    return enqueue(stream, op);
+  }
+  Status streamWaitEvent(void* stream, void* event) override {
+    auto* e = static_cast<Event*>(event);
+    Op op{Op::Kind::WaitValue};
+    op.value = &e->reached;
+    op.operand = e->recorded.load();
+    op.timeoutMs = params::getInt("LOOM_TIMEOUT_MS");
+    return op.operand == 0 ? Status::ok() : enqueue(stream, op);
   }
 
  private:

@@ -33,6 +33,14 @@ loomResult_t loomStreamDestroy(void* stream);
 /** Waits (at most timeoutMs; < 0: LOOM_TIMEOUT_MS) until the stream's work has completed, and
  *  returns its error: on the emulated device a failed stream-ordered call fails its stream. */
 loomResult_t loomStreamSynchronize(void* stream, int timeoutMs);
+/** An asynchronous copy on stream (cudaMemcpyAsync): later work on the stream sees it. */
+loomResult_t loomDeviceMemcpyAsync(void* dst, const void* src, size_t size, void* stream);
+/** Events (cudaEvent_t): loomStreamWaitEvent makes later work on stream wait for the work
+ *  before the event's last loomEventRecord. */
+loomResult_t loomEventCreate(void** event);
+loomResult_t loomEventDestroy(void* event);
+loomResult_t loomEventRecord(void* event, void* stream);
+loomResult_t loomStreamWaitEvent(void* stream, void* event);
 /** Graph capture (cudaStreamBeginCapture / cudaStreamEndCapture, the graph discarded): a
  *  stream-ordered call on a capturing stream is refused with loomInvalidUsage. */
 loomResult_t loomStreamBeginCapture(void* stream);

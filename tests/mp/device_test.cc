@@ -368,6 +368,41 @@ TEST(DeviceStreams, ACallWhoseStreamDoesNotReachItInTimeFails) {
   EXPECT_EQ(describeFailures(results), "");
 }
 
+// A collective on one stream ordered after another stream's copy by an event: it reduces what
+// the copy wrote, though that stream was held up by a large copy first.
+TEST(DeviceStreams, AnEventOrdersACollectiveAfterAnotherStreamsCopy) {
+  auto results = runRanks(2, [](RankContext& ctx) {
+    useDevice();
+    loomComm_t comm = nullptr;
+    RANK_LOOM(initComm(ctx, &comm));
+    void *producer = nullptr, *consumer = nullptr, *ready = nullptr;
+    RANK_LOOM(loomStreamCreate(&producer));
+    RANK_LOOM(loomStreamCreate(&consumer));
+    RANK_LOOM(loomEventCreate(&ready));
+    const size_t big = size_t(64) << 20;
+    std::vector<char> ballast(big, 1);
+    std::vector<int32_t> in(1024, ctx.rank() + 1);
+    Device dev;
+    char* scratch = dev.copyOf(std::vector<char>(big, 0));
+    char* a = dev.copyOf(std::vector<char>(in.size() * 4, kUntouched));
+    RANK_LOOM(loomDeviceMemcpyAsync(scratch, ballast.data(), big, producer));
+    RANK_LOOM(loomDeviceMemcpyAsync(a, in.data(), in.size() * 4, producer));
+    RANK_LOOM(loomEventRecord(ready, producer));
+    RANK_LOOM(loomStreamWaitEvent(consumer, ready));
+    RANK_LOOM(loomAllReduce(a, a, in.size(), loomInt32, loomSum, comm, consumer));
+    RANK_LOOM(loomStreamSynchronize(consumer, 30000));
+    std::string wrong = int32Check("the allreduce after the event", a, in.size(), 3);
+    RANK_CHECK(wrong.empty(), "%s", wrong.c_str());
+    RANK_LOOM(loomStreamSynchronize(producer, 30000));
+    RANK_LOOM(loomEventDestroy(ready));
+    RANK_LOOM(loomStreamDestroy(producer));
+    RANK_LOOM(loomStreamDestroy(consumer));
+    RANK_LOOM(loomCommDestroy(comm));
+    return 0;
+  }, ForkOptions::timeout(60));
+  EXPECT_EQ(describeFailures(results), "");
+}
+
 // What a call on device buffers is told apart by: TRACE names the path it took; a buffer that
 // runs past its allocation is refused, not read past; and a group that mixes stream-ordered and
 // host calls of one communicator is refused.
