@@ -272,10 +272,12 @@ void LoomProcessGroup::check(loomResult_t result, const char* what) const {
 }
 
 c10::intrusive_ptr<c10d::Work> LoomProcessGroup::run(c10d::OpType type, Tensors outputs,
-                                                     Call call) {
+                                                     Call call, const Tensors& inputs) {
   call.name = c10d::opTypeToString(type);
   Task task;
-  placeOnDevice(outputs, call.name.c_str(), &task.onDevice, &task.device, &task.stream);
+  Tensors placed = outputs;
+  placed.insert(placed.end(), inputs.begin(), inputs.end());
+  placeOnDevice(placed, call.name.c_str(), &task.onDevice, &task.device, &task.stream);
   auto work = c10::make_intrusive<LoomWork>(rank_, type, std::move(outputs));
   if (coalescing_) {
     TORCH_CHECK(held_.calls.empty() || (held_.onDevice == task.onDevice &&
@@ -529,7 +531,7 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::gather(TensorLists& outputs, Te
                       loomUint8, root, comm_, stream_);
   }, [flat, parts] {
     if (flat.defined()) unflatten(flat, parts);
-  }});
+  }}, {in});
 }
 
 c10::intrusive_ptr<c10d::Work> LoomProcessGroup::scatter(Tensors& outputs, TensorLists& inputs,

@@ -118,8 +118,9 @@ class LoomProcessGroup : public LOOM_TORCH_BASE {
   };
   // Queues call for the worker, or holds it in the open coalescing group; the Work's future
   // holds outputs. call.run's captures must own what it touches: it runs later, elsewhere. A
-  // call on CUDA tensors runs now instead (Task::onDevice).
-  WorkPtr run(c10d::OpType type, Tensors outputs, Call call);
+  // call on CUDA tensors runs now instead (Task::onDevice); inputs: tensors that place it too
+  // (a gather's input, where a non-root has no output).
+  WorkPtr run(c10d::OpType type, Tensors outputs, Call call, const Tensors& inputs = {});
   void enqueue(Task task);
   void serve();  // the worker thread
   void execute(Task& task);
