@@ -1,11 +1,12 @@
 // Stream-ordered calls (comm/stream_calls.h): staging, the jobs that the streams hand to a
 // communicator's progress thread, and that thread.
 //
-// A job is one communicator's calls of one enqueue (a call, or a group's calls). On each of its
-// streams: copies of device input into staging, a host function that counts the stream in (the
-// last stream to arrive posts the job), a wait on the job's flag, copies of the staged output
-// back, a host function that lets go of the job. The progress thread runs posted jobs in order,
-// each as a group of host calls, and sets the flag.
+// A job is one communicator's calls of one enqueue (a call, or a group's calls); an enqueue's
+// jobs share a gate. On each stream of the enqueue: copies of device input into staging, a host
+// function that counts the stream in at the gate (the last stream to arrive posts every job), a
+// wait on each of its jobs' flags, copies of the staged output back, host functions that let go
+// of the jobs. Each progress thread runs its communicator's posted jobs in the order they were
+// enqueued, each as a group of host calls, and sets the job's flag.
 #include <algorithm>
 #include <condition_variable>
 #include <map>
