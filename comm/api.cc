@@ -65,11 +65,12 @@ inline Status checkBuffer(const void* p, size_t bytes, const char* fn, const cha
   return Status::ok();
 }
 
+}  // namespace
+
 // A call with a pre-multiplied sum reduces as loomSum over its input scaled by the op's
 // scalar: the scaled copy (comm->scaledInputs) becomes the call's input. The scaling is the
 // product kernel against a block of the scalar, so every type rounds as a product does.
-void applyPreMulSum(loomComm* comm, CallDesc& d) {
-  const PreMulSum& pm = comm->preMulSums[size_t(d.op) - loomNumOps];
+void scaleByPreMulSum(loomComm* comm, CallDesc& d, const PreMulSum& pm) {
   const size_t es = dtypeSize(d.dtype);
   const size_t count = d.inputBytes / es;
   std::vector<std::vector<char>>& copies = comm->scaledInputs;
@@ -84,6 +85,12 @@ void applyPreMulSum(loomComm* comm, CallDesc& d) {
   }
   d.input = out;
   d.op = loomSum;
+}
+
+namespace {
+
+void applyPreMulSum(loomComm* comm, CallDesc& d) {
+  scaleByPreMulSum(comm, d, comm->preMulSums[size_t(d.op) - loomNumOps]);
 }
 
 // A split's or shrink's config: the caller's, or (NULL) one with the parent's deadline.
@@ -110,9 +117,10 @@ Status submit(loomComm* comm, void* stream, CallDesc& call) {
 }  // namespace
 
 Status submitCollective(loomComm* comm, CallDesc& call) {
+  // First: the progress thread may be using comm->scaledInputs for an earlier call.
+  LOOM_TRY(awaitOrdered(comm));
   if (call.op >= loomNumOps) applyPreMulSum(comm, call);
   if (inGroup()) return queueCollective(comm, call);
-  LOOM_TRY(awaitOrdered(comm));
   CallHold hold(comm);
   const CallDesc* one = &call;
   LOOM_TRY(comm->impl->agreeOnCall({&one, 1}, {}));
@@ -129,7 +137,7 @@ Status submitP2P(loomComm* comm, const P2PCall& call) {
 
 namespace {
 
-// The shared front half of every collective: comm, stream, dtype checks. Inline: it is the
+// The shared front half of every collective: comm and dtype checks. Inline: it is the
 // start of every call, and its checks are a few compares.
 inline Status prologue(loomComm* comm, loomDataType_t dtype, const char* fn) {
   LOOM_TRY(checkComm(comm, fn));

@@ -104,6 +104,7 @@ struct Item {
   CallDesc coll;
   P2PCall p2p{};
   std::vector<Staged> staged;
+  std::shared_ptr<const PreMulSum> premul;  // a copy of the call's pre-multiplied sum op
 };
 
 struct Job {
@@ -233,6 +234,7 @@ class OrderedQueue {
     Status st;
     for (Item& it : job->items) {
       if (!st.isOk()) break;
+      if (it.premul) scaleByPreMulSum(comm_, it.coll, *it.premul);
       st = it.isP2P ? submitP2P(comm_, it.p2p) : submitCollective(comm_, it.coll);
     }
     loomResult_t r = loomGroupEnd();
@@ -377,6 +379,8 @@ Status itemFor(device::Device* dev, void* stream, const CallDesc& call, Item* it
   LOOM_TRY(stage(dev, *it, call.input, call.inputBytes, call.output, call.outputBytes,
                  outReadFirst, &it->coll.input, &out));
   it->coll.output = out;
+  if (call.op >= loomNumOps)
+    it->premul = std::make_shared<const PreMulSum>(it->comm->preMulSums[size_t(call.op) - loomNumOps]);
   LOOM_TRACE("COLL", "%s of %zu bytes: stream-ordered on the %s device, %zu buffer(s) staged "
              "through host memory, reduced on the host",
              collectives::collectiveName(call.args.coll),

@@ -49,6 +49,10 @@ void stopOrdered(loomComm* comm);
 // Run by the progress thread (comm/api.cc): the call as a host call, or queued where the thread
 // is in a group.
 Status submitCollective(loomComm* comm, CallDesc& call);
+// A pre-multiplied sum's scaling of call's input (comm/api.cc), with the op as it was when the
+// call was enqueued: the program may destroy or replace the op before the call runs.
+struct PreMulSum;
+void scaleByPreMulSum(loomComm* comm, CallDesc& call, const PreMulSum& op);
 Status submitP2P(loomComm* comm, const P2PCall& call);
 
 }  // namespace loom

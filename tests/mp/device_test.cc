@@ -259,11 +259,32 @@ TEST_P(DeviceCollectives, EveryCollectiveOnTwoStreamsAndInGroupsIsExact) {
 }
 INSTANTIATE_TEST_SUITE_P(Ranks, DeviceCollectives, ::testing::Values(1, 2, 3, 5, 8));
 
-TEST(DeviceStreams, ACapturingStreamIsRefusedAndTheStreamStaysUsable) {
-  auto results = runRanks(2, [](RankContext& ctx) {
+// Runs body(ctx, comm) in two forked ranks on the device, each with a communicator that it
+// destroys after; the ranks' results, any failure already reported.
+std::vector<RankResult> onTwoRanks(const std::function<int(RankContext&, loomComm_t)>& body) {
+  auto results = runRanks(2, [&](RankContext& ctx) {
     useDevice();
     loomComm_t comm = nullptr;
     RANK_LOOM(initComm(ctx, &comm));
+    if (int rc = body(ctx, comm)) return rc;
+    RANK_LOOM(loomCommDestroy(comm));
+    return 0;
+  }, ForkOptions::timeout(60));
+  EXPECT_EQ(describeFailures(results), "");
+  return results;
+}
+
+// Holds stream back: a 64 MiB copy ahead of what is enqueued next, from *ballast (which lives
+// until the stream has run it) into scratch device memory.
+loomResult_t holdBack(Device& dev, void* stream, std::vector<char>* ballast) {
+  const size_t big = size_t(64) << 20;
+  ballast->assign(big, 1);
+  char* scratch = dev.copyOf(std::vector<char>(big, 0));
+  return loomDeviceMemcpyAsync(scratch, ballast->data(), big, stream);
+}
+
+TEST(DeviceStreams, ACapturingStreamIsRefusedAndTheStreamStaysUsable) {
+  onTwoRanks([](RankContext& ctx, loomComm_t comm) {
     void* s = nullptr;
     RANK_LOOM(loomStreamCreate(&s));
     std::vector<int32_t> in(64, ctx.rank() + 1);
@@ -280,10 +301,8 @@ TEST(DeviceStreams, ACapturingStreamIsRefusedAndTheStreamStaysUsable) {
     std::string wrong = int32Check("the allreduce after the capture", a, 64, 3);
     RANK_CHECK(wrong.empty(), "%s", wrong.c_str());
     RANK_LOOM(loomStreamDestroy(s));
-    RANK_LOOM(loomCommDestroy(comm));
     return 0;
-  }, ForkOptions::timeout(60));
-  EXPECT_EQ(describeFailures(results), "");
+  });
 }
 
 // One process drives three ranks (one GPU's ranks, as loom allows) on one stream: a group of
@@ -371,21 +390,16 @@ TEST(DeviceStreams, ACallWhoseStreamDoesNotReachItInTimeFails) {
 // A collective on one stream ordered after another stream's copy by an event: it reduces what
 // the copy wrote, though that stream was held up by a large copy first.
 TEST(DeviceStreams, AnEventOrdersACollectiveAfterAnotherStreamsCopy) {
-  auto results = runRanks(2, [](RankContext& ctx) {
-    useDevice();
-    loomComm_t comm = nullptr;
-    RANK_LOOM(initComm(ctx, &comm));
+  onTwoRanks([](RankContext& ctx, loomComm_t comm) {
     void *producer = nullptr, *consumer = nullptr, *ready = nullptr;
     RANK_LOOM(loomStreamCreate(&producer));
     RANK_LOOM(loomStreamCreate(&consumer));
     RANK_LOOM(loomEventCreate(&ready));
-    const size_t big = size_t(64) << 20;
-    std::vector<char> ballast(big, 1);
     std::vector<int32_t> in(1024, ctx.rank() + 1);
+    std::vector<char> ballast;
     Device dev;
-    char* scratch = dev.copyOf(std::vector<char>(big, 0));
     char* a = dev.copyOf(std::vector<char>(in.size() * 4, kUntouched));
-    RANK_LOOM(loomDeviceMemcpyAsync(scratch, ballast.data(), big, producer));
+    RANK_LOOM(holdBack(dev, producer, &ballast));
     RANK_LOOM(loomDeviceMemcpyAsync(a, in.data(), in.size() * 4, producer));
     RANK_LOOM(loomEventRecord(ready, producer));
     RANK_LOOM(loomStreamWaitEvent(consumer, ready));
@@ -397,21 +411,43 @@ TEST(DeviceStreams, AnEventOrdersACollectiveAfterAnotherStreamsCopy) {
     RANK_LOOM(loomEventDestroy(ready));
     RANK_LOOM(loomStreamDestroy(producer));
     RANK_LOOM(loomStreamDestroy(consumer));
-    RANK_LOOM(loomCommDestroy(comm));
     return 0;
-  }, ForkOptions::timeout(60));
-  EXPECT_EQ(describeFailures(results), "");
+  });
+}
+
+// A pre-multiplied sum is applied as it was when the call was enqueued: the program may destroy
+// the op, and make another in its place, before the stream reaches the call.
+TEST(DeviceStreams, APreMulSumOpIsTakenAtTheEnqueue) {
+  onTwoRanks([](RankContext& ctx, loomComm_t comm) {
+    void* s = nullptr;
+    RANK_LOOM(loomStreamCreate(&s));
+    std::vector<int32_t> in(256, ctx.rank() + 1);
+    std::vector<char> ballast;
+    Device dev;
+    char* a = dev.copyOf(in.data(), in.size() * 4);
+    RANK_LOOM(holdBack(dev, s, &ballast));  // while the op is replaced
+    const int32_t two = 2, five = 5;
+    loomRedOp_t op;
+    RANK_LOOM(loomRedOpCreatePreMulSum(&op, &two, loomInt32, comm));
+    RANK_LOOM(loomAllReduce(a, a, in.size(), loomInt32, op, comm, s));
+    RANK_LOOM(loomRedOpDestroy(op, comm));
+    loomRedOp_t other;
+    RANK_LOOM(loomRedOpCreatePreMulSum(&other, &five, loomInt32, comm));
+    RANK_LOOM(loomStreamSynchronize(s, 30000));
+    std::string wrong = int32Check("the pre-multiplied sum", a, in.size(), 2 * (1 + 2));
+    RANK_CHECK(wrong.empty(), "%s", wrong.c_str());
+    RANK_LOOM(loomRedOpDestroy(other, comm));
+    RANK_LOOM(loomStreamDestroy(s));
+    return 0;
+  });
 }
 
 // What a call on device buffers is told apart by: TRACE names the path it took; a buffer that
 // runs past its allocation is refused, not read past; and a group that mixes stream-ordered and
 // host calls of one communicator is refused.
 TEST(DeviceStreams, TraceNamesThePathAndBadCallsAreRefused) {
-  auto results = runRanks(2, [](RankContext& ctx) {
-    useDevice();
+  auto results = onTwoRanks([](RankContext& ctx, loomComm_t comm) {
     logInRank("TRACE", "COLL");
-    loomComm_t comm = nullptr;
-    RANK_LOOM(initComm(ctx, &comm));
     std::vector<int32_t> in(64, ctx.rank() + 1), host(64, 0);
     Device dev;
     char* a = dev.copyOf(in.data(), 256);
@@ -432,10 +468,8 @@ TEST(DeviceStreams, TraceNamesThePathAndBadCallsAreRefused) {
                "a mixed group: %s: %s", loomGetErrorString(rc), msg.c_str());
     // Host buffers without a stream still run on the host, at once.
     RANK_LOOM(loomAllReduce(host.data(), host.data(), 64, loomInt32, loomSum, comm, nullptr));
-    RANK_LOOM(loomCommDestroy(comm));
     return 0;
-  }, ForkOptions::timeout(60));
-  EXPECT_EQ(describeFailures(results), "");
+  });
   // Two stream-ordered calls were described (the first, and the group's, refused at its end);
   // the host calls ran on the host, as the executor's lines (#0, #1) say.
   for (const RankResult& r : results) {
