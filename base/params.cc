@@ -75,6 +75,11 @@ const Entry kEntries[] = {
      "loomGetUniqueId starts no root but writes an id naming this address, the same on every "
      "rank (each may make it itself), and rank 0 serves the root there when it initialises.",
      "NCCL_COMM_ID"},
+    // Device memory.
+    {"LOOM_DEVICE", Type::String, "auto",
+     "Where device buffers come from: auto (CUDA where the process has loaded a CUDA runtime, "
+     "else host memory only), cuda, emulated (a CPU stand-in whose memory host code cannot "
+     "read and whose streams are threads: for tests), or none (host memory only)."},
     // Transports.
     {"LOOM_TRANSPORT", Type::String, "auto",
      "auto (shm within a host, tcp across hosts), shm, or tcp (forces TCP everywhere).",

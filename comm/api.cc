@@ -13,6 +13,7 @@
 #include "base/reduce_kernels.h"
 #include "comm/comm.h"
 #include "comm/handle.h"
+#include "comm/stream_calls.h"
 #include "base/log.h"
 #include "base/params.h"
 #include "loom/loom.h"
@@ -22,15 +23,6 @@ namespace loom {
 namespace {
 
 using collectives::Collective;
-
-inline Status checkStream(void* stream, const char* fn) {
-  if (stream != nullptr)
-    return errorf(loomInvalidUsage,
-                  "%s: stream-ordered (device) calls are not supported yet; pass stream = NULL "
-                  "with host buffers for a synchronous call",
-                  fn);
-  return Status::ok();
-}
 
 inline Status checkType(int dtype, const char* fn) {
   if (!validDtype(dtype))
@@ -73,11 +65,12 @@ inline Status checkBuffer(const void* p, size_t bytes, const char* fn, const cha
   return Status::ok();
 }
 
+}  // namespace
+
 // A call with a pre-multiplied sum reduces as loomSum over its input scaled by the op's
 // scalar: the scaled copy (comm->scaledInputs) becomes the call's input. The scaling is the
 // product kernel against a block of the scalar, so every type rounds as a product does.
-void applyPreMulSum(loomComm* comm, CallDesc& d) {
-  const PreMulSum& pm = comm->preMulSums[size_t(d.op) - loomNumOps];
+void scaleByPreMulSum(loomComm* comm, CallDesc& d, const PreMulSum& pm) {
   const size_t es = dtypeSize(d.dtype);
   const size_t count = d.inputBytes / es;
   std::vector<std::vector<char>>& copies = comm->scaledInputs;
@@ -94,6 +87,12 @@ void applyPreMulSum(loomComm* comm, CallDesc& d) {
   d.op = loomSum;
 }
 
+namespace {
+
+void applyPreMulSum(loomComm* comm, CallDesc& d) {
+  scaleByPreMulSum(comm, d, comm->preMulSums[size_t(d.op) - loomNumOps]);
+}
+
 // A split's or shrink's config: the caller's, or (NULL) one with the parent's deadline.
 const loomConfig_t* orParents(const loomConfig_t* config, const Comm& parent,
                               loomConfig_t* storage) {
@@ -103,7 +102,23 @@ const loomConfig_t* orParents(const loomConfig_t* config, const Comm& parent,
   return storage;
 }
 
+// A call through the stream (device buffers, or a stream given while a device is in use), else
+// on the host now. Without a device a stream is only an order, which a call that has completed
+// when it returns keeps.
+Status submit(loomComm* comm, void* stream, CallDesc& call) {
+  if (device::Device* dev = orderedDevice(stream, call.input, call.output)) [[unlikely]]
+    return enqueueCollective(comm, dev, stream, call);
+  if (stream != nullptr)
+    LOOM_TRACE("COLL", "%s: a stream without a device in use (%s): runs on the host now",
+               collectives::collectiveName(call.args.coll), device::whyNone());
+  return submitCollective(comm, call);
+}
+
+}  // namespace
+
 Status submitCollective(loomComm* comm, CallDesc& call) {
+  // First: the progress thread may be using comm->scaledInputs for an earlier call.
+  LOOM_TRY(awaitOrdered(comm));
   if (call.op >= loomNumOps) applyPreMulSum(comm, call);
   if (inGroup()) return queueCollective(comm, call);
   CallHold hold(comm);
@@ -112,11 +127,20 @@ Status submitCollective(loomComm* comm, CallDesc& call) {
   return comm->impl->runCollective(call);
 }
 
-// The shared front half of every collective: comm, stream, dtype checks. Inline: it is the
+Status submitP2P(loomComm* comm, const P2PCall& call) {
+  if (inGroup()) return queueP2P(comm, call);
+  LOOM_TRY(awaitOrdered(comm));
+  CallHold hold(comm);
+  LOOM_TRY(comm->impl->agreeOnCall({}, {&call, 1}));
+  return comm->impl->runP2P({call});
+}
+
+namespace {
+
+// The shared front half of every collective: comm and dtype checks. Inline: it is the
 // start of every call, and its checks are a few compares.
-inline Status prologue(loomComm* comm, loomDataType_t dtype, void* stream, const char* fn) {
+inline Status prologue(loomComm* comm, loomDataType_t dtype, const char* fn) {
   LOOM_TRY(checkComm(comm, fn));
-  LOOM_TRY(checkStream(stream, fn));
   LOOM_TRY(checkType(dtype, fn));
   return Status::ok();
 }
@@ -355,6 +379,13 @@ static loomResult_t release(loomComm_t comm, const char* fn, const char* abortRe
                                   "%s: the communicator was destroyed (or never created)", fn));
   if (!comm->ready.load() && comm->pending && comm->pending->started)
     awaitReady(comm, fn, true).ignore();
+  if (comm->impl && comm->ordered) {
+    // A destroy lets the stream-ordered calls already enqueued run first (they are bounded by
+    // the deadline); an abort revokes, so that the one running ends, and drops the others.
+    if (abortReason != nullptr) comm->impl->revoke(abortReason);
+    else awaitOrderedSlow(comm).ignore();
+    stopOrdered(comm);
+  }
   forget(comm);
   if (comm->impl) {
     if (abortReason != nullptr) comm->impl->abort(abortReason);
@@ -437,13 +468,13 @@ loomResult_t loomAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                            void* stream) {
   const char* fn = "loomAllReduce";
   size_t bytes = 0;
-  Status st = prologue(comm, datatype, stream, fn);
+  Status st = prologue(comm, datatype, fn);
   if (st.isOk()) st = checkOp(comm, op, datatype, fn);
   if (st.isOk()) st = checkBytes(count, 1, datatype, fn, "a buffer", &bytes);
   if (st.isOk()) st = checkBuffer(sendbuff, bytes, fn, "sendbuff");
   if (st.isOk()) st = checkBuffer(recvbuff, bytes, fn, "recvbuff");
   if (st.isOk())
-    st = submitCollective(comm, describe(comm, Collective::AllReduce, count, sendbuff, recvbuff,
+    st = submit(comm, stream, describe(comm, Collective::AllReduce, count, sendbuff, recvbuff,
                                          datatype, op, 0, bytes, bytes));
   return finish(comm, st);
 }
@@ -452,13 +483,13 @@ loomResult_t loomBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                            loomDataType_t datatype, int root, loomComm_t comm, void* stream) {
   const char* fn = "loomBroadcast";
   size_t bytes = 0;
-  Status st = prologue(comm, datatype, stream, fn);
+  Status st = prologue(comm, datatype, fn);
   if (st.isOk()) st = checkRank(root, comm->impl->nranks(), fn, "root");
   if (st.isOk()) st = checkBytes(count, 1, datatype, fn, "a buffer", &bytes);
   if (st.isOk() && comm->impl->rank() == root) st = checkBuffer(sendbuff, bytes, fn, "sendbuff");
   if (st.isOk()) st = checkBuffer(recvbuff, bytes, fn, "recvbuff");
   if (st.isOk())
-    st = submitCollective(comm, describe(comm, Collective::Broadcast, count, sendbuff, recvbuff,
+    st = submit(comm, stream, describe(comm, Collective::Broadcast, count, sendbuff, recvbuff,
                                          datatype, loomSum, root,
                                          comm->impl->rank() == root ? bytes : 0, bytes));
   return finish(comm, st);
@@ -469,7 +500,7 @@ loomResult_t loomReduce(const void* sendbuff, void* recvbuff, size_t count,
                         void* stream) {
   const char* fn = "loomReduce";
   size_t bytes = 0;
-  Status st = prologue(comm, datatype, stream, fn);
+  Status st = prologue(comm, datatype, fn);
   if (st.isOk()) st = checkOp(comm, op, datatype, fn);
   if (st.isOk()) st = checkRank(root, comm->impl->nranks(), fn, "root");
   if (st.isOk()) st = checkBytes(count, 1, datatype, fn, "a buffer", &bytes);
@@ -477,7 +508,7 @@ loomResult_t loomReduce(const void* sendbuff, void* recvbuff, size_t count,
   bool isRoot = st.isOk() && comm->impl->rank() == root;
   if (st.isOk() && isRoot) st = checkBuffer(recvbuff, bytes, fn, "recvbuff");
   if (st.isOk())
-    st = submitCollective(comm, describe(comm, Collective::Reduce, count, sendbuff, recvbuff,
+    st = submit(comm, stream, describe(comm, Collective::Reduce, count, sendbuff, recvbuff,
                                          datatype, op, root, bytes, isRoot ? bytes : 0));
   return finish(comm, st);
 }
@@ -486,14 +517,14 @@ loomResult_t loomAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
                            loomDataType_t datatype, loomComm_t comm, void* stream) {
   const char* fn = "loomAllGather";
   size_t inBytes = 0, outBytes = 0;
-  Status st = prologue(comm, datatype, stream, fn);
+  Status st = prologue(comm, datatype, fn);
   if (st.isOk()) st = checkBytes(sendcount, 1, datatype, fn, "sendcount", &inBytes);
   if (st.isOk())
     st = checkBytes(sendcount, comm->impl->nranks(), datatype, fn, "the output", &outBytes);
   if (st.isOk()) st = checkBuffer(sendbuff, inBytes, fn, "sendbuff");
   if (st.isOk()) st = checkBuffer(recvbuff, outBytes, fn, "recvbuff");
   if (st.isOk())
-    st = submitCollective(comm, describe(comm, Collective::AllGather, sendcount, sendbuff,
+    st = submit(comm, stream, describe(comm, Collective::AllGather, sendcount, sendbuff,
                                          recvbuff, datatype, loomSum, 0, inBytes, outBytes));
   return finish(comm, st);
 }
@@ -503,7 +534,7 @@ loomResult_t loomReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
                                void* stream) {
   const char* fn = "loomReduceScatter";
   size_t inBytes = 0, outBytes = 0;
-  Status st = prologue(comm, datatype, stream, fn);
+  Status st = prologue(comm, datatype, fn);
   if (st.isOk()) st = checkOp(comm, op, datatype, fn);
   if (st.isOk()) st = checkBytes(recvcount, 1, datatype, fn, "recvcount", &outBytes);
   if (st.isOk())
@@ -511,7 +542,7 @@ loomResult_t loomReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
   if (st.isOk()) st = checkBuffer(sendbuff, inBytes, fn, "sendbuff");
   if (st.isOk()) st = checkBuffer(recvbuff, outBytes, fn, "recvbuff");
   if (st.isOk())
-    st = submitCollective(comm, describe(comm, Collective::ReduceScatter, recvcount, sendbuff,
+    st = submit(comm, stream, describe(comm, Collective::ReduceScatter, recvcount, sendbuff,
                                          recvbuff, datatype, op, 0, inBytes, outBytes));
   return finish(comm, st);
 }
@@ -520,12 +551,12 @@ loomResult_t loomAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
                           loomDataType_t datatype, loomComm_t comm, void* stream) {
   const char* fn = "loomAlltoAll";
   size_t bytes = 0;
-  Status st = prologue(comm, datatype, stream, fn);
+  Status st = prologue(comm, datatype, fn);
   if (st.isOk()) st = checkBytes(count, comm->impl->nranks(), datatype, fn, "a buffer", &bytes);
   if (st.isOk()) st = checkBuffer(sendbuff, bytes, fn, "sendbuff");
   if (st.isOk()) st = checkBuffer(recvbuff, bytes, fn, "recvbuff");
   if (st.isOk())
-    st = submitCollective(comm, describe(comm, Collective::AlltoAll, count, sendbuff, recvbuff,
+    st = submit(comm, stream, describe(comm, Collective::AlltoAll, count, sendbuff, recvbuff,
                                          datatype, loomSum, 0, bytes, bytes));
   return finish(comm, st);
 }
@@ -535,7 +566,7 @@ loomResult_t loomAlltoAllv(const void* sendbuff, const size_t sendcounts[],
                            const size_t rdispls[], loomDataType_t datatype, loomComm_t comm,
                            void* stream) {
   const char* fn = "loomAlltoAllv";
-  Status st = prologue(comm, datatype, stream, fn);
+  Status st = prologue(comm, datatype, fn);
   if (st.isOk() && (!sendcounts || !sdispls || !recvcounts || !rdispls))
     st = errorf(loomInvalidArgument, "%s: a counts or displacements array is NULL", fn);
   if (st.isOk()) {
@@ -561,7 +592,7 @@ loomResult_t loomAlltoAllv(const void* sendbuff, const size_t sendcounts[],
       d.args.sendDispls.assign(sdispls, sdispls + n);
       d.args.recvCounts.assign(recvcounts, recvcounts + n);
       d.args.recvDispls.assign(rdispls, rdispls + n);
-      st = submitCollective(comm, d);
+      st = submit(comm, stream, d);
     }
   }
   return finish(comm, st);
@@ -583,7 +614,7 @@ loomResult_t loomGather(const void* sendbuff, void* recvbuff, size_t count,
                         loomDataType_t datatype, int root, loomComm_t comm, void* stream) {
   const char* fn = "loomGather";
   size_t bytes = 0, allBytes = 0;
-  Status st = prologue(comm, datatype, stream, fn);
+  Status st = prologue(comm, datatype, fn);
   if (st.isOk()) st = checkRank(root, comm->impl->nranks(), fn, "root");
   if (st.isOk()) st = checkBytes(count, 1, datatype, fn, "count", &bytes);
   if (st.isOk())
@@ -595,7 +626,7 @@ loomResult_t loomGather(const void* sendbuff, void* recvbuff, size_t count,
   if (isRoot && st.isOk())
     st = checkRootBlock(sendbuff, bytes, recvbuff, allBytes, root, fn, "sendbuff", "recvbuff");
   if (st.isOk())
-    st = submitCollective(comm, describe(comm, Collective::Gather, count, sendbuff, recvbuff,
+    st = submit(comm, stream, describe(comm, Collective::Gather, count, sendbuff, recvbuff,
                                          datatype, loomSum, root, bytes, isRoot ? allBytes : 0));
   return finish(comm, st);
 }
@@ -604,7 +635,7 @@ loomResult_t loomScatter(const void* sendbuff, void* recvbuff, size_t count,
                          loomDataType_t datatype, int root, loomComm_t comm, void* stream) {
   const char* fn = "loomScatter";
   size_t bytes = 0, allBytes = 0;
-  Status st = prologue(comm, datatype, stream, fn);
+  Status st = prologue(comm, datatype, fn);
   if (st.isOk()) st = checkRank(root, comm->impl->nranks(), fn, "root");
   if (st.isOk()) st = checkBytes(count, 1, datatype, fn, "count", &bytes);
   if (st.isOk())
@@ -616,7 +647,7 @@ loomResult_t loomScatter(const void* sendbuff, void* recvbuff, size_t count,
   if (isRoot && st.isOk())
     st = checkRootBlock(recvbuff, bytes, sendbuff, allBytes, root, fn, "recvbuff", "sendbuff");
   if (st.isOk())
-    st = submitCollective(comm, describe(comm, Collective::Scatter, count, sendbuff, recvbuff,
+    st = submit(comm, stream, describe(comm, Collective::Scatter, count, sendbuff, recvbuff,
                                          datatype, loomSum, root, isRoot ? allBytes : 0, bytes));
   return finish(comm, st);
 }
@@ -625,16 +656,15 @@ static loomResult_t pointToPoint(void* buff, size_t count, loomDataType_t dataty
                                  loomComm_t comm, void* stream, collectives::P2POp::Kind kind) {
   const char* fn = kind == collectives::P2POp::Kind::Send ? "loomSend" : "loomRecv";
   size_t bytes = 0;
-  Status st = prologue(comm, datatype, stream, fn);
+  Status st = prologue(comm, datatype, fn);
   if (st.isOk()) st = checkRank(peer, comm->impl->nranks(), fn, "peer");
   if (st.isOk()) st = checkBytes(count, 1, datatype, fn, "the message", &bytes);
   if (st.isOk()) st = checkBuffer(buff, bytes, fn, "the buffer");
   if (!st.isOk()) return finish(comm, st);
   P2PCall call{{peer, kind, bytes}, buff};
-  if (inGroup()) return finish(comm, queueP2P(comm, call));
-  CallHold hold(comm);
-  st = comm->impl->agreeOnCall({}, {&call, 1});
-  return finish(comm, st.isOk() ? comm->impl->runP2P({call}) : st);
+  if (device::Device* dev = orderedDevice(stream, buff, nullptr)) [[unlikely]]
+    return finish(comm, enqueueP2P(comm, dev, stream, call));
+  return finish(comm, submitP2P(comm, call));
 }
 
 loomResult_t loomSend(const void* sendbuff, size_t count, loomDataType_t datatype, int peer,

@@ -7,6 +7,7 @@
 
 #include "base/log.h"
 #include "comm/handle.h"
+#include "comm/stream_calls.h"
 
 namespace loom {
 namespace {
@@ -24,6 +25,7 @@ thread_local std::vector<GroupItem> tGroup;
 Status runCommItems(loomComm* c, std::vector<GroupItem>& items) {
   Status st = checkComm(c, "loomGroupEnd");
   if (!st.isOk()) return st;
+  LOOM_TRY(awaitOrdered(c));
   CallHold hold(c);
   thread_local std::vector<P2PCall> p2p;
   thread_local std::vector<const CallDesc*> colls;
@@ -75,9 +77,8 @@ void groupComms(const std::vector<GroupItem>& items, std::vector<loomComm*>* com
       comms->push_back(it.comm);
 }
 
-Status runGroup(std::vector<GroupItem>& items) {
-  Status inits = runInits(items);
-  if (!inits.isOk() && inits.code() != loomInProgress) return inits;
+// The group's calls, after its inits (whose result, success or loomInProgress, is `inits`).
+Status runGroup(std::vector<GroupItem>& items, const Status& inits) {
   // A reference, for the threads: each thread has its own thread_local.
   thread_local std::vector<loomComm*> commsHere;
   std::vector<loomComm*>& comms = commsHere;
@@ -142,6 +143,13 @@ std::vector<GroupItem>* endGroup(const char* fn, Status* st) {
   return &items;
 }
 
+// Whether the group's host calls include one of comm (for enqueueGroup).
+bool hasHostCalls(loomComm* comm, void* items) {
+  for (const GroupItem& it : *static_cast<std::vector<GroupItem>*>(items))
+    if (it.comm == comm && it.kind != GroupItem::Kind::Init) return true;
+  return false;
+}
+
 void giveBack(std::vector<GroupItem>* items) {
   items->clear();
   items->swap(tGroup);  // tGroup is empty: it takes the capacity
@@ -178,7 +186,13 @@ loomResult_t loomGroupEnd(void) {
   Status st;
   std::vector<GroupItem>* items = endGroup("loomGroupEnd", &st);
   if (items == nullptr) return finish(nullptr, st);
-  st = runGroup(*items);
+  // The stream-ordered calls are enqueued after the inits (which they may need) and before the
+  // host calls of other communicators, which may be ranks their calls must progress with.
+  st = runInits(*items);
+  const bool initsRan = st.isOk() || st.code() == loomInProgress;
+  Status ordered = initsRan ? enqueueGroup(hasHostCalls, items) : Status::ok();
+  if (!initsRan) dropGroup();
+  if (initsRan) st = ordered.isOk() ? runGroup(*items, st) : ordered;
   giveBack(items);
   if (st.code() == loomInProgress) return loomInProgress;
   return finish(nullptr, st.isOk() ? st : st.withContext("loomGroupEnd"));
@@ -197,7 +211,9 @@ loomResult_t loomGroupSimulateEnd(float* estimatedUs) {
     st = errorf(loomInvalidArgument, "loomGroupSimulateEnd: estimatedUs is NULL");
   else st = predictGroup(*items, &seconds);
   // The queued inits are dropped with the group; their handles stay unusable until destroyed.
+  // Stream-ordered calls are not simulated.
   giveBack(items);
+  dropGroup();
   if (st.isOk()) *estimatedUs = float(seconds * 1e6);
   return finish(nullptr, st);
 }

@@ -50,6 +50,8 @@ struct PreMulSum {
   std::vector<unsigned char> scalars;
 };
 
+class OrderedQueue;  // a communicator's progress thread for stream-ordered calls
+
 }  // namespace loom
 
 struct loomComm {
@@ -66,6 +68,10 @@ struct loomComm {
   // group has run.
   std::vector<std::vector<char>> scaledInputs;
   uint64_t shrinks = 0;                     // loomCommShrink calls so far (the ranks agree)
+  // Stream-ordered calls (comm/stream_calls.h): the progress thread, made at the first, and
+  // how many it has yet to finish (a host call waits for them: read on every call).
+  std::shared_ptr<loom::OrderedQueue> ordered;
+  std::atomic<int> orderedPending{0};
 };
 
 namespace loom {
@@ -107,6 +113,14 @@ inline Status checkComm(loomComm* comm, const char* fn) {
       comm->impl != nullptr) [[likely]]
     return Status::ok();
   return checkCommSlow(comm, fn);
+}
+
+// A host call's wait for the communicator's earlier stream-ordered calls (comm/stream_calls.h).
+Status awaitOrderedSlow(loomComm* comm);
+inline Status awaitOrdered(loomComm* comm) {
+  if (comm->orderedPending.load(std::memory_order_acquire) == 0) [[likely]]
+    return Status::ok();
+  return awaitOrderedSlow(comm);
 }
 
 inline Status checkRank(int r, int nranks, const char* fn, const char* what) {

@@ -157,28 +157,28 @@ class LoomBackend : public Backend {
     loomResult_t r = loomSuccess;
     switch (call.collective) {
       case Collective::AllReduce:
-        r = loomAllReduce(call.send, call.recv, n, t, call.op, comm_, nullptr);
+        r = loomAllReduce(call.send, call.recv, n, t, call.op, comm_, call.stream);
         break;
       case Collective::AllGather:
-        r = loomAllGather(call.send, call.recv, n, t, comm_, nullptr);
+        r = loomAllGather(call.send, call.recv, n, t, comm_, call.stream);
         break;
       case Collective::ReduceScatter:
-        r = loomReduceScatter(call.send, call.recv, n, t, call.op, comm_, nullptr);
+        r = loomReduceScatter(call.send, call.recv, n, t, call.op, comm_, call.stream);
         break;
       case Collective::AlltoAll:
-        r = loomAlltoAll(call.send, call.recv, n, t, comm_, nullptr);
+        r = loomAlltoAll(call.send, call.recv, n, t, comm_, call.stream);
         break;
       case Collective::Broadcast:
-        r = loomBroadcast(call.send, call.recv, n, t, call.root, comm_, nullptr);
+        r = loomBroadcast(call.send, call.recv, n, t, call.root, comm_, call.stream);
         break;
       case Collective::Reduce:
-        r = loomReduce(call.send, call.recv, n, t, call.op, call.root, comm_, nullptr);
+        r = loomReduce(call.send, call.recv, n, t, call.op, call.root, comm_, call.stream);
         break;
       case Collective::Gather:
-        r = loomGather(call.send, call.recv, n, t, call.root, comm_, nullptr);
+        r = loomGather(call.send, call.recv, n, t, call.root, comm_, call.stream);
         break;
       case Collective::Scatter:
-        r = loomScatter(call.send, call.recv, n, t, call.root, comm_, nullptr);
+        r = loomScatter(call.send, call.recv, n, t, call.root, comm_, call.stream);
         break;
       case Collective::SendRecv: {
         // The nccl-tests pattern: send to the next rank, receive from the previous one,
@@ -186,8 +186,8 @@ class LoomBackend : public Backend {
         const int next = (rank_ + 1) % nranks_;
         const int prev = (rank_ + nranks_ - 1) % nranks_;
         r = loomGroupStart();
-        const loomResult_t s = loomSend(call.send, n, t, next, comm_, nullptr);
-        const loomResult_t v = loomRecv(call.recv, n, t, prev, comm_, nullptr);
+        const loomResult_t s = loomSend(call.send, n, t, next, comm_, call.stream);
+        const loomResult_t v = loomRecv(call.recv, n, t, prev, comm_, call.stream);
         const loomResult_t e = loomGroupEnd();
         r = r != loomSuccess ? r : s != loomSuccess ? s : v != loomSuccess ? v : e;
         break;

@@ -70,28 +70,28 @@ class NcclBackend : public Backend {
     const nccl::RedOp op = nccl::toNccl(call.op);
     switch (call.collective) {
       case Collective::AllReduce:
-        return api_.allReduce(call.send, call.recv, n, t, op, comm_, nullptr);
+        return api_.allReduce(call.send, call.recv, n, t, op, comm_, call.stream);
       case Collective::AllGather:
-        return api_.allGather(call.send, call.recv, n, t, comm_, nullptr);
+        return api_.allGather(call.send, call.recv, n, t, comm_, call.stream);
       case Collective::ReduceScatter:
-        return api_.reduceScatter(call.send, call.recv, n, t, op, comm_, nullptr);
+        return api_.reduceScatter(call.send, call.recv, n, t, op, comm_, call.stream);
       case Collective::AlltoAll:
-        return api_.alltoAll(call.send, call.recv, n, t, comm_, nullptr);
+        return api_.alltoAll(call.send, call.recv, n, t, comm_, call.stream);
       case Collective::Broadcast:
-        return api_.broadcast(call.send, call.recv, n, t, call.root, comm_, nullptr);
+        return api_.broadcast(call.send, call.recv, n, t, call.root, comm_, call.stream);
       case Collective::Reduce:
-        return api_.reduce(call.send, call.recv, n, t, op, call.root, comm_, nullptr);
+        return api_.reduce(call.send, call.recv, n, t, op, call.root, comm_, call.stream);
       case Collective::Gather:
-        return api_.gather(call.send, call.recv, n, t, call.root, comm_, nullptr);
+        return api_.gather(call.send, call.recv, n, t, call.root, comm_, call.stream);
       case Collective::Scatter:
-        return api_.scatter(call.send, call.recv, n, t, call.root, comm_, nullptr);
+        return api_.scatter(call.send, call.recv, n, t, call.root, comm_, call.stream);
       case Collective::SendRecv: {
         // nccl-tests' pattern: to the next rank, from the previous one, in one group.
         const int next = (rank_ + 1) % nranks_;
         const int prev = (rank_ + nranks_ - 1) % nranks_;
         const nccl::Result g = api_.groupStart();
-        const nccl::Result s = api_.send(call.send, n, t, next, comm_, nullptr);
-        const nccl::Result v = api_.recv(call.recv, n, t, prev, comm_, nullptr);
+        const nccl::Result s = api_.send(call.send, n, t, next, comm_, call.stream);
+        const nccl::Result v = api_.recv(call.recv, n, t, prev, comm_, call.stream);
         const nccl::Result e = api_.groupEnd();
         return g != nccl::kSuccess ? g : s != nccl::kSuccess ? s : v != nccl::kSuccess ? v : e;
       }

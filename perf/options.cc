@@ -88,8 +88,11 @@ std::string usage(const char* program) {
        "  -N, --nranks N             fork N local ranks (0: ranks come from the launcher)\n"
        "  -A, --algo NAME            the backend's algorithm\n"
        "      --bind core|none       pin forked rank r to the r-th CPU (default none)\n"
-       "      --mem plain|shared     buffers from aligned_alloc, or from the library's\n"
-       "                             shareable allocator (loom: loomMemAlloc; default plain)\n"
+       "      --mem plain|shared|device\n"
+       "                             buffers from aligned_alloc, from the library's\n"
+       "                             shareable allocator (loom: loomMemAlloc; default plain),\n"
+       "                             or device memory (loomDeviceMalloc: LOOM_DEVICE), the\n"
+       "                             calls enqueued on a stream (docs/DEVICE.md)\n"
        "      --bytes_per_size SIZE  fewer iterations for sizes where iters * size would\n"
        "                             pass SIZE, so long sweeps stay short (default 512M; 0: off)\n"
        "  -a, --average 0|1|2|3      a row's time: rank 0's, the average, min or max over\n"
@@ -251,8 +254,10 @@ bool applyChoice(int ch, const char* arg, Options* o) {
       o->bindCores = std::strcmp(arg, "core") == 0;
       break;
     case kOptMem:
-      ok = std::strcmp(arg, "shared") == 0 || std::strcmp(arg, "plain") == 0;
+      ok = std::strcmp(arg, "shared") == 0 || std::strcmp(arg, "plain") == 0 ||
+           std::strcmp(arg, "device") == 0;
       o->sharedBuffers = std::strcmp(arg, "shared") == 0;
+      o->deviceBuffers = std::strcmp(arg, "device") == 0;
       break;
   }
   return ok;
@@ -399,7 +404,7 @@ std::vector<std::string> sweepArgs(const Options& o) {
   add("-z", std::to_string(o.blocking));
   add("--bytes_per_size", std::to_string(o.bytesPerSize));
   add("--bind", o.bindCores ? "core" : "none");
-  add("--mem", o.sharedBuffers ? "shared" : "plain");
+  add("--mem", o.deviceBuffers ? "device" : o.sharedBuffers ? "shared" : "plain");
   return a;
 }
 

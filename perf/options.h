@@ -36,6 +36,9 @@ struct Options {
   // --mem shared: the buffers come from Backend::allocateShared (loom: loomMemAlloc, which
   // lets one host's ranks read them in each other's processes; nccl-tests' -R registers).
   bool sharedBuffers = false;
+  // --mem device: the buffers are device memory (loomDeviceMalloc: CUDA, or LOOM_DEVICE's
+  // emulated device) and every call is enqueued on one stream, synchronised after each batch.
+  bool deviceBuffers = false;
   // Large sizes run fewer iterations so that a full sweep stays short; 0: no cap.
   size_t bytesPerSize = size_t(512) << 20;
   bool allDtypes = false;  // -d all: every dtype the backend runs, one block of rows each

@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "base/status.h"
+#include "loom/loom_device.h"
 #include "perf/check.h"
 #include "perf/race.h"
 
@@ -60,8 +61,11 @@ namespace {
 
 struct BufferRelease {
   Backend* shared;  // null: std::free
+  bool device;      // --mem device: loomDeviceFree
   void operator()(char* p) const {
-    if (shared) {
+    if (device) {
+      loomDeviceFree(p);
+    } else if (shared) {
       shared->releaseShared(p);
     } else {
       std::free(p);
@@ -70,15 +74,51 @@ struct BufferRelease {
 };
 using Buffer = std::unique_ptr<char, BufferRelease>;
 
-// Page-aligned and touched once, so first-touch page faults stay out of the timings.
-Buffer allocateBuffer(size_t bytes, Backend* shared) {
+// Page-aligned and touched once, so first-touch page faults stay out of the timings. Device
+// memory is zeroed by a copy from the host.
+Buffer allocateBuffer(size_t bytes, Backend* shared, bool device) {
   const size_t kAlign = 4096;
   const size_t rounded = (std::max<size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
-  void* p = shared ? shared->allocateShared(rounded) : std::aligned_alloc(kAlign, rounded);
-  Buffer b(static_cast<char*>(p), BufferRelease{shared});
-  if (b) std::memset(b.get(), 0, rounded);
+  void* p = nullptr;
+  if (device) {
+    if (loomDeviceMalloc(&p, rounded) != loomSuccess) p = nullptr;
+  } else {
+    p = shared ? shared->allocateShared(rounded) : std::aligned_alloc(kAlign, rounded);
+  }
+  Buffer b(static_cast<char*>(p), BufferRelease{shared, device});
+  if (b && device) loomDeviceMemcpy(b.get(), std::vector<char>(rounded, 0).data(), rounded);
+  else if (b) std::memset(b.get(), 0, rounded);
   return b;
 }
+
+// --mem device: the stream every call is enqueued on, and host copies of the two buffers that
+// the check fills and reads (device memory is not host memory).
+struct DeviceSide {
+  void* stream = nullptr;
+  char* send = nullptr;
+  char* recv = nullptr;
+  size_t bytes = 0;
+  std::vector<char> hostSend, hostRecv;
+
+  bool synchronize() const {
+    const loomResult_t r = loomStreamSynchronize(stream, -1);
+    if (r != loomSuccess)
+      std::fprintf(stderr, "loom-perf: the stream failed: %s: %s\n", loomGetErrorString(r),
+                   loomGetLastError(nullptr));
+    return r == loomSuccess;
+  }
+  // The host copy of a place in either buffer.
+  char* host(const void* p) {
+    const char* c = static_cast<const char*>(p);
+    if (c >= send && c < send + bytes) return hostSend.data() + (c - send);
+    return hostRecv.data() + (c - recv);
+  }
+  void toDevice() {
+    loomDeviceMemcpy(send, hostSend.data(), bytes);
+    loomDeviceMemcpy(recv, hostRecv.data(), bytes);
+  }
+  void fromDevice() { loomDeviceMemcpy(hostRecv.data(), recv, bytes); }
+};
 
 constexpr size_t kWarmupShare = 8;
 
@@ -139,7 +179,7 @@ constexpr double kCallCostBytes = 64 << 10;
 // the check; what the library ran out of place goes to *ran.
 SizeResult takeTurn(Backend& backend, const Options& o, const CollSizes& s, loomDataType_t dtype,
                     loomRedOp_t op, int warmup, int iters, char* sendBuf, char* recvBuf,
-                    std::string* ran) {
+                    DeviceSide* dev, std::string* ran) {
   const Collective c = o.collective;
   const int n = backend.nranks();
   const int rank = backend.rank();
@@ -148,7 +188,8 @@ SizeResult takeTurn(Backend& backend, const Options& o, const CollSizes& s, loom
   SizeResult mine{};
   for (int placement = 0; placement < 2 && !mine.failed; ++placement) {
     const bool inPlace = placement == 1;
-    CollCall call{c, dtype, op, o.root, sendBuf, recvBuf, s.paramCount, inPlace};
+    CollCall call{c, dtype, op, o.root, sendBuf, recvBuf, s.paramCount, inPlace,
+                  dev ? dev->stream : nullptr};
     if (inPlace) {
       call.send = recvBuf + s.sendInPlaceOffset * static_cast<size_t>(rank) * elem;
       call.recv = recvBuf + s.recvInPlaceOffset * static_cast<size_t>(rank) * elem;
@@ -159,10 +200,13 @@ SizeResult takeTurn(Backend& backend, const Options& o, const CollSizes& s, loom
     }
     bool ok = true;
     for (int i = 0; i < warmup && ok; ++i) ok = backend.run(call);
+    if (dev) ok = ok && dev->synchronize();
     ok = ok && backend.barrier();
-    // The timed batch: one clock read on each side, nothing else in the loop.
+    // The timed batch: one clock read on each side, nothing else in the loop (but, with device
+    // buffers, the stream's synchronisation at its end).
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < iters && ok; ++i) ok = backend.run(call);
+    if (dev) ok = ok && dev->synchronize();
     const auto end = std::chrono::steady_clock::now();
     mine.timeUs[placement] = std::chrono::duration<double, std::micro>(end - start).count() / iters;
     if (placement == 0) *ran = backend.lastAlgorithm();
@@ -170,11 +214,14 @@ SizeResult takeTurn(Backend& backend, const Options& o, const CollSizes& s, loom
     if (ok && o.check) {
       // Poison the output first so that a call which writes nothing cannot pass on
       // what an earlier one left there (0xff: NaN, or a negative or unused integer).
-      std::memset(recvBuf, 0xff, inPlace ? bytes : s.recvCount * elem);
-      fillInput(c, dtype, op, n, rank, o.root, s, const_cast<void*>(call.send));
+      std::memset(dev ? dev->host(recvBuf) : recvBuf, 0xff, inPlace ? bytes : s.recvCount * elem);
+      fillInput(c, dtype, op, n, rank, o.root, s, dev ? dev->host(call.send) : const_cast<void*>(call.send));
+      if (dev) dev->toDevice();
       ok = backend.run(call);
+      if (dev && (ok = ok && dev->synchronize())) dev->fromDevice();
       char* out = inPlace ? recvBuf + backend.inPlaceOutputOffset(c, s) * elem
                           : static_cast<char*>(call.recv);
+      if (dev) out = dev->host(out);
       const bool hasOutput = s.recvCount > 0 && rankHasOutput(c, rank, o.root);
       if (o.injectError && rank == 0 && hasOutput) out[0] = static_cast<char>(out[0] ^ 0x55);
       mine.wrong[placement] =
@@ -345,11 +392,24 @@ class RaceRun {
       maxBytes = std::max(maxBytes, collSizes(o_.collective, size, 1, n_).bytes(1) + elem0 * n_);
     }
     Backend* shared = o_.sharedBuffers ? &backend_ : nullptr;
-    sendBuf_ = allocateBuffer(maxBytes, shared);
-    recvBuf_ = allocateBuffer(maxBytes, shared);
+    sendBuf_ = allocateBuffer(maxBytes, shared, o_.deviceBuffers);
+    recvBuf_ = allocateBuffer(maxBytes, shared, o_.deviceBuffers);
+    if (o_.deviceBuffers && sendBuf_ && recvBuf_) {
+      if (loomStreamCreate(&device_.stream) != loomSuccess) {
+        std::fprintf(stderr, "%s: rank %d: --mem device: %s\n", program_.c_str(), backend_.rank(),
+                     loomGetLastError(nullptr));
+        return false;
+      }
+      device_.send = sendBuf_.get();
+      device_.recv = recvBuf_.get();
+      device_.bytes = (std::max<size_t>(maxBytes, 1) + 4095) / 4096 * 4096;
+      device_.hostSend.resize(device_.bytes);
+      device_.hostRecv.resize(device_.bytes);
+    }
     if (!sendBuf_ || !recvBuf_) {
-      std::fprintf(stderr, "%s: rank %d: cannot allocate 2 x %zu bytes\n", program_.c_str(),
-                   backend_.rank(), maxBytes);
+      std::fprintf(stderr, "%s: rank %d: cannot allocate 2 x %zu bytes%s%s\n", program_.c_str(),
+                   backend_.rank(), maxBytes, o_.deviceBuffers ? " of device memory: " : "",
+                   o_.deviceBuffers ? loomGetLastError(nullptr) : "");
       return false;
     }
     return true;
@@ -395,8 +455,9 @@ class RaceRun {
     for (int round = 0; round < rounds_; ++round) {
       for (size_t turn = 0; turn < racers_; ++turn) {
         const size_t who = (turn + size_t(round)) % racers_;
-        const SizeResult mine = takeTurn(*contestants_[who].backend, o_, s, dtype, op, warmup,
-                                         iters, sendBuf_.get(), recvBuf_.get(), &tally.ran[who]);
+        const SizeResult mine =
+            takeTurn(*contestants_[who].backend, o_, s, dtype, op, warmup, iters, sendBuf_.get(),
+                     recvBuf_.get(), o_.deviceBuffers ? &device_ : nullptr, &tally.ran[who]);
         if (!gatherTurn(mine, who, size, &tally)) return false;
       }
     }
@@ -507,6 +568,7 @@ class RaceRun {
   const bool leader_;
   std::vector<RunMetadata> meta_;
   Buffer sendBuf_, recvBuf_;
+  DeviceSide device_;  // --mem device
   std::vector<std::vector<ResultRow>> results_;  // rank 0: each contestant's rows
   std::vector<int64_t> wrongOf_;                 // wrong elements of each contestant's checks
   std::vector<double> busBwSum_;

@@ -30,6 +30,7 @@ struct CollCall {
   void* recv;
   size_t count;  // CollSizes::paramCount
   bool inPlace;
+  void* stream = nullptr;  // --mem device: the stream the call is enqueued on
 };
 
 /** What a benchmarked library supplies. Calls on every rank in the same order. */

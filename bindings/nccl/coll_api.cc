@@ -1,12 +1,12 @@
-// NCCL's collectives, point to point, groups and reduction ops over loom's. The stream is not
-// passed on: loom's call has completed when it returns, which is stronger than the stream
-// order NCCL promises.
+// NCCL's collectives, point to point, groups and reduction ops over loom's. The stream is passed
+// on: loom enqueues a call on device buffers on it (docs/DEVICE.md), and runs a call on host
+// buffers at once where no device is in use (complete when it returns: stronger than the stream
+// order NCCL promises).
 //
 // Each collective has two paths. The direct one is all a call takes when its datatype and op
-// are NCCL's and no CUDA device can exist: the enums by table, one branch, loom's call, its
-// result (a few instructions over loom's own call, and no saved registers). Otherwise the
-// checked one (cold) finds what is wrong and says so, refuses device buffers, and else makes
-// the same call.
+// are NCCL's: the enums by table, one branch, loom's call, its result (a few instructions over
+// loom's own call, and no saved registers). Otherwise the checked one (cold) finds what is
+// wrong and says so.
 #include <cstddef>
 
 #include "bindings/nccl/shim.h"
@@ -20,9 +20,6 @@ using namespace loom::nccl;
 #define LOOM_NCCL_OP(fn, ncclOp, loomOp) \
   loomRedOp_t loomOp;                    \
   if (!toLoomOp(ncclOp, &loomOp)) return badOp(fn, ncclOp)
-#define LOOM_NCCL_HOST_BUFFERS(fn, ...)                                                    \
-  if (ncclResult_t refused = refuseDeviceBuffers(fn, __VA_ARGS__); refused != ncclSuccess) \
-  return refused
 
 // The collectives of one shape share their two paths, one instance per loom function: the
 // direct path is inlined into the exported function, the checked one is a function of its own.
@@ -30,10 +27,10 @@ namespace {
 
 // Whether a call may take the direct path (and its enums in loom's terms).
 inline bool direct(ncclDataType_t t, loomDataType_t* type) {
-  return toLoomType(t, type) && !mayHoldDeviceMemory();
+  return toLoomType(t, type);
 }
 inline bool direct(ncclDataType_t t, ncclRedOp_t op, loomDataType_t* type, loomRedOp_t* lop) {
-  return toLoomType(t, type) && toLoomOp(op, lop) && !mayHoldDeviceMemory();
+  return toLoomType(t, type) && toLoomOp(op, lop);
 }
 
 // (sendbuff, recvbuff, count, datatype, op, comm): allreduce, reduce-scatter.
@@ -41,166 +38,155 @@ template <auto Loom>
 [[gnu::cold, gnu::noinline]] ncclResult_t withOpChecked(const char* fn, const void* sendbuff,
                                                         void* recvbuff, size_t count,
                                                         ncclDataType_t datatype, ncclRedOp_t op,
-                                                        ncclComm_t comm) {
+                                                        ncclComm_t comm, void* stream) {
   LOOM_NCCL_TYPE(fn, datatype, type);
   LOOM_NCCL_OP(fn, op, lop);
-  LOOM_NCCL_HOST_BUFFERS(fn, "sendbuff", sendbuff, "recvbuff", recvbuff);
-  return fromLoom(Loom(sendbuff, recvbuff, count, type, lop, toLoom(comm), nullptr));
+  return fromLoom(Loom(sendbuff, recvbuff, count, type, lop, toLoom(comm), stream));
 }
 template <auto Loom>
 [[gnu::always_inline]] inline ncclResult_t withOp(const char* fn, const void* sendbuff,
                                                   void* recvbuff, size_t count,
                                                   ncclDataType_t datatype, ncclRedOp_t op,
-                                                  ncclComm_t comm) {
+                                                  ncclComm_t comm, void* stream) {
   loomDataType_t type;
   loomRedOp_t lop;
   if (direct(datatype, op, &type, &lop))
-    return fromLoom(Loom(sendbuff, recvbuff, count, type, lop, toLoom(comm), nullptr));
-  return withOpChecked<Loom>(fn, sendbuff, recvbuff, count, datatype, op, comm);
+    return fromLoom(Loom(sendbuff, recvbuff, count, type, lop, toLoom(comm), stream));
+  return withOpChecked<Loom>(fn, sendbuff, recvbuff, count, datatype, op, comm, stream);
 }
 
 // (sendbuff, recvbuff, count, datatype, comm): allgather, alltoall.
 template <auto Loom>
 [[gnu::cold, gnu::noinline]] ncclResult_t plainChecked(const char* fn, const void* sendbuff,
                                                        void* recvbuff, size_t count,
-                                                       ncclDataType_t datatype, ncclComm_t comm) {
+                                                       ncclDataType_t datatype, ncclComm_t comm, void* stream) {
   LOOM_NCCL_TYPE(fn, datatype, type);
-  LOOM_NCCL_HOST_BUFFERS(fn, "sendbuff", sendbuff, "recvbuff", recvbuff);
-  return fromLoom(Loom(sendbuff, recvbuff, count, type, toLoom(comm), nullptr));
+  return fromLoom(Loom(sendbuff, recvbuff, count, type, toLoom(comm), stream));
 }
 template <auto Loom>
 [[gnu::always_inline]] inline ncclResult_t plain(const char* fn, const void* sendbuff,
                                                  void* recvbuff, size_t count,
-                                                 ncclDataType_t datatype, ncclComm_t comm) {
+                                                 ncclDataType_t datatype, ncclComm_t comm, void* stream) {
   loomDataType_t type;
   if (direct(datatype, &type))
-    return fromLoom(Loom(sendbuff, recvbuff, count, type, toLoom(comm), nullptr));
-  return plainChecked<Loom>(fn, sendbuff, recvbuff, count, datatype, comm);
+    return fromLoom(Loom(sendbuff, recvbuff, count, type, toLoom(comm), stream));
+  return plainChecked<Loom>(fn, sendbuff, recvbuff, count, datatype, comm, stream);
 }
 
-// (sendbuff, recvbuff, count, datatype, root, comm): broadcast, gather, scatter; the buffers'
-// names for messages (ncclBcast's one buffer is `buff`).
-struct Names {
-  const char* send;
-  const char* recv;
-};
-constexpr Names kSendRecv = {"sendbuff", "recvbuff"};
+// (sendbuff, recvbuff, count, datatype, root, comm): broadcast, gather, scatter.
 template <auto Loom>
-[[gnu::cold, gnu::noinline]] ncclResult_t rootedChecked(const char* fn, Names names,
+[[gnu::cold, gnu::noinline]] ncclResult_t rootedChecked(const char* fn,
                                                         const void* sendbuff, void* recvbuff,
                                                         size_t count, ncclDataType_t datatype,
-                                                        int root, ncclComm_t comm) {
+                                                        int root, ncclComm_t comm, void* stream) {
   LOOM_NCCL_TYPE(fn, datatype, type);
-  LOOM_NCCL_HOST_BUFFERS(fn, names.send, sendbuff, names.recv, recvbuff);
-  return fromLoom(Loom(sendbuff, recvbuff, count, type, root, toLoom(comm), nullptr));
+  return fromLoom(Loom(sendbuff, recvbuff, count, type, root, toLoom(comm), stream));
 }
 template <auto Loom>
-[[gnu::always_inline]] inline ncclResult_t rooted(const char* fn, Names names, const void* sendbuff,
+[[gnu::always_inline]] inline ncclResult_t rooted(const char* fn, const void* sendbuff,
                                                   void* recvbuff, size_t count,
                                                   ncclDataType_t datatype, int root,
-                                                  ncclComm_t comm) {
+                                                  ncclComm_t comm, void* stream) {
   loomDataType_t type;
   if (direct(datatype, &type))
-    return fromLoom(Loom(sendbuff, recvbuff, count, type, root, toLoom(comm), nullptr));
-  return rootedChecked<Loom>(fn, names, sendbuff, recvbuff, count, datatype, root, comm);
+    return fromLoom(Loom(sendbuff, recvbuff, count, type, root, toLoom(comm), stream));
+  return rootedChecked<Loom>(fn, sendbuff, recvbuff, count, datatype, root, comm, stream);
 }
 
 // (buffer, count, datatype, peer, comm): send (const buffer), receive.
 template <auto Loom, typename Buffer>
-[[gnu::cold, gnu::noinline]] ncclResult_t p2pChecked(const char* fn, const char* name, Buffer buff,
+[[gnu::cold, gnu::noinline]] ncclResult_t p2pChecked(const char* fn, Buffer buff,
                                                      size_t count, ncclDataType_t datatype,
-                                                     int peer, ncclComm_t comm) {
+                                                     int peer, ncclComm_t comm, void* stream) {
   LOOM_NCCL_TYPE(fn, datatype, type);
-  LOOM_NCCL_HOST_BUFFERS(fn, name, buff);
-  return fromLoom(Loom(buff, count, type, peer, toLoom(comm), nullptr));
+  return fromLoom(Loom(buff, count, type, peer, toLoom(comm), stream));
 }
 template <auto Loom, typename Buffer>
-[[gnu::always_inline]] inline ncclResult_t p2p(const char* fn, const char* name, Buffer buff,
+[[gnu::always_inline]] inline ncclResult_t p2p(const char* fn, Buffer buff,
                                                size_t count, ncclDataType_t datatype, int peer,
-                                               ncclComm_t comm) {
+                                               ncclComm_t comm, void* stream) {
   loomDataType_t type;
   if (direct(datatype, &type))
-    return fromLoom(Loom(buff, count, type, peer, toLoom(comm), nullptr));
-  return p2pChecked<Loom>(fn, name, buff, count, datatype, peer, comm);
+    return fromLoom(Loom(buff, count, type, peer, toLoom(comm), stream));
+  return p2pChecked<Loom>(fn, buff, count, datatype, peer, comm, stream);
 }
 
 // ncclReduce's own shape: an op and a root.
 [[gnu::cold, gnu::noinline]] ncclResult_t reduceChecked(const void* sendbuff, void* recvbuff,
                                                         size_t count, ncclDataType_t datatype,
-                                                        ncclRedOp_t op, int root, ncclComm_t comm) {
+                                                        ncclRedOp_t op, int root, ncclComm_t comm, void* stream) {
   const char* fn = "ncclReduce";
   LOOM_NCCL_TYPE(fn, datatype, type);
   LOOM_NCCL_OP(fn, op, lop);
-  LOOM_NCCL_HOST_BUFFERS(fn, "sendbuff", sendbuff, "recvbuff", recvbuff);
-  return fromLoom(loomReduce(sendbuff, recvbuff, count, type, lop, root, toLoom(comm), nullptr));
+  return fromLoom(loomReduce(sendbuff, recvbuff, count, type, lop, root, toLoom(comm), stream));
 }
 
 }  // namespace
 
 LOOM_NCCL_API(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff, size_t count,
-              ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
-  return withOp<loomAllReduce>("ncclAllReduce", sendbuff, recvbuff, count, datatype, op, comm);
+              ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  return withOp<loomAllReduce>("ncclAllReduce", sendbuff, recvbuff, count, datatype, op, comm, stream);
 }
 
 LOOM_NCCL_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvbuff,
               size_t recvcount, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
-              cudaStream_t) {
+              cudaStream_t stream) {
   return withOp<loomReduceScatter>("ncclReduceScatter", sendbuff, recvbuff, recvcount, datatype, op,
-                                   comm);
+                                   comm, stream);
 }
 
 LOOM_NCCL_API(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff, size_t sendcount,
-              ncclDataType_t datatype, ncclComm_t comm, cudaStream_t) {
-  return plain<loomAllGather>("ncclAllGather", sendbuff, recvbuff, sendcount, datatype, comm);
+              ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  return plain<loomAllGather>("ncclAllGather", sendbuff, recvbuff, sendcount, datatype, comm, stream);
 }
 
 LOOM_NCCL_API(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, size_t count,
-              ncclDataType_t datatype, ncclComm_t comm, cudaStream_t) {
-  return plain<loomAlltoAll>("ncclAlltoAll", sendbuff, recvbuff, count, datatype, comm);
+              ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  return plain<loomAlltoAll>("ncclAlltoAll", sendbuff, recvbuff, count, datatype, comm, stream);
 }
 
 LOOM_NCCL_API(ncclResult_t, ncclBroadcast, const void* sendbuff, void* recvbuff, size_t count,
-              ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t) {
-  return rooted<loomBroadcast>("ncclBroadcast", kSendRecv, sendbuff, recvbuff, count, datatype,
-                               root, comm);
+              ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
+  return rooted<loomBroadcast>("ncclBroadcast", sendbuff, recvbuff, count, datatype,
+                               root, comm, stream);
 }
 
 // The in-place broadcast of NCCL's older API.
 LOOM_NCCL_API(ncclResult_t, ncclBcast, void* buff, size_t count, ncclDataType_t datatype, int root,
-              ncclComm_t comm, cudaStream_t) {
-  return rooted<loomBroadcast>("ncclBcast", {"buff", "buff"}, buff, buff, count, datatype, root,
-                               comm);
+              ncclComm_t comm, cudaStream_t stream) {
+  return rooted<loomBroadcast>("ncclBcast", buff, buff, count, datatype, root,
+                               comm, stream);
 }
 
 LOOM_NCCL_API(ncclResult_t, ncclGather, const void* sendbuff, void* recvbuff, size_t count,
-              ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t) {
-  return rooted<loomGather>("ncclGather", kSendRecv, sendbuff, recvbuff, count, datatype, root,
-                            comm);
+              ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
+  return rooted<loomGather>("ncclGather", sendbuff, recvbuff, count, datatype, root,
+                            comm, stream);
 }
 
 LOOM_NCCL_API(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, size_t count,
-              ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t) {
-  return rooted<loomScatter>("ncclScatter", kSendRecv, sendbuff, recvbuff, count, datatype, root,
-                             comm);
+              ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
+  return rooted<loomScatter>("ncclScatter", sendbuff, recvbuff, count, datatype, root,
+                             comm, stream);
 }
 
 LOOM_NCCL_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataType_t datatype,
-              int peer, ncclComm_t comm, cudaStream_t) {
-  return p2p<loomSend>("ncclSend", "sendbuff", sendbuff, count, datatype, peer, comm);
+              int peer, ncclComm_t comm, cudaStream_t stream) {
+  return p2p<loomSend>("ncclSend", sendbuff, count, datatype, peer, comm, stream);
 }
 
 LOOM_NCCL_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t datatype,
-              int peer, ncclComm_t comm, cudaStream_t) {
-  return p2p<loomRecv>("ncclRecv", "recvbuff", recvbuff, count, datatype, peer, comm);
+              int peer, ncclComm_t comm, cudaStream_t stream) {
+  return p2p<loomRecv>("ncclRecv", recvbuff, count, datatype, peer, comm, stream);
 }
 
 LOOM_NCCL_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, size_t count,
-              ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t) {
+              ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
   loomDataType_t type;
   loomRedOp_t lop;
   if (direct(datatype, op, &type, &lop))
-    return fromLoom(loomReduce(sendbuff, recvbuff, count, type, lop, root, toLoom(comm), nullptr));
-  return reduceChecked(sendbuff, recvbuff, count, datatype, op, root, comm);
+    return fromLoom(loomReduce(sendbuff, recvbuff, count, type, lop, root, toLoom(comm), stream));
+  return reduceChecked(sendbuff, recvbuff, count, datatype, op, root, comm, stream);
 }
 
 LOOM_NCCL_API(ncclResult_t, ncclGroupStart, void) { return fromLoom(loomGroupStart()); }

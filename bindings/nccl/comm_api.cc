@@ -15,7 +15,6 @@ void noteCommunicatorCreated() {
     snprintf(line, sizeof(line), "loom %d.%d.%d standing in for NCCL %d.%d.%d%s", v / 10000,
              v / 100 % 100, v % 100, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, NCCL_SUFFIX);
     loomLogInfo("INIT", line);
-    probeDeviceMemory();
   });
 }
 

@@ -1,6 +1,6 @@
 // What the drop-in libnccl.so.2's sources share: the export macro, the translation between
 // NCCL's enums and loom's (tables, never casts: the values differ), the binding's own error
-// messages, and the check that refuses CUDA device buffers.
+// messages.
 #pragma once
 
 #include <nccl.h>
@@ -98,22 +98,8 @@ ncclResult_t readConfig(const ncclConfig_t* in, const char* fn, loomConfig_t* ou
 // Frees the registrations and windows of a communicator that was destroyed or aborted.
 void dropRegistrations(ncclComm_t comm);
 
-// Logs loom's version the first time a communicator is made, and loads the CUDA runtime (if
-// any) then rather than at the first call.
+// Logs loom's version the first time a communicator is made.
 void noteCommunicatorCreated();
 
-// CUDA device memory: -1 until the runtime has been looked for, 0 when none can exist (no
-// runtime, or no device), 1 when buffers must be checked. Collectives test it once; only 1 and
-// -1 take the slow path.
-extern std::atomic<int> gDeviceMemory;
-void probeDeviceMemory();  // sets gDeviceMemory, once
-inline bool mayHoldDeviceMemory() {
-  return __builtin_expect(gDeviceMemory.load(std::memory_order_relaxed) != 0, 0);
-}
-// ncclInvalidUsage naming the first of the (name, pointer) pairs that is device memory, else
-// ncclSuccess; nameB NULL for a call with one buffer.
-[[gnu::cold]] ncclResult_t refuseDeviceBuffers(const char* fn, const char* nameA, const void* a,
-                                               const char* nameB = nullptr,
-                                               const void* b = nullptr);
 
 }  // namespace loom::nccl

@@ -130,10 +130,13 @@ TEST_F(SingleRank, BadBuffersTypesOpsAndRoots) {
   EXPECT_EQ(loomSend(buf, 4, loomFloat32, 3, comm_, nullptr), loomInvalidArgument);
   EXPECT_NE(commError().find("peer 3 is out of range"), std::string::npos) << commError();
   EXPECT_EQ(loomRecv(buf, 4, loomFloat32, -1, comm_, nullptr), loomInvalidArgument);
+  // Where no device is in use (LOOM_DEVICE=auto without a CUDA runtime), a stream with host
+  // buffers is only an order, which a call complete on return keeps: it runs now.
   int fakeStream = 0;
-  EXPECT_EQ(loomAllReduce(buf, buf, 4, loomFloat32, loomSum, comm_, &fakeStream),
-            loomInvalidUsage);
-  EXPECT_NE(commError().find("stream"), std::string::npos) << commError();
+  float streamed[4] = {};
+  EXPECT_EQ(loomAllReduce(buf, streamed, 4, loomFloat32, loomSum, comm_, &fakeStream),
+            loomSuccess);
+  EXPECT_EQ(memcmp(buf, streamed, sizeof(buf)), 0);
   size_t counts[1] = {4}, displs[1] = {0};
   EXPECT_EQ(loomAlltoAllv(buf, nullptr, displs, buf, counts, displs, loomFloat32, comm_,
                           nullptr),

@@ -1,8 +1,13 @@
 #include "process_group.h"
 
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
+
+#include "loom/loom_device.h"
 
 namespace loom_torch {
 namespace {
@@ -77,9 +82,40 @@ loomResult_t withReduction(loomComm_t comm, at::ScalarType type, const c10d::Red
 
 size_t bytes(const at::Tensor& t) { return t.numel() * t.element_size(); }
 
+// Dense CPU or CUDA tensors (CUDA: stream-ordered, docs/DEVICE.md).
 void checkCpu(const at::Tensor& t, const char* op) {
-  TORCH_CHECK(t.device().is_cpu() && t.layout() == at::kStrided, "loom ", op,
-              ": dense CPU tensors only (got ", t.device(), ", ", t.layout(), ")");
+  TORCH_CHECK((t.device().is_cpu() || t.device().is_cuda()) && t.layout() == at::kStrided, "loom ",
+              op, ": dense CPU or CUDA tensors only (got ", t.device(), ", ", t.layout(), ")");
+}
+
+// The device of a call's tensors and the current stream of that device, where they are CUDA
+// tensors: loom enqueues the call on that stream. Every tensor must be on one device.
+void placeOnDevice(const std::vector<at::Tensor>& tensors, const char* op, bool* onDevice,
+                   c10::Device* device, void** stream) {
+  *onDevice = false;
+  for (const at::Tensor& t : tensors) {
+    if (!t.defined()) continue;
+    if (!*onDevice && t.device().is_cuda()) *device = t.device();
+    *onDevice = *onDevice || t.device().is_cuda();
+    TORCH_CHECK(!*onDevice || t.device() == *device, "loom ", op,
+                ": tensors on different devices (", *device, ", ", t.device(), ")");
+  }
+  if (!*onDevice) return;
+  TORCH_CHECK(std::strcmp(loomDeviceName(), "cuda") == 0, "loom ", op,
+              ": CUDA tensors, but loom's device is '", loomDeviceName(),
+              "': set LOOM_DEVICE=cuda (and LOOM_CUDA_RUNTIME=path of libcudart where the loader "
+              "does not find it); ", loomGetLastError(nullptr));
+  const c10::Stream current =
+      c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(*device);
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2)
+  *stream = current.native_handle();
+#else
+  // Without c10::Stream::native_handle (PyTorch 2.2) the one stream whose handle is known is
+  // the default stream (id 0, cudaStream_t 0: loom's NULL stream).
+  TORCH_CHECK(current.id() == 0, "loom ", op,
+              ": CUDA tensors on a stream other than the default need PyTorch 2.2 or later");
+  *stream = nullptr;
+#endif
 }
 
 // The one tensor of a per-device list (CPU process groups take one).
@@ -236,20 +272,43 @@ void LoomProcessGroup::check(loomResult_t result, const char* what) const {
 }
 
 c10::intrusive_ptr<c10d::Work> LoomProcessGroup::run(c10d::OpType type, Tensors outputs,
-                                                     Call call) {
-  auto work = c10::make_intrusive<LoomWork>(rank_, type, std::move(outputs));
+                                                     Call call, const Tensors& inputs) {
   call.name = c10d::opTypeToString(type);
+  Task task;
+  Tensors placed = outputs;
+  placed.insert(placed.end(), inputs.begin(), inputs.end());
+  placeOnDevice(placed, call.name.c_str(), &task.onDevice, &task.device, &task.stream);
+  auto work = c10::make_intrusive<LoomWork>(rank_, type, std::move(outputs));
   if (coalescing_) {
+    TORCH_CHECK(held_.calls.empty() || (held_.onDevice == task.onDevice &&
+                                        held_.device == task.device && held_.stream == task.stream),
+                "loom: a coalescing group's calls must all be on CPU tensors or all on CUDA "
+                "tensors of one device and stream");
+    held_.onDevice = task.onDevice;
+    held_.device = task.device;
+    held_.stream = task.stream;
     held_.calls.push_back(std::move(call));
     held_.works.push_back(work);
     return work;
   }
-  enqueue({{std::move(call)}, {work}});
+  task.calls.push_back(std::move(call));
+  task.works.push_back(work);
+  enqueue(std::move(task));
   return work;
 }
 
 void LoomProcessGroup::enqueue(Task task) {
   for (auto& work : task.works) work->markQueued();
+  if (task.onDevice) {
+    // After the calls queued before it (every rank makes them in this order), then now: loom
+    // returns once the call is on the stream.
+    std::unique_lock<std::mutex> lock(queueMutex_);
+    queueChanged_.wait(lock, [this] { return queue_.empty() && !running_; });
+    lock.unlock();
+    c10::DeviceGuard guard(task.device);
+    execute(task);
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(queueMutex_);
     queue_.push_back(std::move(task));
@@ -266,13 +325,20 @@ void LoomProcessGroup::serve() {
       if (queue_.empty()) return;  // stopping, and nothing left to run
       task = std::move(queue_.front());
       queue_.pop_front();
+      running_ = true;
     }
     execute(task);
+    {
+      std::lock_guard<std::mutex> lock(queueMutex_);
+      running_ = false;
+    }
+    queueChanged_.notify_all();
   }
 }
 
 void LoomProcessGroup::execute(Task& task) {
   std::exception_ptr error;
+  stream_ = task.stream;
   try {
     const bool group = task.calls.size() > 1;
     if (group) check(loomGroupStart(), "loomGroupStart");
@@ -325,8 +391,8 @@ loomResult_t LoomProcessGroup::reduceInPlace(const at::Tensor& buffer, const c10
   return withReduction(comm_, buffer.scalar_type(), op,
                        [&](loomDataType_t dtype, int64_t per, loomRedOp_t lop) {
     size_t count = buffer.numel() * per;
-    return root < 0 ? loomAllReduce(data, data, count, dtype, lop, comm_, nullptr)
-                    : loomReduce(data, data, count, dtype, lop, root, comm_, nullptr);
+    return root < 0 ? loomAllReduce(data, data, count, dtype, lop, comm_, stream_)
+                    : loomReduce(data, data, count, dtype, lop, root, comm_, stream_);
   });
 }
 
@@ -335,7 +401,7 @@ loomResult_t LoomProcessGroup::reduceScatter(const at::Tensor& in, const at::Ten
   return withReduction(comm_, out.scalar_type(), op,
                        [&](loomDataType_t dtype, int64_t per, loomRedOp_t lop) {
     return loomReduceScatter(in.data_ptr(), out.data_ptr(), out.numel() * per, dtype, lop, comm_,
-                             nullptr);
+                             stream_);
   });
 }
 
@@ -344,7 +410,7 @@ loomResult_t LoomProcessGroup::bitwiseAllReduce(const at::Tensor& buffer, RedOpT
               "loom: BAND, BOR and BXOR need integer or bool tensors");
   at::Tensor all = at::empty({size_, buffer.numel()}, buffer.options());
   loomResult_t result = loomAllGather(buffer.data_ptr(), all.data_ptr(), bytes(buffer),
-                                      loomUint8, comm_, nullptr);
+                                      loomUint8, comm_, stream_);
   if (result != loomSuccess) return result;
   at::Tensor folded = all[0].clone();
   for (int r = 1; r < size_; ++r) {
@@ -362,7 +428,7 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::broadcast(Tensors& tensors,
   const int root = int(opts.rootRank);
   return run(c10d::OpType::BROADCAST, tensors, {[this, buf, root] {
     return loomBroadcast(buf.data_ptr(), buf.data_ptr(), bytes(buf), loomUint8, root, comm_,
-                         nullptr);
+                         stream_);
   }, copyBack(t, buf)});
 }
 
@@ -405,7 +471,7 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::allgather(TensorLists& outputs,
   checkParts(outputs[0], size_, in, "allgather");
   at::Tensor flat = at::empty({size_ * in.numel()}, in.options());
   return run(c10d::OpType::ALLGATHER, outputs[0], {[this, in, flat] {
-    return loomAllGather(in.data_ptr(), flat.data_ptr(), bytes(in), loomUint8, comm_, nullptr);
+    return loomAllGather(in.data_ptr(), flat.data_ptr(), bytes(in), loomUint8, comm_, stream_);
   }, [flat, parts = outputs[0]] { unflatten(flat, parts); }});
 }
 
@@ -432,7 +498,7 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::allgather_coalesced(
   at::Tensor in = flatten(inputs);
   at::Tensor flat = at::empty({size_ * in.numel()}, in.options());
   return run(c10d::OpType::ALLGATHER_COALESCED, parts, {[this, in, flat] {
-    return loomAllGather(in.data_ptr(), flat.data_ptr(), bytes(in), loomUint8, comm_, nullptr);
+    return loomAllGather(in.data_ptr(), flat.data_ptr(), bytes(in), loomUint8, comm_, stream_);
   }, [flat, parts] { unflatten(flat, parts); }});
 }
 
@@ -442,7 +508,7 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::_allgather_base(at::Tensor& out
   checkSizes(output, input, size_, "_allgather_base");
   at::Tensor in = input.contiguous(), out = output.contiguous();
   return run(c10d::OpType::_ALLGATHER_BASE, {output}, {[this, in, out] {
-    return loomAllGather(in.data_ptr(), out.data_ptr(), bytes(in), loomUint8, comm_, nullptr);
+    return loomAllGather(in.data_ptr(), out.data_ptr(), bytes(in), loomUint8, comm_, stream_);
   }, copyBack(output, out)});
 }
 
@@ -462,10 +528,10 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::gather(TensorLists& outputs, Te
   at::Tensor flat = rank_ == root ? at::empty({size_ * in.numel()}, in.options()) : at::Tensor();
   return run(c10d::OpType::GATHER, parts, {[this, in, flat, root] {
     return loomGather(in.data_ptr(), flat.defined() ? flat.data_ptr() : nullptr, bytes(in),
-                      loomUint8, root, comm_, nullptr);
+                      loomUint8, root, comm_, stream_);
   }, [flat, parts] {
     if (flat.defined()) unflatten(flat, parts);
-  }});
+  }}, {in});
 }
 
 c10::intrusive_ptr<c10d::Work> LoomProcessGroup::scatter(Tensors& outputs, TensorLists& inputs,
@@ -483,7 +549,7 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::scatter(Tensors& outputs, Tenso
   }
   return run(c10d::OpType::SCATTER, outputs, {[this, flat, out, root] {
     return loomScatter(flat.defined() ? flat.data_ptr() : nullptr, out.data_ptr(), bytes(out),
-                       loomUint8, root, comm_, nullptr);
+                       loomUint8, root, comm_, stream_);
   }, copyBack(t, out)});
 }
 
@@ -525,7 +591,7 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::alltoall_base(
   return run(c10d::OpType::ALLTOALL_BASE, {output}, {[this, in, out, layout] {
     return loomAlltoAllv(in.data_ptr(), layout->sendCounts.data(), layout->sendOffsets.data(),
                          out.data_ptr(), layout->recvCounts.data(), layout->recvOffsets.data(),
-                         loomUint8, comm_, nullptr);
+                         loomUint8, comm_, stream_);
   }, copyBack(output, out)});
 }
 
@@ -553,7 +619,7 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::alltoall(Tensors& outputs, Tens
   return run(c10d::OpType::ALLTOALL, outputs, {[this, in, out, layout] {
     return loomAlltoAllv(in.data_ptr(), layout->sendCounts.data(), layout->sendOffsets.data(),
                          out.data_ptr(), layout->recvCounts.data(), layout->recvOffsets.data(),
-                         loomUint8, comm_, nullptr);
+                         loomUint8, comm_, stream_);
   }, [out, outputs] { unflatten(out, outputs); }});
 }
 
@@ -561,14 +627,14 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::alltoall(Tensors& outputs, Tens
 c10::intrusive_ptr<c10d::Work> LoomProcessGroup::send(Tensors& tensors, int dstRank, int) {
   at::Tensor buf = single(tensors, "send").contiguous();
   return run(c10d::OpType::SEND, tensors, {[this, buf, dstRank] {
-    return loomSend(buf.data_ptr(), bytes(buf), loomUint8, dstRank, comm_, nullptr);
+    return loomSend(buf.data_ptr(), bytes(buf), loomUint8, dstRank, comm_, stream_);
   }, {}});
 }
 
 c10::intrusive_ptr<c10d::Work> LoomProcessGroup::recv(Tensors& tensors, int srcRank, int) {
   at::Tensor t = single(tensors, "recv"), buf = t.contiguous();
   return run(c10d::OpType::RECV, tensors, {[this, buf, srcRank] {
-    return loomRecv(buf.data_ptr(), bytes(buf), loomUint8, srcRank, comm_, nullptr);
+    return loomRecv(buf.data_ptr(), bytes(buf), loomUint8, srcRank, comm_, stream_);
   }, copyBack(t, buf)});
 }
 
@@ -580,7 +646,7 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::barrier(const c10d::BarrierOpti
   at::Tensor token = at::zeros({1}, at::kByte);
   return run(c10d::OpType::BARRIER, {}, {[this, token] {
     return loomAllReduce(token.data_ptr(), token.data_ptr(), 1, loomUint8, loomMax, comm_,
-                         nullptr);
+                         stream_);
   }, {}});
 }
 

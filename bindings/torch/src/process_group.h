@@ -109,10 +109,18 @@ class LoomProcessGroup : public LOOM_TORCH_BASE {
   struct Task {
     std::vector<Call> calls;  // several: one coalescing group, run between loomGroupStart/End
     std::vector<c10::intrusive_ptr<LoomWork>> works;  // completed once every call ran
+    // CUDA tensors: the device, and the current stream of it when the call was made. Such a
+    // task is enqueued on that stream by the calling thread (loom returns once it is enqueued),
+    // so that kernels launched after the op are ordered after the collective.
+    bool onDevice = false;
+    c10::Device device = c10::Device(c10::DeviceType::CPU);
+    void* stream = nullptr;
   };
   // Queues call for the worker, or holds it in the open coalescing group; the Work's future
-  // holds outputs. call.run's captures must own what it touches: it runs later, elsewhere.
-  WorkPtr run(c10d::OpType type, Tensors outputs, Call call);
+  // holds outputs. call.run's captures must own what it touches: it runs later, elsewhere. A
+  // call on CUDA tensors runs now instead (Task::onDevice); inputs: tensors that place it too
+  // (a gather's input, where a non-root has no output).
+  WorkPtr run(c10d::OpType type, Tensors outputs, Call call, const Tensors& inputs = {});
   void enqueue(Task task);
   void serve();  // the worker thread
   void execute(Task& task);
@@ -132,7 +140,9 @@ class LoomProcessGroup : public LOOM_TORCH_BASE {
   std::mutex queueMutex_;
   std::condition_variable queueChanged_;
   std::deque<Task> queue_;
+  bool running_ = false;  // the worker is running a task
   bool stopping_ = false;
+  void* stream_ = nullptr;  // the stream of the task being executed (its loom calls')
   std::thread worker_;
 };
 
