@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <atomic>
 #include <chrono>
@@ -139,13 +140,15 @@ class Root {
       std::vector<pollfd> p;
       p.push_back({listenFd_, POLLIN, 0});
       for (int fd : fds_) p.push_back({fd, short(fd >= 0 ? POLLIN : 0), 0});
-      if (poll(p.data(), p.size(), -1) < 0) continue;
+      const int waitMs = held_.empty() ? -1 : settle_.remainingMs(Bootstrap::kSilenceMs);
+      if (poll(p.data(), p.size(), waitMs) < 0) continue;
       if (p[0].revents & POLLIN) {
         int fd = -1;
         if (net::acceptOne(listenFd_, Deadline(0), &fd).isOk()) admit(fd);
       }
       for (int r = 0; r < nranks_; ++r)
         if (fds_[r] >= 0 && (p[r + 1].revents & (POLLIN | POLLHUP | POLLERR))) serve(r);
+      if (!held_.empty() && settle_.expired()) relayHeld();
     }
   }
 
@@ -236,8 +239,10 @@ class Root {
     Status st = recvMessage(fds_[r], &type, &payload, Deadline(10000));
     if (!st.isOk()) {
       drop(r);
+      causeSent_ = true;
       broadcastAbort(strprintf("rank %d lost its bootstrap connection (its process died or was "
                                "killed)", r));
+      if (!held_.empty()) relayHeld();
       return;
     }
     switch (type) {
@@ -247,7 +252,7 @@ class Root {
         if (++gathered_ == active_) finishGather();
         break;
       case kAbort:
-        broadcastAbort(payload, r);
+        relayAbort(r, payload);
         break;
       case kLeave:
         drop(r);
@@ -339,6 +344,60 @@ class Root {
     }
   }
 
+  // The first cause goes out first: every rank keeps the first abort it reads. A rank's
+  // failure that names a peer whose process is already gone (its connection to the root
+  // closed, unread) follows that peer's death; a timeout waits for the others' (Bootstrap::
+  // sendAbort).
+  void relayAbort(int r, const std::string& payload) {
+    if (!causeSent_) {
+      const int suspect = rankNamedIn(payload, r);
+      const bool connected = suspect >= 0 && suspect < nranks_ && fds_[suspect] >= 0;
+      const bool timedOut = payload.find("(LOOM_TIMEOUT_MS)") != std::string::npos;
+      if (connected && hungUp(fds_[suspect])) {
+        serve(suspect);
+      } else if (!held_.empty() || (connected && timedOut)) {
+        if (held_.empty()) settle_ = Deadline(Bootstrap::kSilenceMs);
+        held_.push_back({r, connected ? suspect : -1, payload});
+        return;
+      }
+    }
+    causeSent_ = true;
+    broadcastAbort(payload, r);
+  }
+
+  static bool hungUp(int fd) {
+    char c;
+    const ssize_t got = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+  }
+
+  // The held failures' first cause: from the first one, who waited on whom, to a rank that
+  // reported nothing while its connection stays open: stopped, hung, or cut off. Where the
+  // chain loops back, the first report stands.
+  void relayHeld() {
+    std::vector<bool> seen(size_t(nranks_), false);
+    int waiter = held_[0].rank, suspect = held_[0].suspect;
+    while (suspect >= 0 && !seen[size_t(suspect)]) {
+      auto next = std::find_if(held_.begin(), held_.end(),
+                               [&](const Held& h) { return h.rank == suspect; });
+      if (next == held_.end()) break;
+      seen[size_t(suspect)] = true;
+      waiter = suspect;
+      suspect = next->suspect;
+    }
+    const bool silent = suspect >= 0 && !seen[size_t(suspect)] && fds_[size_t(suspect)] >= 0;
+    if (!causeSent_)
+      broadcastAbort(silent ? strprintf("rank %d stopped responding: rank %d waited on it until "
+                                        "LOOM_TIMEOUT_MS, and it reported no timeout of its own "
+                                        "within %d ms while its bootstrap connection stayed "
+                                        "open (the process is stopped or hung, or its network "
+                                        "is down)", suspect, waiter, Bootstrap::kSilenceMs)
+                            : held_[0].payload);
+    causeSent_ = true;
+    for (const Held& h : held_) broadcastAbort(h.payload, h.rank);
+    held_.clear();
+  }
+
   void broadcastAbort(const std::string& reason, int except = -1) {
     broadcast(kAbort, reason, except);
   }
@@ -376,6 +435,16 @@ class Root {
     bool take;
   };
   std::vector<Waiting> waiting_;
+  // Failures held back until their first cause is known (relayAbort), for kSilenceMs from
+  // the first.
+  struct Held {
+    int rank;
+    int suspect;
+    std::string payload;
+  };
+  std::vector<Held> held_;
+  Deadline settle_ = Deadline::never();
+  bool causeSent_ = false;  // a failure or a death went out: later ones are relayed as they come
 };
 
 Status packId(const net::Address& root, const unsigned char secret[16], uint32_t flags,
@@ -632,6 +701,16 @@ Status Bootstrap::fetchKey(uint32_t request, const std::string& key, std::string
   }
 }
 
+int rankNamedIn(const std::string& text, int except) {
+  for (size_t at = text.find("rank "); at != std::string::npos; at = text.find("rank ", at + 1)) {
+    const char* digits = text.c_str() + at + 5;
+    if (*digits < '0' || *digits > '9') continue;
+    const int r = atoi(digits);
+    if (r != except) return r;
+  }
+  return -1;
+}
+
 Status Bootstrap::pollAbort(int waitMs) {
   if (!abortReason_.empty()) return Status(abortCode_, abortReason_);
   if (fd_ < 0) return Status::ok();
@@ -651,11 +730,13 @@ Status Bootstrap::pollAbort(int waitMs) {
 
 void Bootstrap::sendAbort(const std::string& reason) {
   std::lock_guard<std::mutex> g(sendMutex_);
-  if (fd_ >= 0) sendMessage(fd_, kAbort, strprintf("rank %d: %s", rank_, reason.c_str()),
-                            Deadline(1000)).ignore();
+  const std::string self = strprintf("rank %d: ", rank_);
+  if (fd_ >= 0)
+    sendMessage(fd_, kAbort, reason.starts_with(self) ? reason : self + reason, Deadline(1000))
+        .ignore();
 }
 
-void Bootstrap::leave() {
+void Bootstrap::leave(int64_t timeoutMs) {
   if (fd_ < 0) return;
   {
     std::lock_guard<std::mutex> g(sendMutex_);
@@ -666,8 +747,8 @@ void Bootstrap::leave() {
   // Where the root runs in this process, the process must not exit (taking the root along)
   // while other ranks still work: each would see the root lost and fail. One rank can finish
   // an alltoall while the others still exchange (8 ranks over TCP did so in a test). So it waits
-  // until every rank has left or died, or LOOM_TIMEOUT_MS.
-  const int64_t timeoutMs = params::getInt("LOOM_TIMEOUT_MS");  // not under roots.mutex
+  // until every rank has left or died, or the communicator's timeout (a rank cut off from
+  // the network neither leaves nor is seen to die).
   RootsHere& roots = rootsHere();
   std::unique_lock<std::mutex> lock(roots.mutex);
   auto here = roots.connectedHere.find({secret_, getpid()});
@@ -682,7 +763,7 @@ void Bootstrap::leave() {
     roots.ended.wait(lock, gone);
   else if (!roots.ended.wait_for(lock, std::chrono::milliseconds(timeoutMs), gone))
     LOOM_WARN("BOOT", "rank %d: left while some ranks of the communicator still had not after "
-                      "LOOM_TIMEOUT_MS; the bootstrap root in this process ends with it",
+                      "the communicator's timeout; the bootstrap root in this process ends with it",
               rank_);
 }
 

@@ -72,10 +72,16 @@ class Bootstrap final : public RankExchange {
   // waitMs: how long to wait for one (0: only what has arrived).
   Status pollAbort(int waitMs = 0);
   // Tells every other rank (through the root) that this rank failed. Any thread may call it.
+  // A timeout (a reason that names LOOM_TIMEOUT_MS) names the rank waited on; the root holds it
+  // kSilenceMs for the others' (which a stop makes expire together), follows who waited on
+  // whom to the rank that reported none, the one that stopped or was cut off, and relays
+  // that rank as the first cause: a rank merely slower than the others reports its own
+  // timeout within that window, a stopped one cannot.
   void sendAbort(const std::string& reason);
+  static constexpr int kSilenceMs = 500;
   // A clean goodbye, so the root does not report this rank as lost. In the process that runs
-  // the root, it returns once every rank has left (or died), or after LOOM_TIMEOUT_MS.
-  void leave();
+  // the root, it returns once every rank has left (or died), or after timeoutMs (< 0: never).
+  void leave(int64_t timeoutMs);
 
  private:
   Status fetchKey(uint32_t request, const std::string& key, std::string* value,
@@ -92,5 +98,9 @@ class Bootstrap final : public RankExchange {
   loomResult_t abortCode_ = loomRemoteError;
   bool joined_ = false;  // the first exchange ended: every rank had joined
 };
+
+// The first rank that `text` names ("rank N") other than `except`; -1 where it names none.
+// The root reads a failed rank's suspect from its message, a rank the first cause's origin.
+int rankNamedIn(const std::string& text, int except = -1);
 
 }  // namespace loom

@@ -223,14 +223,14 @@ void Comm::revoke(const std::string& reason) {
   boot_.sendAbort("the communicator was revoked: " + reason);
 }
 
-void Comm::fail(const Status& st) {
+void Comm::fail(const Status& st, bool told) {
   if (!errors_.record(st)) return;
   LOOM_WARN("COLL", "%s", st.message().c_str());
   recorder_.noteFailure(st.message());
   if (recorder_.enabled() && recorder_.dumpsOn(kDumpOnError)) dumpTraceLogged("error");
   // An abort relayed from a peer, or this rank's revoke, is already known to everyone;
   // anything else, tell them.
-  if (st.message().find("aborted by a peer") == std::string::npos && !errors_.revoked())
+  if (!told && st.message().find("aborted by a peer") == std::string::npos && !errors_.revoked())
     boot_.sendAbort(st.message());
 }
 
@@ -262,7 +262,7 @@ void Comm::dumpTraceLogged(const char* reason) const {
 
 void Comm::leave() {
   if (arena_) arena_->leave();
-  boot_.leave();
+  boot_.leave(timeoutMs());
 }
 
 void Comm::abortPeers(const std::string& reason) { boot_.sendAbort(reason); }
@@ -556,21 +556,36 @@ Status Comm::execute(const collectives::PreparedPlan& plan, std::span<void* cons
 }
 
 Status Comm::failed(const Status& st) {
-  Status first = withFirstCause(st);
-  fail(first);
+  bool told = false;
+  Status first = withFirstCause(st, &told);
+  fail(first, told);
   return first;
 }
 
 // A peer that failed first leaves its calls, and this rank may see only that (its connection
 // closed, its memory gone): the cause is in the abort it sent through the bootstrap, which may
 // arrive a moment later. Waits briefly for it, so that every rank names the first failure.
-Status Comm::withFirstCause(const Status& st) {
-  if (st.code() != loomRemoteError || st.message().find("aborted by a peer") != std::string::npos)
+// A timeout is reported first (*told): the root names the rank that stopped once it has heard
+// from the others, who time out together (Bootstrap::sendAbort).
+Status Comm::withFirstCause(const Status& st, bool* told) {
+  static const std::string kRelayed = "aborted by a peer: ";
+  const bool timedOut = st.code() == loomTimeout;
+  if ((st.code() != loomRemoteError && !timedOut) || st.message().find(kRelayed) != std::string::npos)
     return st;
-  Status relayed = boot_.pollAbort(kFirstCauseWaitMs);
-  if (relayed.isOk() || relayed.message().find("aborted by a peer") == std::string::npos)
-    return st;
-  return Status(loomRemoteError, st.message() + "; because " + relayed.message());
+  Status relayed = boot_.pollAbort(0);
+  if (relayed.isOk() && timedOut) {
+    boot_.sendAbort(st.message());
+    *told = true;
+  }
+  if (relayed.isOk())
+    relayed = boot_.pollAbort(timedOut ? Bootstrap::kSilenceMs + kFirstCauseWaitMs
+                                       : kFirstCauseWaitMs);
+  const size_t at = relayed.message().find(kRelayed);
+  if (relayed.isOk() || at == std::string::npos) return st;
+  const int origin = rankNamedIn(relayed.message().substr(at + kRelayed.size()));
+  const std::string who = origin < 0 ? std::string() : strprintf(" rank %d failed first:", origin);
+  return Status(st.code(), strprintf("%s; because%s %s", st.message().c_str(), who.c_str(),
+                                     relayed.message().c_str()));
 }
 
 Status Comm::stampMismatch(const char* collective) const {

@@ -83,7 +83,8 @@ class Comm final : public collectives::ExecHost {
 
   // Error state: after a failure the communicator refuses further work with the first error.
   Status usable() const { return errors_.usable(); }
-  void fail(const Status& st);  // records, and tells the peers through the bootstrap
+  // Records, and tells the peers through the bootstrap unless they were told (told).
+  void fail(const Status& st, bool told = false);
   loomResult_t asyncError();
   void setLastError(const std::string& msg) { errors_.setLastError(msg); }
   const char* lastError() { return errors_.lastError(); }
@@ -191,7 +192,7 @@ class Comm final : public collectives::ExecHost {
   Status failed(const Status& st);
   // st, with the cause a peer relays when it failed first (waiting up to kFirstCauseWaitMs).
   static constexpr int kFirstCauseWaitMs = 500;
-  Status withFirstCause(const Status& st);
+  Status withFirstCause(const Status& st, bool* told);
   // The error of a call through the arena whose stamp (stamp_) another rank's differs from.
   Status stampMismatch(const char* collective) const;
   static constexpr uint32_t kSendRecvStamp = uint32_t(collectives::Collective::SendRecv);

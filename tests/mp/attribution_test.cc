@@ -1,0 +1,231 @@
+// Fault attribution: when one rank dies (SIGKILL), stops (SIGSTOP) or loses its link mid-
+// allreduce, every other rank's error names that rank as the first cause, within a deadline,
+// with or without the machine's cores busy. A stopped rank is told from a slow one by
+// LOOM_TIMEOUT_MS alone: the rank whose wait for it expires first reports it, and the others,
+// which wait on ranks that wait on it, are then told "because rank V failed".
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ostream>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "loom/loom.h"
+#include "tests/support/comm_harness.h"
+#include "tests/support/fork_ranks.h"
+#include "tests/support/two_hosts.h"
+
+namespace loom::testing {
+namespace {
+
+enum class Fault { Kill, Stop, LinkDown };
+
+const char* faultName(Fault f) {
+  return f == Fault::Kill ? "Kill" : f == Fault::Stop ? "Stop" : "LinkDown";
+}
+
+// The rank an error blames as the first cause: the origin a relayed cause names ("because rank
+// R failed", or the root's "rank R lost its bootstrap connection"), else the rank that relayed
+// it ("aborted by a peer: rank R"), else the first other rank the error itself names (the peer
+// whose connection closed or that never answered). -1: none.
+int blamedRank(const std::string& msg, int self) {
+  std::smatch m;
+  static const std::regex because("because rank (\\d+) failed");
+  static const std::regex lost("rank (\\d+) lost its bootstrap connection");
+  static const std::regex relayed("aborted by a peer: rank (\\d+)");
+  for (const std::regex* re : {&because, &lost, &relayed})
+    if (std::regex_search(msg, m, *re)) return std::stoi(m[1]);
+  static const std::regex any("rank (\\d+)");
+  for (auto it = std::sregex_iterator(msg.begin(), msg.end(), any); it != std::sregex_iterator();
+       ++it)
+    if (std::stoi((*it)[1]) != self) return std::stoi((*it)[1]);
+  return -1;
+}
+
+// What the ranks share across fork: survivors count themselves done here, and the last one
+// ends a stopped victim (which cannot end itself) so that the run does not wait for the
+// launcher's deadline.
+struct Shared {
+  std::atomic<int> done{0};
+  std::atomic<int> victimPid{0};
+  std::atomic<int> named{0};  // survivors whose error blamed the victim
+};
+
+Shared* mapShared() {
+  void* p = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1,
+                 0);
+  return p == MAP_FAILED ? nullptr : new (p) Shared;
+}
+
+// Processes that spin on the machine's cores for as long as this object lives (faults under
+// load: the ranks share the cores with them).
+class BusyCores {
+ public:
+  explicit BusyCores(int count) {
+    for (int i = 0; i < count; ++i) {
+      const pid_t pid = fork();
+      if (pid == 0) {
+        volatile unsigned long spin = 0;
+        for (;;) spin = spin + 1;
+      }
+      if (pid > 0) pids_.push_back(pid);
+    }
+  }
+  ~BusyCores() {
+    for (pid_t pid : pids_) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+
+ private:
+  std::vector<pid_t> pids_;
+};
+
+// Each survivor's line on what it was told and when (the figures of docs/RELIABILITY.md).
+void printAttributions(const std::vector<RankResult>& results) {
+  for (const RankResult& r : results)
+    for (const std::string& line : linesWith(r.output, "ATTRIBUTION")) printf("%s\n", line.c_str());
+}
+
+struct Case {
+  const char* transport;  // null: each pair's own (the netns hosts)
+  int nranks;
+  Fault fault;
+  bool underLoad;
+};
+
+// A rank's run: allreduces of 4 MiB until one fails; the victim's fault strikes 300 ms in
+// (fault() runs on a thread of the victim). Survivors check what their error names.
+int runRank(RankContext& ctx, const Case& c, int victim, Shared* shared,
+            const std::function<void()>& fault) {
+  loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+  config.transport = c.transport;  // null: shm within a host, tcp across
+  // A death is seen when its connections close, long before any timeout: a 60 s timeout shows
+  // that detection does not rely on it. A stop or a downed link is seen by the timeout only.
+  config.timeoutMs = c.fault == Fault::Kill ? 60000 : 3000;
+  loomComm_t comm = nullptr;
+  RANK_LOOM(initComm(ctx, &comm, &config));
+  std::vector<float> a(1 << 20, 1.0f), b(1 << 20);
+  RANK_LOOM(loomAllReduce(a.data(), b.data(), a.size(), loomFloat32, loomSum, comm, nullptr));
+  const auto faultAt = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  if (ctx.rank() == victim) {
+    shared->victimPid = getpid();
+    std::thread([faultAt, fault] {
+      std::this_thread::sleep_until(faultAt);
+      fault();
+    }).detach();
+  }
+  loomResult_t rc = loomSuccess;
+  for (int i = 0; i < 1000000 && rc == loomSuccess; ++i)
+    rc = loomAllReduce(a.data(), b.data(), a.size(), loomFloat32, loomSum, comm, nullptr);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - faultAt).count();
+  const std::string msg = loomGetLastError(comm);
+  if (ctx.rank() == victim) return 0;  // a downed link's victim fails too; what it says is moot
+  const int blamed = blamedRank(msg, ctx.rank());
+  if (blamed == victim) ++shared->named;
+  fprintf(stderr, "ATTRIBUTION %s n=%d %s%s rank %d after %.2f s blamed %d: %s\n",
+          c.transport == nullptr ? "netns" : c.transport,
+          c.nranks, faultName(c.fault), c.underLoad ? " underLoad" : "", ctx.rank(), seconds,
+          blamed, msg.c_str());
+  if (++shared->done == c.nranks - 1 && c.fault == Fault::Stop) kill(shared->victimPid, SIGKILL);
+  RANK_CHECK(rc != loomSuccess, "the loop ended without an error");
+  RANK_CHECK(seconds < 10, "the error took %.1f s: %s", seconds, msg.c_str());
+  RANK_CHECK(blamed == victim, "blamed rank %d, not the victim %d: %s", blamed, victim,
+             msg.c_str());
+  RANK_LOOM(loomCommAbort(comm));
+  return 0;
+}
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << (c.transport == nullptr ? "netns" : c.transport) << " " << c.nranks << " ranks "
+      << faultName(c.fault) << (c.underLoad ? " underLoad" : "");
+}
+
+std::string caseName(const ::testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  return std::string(c.transport) + "_" + std::to_string(c.nranks) + "ranks_" +
+         faultName(c.fault) + (c.underLoad ? "_underLoad" : "");
+}
+
+class FaultAttribution : public ::testing::TestWithParam<Case> {};
+
+TEST_P(FaultAttribution, EverySurvivorNamesTheVictim) {
+  const Case c = GetParam();
+  const int victim = c.nranks / 2;  // not rank 0, whose process holds the bootstrap root
+  Shared* shared = mapShared();
+  ASSERT_NE(shared, nullptr);
+  ForkOptions options;
+  options.timeoutSec = 40;
+  options.expectedToDie = {victim};
+  const int signal = c.fault == Fault::Kill ? SIGKILL : SIGSTOP;
+  std::vector<RankResult> results;
+  {
+    BusyCores busy(c.underLoad ? 2 : 0);
+    results = runRanks(c.nranks, [&](RankContext& ctx) {
+      return runRank(ctx, c, victim, shared, [signal] { raise(signal); });
+    }, options);
+  }
+  printAttributions(results);
+  EXPECT_EQ(describeFailures(results, options), "");
+  EXPECT_EQ(shared->named.load(), c.nranks - 1) << "survivors that named the victim";
+  EXPECT_EQ(results[victim].signal, SIGKILL);
+  munmap(shared, sizeof(Shared));
+}
+
+// Kills over both transports and every size; stops where the timeout is the only witness; the
+// same under load where the ranks outnumber the free cores most.
+INSTANTIATE_TEST_SUITE_P(
+    Faults, FaultAttribution,
+    ::testing::Values(Case{"shm", 2, Fault::Kill, false}, Case{"shm", 4, Fault::Kill, false},
+                      Case{"tcp", 2, Fault::Kill, false}, Case{"tcp", 4, Fault::Kill, false},
+                      Case{"tcp", 8, Fault::Kill, false}, Case{"shm", 4, Fault::Stop, false},
+                      Case{"tcp", 4, Fault::Stop, false}, Case{"shm", 4, Fault::Kill, true},
+                      Case{"tcp", 8, Fault::Kill, true}, Case{"tcp", 4, Fault::Stop, true}),
+    caseName);
+
+// A host's link goes down under a rank: the others, on the other host, see only silence.
+class LinkDownTwoHosts : public TwoHostsTest, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(LinkDownTwoHosts, TheOtherHostNamesTheCutOffRank) {
+  const Case c{nullptr, 3, Fault::LinkDown, GetParam()};
+  const int victim = 2;  // ranks 0, 1 on host A; rank 2 alone on host B
+  Shared* shared = mapShared();
+  ASSERT_NE(shared, nullptr);
+  ForkOptions options;
+  options.timeoutSec = 40;
+  options.expectedToDie = {victim};
+  const std::string a = hostA_, b = hostB_, downB = "ip link set " + veths_[1] + " down";
+  std::vector<RankResult> results;
+  {
+    BusyCores busy(c.underLoad ? 2 : 0);
+    results = runRanks(c.nranks, [&](RankContext& ctx) {
+      RANK_CHECK(enter(ctx.rank() == victim ? b : a) == 0, "setns failed");
+      return runRank(ctx, c, victim, shared, [downB] {
+        if (system(downB.c_str()) != 0) fprintf(stderr, "could not down the link\n");
+      });
+    }, options);
+  }
+  printAttributions(results);
+  EXPECT_EQ(describeFailures(results, options), "");
+  EXPECT_EQ(shared->named.load(), c.nranks - 1) << "survivors that named the victim";
+  munmap(shared, sizeof(Shared));
+}
+
+INSTANTIATE_TEST_SUITE_P(Load, LinkDownTwoHosts, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "underLoad" : "idle");
+                         });
+
+}  // namespace
+}  // namespace loom::testing
