@@ -747,8 +747,7 @@ void Bootstrap::leave(int64_t timeoutMs) {
   // Where the root runs in this process, the process must not exit (taking the root along)
   // while other ranks still work: each would see the root lost and fail. One rank can finish
   // an alltoall while the others still exchange (8 ranks over TCP did so in a test). So it waits
-  // until every rank has left or died, or the communicator's timeout (a rank cut off from
-  // the network neither leaves nor is seen to die).
+  // until every rank has left or died, or timeoutMs.
   RootsHere& roots = rootsHere();
   std::unique_lock<std::mutex> lock(roots.mutex);
   auto here = roots.connectedHere.find({secret_, getpid()});

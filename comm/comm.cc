@@ -262,7 +262,11 @@ void Comm::dumpTraceLogged(const char* reason) const {
 
 void Comm::leave() {
   if (arena_) arena_->leave();
-  boot_.leave(timeoutMs());
+  // The root in this process waits for the others up to LOOM_TIMEOUT_MS; after a failure, which
+  // ends their calls too, only as long as a call would: a rank cut off from the network
+  // neither leaves nor is seen to die.
+  const bool failed = errors_.code() != loomSuccess || errors_.revoked();
+  boot_.leave(failed ? timeoutMs() : params::getInt("LOOM_TIMEOUT_MS"));
 }
 
 void Comm::abortPeers(const std::string& reason) { boot_.sendAbort(reason); }
