@@ -183,14 +183,15 @@ TEST_P(FaultAttribution, EverySurvivorNamesTheVictim) {
   munmap(shared, sizeof(Shared));
 }
 
-// Kills over both transports and every size; stops where the timeout is the only witness; the
+// Kills and stops over both transports and several sizes (a stop is seen by the timeout only); the
 // same under load where the ranks outnumber the free cores most.
 INSTANTIATE_TEST_SUITE_P(
     Faults, FaultAttribution,
     ::testing::Values(Case{"shm", 2, Fault::Kill, false}, Case{"shm", 4, Fault::Kill, false},
                       Case{"tcp", 2, Fault::Kill, false}, Case{"tcp", 4, Fault::Kill, false},
                       Case{"tcp", 8, Fault::Kill, false}, Case{"shm", 4, Fault::Stop, false},
-                      Case{"tcp", 4, Fault::Stop, false}, Case{"shm", 4, Fault::Kill, true},
+                      Case{"tcp", 2, Fault::Stop, false}, Case{"tcp", 4, Fault::Stop, false},
+                      Case{"tcp", 8, Fault::Stop, false}, Case{"shm", 4, Fault::Kill, true},
                       Case{"tcp", 8, Fault::Kill, true}, Case{"tcp", 4, Fault::Stop, true}),
     caseName);
 
