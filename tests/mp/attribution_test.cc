@@ -183,8 +183,8 @@ TEST_P(FaultAttribution, EverySurvivorNamesTheVictim) {
   munmap(shared, sizeof(Shared));
 }
 
-// Kills and stops over both transports and several sizes (a stop is seen by the timeout only); the
-// same under load where the ranks outnumber the free cores most.
+// Kills and stops over both transports and several sizes (a stop is seen by the timeout
+// only); the same under load where the ranks outnumber the free cores most.
 INSTANTIATE_TEST_SUITE_P(
     Faults, FaultAttribution,
     ::testing::Values(Case{"shm", 2, Fault::Kill, false}, Case{"shm", 4, Fault::Kill, false},
