@@ -352,6 +352,7 @@ class Root {
     if (!causeSent_) {
       const int suspect = rankNamedIn(payload, r);
       const bool connected = suspect >= 0 && suspect < nranks_ && fds_[suspect] >= 0;
+      // A call's timeout (collectives/executor.cc's timeoutError) ends so.
       const bool timedOut = payload.find("(LOOM_TIMEOUT_MS)") != std::string::npos;
       if (connected && hungUp(fds_[suspect])) {
         serve(suspect);

@@ -574,8 +574,8 @@ Status Comm::failed(const Status& st) {
 Status Comm::withFirstCause(const Status& st, bool* told) {
   static const std::string kRelayed = "aborted by a peer: ";
   const bool timedOut = st.code() == loomTimeout;
-  if ((st.code() != loomRemoteError && !timedOut) || st.message().find(kRelayed) != std::string::npos)
-    return st;
+  const bool relayedHere = st.message().find(kRelayed) != std::string::npos;
+  if ((st.code() != loomRemoteError && !timedOut) || relayedHere) return st;
   Status relayed = boot_.pollAbort(0);
   if (relayed.isOk() && timedOut) {
     boot_.sendAbort(st.message());
