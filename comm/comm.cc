@@ -248,7 +248,8 @@ const char* Comm::lastAlgorithm() {
 }
 
 void Comm::abort(const std::string& reason) {
-  if (recorder_.enabled() && recorder_.dumpsOn(kDumpOnAbort)) dumpTraceLogged("abort");
+  if (!errors_.revoked() && recorder_.enabled() && recorder_.dumpsOn(kDumpOnAbort))
+    dumpTraceLogged("abort");
   revoke(reason);
 }
 
