@@ -68,8 +68,9 @@ Status readCallerChoices(const loomConfig_t* config, CommOptions* out) {
     if (config->size >= offsetof(loomConfig_t, transport) + sizeof(char*) && config->transport)
       out->transport = config->transport;
   }
-  if (out->transport != "auto" && out->transport != "shm" && out->transport != "tcp")
-    return errorf(loomInvalidArgument, "LOOM_TRANSPORT=\"%s\": expected auto, shm or tcp",
+  if (out->transport != "auto" && out->transport != "shm" && out->transport != "tcp" &&
+      out->transport != "ucx")
+    return errorf(loomInvalidArgument, "LOOM_TRANSPORT=\"%s\": expected auto, shm, tcp or ucx",
                   out->transport.c_str());
   return parseAlgorithms(algos, &out->forcedBuilders);
 }
@@ -148,10 +149,12 @@ Status readCommOptions(const loomConfig_t* config, CommOptions* out) {
   ncclenv::reportOnce();
   LOOM_TRY(readCallerChoices(config, out));
   LOOM_TRY(readTuning(&out->tuning));
-  // LOOM_TRANSPORT=tcp means no shared memory at all, so no direct (arena) algorithms either.
-  if (out->transport == "tcp") out->tuning.call.sharedBytes = 0;
+  // LOOM_TRANSPORT=tcp or ucx means no shared memory of loom's own, so no direct (arena)
+  // algorithms either.
+  if (out->transport == "tcp" || out->transport == "ucx") out->tuning.call.sharedBytes = 0;
   out->shm = readShmOptions();
   out->tcp = readTcpOptions();
+  out->ucx = readUcxOptions();
   out->directBytes = nonNegative(params::getInt("LOOM_SHM_DIRECT_BYTES"));
   LOOM_TRY(readWaitOptions(out));
   out->checkCalls = params::getBool("LOOM_CHECK");
@@ -174,6 +177,12 @@ transports::tcp::TcpOptions readTcpOptions() {
   const int64_t pacing = params::getInt("LOOM_TCP_PACING");
   o.pacingBytesPerSecond = nonNegative(pacing);
   o.pacingPerPeer = pacing < 0;
+  return o;
+}
+
+transports::ucx::UcxOptions readUcxOptions() {
+  transports::ucx::UcxOptions o;
+  o.chunkBytes = size_t(nonNegative(params::getInt("LOOM_UCX_CHUNK_BYTES")));
   return o;
 }
 

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 
@@ -95,6 +96,15 @@ CacheLevel lastLevelCacheOf(const HostInfo& info) {
   for (const CacheLevel& c : info.caches)  // innermost first
     if (c.size > 0) last = c;
   return last;
+}
+
+std::vector<std::string> rdmaDevices() {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/sys/class/infiniband", ec))
+    out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 Status probeHost(HostInfo* out, bool withDevices) {

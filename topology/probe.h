@@ -87,6 +87,11 @@ void checkCacheClaim(HostInfo* info);
 // slow part) is skipped and `devices` stays empty.
 Status probeHost(HostInfo* out, bool withDevices = true);
 
+// The host's RDMA devices (InfiniBand, RoCE, iWARP: /sys/class/infiniband, what hwloc reports
+// as OpenFabrics devices), by name ("mlx5_0"); empty where the kernel has none. Under
+// LOOM_TRANSPORT=auto a host with one carries its links to other such hosts over UCX.
+std::vector<std::string> rdmaDevices();
+
 // Figures for the local links; defaults are conservative guesses, overwritten by measurement.
 struct LocalLinkFigures {
   LinkSpec memory{10e9, 1e-6, "shm"};        // rank endpoint ↔ NUMA hub
