@@ -9,8 +9,9 @@
 #     REPEATS runs each, median;
 #   - loom-perf broadcast on 2 ranks over LOOM_TRANSPORT=ucx (one message root -> rank 1: the
 #     same one-way transfer), 8 B and 1-64 MiB, REPEATS runs, median;
-# then loom-perf all_reduce on 2 ranks, 1-64 MiB, over ucx with UCX_TLS=tcp against loom's own
-# tcp and shm (--compare, medians of REPEATS).
+# then loom-perf broadcast and all_reduce on 2 ranks over ucx against loom's own tcp and shm
+# (--compare, medians of REPEATS): broadcast with UCX's default choice, all_reduce with
+# UCX_TLS=tcp.
 set -euo pipefail
 build="${1:-build}"
 repeats="${2:-3}"
@@ -22,15 +23,15 @@ port=13337
 
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 
-# ucx_perftest TEST SIZE ITERS -> "latency_us bandwidth_GBps" of its Final line (it prints MB/s
-# in MiB/s).
+# ucx_perftest TEST SIZE ITERS -> "latency_us bandwidth_GBps" of its Final line: the overall
+# figures (all iterations' time over their count, as loom-perf's), MB/s taken as MiB/s.
 perftest() {
   local test=$1 size=$2 iters=$3
   ucx_perftest -p $port -t "$test" -s "$size" -n "$iters" > /dev/null 2>&1 &
   local server=$!
   sleep 0.5
   ucx_perftest localhost -p $port -t "$test" -s "$size" -n "$iters" 2>/dev/null |
-    awk '/^Final:/ {printf "%s %.4f\n", $3, $6 * 1048576 / 1e9}'
+    awk '/^Final:/ {printf "%s %.4f\n", $5, $7 * 1048576 / 1e9}'
   wait $server || true
   port=$((port + 1))
 }
@@ -58,6 +59,9 @@ for tls in default tcp; do
   done
 done
 unset UCX_TLS
+echo "## broadcast, 2 ranks: loom over UCX (UCX's default choice) against loom's own transports"
+LOOM_TRANSPORT=ucx "$perf" broadcast -N 2 -b 8 -e 64M -f 8 -R "$repeats" \
+  --compare shm,tcp,ucx-tcp 2>/dev/null | sed -n '/^# Comparison/,$p'
 echo "## all_reduce, 2 ranks: loom over UCX with UCX_TLS=tcp against loom's own transports"
 LOOM_TRANSPORT=ucx UCX_TLS=tcp "$perf" all_reduce -N 2 -b 1M -e 64M -f 4 -R "$repeats" \
   --compare tcp,shm,ucx 2>/dev/null | sed -n '/^# Comparison/,$p'
