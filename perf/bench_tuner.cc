@@ -2,7 +2,8 @@
 // simulates every candidate of the bucket once, then the decision is cached. For each model and
 // collective, every power-of-two bucket from 8 B to 1 GiB is decided once by a fresh tuner, with
 // the simulator's fast path (LOOM_SIM_FAST=1, the default) and without it, and the wall time per
-// decision is printed (mean and worst), with how many decisions differ between the two.
+// decision is printed (mean and worst), with how many decisions differ between the two. At 1024
+// ranks five buckets (8 B to 128 MiB) are decided, and only allreduce without the fast path.
 //
 //   loom_bench_tuner [--full-1024]   (the full simulation at 1024 ranks takes minutes a bucket:
 //                                     without the flag only allreduce's 8 B and 1 MiB buckets
@@ -93,17 +94,21 @@ int main(int argc, char** argv) {
          "fast mean", "fast worst", "full mean", "full worst", "decisions that differ");
   for (const Model& m : models) {
     const int n = int(m.topo.ranks.size());
+    // At 1024 ranks every sixth bucket: the candidates the fast path does not fold (tree,
+    // rhd) take the full simulation's seconds.
+    std::vector<uint64_t> sizes = all;
+    if (n >= 1024) sizes = {8, 512, 32 << 10, 2 << 20, 128 << 20};
     const std::vector<uint64_t> fullSizes =
-        n >= 1024 && !full1024 ? std::vector<uint64_t>{8, 1 << 20} : all;
+        n >= 1024 && !full1024 ? std::vector<uint64_t>{8, 1 << 20} : sizes;
     for (Collective coll : {Collective::AllReduce, Collective::AllGather,
                             Collective::ReduceScatter, Collective::AlltoAll}) {
-      const Timing fast = decideAll(m.topo, coll, true, all);
+      const Timing fast = decideAll(m.topo, coll, true, sizes);
       if (n >= 1024 && !full1024 && coll != Collective::AllReduce) {
         printf("  %-26s %-14s %6d %10.3f %10.3f %10s %10s -\n", m.name.c_str(),
                loom::collectives::collectiveName(coll), n, fast.mean, fast.worst, "-", "-");
         continue;
       }
-      const Timing fastSome = fullSizes.size() == all.size() ? fast
+      const Timing fastSome = fullSizes == sizes ? fast
                                                              : decideAll(m.topo, coll, true, fullSizes);
       const Timing full = decideAll(m.topo, coll, false, fullSizes);
       printf("  %-26s %-14s %6d %10.3f %10.3f %10.3f %10.3f %d of %zu\n", m.name.c_str(),

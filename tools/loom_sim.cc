@@ -190,7 +190,7 @@ struct Row {
   std::string refusal;
   double time = 0;
   double wall = 0;  // seconds this machine took to simulate it
-  std::string path;  // with --fast: "fast", or "full (why not)"
+  std::string path = {};  // with --fast: "fast", or "full (why not)"
 };
 
 Row simulateRow(const Builder* b, const CollArgs& args, const loom::topology::Topology& topo,

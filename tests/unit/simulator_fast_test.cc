@@ -217,3 +217,62 @@ TEST(SimulatorFast, PredictsPlansOf8192RanksOnDgxRail1024) {
 
 }  // namespace
 }  // namespace loom::tuner
+
+namespace loom::tuner {
+namespace {
+
+// The tuner with the fast path decides as with the full simulation (it simulates the
+// candidates the fast path puts within kFastWindow of the fastest again in full): every tabled
+// collective, sizes 8 B to 64 MiB, on models of 2 to 64 ranks.
+TEST(TunerFast, ChoosesAsTheFullSimulationDoes) {
+  topology::FabricSpec fabric;
+  fabric.hostsPerLeaf = 2;
+  fabric.spines = 2;
+  fabric.oversubscription = 2;
+  fabric.hostLink = {100 * kGbit, 2e-6, "eth"};
+  topology::CpuHostSpec host;
+  host.ranksPerSocket = 2;
+  host.memory = {10 * kGB, 1e-6, "shm"};
+  host.pcie = {32 * kGB, 0.5e-6, "pcie"};
+  topology::Topology cores = uniformTopology({4, 4});
+  for (topology::Node& n : cores.nodes)
+    if (n.kind == topology::NodeKind::Host) n.cpu = {.cores = 2, .stepOverhead = 1e-6};
+  struct Model {
+    topology::Topology topo;
+    uint64_t factor;  // between the sizes of the sweep
+  };
+  const std::vector<Model> models = {
+      {uniformTopology({2, 1}), 8},          {uniformTopology({1, 4}), 8},
+      {uniformTopology({2, 4}), 8},          {cores, 8},
+      {topology::fatTree("fattree-8x2", 8, host, fabric), 8},
+      {uniformTopology({16, 4}), 64},
+  };
+  int decisions = 0;
+  for (const Model& m : models) {
+    TunerConfig fast, full;
+    fast.sim.fast = true;
+    full.sim.fast = false;
+    Tuner withFast(m.topo, fast), withFull(m.topo, full);
+    const CollArgs base = callOn(m.topo, Collective::AllReduce, 8);
+    for (Collective coll : tabledCollectives()) {
+      if (m.topo.ranks.size() > 16 && coll != Collective::AllReduce &&
+          coll != Collective::AllGather)
+        continue;  // the full simulation of 64 ranks: the two busiest collectives only
+      for (uint64_t bytes = 8; bytes <= (64 << 20); bytes *= m.factor) {
+        const std::vector<TableRow> a = decisionTable(withFast, base, {coll}, bytes, bytes);
+        const std::vector<TableRow> b = decisionTable(withFull, base, {coll}, bytes, bytes);
+        ASSERT_EQ(a.size(), b.size());
+        for (size_t i = 0; i < a.size(); ++i) {
+          EXPECT_EQ(describe(a[i].decision.choice), describe(b[i].decision.choice))
+              << m.topo.name << " " << m.topo.ranks.size() << " ranks "
+              << collectives::collectiveName(coll) << " " << bytes << " B";
+          ++decisions;
+        }
+      }
+    }
+  }
+  printf("%d decisions compared\n", decisions);
+}
+
+}  // namespace
+}  // namespace loom::tuner
