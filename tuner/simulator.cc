@@ -107,6 +107,9 @@ constexpr double kDefaultMessageCopies = 2;
 // Routes of an orbit that the fast path samples for the route standing for all of them
 // (Simulator::foldedRoute).
 constexpr int kRouteSamples = 128;
+// Beyond kRouteSamples, the routes of an orbit sampled (each a BFS over the topology: rd at
+// 8192 ranks has 13 connections a rank).
+constexpr int kSampledRoutes = 32;
 // Connections a rank may have, on average, where the fast path averages routes that differ
 // within an orbit (Simulator::run).
 constexpr size_t kVaryingConnections = 4;
@@ -593,12 +596,12 @@ class Simulator {
   // is counted as itself, with the orbit's crossings of it: where two routes of the orbit
   // collide there, the flow goes at the collision's share, as the slower of them does in the
   // full simulation (rd on a 2:1 fat-tree: 20% faster by the class average). Beyond
-  // kRouteSamples group elements an evenly spread sample of them stands for all, and the links
-  // between switches for their class too. The latency is the mean of the routes'.
+  // kRouteSamples group elements an evenly spread sample of kSampledRoutes stands for all, and
+  // the links between switches for their class too. The latency is the mean of the routes'.
   // Returns whether the orbit's routes differ.
   bool foldedRoute(int a, int b, Route* r) {
     bool vary = false;
-    const int m = fold_->elements, samples = std::min(m, kRouteSamples);
+    const int m = fold_->elements, samples = m <= kRouteSamples ? m : kSampledRoutes;
     const int stride = m / samples;
     std::vector<int32_t> first;  // the first sample's links, mapped
     for (int k = 0; k < samples; ++k) {

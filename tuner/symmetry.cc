@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <tuple>
 
 #include "base/status.h"
@@ -99,15 +100,16 @@ std::vector<int32_t> tiers(const Topology& topo) {
   return tier;
 }
 
-// The group elements checked: a shift's first, middle and last; an xor's generators.
+// The group elements checked: a shift's first, middle and last; an xor's first, middle and
+// last generator (its lowest, middle and highest bit of the block index).
 std::vector<int> checkedElements(const RankSymmetry& s) {
+  const int bits = std::bit_width(unsigned(s.elements)) - 1;
+  const std::initializer_list<int> shift = {1, s.elements / 2, s.elements - 1};
+  const std::initializer_list<int> xorBits = {1, 1 << (bits / 2), s.elements / 2};
   std::vector<int> out;
-  if (s.kind == RankSymmetry::Kind::Shift) {
-    for (int g : {1, s.elements / 2, s.elements - 1})
-      if (g > 0 && std::find(out.begin(), out.end(), g) == out.end()) out.push_back(g);
-  } else {
-    for (int g = 1; g < s.elements; g <<= 1) out.push_back(g);
-  }
+  for (int g : s.kind == RankSymmetry::Kind::Shift ? shift : xorBits)
+    if (g > 0 && g < s.elements && std::find(out.begin(), out.end(), g) == out.end())
+      out.push_back(g);
   return out;
 }
 
@@ -153,6 +155,10 @@ struct HostModel {
   std::vector<int32_t> linkClass;                // per link between switches: its class's first
   std::map<int32_t, int32_t> classSize;          // per class (its first link): its links
   std::vector<std::vector<int64_t>> fromHost0;  // per host: the route from host 0, as signature()
+  // Per kind (shift, xor), blockSymmetry's answer once found: routing every host again for it
+  // costs a BFS per host and group element (10k on dgx-rail-1024 for an xor).
+  mutable std::mutex mutex;
+  mutable std::optional<std::pair<bool, RankSymmetry>> blocks[2];
 };
 
 // Whether every host has the same nodes and links, its ranks in the same places; fills *m.
@@ -367,6 +373,23 @@ std::string cachedHostModel(const Topology& topo, int nranks, std::shared_ptr<co
   return entry->why;
 }
 
+// blockSymmetry, kept in the host model.
+bool cachedBlockSymmetry(const Topology& topo, const HostModel& m, RankSymmetry::Kind kind,
+                         RankSymmetry* s) {
+  std::optional<std::pair<bool, RankSymmetry>>& known = m.blocks[size_t(kind)];
+  {
+    std::lock_guard<std::mutex> lock(m.mutex);
+    if (known) {
+      *s = known->second;
+      return known->first;
+    }
+  }
+  const bool found = blockSymmetry(topo, m, kind, s);
+  std::lock_guard<std::mutex> lock(m.mutex);
+  known.emplace(found, *s);
+  return found;
+}
+
 }  // namespace
 
 std::string findFolding(int nranks, const std::function<RankPlan(int)>& planOf,
@@ -386,7 +409,7 @@ std::string findFolding(int nranks, const std::function<RankPlan(int)>& planOf,
       // does not keep (torus allreduce of 32 KiB, 4 hosts x 8 ranks on 4 cores: 6% slow).
       if (!exact && topo.nodes[size_t(topo.hostNodes()[0])].cpu.cores > 0) continue;
       RankSymmetry s;
-      if (!plansAlike(m, kind, exact, reps, planOf) || !blockSymmetry(topo, m, kind, &s))
+      if (!plansAlike(m, kind, exact, reps, planOf) || !cachedBlockSymmetry(topo, m, kind, &s))
         continue;
       for (int i = int(reps.size()); i < s.period; ++i) reps.push_back(planOf(i));
       out->exact = exact;

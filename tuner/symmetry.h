@@ -1,15 +1,16 @@
 // The simulator's fast path (docs/SIMULATOR.md "The fast path"): a call whose plans and topology
-// look the same from every host is simulated for one host's ranks only.
+// look the same from every host is simulated for one block of hosts' ranks only.
 //
-// Ranks are numbered host by host, rank = e·P + i with P ranks a host and e the host. A group
-// of M = nranks / P elements acts on the hosts, either by shifting them (e → e + g mod M: ring,
+// Ranks are numbered host by host, rank = e·P + i with P ranks a block of hosts and e the block
+// (a block: the fewest hosts that move as a whole, a fat-tree's leaf; findFolding). A group
+// of M = nranks / P elements acts on the blocks, either by shifting them (e → e + g mod M: ring,
 // hierarchical, torus, pairwise and Bruck plans) or by xor (e → e ^ g, M a power of two:
-// recursive doubling and halving). Where every rank's plan is the plan of its host-0 counterpart
-// with every peer moved by the same element, and every host has the same nodes and links, the
-// timelines of all the ranks of an orbit are the same: one representative per orbit (host 0's
-// ranks) is simulated, a message to another host's rank becomes a message to its representative
-// over the route the real one takes, and each link on that route stands for the links of its
-// class (RankSymmetry::linkClass).
+// recursive doubling). Where every rank's plan is the plan of its block-0 counterpart with every
+// peer moved by the same element, and every host has the same nodes and links, the timelines of
+// all the ranks of an orbit are the same: one representative per orbit (block 0's ranks) is
+// simulated, a message to another block's rank becomes a message to its representative over
+// the routes the real ones take, and each link on them stands for the links of its class
+// (RankSymmetry::linkClass).
 #pragma once
 
 #include <cstdint>
@@ -25,8 +26,8 @@ namespace loom::tuner {
 struct RankSymmetry {
   enum class Kind : uint8_t { Shift, Xor };
   Kind kind = Kind::Shift;
-  int period = 1;    // P: ranks per host; ranks 0..P-1 represent their orbits
-  int elements = 1;  // M: hosts, the group's order
+  int period = 1;    // P: ranks per block; ranks 0..P-1 represent their orbits
+  int elements = 1;  // M: blocks, the group's order
   // Per topology link: the link that stands for its class in the simulation, and the links of
   // the class one crossing of it is worth there (1 for a host's own link; for a link between
   // switches, shared by all hosts' traffic, M over the class's size: the class's links carry
@@ -63,9 +64,9 @@ struct Folding {
 // Whether plans (planOf(r): rank r's plan, built on demand, for a few ranks only) and topo are
 // symmetric under a group of the hosts, and if so how to fold them. Returns "" and fills *out,
 // or why the fast path does not apply. The plans are checked on every representative against
-// its images under a few group elements (a shift's first, middle and last, an xor's
-// generators), not on every rank: a builder whose plans differed only elsewhere would be
-// folded wrongly, which the tests against the full simulator would show.
+// its images under a few group elements (a shift's first, middle and last, an xor's lowest,
+// middle and highest generator), not on every rank: a builder whose plans differed only
+// elsewhere would be folded wrongly, which the tests against the full simulator would show.
 std::string findFolding(int nranks, const std::function<collectives::RankPlan(int)>& planOf,
                         const topology::Topology& topo, Folding* out);
 
