@@ -3,17 +3,17 @@
 // collective, every power-of-two bucket from 8 B to 1 GiB is decided once by a fresh tuner, with
 // the simulator's fast path (LOOM_SIM_FAST=1, the default) and without it, and the wall time per
 // decision is printed (mean and worst), with how many decisions differ between the two. At 1024
-// ranks five buckets (8 B to 128 MiB) are decided, and only allreduce without the fast path.
+// ranks five buckets (8 B to 128 MiB) of allreduce are decided, each printed.
 //
-//   loom_bench_tuner [--full-1024]   (the full simulation at 1024 ranks takes minutes a bucket:
-//                                     without the flag only allreduce's 8 B and 1 MiB buckets
-//                                     are timed there)
+//   loom_bench_tuner [--full-1024]   (the full simulation at 1024 ranks takes over a minute a
+//                                     bucket: only with the flag)
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "collectives/builders.h"
 #include "topology/builders.h"
 #include "tuner/tuner.h"
@@ -28,6 +28,7 @@ using loom::tuner::Tuner;
 
 struct Timing {
   double mean = 0, worst = 0;  // ms per new bucket
+  std::vector<double> each;   // ms per bucket, in order
   std::vector<Decision> decisions;
 };
 
@@ -52,6 +53,7 @@ Timing decideAll(const loom::topology::Topology& topo, Collective coll, bool fas
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     t.mean += ms / double(sizes.size());
     t.worst = std::max(t.worst, ms);
+    t.each.push_back(ms);
     t.decisions.push_back(d);
   }
   return t;
@@ -85,11 +87,10 @@ int main(int argc, char** argv) {
       {"uniform 1x8", loom::tuner::uniformTopology({1, 8})},
       {"uniform 2x4", loom::tuner::uniformTopology({2, 4})},
       {"local-1host-2core-shm (4)", corpus("local-1host-2core-shm")},
-      {"uniform 128x8", loom::tuner::uniformTopology({128, 8})},
       {"dgx-rail-128", corpus("dgx-rail-128")},
   };
-  printf("# ms per new size bucket's decision, buckets 8 B .. 1 GiB (full: %s at 1024 ranks)\n",
-         full1024 ? "all" : "8 B and 1 MiB only");
+  printf("# ms per new size bucket's decision, buckets 8 B .. 1 GiB (1024 ranks: five, %s)\n",
+         full1024 ? "every collective, full too" : "allreduce, fast path only");
   printf("# %-26s %-14s %6s %10s %10s %10s %10s %s\n", "model", "collective", "ranks",
          "fast mean", "fast worst", "full mean", "full worst", "decisions that differ");
   for (const Model& m : models) {
@@ -98,16 +99,20 @@ int main(int argc, char** argv) {
     // rhd) take the full simulation's seconds.
     std::vector<uint64_t> sizes = all;
     if (n >= 1024) sizes = {8, 512, 32 << 10, 2 << 20, 128 << 20};
-    const std::vector<uint64_t> fullSizes =
-        n >= 1024 && !full1024 ? std::vector<uint64_t>{8, 1 << 20} : sizes;
+    const std::vector<uint64_t> fullSizes = n >= 1024 && !full1024 ? std::vector<uint64_t>{} : sizes;
     for (Collective coll : {Collective::AllReduce, Collective::AllGather,
                             Collective::ReduceScatter, Collective::AlltoAll}) {
       const Timing fast = decideAll(m.topo, coll, true, sizes);
-      if (n >= 1024 && !full1024 && coll != Collective::AllReduce) {
-        printf("  %-26s %-14s %6d %10.3f %10.3f %10s %10s -\n", m.name.c_str(),
-               loom::collectives::collectiveName(coll), n, fast.mean, fast.worst, "-", "-");
-        continue;
+      if (n >= 1024) {
+        std::string each;
+        for (size_t i = 0; i < fast.each.size(); ++i)
+          each += loom::strprintf(" %llu B: %.0f ms", (unsigned long long)sizes[i], fast.each[i]);
+        printf("  %-26s %-14s %6d %10.3f %10.3f %10s %10s -%s\n", m.name.c_str(),
+               loom::collectives::collectiveName(coll), n, fast.mean, fast.worst, "-", "-",
+               each.c_str());
+        if (!full1024) break;  // allreduce only
       }
+      if (fullSizes.empty()) continue;
       const Timing fastSome = fullSizes == sizes ? fast
                                                              : decideAll(m.topo, coll, true, fullSizes);
       const Timing full = decideAll(m.topo, coll, false, fullSizes);

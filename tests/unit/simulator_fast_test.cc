@@ -127,27 +127,37 @@ TEST(SimulatorFast, AgreesWithTheFullSimulationOnCpuModelledHosts) {
   EXPECT_GT(s.folded, 0);
 }
 
-// Switches between switches (spines) carry every host's traffic: the fast path spreads it over
-// the links of their class, as ECMP does on average.
-TEST(SimulatorFast, AgreesWithTheFullSimulationOnFabricsWithSpines) {
+// A 2:1 fat-tree of `hosts` hosts of `ranks` ranks, `perLeaf` a leaf, 2 spines.
+topology::Topology fatTreeOf(const std::string& name, int hosts, int ranks, int perLeaf) {
   topology::FabricSpec fabric;
-  fabric.hostsPerLeaf = 4;
+  fabric.hostsPerLeaf = perLeaf;
   fabric.spines = 2;
   fabric.oversubscription = 2;
   fabric.hostLink = {200 * kGbit, 1e-6, "ib"};
   fabric.spineLatency = 0.5e-6;
   topology::CpuHostSpec host;
-  host.ranksPerSocket = 4;
+  host.ranksPerSocket = ranks;
   host.memory = {10 * kGB, 1e-6, "shm"};
   host.pcie = {32 * kGB, 0.5e-6, "pcie"};
-  const Sweep fat = compareAll(topology::fatTree("fattree-16x4", 16, host, fabric), {8, 2 << 20});
+  return topology::fatTree(name, hosts, host, fabric);
+}
+
+// Links between switches (spines) carry every host's traffic: the fast path counts what an
+// orbit puts on each, and moves whole leaves.
+TEST(SimulatorFast, AgreesWithTheFullSimulationOnFabricsWithSpines) {
+  const Sweep fat = compareAll(fatTreeOf("fattree-16x4", 16, 4, 4), {8, 2 << 20});
   EXPECT_GT(fat.folded, 0);
 }
 
+// The corpus model of that name (topology/builders.h; dgx-rail-1024 with `huge`).
+topology::Topology corpusModel(const std::string& name, bool huge = false) {
+  for (topology::Topology& m : topology::corpusModels(huge))
+    if (m.name == name) return std::move(m);
+  return {};
+}
+
 TEST(SimulatorFast, AgreesWithTheFullSimulationOnARailOptimisedModel) {
-  topology::Topology rail;
-  for (topology::Topology& m : topology::corpusModels(false))
-    if (m.name == "dgx-rail-16") rail = std::move(m);
+  const topology::Topology rail = corpusModel("dgx-rail-16");
   ASSERT_EQ(rail.ranks.size(), 128u);
   const Sweep dgx = compareAll(rail, {8, 2 << 20}, {"ring", "hierarchical", "rd"});
   EXPECT_GT(dgx.folded, 0);
@@ -156,9 +166,7 @@ TEST(SimulatorFast, AgreesWithTheFullSimulationOnARailOptimisedModel) {
 // 1024 ranks, where the full simulation takes seconds (of alltoall's hierarchical plan, 47):
 // allreduce's hierarchical and rd plans on dgx-rail-128.
 TEST(SimulatorFast, AgreesWithTheFullSimulationAt1024Ranks) {
-  topology::Topology rail;
-  for (topology::Topology& m : topology::corpusModels(false))
-    if (m.name == "dgx-rail-128") rail = std::move(m);
+  const topology::Topology rail = corpusModel("dgx-rail-128");
   ASSERT_EQ(rail.ranks.size(), 1024u);
   const Sweep s = compareAll(rail, {1 << 20}, {"hierarchical", "rd"}, {Collective::AllReduce});
   EXPECT_GT(s.folded, 0);
@@ -196,9 +204,7 @@ TEST(SimulatorFast, FallsBackToTheFullSimulationAndSaysWhy) {
 // The figure of docs/SIMULATOR.md "The fast path": every builder that folds, at 8192 ranks on
 // dgx-rail-1024, in under a second per size. Logged: wall times are not asserted.
 TEST(SimulatorFast, PredictsPlansOf8192RanksOnDgxRail1024) {
-  topology::Topology rail;
-  for (topology::Topology& m : topology::corpusModels())
-    if (m.name == "dgx-rail-1024") rail = std::move(m);
+  const topology::Topology rail = corpusModel("dgx-rail-1024", /*huge=*/true);
   ASSERT_EQ(rail.ranks.size(), 8192u);
   for (const char* algo : {"ring", "hierarchical", "torus"}) {
     const Builder* b = collectives::findBuilder(Collective::AllReduce, algo);
@@ -225,15 +231,6 @@ namespace {
 // candidates the fast path puts within kFastWindow of the fastest again in full): every tabled
 // collective, sizes 8 B to 64 MiB, on models of 2 to 64 ranks.
 TEST(TunerFast, ChoosesAsTheFullSimulationDoes) {
-  topology::FabricSpec fabric;
-  fabric.hostsPerLeaf = 2;
-  fabric.spines = 2;
-  fabric.oversubscription = 2;
-  fabric.hostLink = {100 * kGbit, 2e-6, "eth"};
-  topology::CpuHostSpec host;
-  host.ranksPerSocket = 2;
-  host.memory = {10 * kGB, 1e-6, "shm"};
-  host.pcie = {32 * kGB, 0.5e-6, "pcie"};
   topology::Topology cores = uniformTopology({4, 4});
   for (topology::Node& n : cores.nodes)
     if (n.kind == topology::NodeKind::Host) n.cpu = {.cores = 2, .stepOverhead = 1e-6};
@@ -244,7 +241,7 @@ TEST(TunerFast, ChoosesAsTheFullSimulationDoes) {
   const std::vector<Model> models = {
       {uniformTopology({2, 1}), 8},          {uniformTopology({1, 4}), 8},
       {uniformTopology({2, 4}), 8},          {cores, 8},
-      {topology::fatTree("fattree-8x2", 8, host, fabric), 8},
+      {fatTreeOf("fattree-8x2", 8, 2, 2), 8},
       {uniformTopology({16, 4}), 64},
   };
   int decisions = 0;
