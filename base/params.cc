@@ -140,6 +140,10 @@ const Entry kEntries[] = {
      "How loom picks algorithms without a matching LOOM_TUNE rule: model (simulate the "
      "candidates on the communicator's topology; the built-in table when there is none) or "
      "table (the built-in table only)."},
+    {"LOOM_SIM_FAST", Type::Bool, "1",
+     "1: the model simulates a call whose hosts and plans are alike with the simulator's fast "
+     "path, one host's ranks for all (docs/SIMULATOR.md); 0: every rank, as the full "
+     "simulation does."},
     {"LOOM_AUTOTUNE", Type::Bool, "0",
      "1: measure the best candidates of each size bucket on the communicator at its first call "
      "and cache the winners per topology signature in LOOM_CACHE_DIR (docs/TUNING.md, "

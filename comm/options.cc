@@ -132,6 +132,7 @@ void readDiscoveryAndAutotune(CommOptions* out) {
 void readTuningFacts(tuner::TunerConfig* out) {
   out->sim = withTransportFacts(out->sim);
   out->sim.singleCopyBytes = nonNegative(params::getInt("LOOM_SHM_CMA_THRESHOLD"));
+  out->sim.fast = params::getBool("LOOM_SIM_FAST");
   out->call.sharedBytes =
       transports::ShmArena::callBytes(nonNegative(params::getInt("LOOM_SHM_DIRECT_BYTES")));
   if (const int64_t lead = params::getInt("LOOM_ALLTOALL_LEAD"); lead >= 0)
