@@ -82,7 +82,9 @@ const Entry kEntries[] = {
      "read and whose streams are threads: for tests), or none (host memory only)."},
     // Transports.
     {"LOOM_TRANSPORT", Type::String, "auto",
-     "auto (shm within a host, tcp across hosts), shm, or tcp (forces TCP everywhere).",
+     "auto (shm within a host; across hosts ucx where both hosts have an RDMA device and loom "
+     "was built with UCX, else tcp), shm, tcp (TCP everywhere) or ucx (UCX everywhere: UCX "
+     "picks shared memory, CMA, verbs or TCP itself; UCX_TLS narrows its choice).",
      "NCCL_SHM_DISABLE", ncclenv::shmDisable},
     {"LOOM_SHM_SLOT_BYTES", Type::Bytes, "256K",
      "Size of one slot of a shared-memory ring."},
@@ -99,6 +101,10 @@ const Entry kEntries[] = {
      "its first call. A call uses half, as 2 x ranks slots; larger messages go through the "
      "slots in chunks, two barriers each, so a larger arena means fewer barriers. The peer "
      "algorithms use only its barriers and where each rank's buffers are. 0 disables both."},
+    {"LOOM_UCX_CHUNK_BYTES", Type::Bytes, "1M",
+     "The UCX transport cuts messages in tagged messages of this size (a pair uses the smaller "
+     "of its two settings); UCX sends each above its rendezvous threshold (UCX_RNDV_THRESH) "
+     "zero-copy."},
     {"LOOM_TCP_SOCKETS", Type::Int, "2", "TCP sockets per peer and lane."},
     {"LOOM_TCP_CHUNK_BYTES", Type::Bytes, "128K",
      "Messages are striped over a peer's sockets in chunks of this size."},
@@ -134,6 +140,10 @@ const Entry kEntries[] = {
      "How loom picks algorithms without a matching LOOM_TUNE rule: model (simulate the "
      "candidates on the communicator's topology; the built-in table when there is none) or "
      "table (the built-in table only)."},
+    {"LOOM_SIM_FAST", Type::Bool, "1",
+     "1: the model simulates a call whose hosts and plans are alike with the simulator's fast "
+     "path, one host's ranks for all (docs/SIMULATOR.md); 0: every rank, as the full "
+     "simulation does."},
     {"LOOM_AUTOTUNE", Type::Bool, "0",
      "1: measure the best candidates of each size bucket on the communicator at its first call "
      "and cache the winners per topology signature in LOOM_CACHE_DIR (docs/TUNING.md, "

@@ -1,5 +1,7 @@
-# loom_layer(NAME FOLDERS f...): an object library of the .cc files under NAME/ (and its
-# subfolders), compiled against the folders listed and nothing else of the source tree.
+# loom_layer(NAME FOLDERS f... [EXCLUDE file...]): an object library of the .cc files under
+# NAME/ (and its subfolders) but those EXCLUDE names (paths from the source root: the half of an
+# optional part that this build does not want), compiled against the folders listed and nothing
+# else of the source tree.
 #
 # Sources include each other by path from the source root ("base/status.h"). Rather than the
 # root, each layer's include path is a folder of its own in the build tree holding links to the
@@ -21,9 +23,12 @@ function(loom_source_view name out)
 endfunction()
 
 function(loom_layer name)
-  cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "FOLDERS")
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "FOLDERS;EXCLUDE")
   loom_source_view(${name} view ${arg_FOLDERS})
   file(GLOB_RECURSE sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/${name}/*.cc)
+  foreach(excluded IN LISTS arg_EXCLUDE)
+    list(REMOVE_ITEM sources ${PROJECT_SOURCE_DIR}/${excluded})
+  endforeach()
   add_library(loom_layer_${name} OBJECT ${sources})
   target_include_directories(loom_layer_${name} PRIVATE ${view} ${PROJECT_SOURCE_DIR}/include)
   target_link_libraries(loom_layer_${name} PRIVATE Threads::Threads)

@@ -382,7 +382,7 @@ static loomResult_t release(loomComm_t comm, const char* fn, const char* abortRe
   if (comm->impl && comm->ordered) {
     // A destroy lets the stream-ordered calls already enqueued run first (they are bounded by
     // the deadline); an abort revokes, so that the one running ends, and drops the others.
-    if (abortReason != nullptr) comm->impl->revoke(abortReason);
+    if (abortReason != nullptr) comm->impl->abort(abortReason);
     else awaitOrderedSlow(comm).ignore();
     stopOrdered(comm);
   }

@@ -118,20 +118,25 @@ Status Comm::exchangePeers(const loomUniqueId& id, const Deadline& deadline,
   me->machineId = topology::machineIdentity();
   if (sched_getaffinity(0, sizeof(me->cpus), &me->cpus) != 0) CPU_SET(sched_getcpu(), &me->cpus);
   snprintf(me->hostname, sizeof(me->hostname), "%s", hostname.c_str());
-  LOOM_TRY(connections_.open(&ctx_, transportMode_, options.shm, options.tcp, me));
+  std::string ucxAddress;
+  LOOM_TRY(connections_.open(&ctx_, transportMode_, options.shm, options.tcp, options.ucx, me,
+                             &ucxAddress));
   // LOOM_CHECK travels with the record: a rank that checks waits for every rank in every call,
-  // so the ranks must agree on it.
+  // so the ranks must agree on it. UCX's worker address (of variable length) ends it.
   std::string record(reinterpret_cast<const char*>(me), sizeof(*me));
   record += char(checkCalls_);
+  record += ucxAddress;
   std::vector<std::string> all;
   LOOM_TRY(boot_.allgather(record, &all, deadline));
   ctx_.peers.resize(nranks());
+  ctx_.ucxAddresses.resize(nranks());
   std::vector<int> checking;
   for (int r = 0; r < nranks(); ++r) {
-    if (all[r].size() != sizeof(transports::PeerInfo) + 1)
+    if (all[r].size() < sizeof(transports::PeerInfo) + 1)
       return errorf(loomInternalError, "bootstrap: rank %d sent a malformed peer record", r);
     memcpy(&ctx_.peers[r], all[r].data(), sizeof(transports::PeerInfo));
-    if (all[r].back() != 0) checking.push_back(r);
+    if (all[r][sizeof(transports::PeerInfo)] != 0) checking.push_back(r);
+    ctx_.ucxAddresses[r] = all[r].substr(sizeof(transports::PeerInfo) + 1);
     if (transportMode_ == "shm" && ctx_.peers[r].hostId != me->hostId)
       return errorf(loomInvalidArgument,
                     "LOOM_TRANSPORT=shm but rank %d is on another host (%s)", r,
@@ -248,7 +253,8 @@ const char* Comm::lastAlgorithm() {
 }
 
 void Comm::abort(const std::string& reason) {
-  if (recorder_.enabled() && recorder_.dumpsOn(kDumpOnAbort)) dumpTraceLogged("abort");
+  if (!errors_.revoked() && recorder_.enabled() && recorder_.dumpsOn(kDumpOnAbort))
+    dumpTraceLogged("abort");
   revoke(reason);
 }
 

@@ -95,7 +95,8 @@ class Comm final : public collectives::ExecHost {
   // tells the peers, whose calls end too. Any thread (loomCommRevoke, loomCommAbort).
   void revoke(const std::string& reason);
   bool revoked() const { return errors_.revoked(); }
-  // loomCommAbort: writes the flight recorder where LOOM_FLIGHT_RECORDER_DUMP asks, and revokes.
+  // loomCommAbort: writes the flight recorder where LOOM_FLIGHT_RECORDER_DUMP asks (once: not
+  // after a revoke), and revokes.
   void abort(const std::string& reason);
   // Tells the peers this rank is gone on purpose (destroy) or not (abort).
   void leave();

@@ -3,18 +3,33 @@
 #include <algorithm>
 
 #include "base/log.h"
+#include "topology/probe.h"
 
 namespace loom {
 
 Status Connections::open(const transports::CommContext* ctx, const std::string& mode,
                          const transports::ShmOptions& shm,
-                         const transports::tcp::TcpOptions& tcp, transports::PeerInfo* me) {
+                         const transports::tcp::TcpOptions& tcp,
+                         const transports::ucx::UcxOptions& ucx, transports::PeerInfo* me,
+                         std::string* ucxAddress) {
   ctx_ = ctx;
   mode_ = mode;
-  if (mode_ != "tcp") LOOM_TRY(transports::createShmTransport(ctx_, shm, &shm_));
-  if (mode_ != "shm") {
+  if (mode_ == "auto" || mode_ == "shm") LOOM_TRY(transports::createShmTransport(ctx_, shm, &shm_));
+  if (mode_ == "auto" || mode_ == "tcp") {
     LOOM_TRY(transports::tcp::createTcpTransport(ctx_, tcp, &tcp_));
     transports::tcpListenAddress(*tcp_, me);
+  }
+  bool withUcx = mode_ == "ucx";
+  if (mode_ == "auto" && transports::ucx::ucxBuilt()) {
+    const std::vector<std::string> rdma = topology::rdmaDevices();
+    withUcx = !rdma.empty();
+    if (withUcx)
+      LOOM_INFO("INIT", "RDMA device %s found: UCX carries the links to hosts that have one too",
+                rdma.front().c_str());
+  }
+  if (withUcx) {
+    LOOM_TRY(transports::ucx::createUcxTransport(ctx_, ucx, &ucx_));
+    *ucxAddress = transports::ucx::ucxAddress(*ucx_);
   }
   return Status::ok();
 }
@@ -22,7 +37,20 @@ Status Connections::open(const transports::CommContext* ctx, const std::string& 
 transports::Transport* Connections::transportFor(int peer) const {
   if (mode_ == "tcp") return tcp_.get();
   if (mode_ == "shm") return shm_.get();
-  return shm_->canConnect(peer) ? shm_.get() : tcp_.get();
+  if (mode_ == "ucx") return ucx_.get();
+  if (shm_->canConnect(peer)) return shm_.get();
+  const bool theyHaveUcx =
+      size_t(peer) < ctx_->ucxAddresses.size() && !ctx_->ucxAddresses[size_t(peer)].empty();
+  return ucx_ && theyHaveUcx ? ucx_.get() : tcp_.get();
+}
+
+std::string Connections::hostTransportName() const {
+  return mode_ == "auto" ? "shm" : mode_;
+}
+
+std::string Connections::networkTransportName() const {
+  if (mode_ != "auto") return mode_;
+  return ucx_ ? "ucx" : "tcp";
 }
 
 Status Connections::get(int peer, int lane, int64_t timeoutMs, transports::Connection** out,

@@ -10,16 +10,20 @@
 #include "transports/shm/shm_transport.h"
 #include "transports/tcp/tcp_transport.h"
 #include "transports/transport.h"
+#include "transports/ucx/ucx_transport.h"
 
 namespace loom {
 
 class Connections {
  public:
-  // Creates the transports LOOM_TRANSPORT's mode (auto, shm, tcp) allows, with their options;
-  // tcp's listen address goes into *me, which the peers then learn. ctx outlives this.
+  // Creates the transports LOOM_TRANSPORT's mode (auto, shm, tcp, ucx) allows, with their
+  // options; tcp's listen address goes into *me and UCX's worker address into *ucxAddress,
+  // which the peers then learn. Under auto, UCX is created where this host has an RDMA device
+  // (topology::rdmaDevices) and loom was built with it. ctx outlives this.
   Status open(const transports::CommContext* ctx, const std::string& mode,
               const transports::ShmOptions& shm, const transports::tcp::TcpOptions& tcp,
-              transports::PeerInfo* me);
+              const transports::ucx::UcxOptions& ucx, transports::PeerInfo* me,
+              std::string* ucxAddress);
   // The connection to peer on lane, made the first time (within timeoutMs), and its transport.
   Status get(int peer, int lane, int64_t timeoutMs, transports::Connection** out,
              transports::Transport** transport);
@@ -29,14 +33,19 @@ class Connections {
   // there (topology::slowestNetworkLink): a flow faster than that only fills the queue in front
   // of the link, and a short queue overflows (docs/CALIBRATION.md, netns).
   void paceTcp(const topology::Topology& topo);
-  // The transport a connection to `peer` uses (the mode's, else shm within a host).
+  // The transport a connection to `peer` uses: the mode's; under auto shm within a host, else
+  // UCX where both ranks published a UCX address, else tcp.
   transports::Transport* transportFor(int peer) const;
+  // The name of what ranks of one host connect over, and ranks of two hosts (for the topology
+  // probe's figures): "shm", "tcp" or "ucx".
+  std::string hostTransportName() const;
+  std::string networkTransportName() const;
 
  private:
   const transports::CommContext* ctx_ = nullptr;
   std::string mode_;
   // Declared before the connections, which go first.
-  std::unique_ptr<transports::Transport> shm_, tcp_;
+  std::unique_ptr<transports::Transport> shm_, tcp_, ucx_;
   // By (lane, peer).
   std::vector<std::vector<std::unique_ptr<transports::Connection>>> conns_;
   std::vector<std::vector<transports::Transport*>> connTransport_;

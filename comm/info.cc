@@ -7,6 +7,7 @@
 #include "base/status.h"
 #include "collectives/builders.h"
 #include "loom/loom.h"
+#include "transports/ucx/ucx_transport.h"
 
 namespace loom {
 namespace {
@@ -24,6 +25,22 @@ std::string algorithmsJson() {
     out += "]";
   }
   return out + "}";
+}
+
+// {"version": "1.13.1", "transports": ["tcp/lo", ...], "memory_types": ["host", ...],
+//  "rdma": false, "cuda_memory": false} or {"error": "..."}.
+std::string ucxJson() {
+  const transports::ucx::UcxDescription d = transports::ucx::describeUcx();
+  if (!d.error.empty()) return "{\"error\": " + jsonString(d.error) + "}";
+  auto list = [](const std::vector<std::string>& v) {
+    std::string out = "[";
+    for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + jsonString(v[i]);
+    return out + "]";
+  };
+  return "{\"version\": " + jsonString(d.version) + ", \"transports\": " + list(d.transports) +
+         ", \"memory_types\": " + list(d.memoryTypes) + ", \"rdma\": " +
+         (d.rdma ? "true" : "false") + ", \"cuda_memory\": " + (d.cudaMemory ? "true" : "false") +
+         "}";
 }
 
 std::string parametersJson() {
@@ -44,7 +61,8 @@ std::string parametersJson() {
 std::string infoJson() {
   return strprintf("{\"version\": \"%d.%d.%d\", \"version_code\": %d, ", LOOM_MAJOR,
                    LOOM_MINOR, LOOM_PATCH, LOOM_VERSION_CODE) +
-         "\"transports\": [\"shm\", \"tcp\"], \"reduction_kernels\": " + jsonString(reduceIsa()) +
+         "\"transports\": [\"shm\", \"tcp\"" + (transports::ucx::ucxBuilt() ? ", \"ucx\"" : "") +
+         "], \"ucx\": " + ucxJson() + ", \"reduction_kernels\": " + jsonString(reduceIsa()) +
          ", \"algorithms\": " + algorithmsJson() + ", \"parameters\": " + parametersJson() + "}";
 }
 

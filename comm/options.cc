@@ -69,8 +69,9 @@ Status readCallerChoices(const loomConfig_t* config, CommOptions* out) {
     if (config->size >= offsetof(loomConfig_t, transport) + sizeof(char*) && config->transport)
       out->transport = config->transport;
   }
-  if (out->transport != "auto" && out->transport != "shm" && out->transport != "tcp")
-    return errorf(loomInvalidArgument, "LOOM_TRANSPORT=\"%s\": expected auto, shm or tcp",
+  if (out->transport != "auto" && out->transport != "shm" && out->transport != "tcp" &&
+      out->transport != "ucx")
+    return errorf(loomInvalidArgument, "LOOM_TRANSPORT=\"%s\": expected auto, shm, tcp or ucx",
                   out->transport.c_str());
   return parseAlgorithms(algos, &out->forcedBuilders);
 }
@@ -131,6 +132,7 @@ void readDiscoveryAndAutotune(CommOptions* out) {
 void readTuningFacts(tuner::TunerConfig* out) {
   out->sim = withTransportFacts(out->sim);
   out->sim.singleCopyBytes = nonNegative(params::getInt("LOOM_SHM_CMA_THRESHOLD"));
+  out->sim.fast = params::getBool("LOOM_SIM_FAST");
   out->call.sharedBytes =
       transports::ShmArena::callBytes(nonNegative(params::getInt("LOOM_SHM_DIRECT_BYTES")));
   if (const int64_t lead = params::getInt("LOOM_ALLTOALL_LEAD"); lead >= 0)
@@ -169,10 +171,12 @@ Status readCommOptions(const loomConfig_t* config, CommOptions* out) {
   ncclenv::reportOnce();
   LOOM_TRY(readCallerChoices(config, out));
   LOOM_TRY(readTuning(&out->tuning));
-  // LOOM_TRANSPORT=tcp means no shared memory at all, so no direct (arena) algorithms either.
-  if (out->transport == "tcp") out->tuning.call.sharedBytes = 0;
+  // LOOM_TRANSPORT=tcp or ucx means no shared memory of loom's own, so no direct (arena)
+  // algorithms either.
+  if (out->transport == "tcp" || out->transport == "ucx") out->tuning.call.sharedBytes = 0;
   out->shm = readShmOptions();
   out->tcp = readTcpOptions();
+  out->ucx = readUcxOptions();
   out->directBytes = nonNegative(params::getInt("LOOM_SHM_DIRECT_BYTES"));
   LOOM_TRY(readWaitOptions(out));
   out->checkCalls = params::getBool("LOOM_CHECK");
@@ -190,6 +194,12 @@ transports::ShmOptions readShmOptions() {
 }
 
 transports::tcp::TcpOptions readTcpOptions() { return transports::tcp::tcpOptionsFromParams(); }
+
+transports::ucx::UcxOptions readUcxOptions() {
+  transports::ucx::UcxOptions o;
+  o.chunkBytes = size_t(nonNegative(params::getInt("LOOM_UCX_CHUNK_BYTES")));
+  return o;
+}
 
 Status readTuning(tuner::TunerConfig* out) {
   readTuningFacts(out);

@@ -18,6 +18,7 @@
 #include "topology/topology.h"
 #include "transports/shm/shm_transport.h"
 #include "transports/tcp/tcp_transport.h"
+#include "transports/ucx/ucx_transport.h"
 #include "tuner/autotuner.h"
 #include "tuner/simulator.h"
 #include "tuner/tuner.h"
@@ -30,11 +31,12 @@ using ForcedBuilders =
 
 struct CommOptions {
   int64_t timeoutMs = -1;           // LOOM_TIMEOUT_MS, or the config's
-  std::string transport;            // LOOM_TRANSPORT, or the config's: auto, shm or tcp
+  std::string transport;            // LOOM_TRANSPORT, or the config's: auto, shm, tcp or ucx
   ForcedBuilders forcedBuilders{};  // LOOM_ALGO, or the config's
-  tuner::TunerConfig tuning;        // readTuning; no arena under LOOM_TRANSPORT=tcp
+  tuner::TunerConfig tuning;        // readTuning; no arena under LOOM_TRANSPORT=tcp or ucx
   transports::ShmOptions shm;       // readShmOptions
   transports::tcp::TcpOptions tcp;  // readTcpOptions
+  transports::ucx::UcxOptions ucx;  // readUcxOptions
   uint64_t directBytes = 0;         // LOOM_SHM_DIRECT_BYTES: the direct arena's data
   WaitPolicy wait;                  // readWaitPolicy
   bool bindToCores = true;  // LOOM_BIND=auto (else none)
@@ -59,6 +61,8 @@ WaitPolicy readWaitPolicy();
 transports::ShmOptions readShmOptions();
 // LOOM_TCP_SOCKETS, LOOM_TCP_CHUNK_BYTES, LOOM_TCP_PACING.
 transports::tcp::TcpOptions readTcpOptions();
+// LOOM_UCX_CHUNK_BYTES.
+transports::ucx::UcxOptions readUcxOptions();
 // LOOM_TUNE's rules, LOOM_TUNER's mode, as `fixed` the parameters the user set (LOOM_LANES,
 // LOOM_TORUS_DIMS, LOOM_ALLTOALL_FANIN; 0 = the tuner's to choose), what callSettings takes
 // (LOOM_ALLTOALL_LEAD, the bytes a call may use of LOOM_SHM_DIRECT_BYTES' arena), and the

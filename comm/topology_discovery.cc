@@ -14,7 +14,8 @@ Status Comm::discoverTopology(const topology::DiscoveryOptions& options,
   setup.hostOf = hostOf_;
   setup.hostCount = hostCount_;
   setup.machineRanks = machineRanks_;
-  setup.hostTransport = transportMode_ == "tcp" ? "tcp" : "shm";
+  setup.hostTransport = connections_.hostTransportName();
+  setup.networkTransport = connections_.networkTransportName();
   setup.transportTo = [this](int peer) { return transportFor(peer); };
   return topology::discoverCommTopology(setup, options, boot_, deadline, &topo_);
 }

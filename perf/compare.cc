@@ -59,6 +59,10 @@ std::string formatComparison(const std::vector<LibraryRuns>& libs, const Options
       t += "# " + lib.name + ": " + lib.unavailable + "\n";
     } else if (lib.name == "nccl") {
       t += "# nccl: loom through NCCL's API, its libnccl.so.2 (loom-perf --api nccl)\n";
+    } else if (const auto env = loomTransportSetting(lib.name); !env.empty()) {
+      std::string settings;
+      for (const std::string& e : env) settings += " " + e;
+      t += "# " + lib.name + ": loom with" + settings + "\n";
     }
   }
   // Rows in the order loom ran them; a peer's extra rows (none in practice) are ignored.
@@ -180,7 +184,14 @@ std::vector<std::string> libraryCommand(const Options& o, const std::string& sel
   const fs::path dir = fs::path(selfPath).parent_path();
   const std::string n = std::to_string(o.nranks);
   std::vector<std::string> argv;
-  if (name == "loom" || name == "nccl") {
+  const std::vector<std::string> transport = loomTransportSetting(name);
+  const bool loom = name == "loom" || name == "nccl" || !transport.empty();
+  if (!transport.empty()) {
+    // UCX_TLS is the entry's alone (ucx: UCX's default choice), whatever the caller's.
+    argv = {"env", "-u", "UCX_TLS"};
+    argv.insert(argv.end(), transport.begin(), transport.end());
+    argv.push_back(selfPath);
+  } else if (name == "loom" || name == "nccl") {
     argv = {selfPath};
   } else if (name == "mpi") {
     if (!fs::exists(dir / "loom-mpi-perf")) return argv;
@@ -193,7 +204,7 @@ std::vector<std::string> libraryCommand(const Options& o, const std::string& sel
   const std::vector<std::string> common = sweepArgs(o);
   argv.insert(argv.end(), common.begin(), common.end());
   if (name != "mpi") argv.insert(argv.end(), {"-N", n});
-  if ((name == "loom" || name == "nccl") && !o.algorithm.empty())
+  if (loom && !o.algorithm.empty())
     argv.insert(argv.end(), {"-A", o.algorithm});
   if (name == "nccl") argv.insert(argv.end(), {"--api", "nccl"});
   argv.insert(argv.end(), {"--json", json});

@@ -1,6 +1,8 @@
 // loom-perf --compare mpi,gloo,nccl: the same sweep, on the same number of ranks, run by loom
 // and by the peer baselines, merged into one table of bus bandwidth with loom's ratio to each
-// peer; nccl is loom again, called through NCCL's API on its libnccl.so.2 (--api nccl).
+// peer; nccl is loom again, called through NCCL's API on its libnccl.so.2 (--api nccl), and
+// shm, tcp, ucx, ucx-tcp, ucx-sm are loom again over that transport (loomTransportSetting), so
+// `LOOM_TRANSPORT=ucx loom-perf ... --compare shm,tcp` sets UCX beside loom's own transports.
 //
 // Each library runs as its own program (loom-perf -N, mpirun loom-mpi-perf, loom-gloo-perf -N,
 // loom-perf -N --api nccl) writing --json to a temporary file; -R K repeats the round K times,
@@ -19,7 +21,7 @@ namespace loom::perf {
 
 /** One library's runs, as read back from its --json files. */
 struct LibraryRuns {
-  std::string name;         // "loom", "mpi", "gloo", "nccl"
+  std::string name;         // "loom", "mpi", "gloo", "nccl", "shm", "tcp", "ucx"...
   std::string unavailable;  // why there are no runs: not built, the collective is missing...
   std::vector<JsonValue> runs;
 };

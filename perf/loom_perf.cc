@@ -6,7 +6,7 @@
 //   loom-perf all_reduce -N 4 --compare mpi,gloo -R 3   # the peers' busbw beside loom's
 //   loom-perf all_reduce -N 4 --api nccl                # through loom's libnccl.so.2
 //
-// LOOM_TRANSPORT=tcp (or shm) picks the transport; -A NAME asks for an algorithm (LOOM_ALGO's
+// LOOM_TRANSPORT=tcp (or shm, ucx) picks the transport; -A NAME asks for an algorithm (LOOM_ALGO's
 // grammar, e.g. -A ring or -A allreduce=ring,allgather=ring).
 #include <unistd.h>
 

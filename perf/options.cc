@@ -105,9 +105,11 @@ std::string usage(const char* program) {
        "                             through loom's libnccl.so.2 (LOOM_NCCL_LIBRARY, else the\n"
        "                             one built with loom-perf, else libnccl.so.2 on the\n"
        "                             loader's path); needs -N\n"
-       "      --compare mpi,gloo,nccl\n"
+       "      --compare mpi,gloo,nccl,shm,tcp,ucx,ucx-tcp,ucx-sm\n"
        "                             loom-perf: run the same sweep with the peers, side by side;\n"
        "                             nccl: loom through its libnccl.so.2 (--api nccl);\n"
+       "                             shm, tcp, ucx: loom over that transport (LOOM_TRANSPORT),\n"
+       "                             ucx-tcp, ucx-sm: over UCX limited to that (UCX_TLS);\n"
        "                             --json FILE: every library's runs in one document\n"
        "  -R, --repeats K            with --compare: K runs of each library, medians;\n"
        "                             with --race: K rounds\n"
@@ -217,7 +219,8 @@ bool applyChoice(int ch, const char* arg, Options* o) {
     case kOptCompare:
       o->compare = splitList(arg);
       for (const std::string& name : o->compare)
-        ok = ok && (name == "mpi" || name == "gloo" || name == "nccl");
+        ok = ok && (name == "mpi" || name == "gloo" || name == "nccl" ||
+                    !loomTransportSetting(name).empty());
       break;
     case kOptApi:
       ok = std::strcmp(arg, "loom") == 0 || std::strcmp(arg, "nccl") == 0;
@@ -368,6 +371,12 @@ bool parseOptions(int argc, char** argv, Options* options, std::string* error) {
   if (!error->empty()) return false;
   *options = o;
   return true;
+}
+
+std::vector<std::string> loomTransportSetting(const std::string& name) {
+  if (name == "shm" || name == "tcp" || name == "ucx") return {"LOOM_TRANSPORT=" + name};
+  if (name == "ucx-tcp" || name == "ucx-sm") return {"LOOM_TRANSPORT=ucx", "UCX_TLS=" + name.substr(4)};
+  return {};
 }
 
 std::string algorithmSetting(const Options& o) {

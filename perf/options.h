@@ -76,6 +76,12 @@ std::vector<std::string> sweepArgs(const Options& options);
 bool parseOptions(int argc, char** argv, Options* options, std::string* error);
 std::string usage(const char* program);
 
+/** --compare's names for loom over one transport, as the environment that selects it:
+ *  shm, tcp, ucx -> {"LOOM_TRANSPORT=shm"}...; ucx-tcp, ucx-sm -> {"LOOM_TRANSPORT=ucx",
+ *  "UCX_TLS=tcp"}...; empty for any other name. The run has no UCX_TLS but this one (ucx:
+ *  UCX's default choice). */
+std::vector<std::string> loomTransportSetting(const std::string& name);
+
 /** The algorithm setting (LOOM_ALGO's grammar) that -A asks for: "-A ring" means "ring for this
  *  collective" (allreduce=ring for all_reduce); text with '=' is taken as it is; "" without -A. */
 std::string algorithmSetting(const Options& options);

@@ -6,9 +6,11 @@ Runs loom-sim (docs/SIMULATOR.md) and turns its output into Markdown:
 
     perf/scale_table.py BUILD_DIR [MODEL...] > tables.md   (default: every model below)
 
-The 1024-node model (8192 ranks) is simulated without the tuner and without the ring-like
-algorithms (ring, hierarchical, torus): their plans have tens of millions of messages, hours
-of simulation here; their cells say so with the message count instead of a guessed figure.
+The 1024-node model (8192 ranks) is simulated without the tuner. The ring-like algorithms
+(ring, hierarchical, torus) have tens of millions of messages there, hours of full simulation:
+at the sizes whose chunks divide evenly among the ranks (256 KiB and up) the simulator's fast
+path (loom-sim --fast, docs/SIMULATOR.md) predicts them from one host's ranks, and their cells
+carry a dagger; below, their cells say "not simulated" with the message count.
 """
 import subprocess
 import sys
@@ -19,13 +21,15 @@ GPUS_PER_NODE = 8
 
 # (model, --topo, [(size sweep, algorithms)], ask the tuner). At 8192 ranks rhd takes minutes
 # per size above 256 KiB (docs/SIMULATOR.md "Scale"), so it is run up to 256 KiB only.
+# A sweep is (sizes, algorithms, fast path).
 MODELS = [
-    ("dgx-rail-16", "topology/models/dgx-rail-16.json", [("8:1G:8", ALGOS)], True),
+    ("dgx-rail-16", "topology/models/dgx-rail-16.json", [("8:1G:8", ALGOS, False)], True),
     ("dgx-rail-128", "topology/models/dgx-rail-128.json",
-     [("8:8M:32", ALGOS), ("1G:1G:2", ALGOS)], True),
+     [("8:8M:32", ALGOS, False), ("1G:1G:2", ALGOS, False)], True),
     ("dgx-rail-1024", "dgx-rail-1024",
-     [("8:256K:32", ["tree", "rhd", "rd"]), ("8M:8M:2", ["tree", "rd"]),
-      ("1G:1G:2", ["tree", "rd"])], False),
+     [("8:256K:32", ["tree", "rhd", "rd"], False), ("8M:8M:2", ["tree", "rd"], False),
+      ("1G:1G:2", ["tree", "rd"], False), ("256K:256K:2", RING_LIKE, True),
+      ("8M:8M:2", RING_LIKE, True), ("1G:1G:2", RING_LIKE, True)], False),
 ]
 
 
@@ -38,10 +42,12 @@ def messages(algo, nodes):
     return n * (2 * (GPUS_PER_NODE - 1) + 2 * (nodes - 1))
 
 
-def run_sim(build, topo, sizes, algos, tuner):
+def run_sim(build, topo, sizes, algos, tuner, fast):
     cmd = [f"{build}/loom-sim", "--topo", topo, "--sizes", sizes, "--algos", ",".join(algos)]
     if not tuner:
         cmd.append("--no-tuner")
+    if fast:
+        cmd.append("--fast")
     print(f"<!-- {' '.join(cmd[1:])} -->", flush=True)
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     rows = {}  # size -> {algo: (time_us, busbw)}, and "tuner": (description, time_us)
@@ -62,6 +68,10 @@ def run_sim(build, topo, sizes, algos, tuner):
             continue
         numbers = [f for f in fields[3:] if f not in ("*", "t", "*t")]
         entry[algo] = float(numbers[0])  # µs; busbw is recomputed from it (loom-sim rounds)
+        if fast:
+            if numbers[4] != "fast":
+                sys.exit(f"loom-sim --fast fell back to the full simulation: {line}")
+            entry.setdefault("fast", set()).add(algo)
     return rows
 
 
@@ -99,6 +109,8 @@ def table(name, nodes, rows, tuner):
                 cells.append("refused")
             else:
                 bw = busbw(size, entry[algo], nranks)
+                if algo in entry.get("fast", ()):
+                    bw += " †"
                 cells.append(f"**{bw}** *" if algo in best else bw)
         if tuner and "tuner" in entry:
             desc, time_us = entry["tuner"]
@@ -123,8 +135,12 @@ def main():
             continue
         nodes = int(name.rsplit("-", 1)[1])
         rows = {}
-        for sizes, algos in sweeps:
-            rows.update(run_sim(build, topo, sizes, algos, full))
+        for sizes, algos, fast in sweeps:
+            for size, entry in run_sim(build, topo, sizes, algos, full, fast).items():
+                fastCells = rows.get(size, {}).get("fast", set()) | entry.pop("fast", set())
+                rows.setdefault(size, {}).update(entry)
+                if fastCells:
+                    rows[size]["fast"] = fastCells
         table(name, nodes, rows, full)
 
 

@@ -99,10 +99,10 @@ def parse_layers_section(text):
 
 
 def parse_cmake_layers(text):
-    """loom_layer(NAME FOLDERS a b ...) declarations: NAME -> set of folders."""
+    """loom_layer(NAME FOLDERS a b ... [EXCLUDE files]) declarations: NAME -> set of folders."""
     layers = {}
     for m in re.finditer(r"^\s*loom_layer\(\s*(\w+)\s+FOLDERS\s+([^)]*)\)", text, re.M):
-        layers[m.group(1)] = set(m.group(2).split())
+        layers[m.group(1)] = set(m.group(2).split("EXCLUDE")[0].split())
     return layers
 
 

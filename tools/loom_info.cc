@@ -9,6 +9,7 @@
 #include "base/reduce_kernels.h"
 #include "collectives/builders.h"
 #include "loom/loom.h"
+#include "transports/ucx/ucx_transport.h"
 
 #ifndef LOOM_GIT_COMMIT
 #define LOOM_GIT_COMMIT "unknown"
@@ -16,12 +17,31 @@
 
 namespace {
 
+// What UCX offers here: its transports (UCX_TLS narrows what a communicator uses) and the
+// memory types it can move.
+void printUcx() {
+  const loom::transports::ucx::UcxDescription d = loom::transports::ucx::describeUcx();
+  if (!d.error.empty()) {
+    printf("ucx: unavailable: %s\n", d.error.c_str());
+    return;
+  }
+  printf("ucx: UCX %s; RDMA transports: %s; CUDA memory: %s\n", d.version.c_str(),
+         d.rdma ? "yes" : "none", d.cudaMemory ? "yes" : "no");
+  printf("  ucx transports:");
+  for (const auto& t : d.transports) printf(" %s", t.c_str());
+  printf("\n  ucx memory types:");
+  for (const auto& t : d.memoryTypes) printf(" %s", t.c_str());
+  printf("\n");
+}
+
 void printBuild() {
   int version = 0;
   loomGetVersion(&version);
   printf("loom %d.%d.%d (version code %d)\n", version / 10000, version / 100 % 100,
          version % 100, version);
-  printf("transports: shm (POSIX shared memory + process_vm_readv), tcp\n");
+  printf("transports: shm (POSIX shared memory + process_vm_readv), tcp%s\n",
+         loom::transports::ucx::ucxBuilt() ? ", ucx" : "");
+  printUcx();
   printf("reduction kernels: %s\n", loom::reduceIsa());
   printf("algorithms:\n");
   for (int c = 0; c <= int(loom::collectives::Collective::SendRecv); ++c) {

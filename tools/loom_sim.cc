@@ -41,6 +41,8 @@ const char kUsage[] =
     "  --lanes L           lanes hint given to the builders (default 1)\n"
     "  --slices K          pipelining pieces per step (default 4; 1 = whole steps)\n"
     "  --mem-bw BYTES/s    local copy/reduce bandwidth (default 20e9)\n"
+    "  --fast              the simulator's fast path where the call is symmetric (docs/\n"
+    "                      SIMULATOR.md): each row then ends in fast, or full and why not\n"
     "  --no-tuner          do not ask the tuner (its candidates include every algorithm,\n"
     "                      ring too, which takes hours to simulate at thousands of ranks)\n"
     "  --intra-bw, --intra-lat, --net-bw, --net-lat   the --uniform links (bytes/s, s)\n"
@@ -71,7 +73,7 @@ bool parseNumber(const char* text, double* out) {
 
 bool parseArgs(int argc, char** argv, Args* a) {
   enum { kTopo = 1, kUniform, kColl, kSizes, kAlgos, kRanks, kElem, kLanes, kSlices, kMemBw,
-         kIntraBw, kIntraLat, kNetBw, kNetLat, kNetBurst, kNoTuner, kHelp };
+         kIntraBw, kIntraLat, kNetBw, kNetLat, kNetBurst, kNoTuner, kFast, kHelp };
   static const option kOptions[] = {
       {"topo", required_argument, nullptr, kTopo},
       {"uniform", required_argument, nullptr, kUniform},
@@ -89,6 +91,7 @@ bool parseArgs(int argc, char** argv, Args* a) {
       {"net-lat", required_argument, nullptr, kNetLat},
       {"net-burst", required_argument, nullptr, kNetBurst},
       {"no-tuner", no_argument, nullptr, kNoTuner},
+      {"fast", no_argument, nullptr, kFast},
       {"help", no_argument, nullptr, kHelp},
       {nullptr, 0, nullptr, 0}};
   loom::tuner::UniformCluster& u = a->model.uniform;
@@ -98,6 +101,7 @@ bool parseArgs(int argc, char** argv, Args* a) {
     switch (opt) {
       case kTopo: a->model.topoFile = v; break;
       case kNoTuner: a->useTuner = false; break;
+      case kFast: a->sim.fast = true; break;
       case kUniform:
         if (std::string error; !loom::tools::chooseUniform(v, &a->model, &error))
           return fail(error);
@@ -186,6 +190,7 @@ struct Row {
   std::string refusal;
   double time = 0;
   double wall = 0;  // seconds this machine took to simulate it
+  std::string path = {};  // with --fast: "fast", or "full (why not)"
 };
 
 Row simulateRow(const Builder* b, const CollArgs& args, const loom::topology::Topology& topo,
@@ -196,6 +201,7 @@ Row simulateRow(const Builder* b, const CollArgs& args, const loom::topology::To
   auto result = loom::tuner::simulateBuilt(
       args.nranks, [&](int r) { return b->build(args, r); }, topo, sim);
   row.wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (sim.fast) row.path = result.fast ? "fast" : "full (" + result.fastRefusal + ")";
   if (result.ok) {
     row.time = result.time;
   } else {
@@ -218,8 +224,8 @@ void printRows(const std::vector<Row>& rows, size_t bytes, size_t count, double 
       continue;
     }
     const double algbw = row.time > 0 ? double(bytes) / row.time / 1e9 : 0;
-    printf("%12.2f %12.3f %12.3f %9.2f\n", row.time * 1e6, algbw, algbw * busBwFactor,
-           row.wall);
+    printf("%12.2f %12.3f %12.3f %9.2f %s\n", row.time * 1e6, algbw, algbw * busBwFactor,
+           row.wall, row.path.c_str());
   }
 }
 
@@ -228,6 +234,8 @@ void printRows(const std::vector<Row>& rows, size_t bytes, size_t count, double 
 int main(int argc, char** argv) {
   Args a;
   a.sim = loom::communicatorTuning().sim;  // the options below may change it
+  const bool tunerFast = a.sim.fast;        // the tuner's, as a communicator's (LOOM_SIM_FAST)
+  a.sim.fast = false;                       // the rows: the full simulation unless --fast
   if (!parseArgs(argc, argv, &a)) return 2;
   loom::topology::Topology topo;
   std::string error;
@@ -248,6 +256,7 @@ int main(int argc, char** argv) {
   const double factor = toolkit::busBwFactor(a.collective, args.nranks);
   loom::tuner::TunerConfig tunerConfig;
   tunerConfig.sim = a.sim;
+  tunerConfig.sim.fast = tunerFast || a.sim.fast;
   loom::tuner::Tuner tuner(topo, std::move(tunerConfig));
   for (size_t size : toolkit::sizeSweep(a.minBytes, a.maxBytes, a.factor, 0)) {
     const toolkit::CollSizes sizes =

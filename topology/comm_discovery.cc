@@ -170,6 +170,7 @@ class Detector {
         myHost_(setup.hostOf[size_t(me_)]),
         budget_(double(std::max<int64_t>(0, options.measureMs)) / 1e3),
         transport_(setup.hostTransport),
+        networkTransport_(setup.networkTransport),
         firstRank_(size_t(hosts_), -1),
         hostRanks_(size_t(hosts_), 0) {
     for (int r = n_ - 1; r >= 0; --r) {
@@ -211,7 +212,7 @@ class Detector {
     if (k != LinkKind::Network)
       return linkCacheKey(k, transport_) + (sharedCore_ ? "/shared-core" : "");
     if (hosts_ < 2 || host > 1) return "";
-    return linkCacheKey(k, "tcp", peer(firstRank_[size_t(1 - host)]).hostId);
+    return linkCacheKey(k, networkTransport_, peer(firstRank_[size_t(1 - host)]).hostId);
   }
 
   // This host's cache entry, and its probe where the entry has none.
@@ -377,7 +378,7 @@ class Detector {
         LOOM_INFO("INIT",
                   "topology: %s link (%s) %.3g us (%.3g us more between ranks of one core), %s, "
                   "%.3g us per further message, %.0f bytes at once after idling (%s)",
-                  linkKindName(LinkKind(k)), k == 2 ? "tcp" : transport_.c_str(),
+                  linkKindName(LinkKind(k)), (k == 2 ? networkTransport_ : transport_).c_str(),
                   shown.latency * 1e6, shown.sharedCore * 1e6, rateText(shown.bandwidth).c_str(),
                   shown.perMessage * 1e6, shown.burstBytes, figureSourceName(sources_[k]));
     }
@@ -417,7 +418,8 @@ class Detector {
   const Deadline& deadline_;
   const int n_, me_, hosts_, myHost_;
   const double budget_;           // s, each measurement's (LOOM_TOPO_MEASURE_MS)
-  const std::string transport_;   // within a host: "shm" or "tcp"
+  const std::string transport_;   // within a host: shm, tcp or ucx
+  const std::string networkTransport_;  // between hosts: tcp or ucx
   std::vector<int32_t> firstRank_;  // of each host
   std::vector<int> hostRanks_;      // ranks on each host
   std::string signature_;           // this host's (hostSignature)

@@ -25,7 +25,8 @@ struct DiscoverySetup {
   std::vector<int32_t> hostOf;  // host index of every rank (hosts numbered by first appearance)
   int hostCount = 1;
   int machineRanks = 0;  // ranks on this rank's machine (several hosts' when they share it)
-  std::string hostTransport = "shm";  // what ranks of one host connect over: "shm" or "tcp"
+  std::string hostTransport = "shm";  // what ranks of one host connect over: shm, tcp or ucx
+  std::string networkTransport = "tcp";  // what ranks of two hosts connect over: tcp or ucx
   // The transport a measurement's connection to rank `peer` uses.
   std::function<transports::Transport*(int peer)> transportTo;
 };

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 
@@ -95,6 +96,15 @@ double nicLinkBandwidth(const std::string& ifname) {  // /sys: Mbit/s, -1 for vi
   std::ifstream in("/sys/class/net/" + ifname + "/speed");
   long mbit = 0;
   return in >> mbit && mbit > 0 ? double(mbit) * 1e6 / 8 : 0;
+}
+
+std::vector<std::string> rdmaDevices() {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/sys/class/infiniband", ec))
+    out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 Status probeHost(HostInfo* out, bool withDevices) {

@@ -91,6 +91,11 @@ Status probeHost(HostInfo* out, bool withDevices = true);
 // does not say (virtual links, loopback).
 double nicLinkBandwidth(const std::string& ifname);
 
+// The host's RDMA devices (InfiniBand, RoCE, iWARP: /sys/class/infiniband, what hwloc reports
+// as OpenFabrics devices), by name ("mlx5_0"); empty where the kernel has none. Under
+// LOOM_TRANSPORT=auto a host with one carries its links to other such hosts over UCX.
+std::vector<std::string> rdmaDevices();
+
 // Figures for the local links; defaults are conservative guesses, overwritten by measurement.
 struct LocalLinkFigures {
   LinkSpec memory{10e9, 1e-6, "shm"};        // rank endpoint ↔ NUMA hub

@@ -77,7 +77,17 @@ struct CommContext {
   unsigned char secret[16] = {};   // proves a connection belongs to this communicator
   std::vector<PeerInfo> peers;     // indexed by rank, this rank included
   int64_t timeoutMs = -1;          // the communicator's deadline for any wait
+  // What each rank's UCX transport published (transports/ucx/ucx_transport.h, ucxAddress), by
+  // rank; empty where the communicator has no UCX transport.
+  std::vector<std::string> ucxAddresses;
 };
+
+// "rank 3 (host node7)", or "rank 3" where its hostname is unknown: how errors name a peer.
+inline std::string describePeer(const CommContext& ctx, int rank) {
+  if (rank >= 0 && size_t(rank) < ctx.peers.size() && ctx.peers[size_t(rank)].hostname[0] != 0)
+    return strprintf("rank %d (host %.64s)", rank, ctx.peers[size_t(rank)].hostname);
+  return strprintf("rank %d", rank);
+}
 
 class Connection {
  public:

@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "base/status.h"
+#include "tuner/symmetry.h"
 
 namespace loom::tuner {
 namespace {
@@ -87,14 +88,31 @@ struct Connection {
 struct Route {
   std::vector<int32_t> links;
   double latency = 0;
+  // The fast path: per link, the links of its class that one crossing of it stands for
+  // (RankSymmetry::linkScale, summed where the route crosses two of a class); empty: 1 each.
+  std::vector<double> weights;
   double cpuWeight = 1;  // CPU bytes per byte, for a message the host's cores copy
   bool cpuCopy = false;  // the host's cores copy it (an shm message)
 };
+
+// Folded routes by (sender, receiver) rank, kept across the fast path's views of one call:
+// each route, and whether its orbit's routes differ (Simulator::foldedRoute).
+using FoldedRoutes = std::unordered_map<uint64_t, std::pair<Route, bool>>;
 
 // A message through the shm transport is two copies (into a slot of the ring, out of it; a
 // RecvReduce's combine replaces the second), so by default it takes twice its bytes of the
 // host's CPU (HostCpu::messageCopies).
 constexpr double kDefaultMessageCopies = 2;
+
+// Routes of an orbit that the fast path samples for the route standing for all of them
+// (Simulator::foldedRoute).
+constexpr int kRouteSamples = 128;
+// Beyond kRouteSamples, the routes of an orbit sampled (each a BFS over the topology: rd at
+// 8192 ranks has 13 connections a rank).
+constexpr int kSampledRoutes = 32;
+// Connections a rank may have, on average, where the fast path averages routes that differ
+// within an orbit (Simulator::run).
+constexpr size_t kVaryingConnections = 4;
 
 // Whose access to a range of one buffer the next conflicting step has to wait for: the last
 // writer and the readers since. Waiting for these is enough, as they waited for the earlier ones.
@@ -141,8 +159,11 @@ std::vector<SegmentMap::iterator> cover(SegmentMap& m, uint64_t begin, uint64_t 
 
 class Simulator {
  public:
-  Simulator(int nranks, const topology::Topology& topo, const SimOptions& o)
-      : nranks_(nranks), topo_(topo), opt_(o) {
+  // With fold, only ranks 0..fold->period-1 are added: they stand for their orbits.
+  Simulator(int nranks, const topology::Topology& topo, const SimOptions& o,
+            const RankSymmetry* fold = nullptr, FoldedRoutes* foldedRoutes = nullptr)
+      : nranks_(nranks), simRanks_(fold ? fold->period : nranks), topo_(topo), opt_(o),
+        fold_(fold), foldedRoutes_(foldedRoutes) {
     opt_.slices = std::clamp(opt_.slices, 1, SimOptions::kMaxSlices);
     rankLaneBegin_.push_back(0);
     depBegin_.push_back(0);
@@ -170,6 +191,14 @@ class Simulator {
 
   SimResult run() {
     SimResult res;
+    // Folded, the routes of an orbit that differ (ECMP picks a path through other hosts' links
+    // pair by pair) are averaged over the orbit: right for a few connections a rank, whose
+    // timelines average their hops (a ring's), not for a plan that talks to many peers at once,
+    // whose collisions the average spreads evenly (pairwise alltoall on dgx-rail-16: 11% fast).
+    if (fold_ != nullptr && routesVary_ && conns_.size() > kVaryingConnections * size_t(simRanks_)) {
+      res.fastRefusal = "the routes of a connection's orbit differ, and the plan has many peers";
+      return res;
+    }
     laneBegin_.push_back(uint32_t(steps_.size()));
     Status st = checkMatching();
     if (!st.isOk()) return failure(st.message());
@@ -189,7 +218,13 @@ class Simulator {
     for (uint32_t g = 0; g < steps_.size(); ++g)
       if (steps_[g].done < steps_[g].slices) return failure(deadlockMessage(g));
     res.rankTime = rankTime_;
-    for (double t : rankTime_) res.time = std::max(res.time, t);
+    if (fold_ != nullptr) {  // every rank finishes when its representative does
+      for (int r = simRanks_; r < nranks_; ++r)
+        res.rankTime[size_t(r)] = rankTime_[size_t(fold_->representative(r))];
+      messages_ *= uint64_t(fold_->elements);
+      bytes_ *= uint64_t(fold_->elements);
+    }
+    for (double t : res.rankTime) res.time = std::max(res.time, t);
     res.messages = messages_;
     res.bytes = bytes_;
     res.flows = flowsStarted_;
@@ -429,9 +464,9 @@ class Simulator {
                         lane, size_t(g - laneBegin_.back()),
                         collectives::stepKindName(s.kind), s.peer);
         const bool send = s.kind == StepKind::Send;
-        Connection& c = connection(send ? rank : s.peer, send ? s.peer : rank, lane);
+        Connection& c = connectionOf(rank, s.peer, send, lane);
         ss.owner = uint32_t(&c - conns_.data());
-        ss.network = topo_.ranks[size_t(c.src)].host != topo_.ranks[size_t(c.dst)].host;
+        ss.network = topo_.ranks[size_t(rank)].host != topo_.ranks[size_t(s.peer)].host;
         const bool oneCopy = routes_[c.route].cpuCopy && opt_.singleCopyBytes > 0 &&
                              ss.count * opt_.elemSize >= opt_.singleCopyBytes;
         ss.singleCopy = send && oneCopy;
@@ -483,16 +518,29 @@ class Simulator {
     return uint32_t(std::max<uint64_t>(1, (bytes + pieceBytes - 1) / pieceBytes));
   }
 
-  Connection& connection(int src, int dst, int lane) {
-    uint64_t key = (uint64_t(src) << 40) | (uint64_t(dst) << 16) | uint64_t(lane);
+  // The connection of rank's transfer with peer. Folded, a peer off host 0 is its
+  // representative, and the connection is told apart by the group element that takes the
+  // receiver's representative to the receiver the sender's representative really sends to: the
+  // sender and the receiver both name it so.
+  Connection& connectionOf(int rank, int peer, bool send, int lane) {
+    if (fold_ == nullptr) return send ? connection(rank, peer, lane, 0) : connection(peer, rank, lane, 0);
+    const int e = fold_->element(peer), rep = fold_->representative(peer);
+    return send ? connection(rank, rep, lane, e) : connection(rep, rank, lane, fold_->inverse(e));
+  }
+
+  Connection& connection(int src, int dst, int lane, int element) {
+    uint64_t key = fold_ == nullptr ? (uint64_t(src) << 40) | (uint64_t(dst) << 16) | uint64_t(lane)
+                                    : (uint64_t(src) << 48) | (uint64_t(dst) << 32) |
+                                          (uint64_t(element) << 8) | uint64_t(lane);
     auto [it, added] = connIndex_.emplace(key, uint32_t(conns_.size()));
     if (added) {
+      const int realDst = fold_ == nullptr ? dst : fold_->act(element, dst);
       Connection c;
       c.src = src;
       c.dst = dst;
       c.lane = lane;
-      c.route = routeBetween(topo_.ranks[size_t(src)].endpoint, topo_.ranks[size_t(dst)].endpoint);
-      c.extraLatency = sharedCoreLatency(src, dst);
+      c.route = routeBetween(src, realDst);
+      c.extraLatency = sharedCoreLatency(src, realDst);
       conns_.push_back(std::move(c));
     }
     return conns_[it->second];
@@ -509,16 +557,28 @@ class Simulator {
     return hostCpu_[size_t(topo_.ranks[size_t(a)].host)].sharedCoreLatency;
   }
 
-  uint32_t routeBetween(int32_t from, int32_t to) {
-    uint64_t key = (uint64_t(uint32_t(from)) << 32) | uint32_t(to);
+  // The route from rank a to rank b, made once per pair of endpoints (folded: per pair of
+  // ranks, as it stands for the pair's orbit).
+  uint32_t routeBetween(int a, int b) {
+    const int32_t from = topo_.ranks[size_t(a)].endpoint, to = topo_.ranks[size_t(b)].endpoint;
+    uint64_t key = fold_ == nullptr ? (uint64_t(uint32_t(from)) << 32) | uint32_t(to)
+                                    : (uint64_t(uint32_t(a)) << 32) | uint32_t(b);
     auto [it, added] = routeIndex_.emplace(key, uint32_t(routes_.size()));
     if (added) {
       Route r;
-      if (from != to) r.links = topo_.route(from, to);
-      for (int32_t l : r.links) r.latency += topo_.links[size_t(l)].latency;
-      if (from != to && r.links.empty()) missingRoute_ = {from, to};
+      if (fold_ != nullptr) {
+        auto [known, fresh] = foldedRoutes_->try_emplace(key);
+        if (fresh) known->second.second = foldedRoute(a, b, &known->second.first);
+        r = known->second.first;
+        routesVary_ = routesVary_ || known->second.second;
+      } else if (from != to) {
+        r.links = topo_.route(from, to);
+        for (int32_t l : r.links) r.latency += topo_.links[size_t(l)].latency;
+        if (r.links.empty()) missingRoute_ = {from, to};
+      }
       if (int32_t cpu = cpuLinkOfCopy(from, to); cpu >= 0 && !r.links.empty()) {
         r.links.push_back(cpu);
+        if (!r.weights.empty()) r.weights.push_back(1);
         r.cpuCopy = true;
         const double copies = hostCpu_[size_t(topo_.nodes[size_t(from)].host)].messageCopies;
         r.cpuWeight = copies > 0 ? copies : kDefaultMessageCopies;
@@ -526,6 +586,66 @@ class Simulator {
       routes_.push_back(std::move(r));
     }
     return it->second;
+  }
+
+  // Folded, the route from a to b stands for the M routes of its orbit, g·a to g·b for every
+  // group element g, which need not be alike: a ring's hop from one leaf to the next crosses the
+  // spines where its other hops do not, and ECMP picks among equal paths pair by pair. Each
+  // host's own link is counted in its class (RankSymmetry::linkClass): the crossings the orbit
+  // makes of one of them on average. A link between switches, which the whole orbit shares,
+  // is counted as itself, with the orbit's crossings of it: where two routes of the orbit
+  // collide there, the flow goes at the collision's share, as the slower of them does in the
+  // full simulation (rd on a 2:1 fat-tree: 20% faster by the class average). Beyond
+  // kRouteSamples group elements an evenly spread sample of kSampledRoutes stands for all, and
+  // the links between switches for their class too. The latency is the mean of the routes'.
+  // Returns whether the orbit's routes differ.
+  bool foldedRoute(int a, int b, Route* r) {
+    bool vary = false;
+    const int m = fold_->elements, samples = m <= kRouteSamples ? m : kSampledRoutes;
+    const int stride = m / samples;
+    std::vector<int32_t> first;  // the first sample's links, mapped
+    for (int k = 0; k < samples; ++k) {
+      // Spread over the residues of the stride too: every second host of 16 would never cross
+      // a leaf of 4.
+      const int g = k * stride + (k % stride);
+      const int32_t from = topo_.ranks[size_t(fold_->act(g, a))].endpoint;
+      const int32_t to = topo_.ranks[size_t(fold_->act(g, b))].endpoint;
+      if (from == to) continue;
+      const std::vector<int32_t> links = topo_.route(from, to);
+      if (links.empty()) missingRoute_ = {from, to};
+      std::vector<int32_t> mapped;
+      for (int32_t l : links) mapped.push_back(fold_->linkClass[size_t(l)]);
+      if (k == 0) first = mapped;
+      vary = vary || mapped != first;
+      for (int32_t l : links) {
+        r->latency += topo_.links[size_t(l)].latency / samples;
+        const bool own = !fold_->switchLink[size_t(l)] || samples < m;
+        const int32_t c = own ? fold_->linkClass[size_t(l)] : l;
+        const double w = own ? fold_->linkScale[size_t(l)] / samples : 1;
+        auto it = std::find(r->links.begin(), r->links.end(), c);
+        if (it == r->links.end()) {
+          r->links.push_back(c);
+          r->weights.push_back(w);
+        } else {
+          r->weights[size_t(it - r->links.begin())] += w;
+        }
+      }
+    }
+    return vary;
+  }
+
+  // What flow f takes of link l per byte it moves: its CPU weight on a CPU resource, on a
+  // folded route its link's weight, else 1.
+  double weightOn(const Flow& f, int32_t l) const {
+    if (size_t(l) >= topo_.links.size()) return f.cpuWeight;
+    const Route& r = routes_[f.route];
+    if (r.weights.empty()) return 1;
+    return r.weights[size_t(std::find(r.links.begin(), r.links.end(), l) - r.links.begin())];
+  }
+  double weightAt(const Flow& f, size_t i) const {
+    const Route& r = routes_[f.route];
+    if (size_t(r.links[i]) >= topo_.links.size()) return f.cpuWeight;
+    return r.weights.empty() ? 1 : r.weights[i];
   }
 
   // Records, for step g, the earlier steps of its lane it conflicts with and, for each of its
@@ -601,10 +721,10 @@ class Simulator {
 
   Status checkMatching() {
     for (size_t k = 0; k < barriers_.size(); ++k)
-      if (barriers_[k].size() != size_t(nranks_))
+      if (barriers_[k].size() != size_t(simRanks_))
         return errorf(loomInvalidArgument,
                       "barrier %zu: %zu of %d ranks have it (every rank needs the same barriers)",
-                      k, barriers_[k].size(), nranks_);
+                      k, barriers_[k].size(), simRanks_);
     if (missingRoute_.first >= 0)
       return errorf(loomInvalidArgument, "the topology has no route from node %d to node %d",
                     missingRoute_.first, missingRoute_.second);
@@ -676,7 +796,7 @@ class Simulator {
       s.ready = 1;
       const uint32_t k = barrierOf_.at(g);
       barrierArrived_.resize(barriers_.size(), 0);
-      if (++barrierArrived_[k] == nranks_) {
+      if (++barrierArrived_[k] == simRanks_) {
         const topology::HostCpu& last = rankCpu_[s.owner].cpu;  // the last to arrive
         push(now_ + barrierSeconds(last, opt_), EventKind::BarrierDone, k);
       }
@@ -823,9 +943,10 @@ class Simulator {
       push(now_ + t, EventKind::FlowDone, f, fl.version);
       return;
     }
-    for (int32_t l : route.links) {
+    for (size_t i = 0; i < route.links.size(); ++i) {
+      const int32_t l = route.links[i];
       linkFlows_[size_t(l)].push_back(f);
-      linkBytes_[size_t(l)] += bytes;
+      linkBytes_[size_t(l)] += uint64_t(double(bytes) * weightAt(fl, i));
       markDirty(l);
     }
   }
@@ -843,7 +964,8 @@ class Simulator {
     if (bytes == 0 || headWeight(c) != fl.cpuWeight) return false;
     c.busy = true;
     ++flowsStarted_;
-    for (int32_t l : routes_[fl.route].links) linkBytes_[size_t(l)] += bytes;
+    for (size_t i = 0; i < routes_[fl.route].links.size(); ++i)
+      linkBytes_[size_t(routes_[fl.route].links[i])] += uint64_t(double(bytes) * weightAt(fl, i));
     fl.remaining = double(bytes);
     fl.last = now_;
     push(now_ + fl.remaining / fl.rate, EventKind::FlowDone, f, fl.version);
@@ -945,9 +1067,9 @@ class Simulator {
       capLeft_[size_t(l)] = capacity_[size_t(l)];
       unfixed_[size_t(l)] = uint32_t(linkFlows_[size_t(l)].size());
       weightLeft_[size_t(l)] = unfixed_[size_t(l)];
-      if (size_t(l) >= topo_.links.size()) {
+      if (size_t(l) >= topo_.links.size() || fold_ != nullptr) {
         weightLeft_[size_t(l)] = 0;
-        for (uint32_t f : linkFlows_[size_t(l)]) weightLeft_[size_t(l)] += flows_[f].cpuWeight;
+        for (uint32_t f : linkFlows_[size_t(l)]) weightLeft_[size_t(l)] += weightOn(flows_[f], l);
       }
       if (unfixed_[size_t(l)]) heap.push({capLeft_[size_t(l)] / weightLeft_[size_t(l)], l});
     }
@@ -961,8 +1083,10 @@ class Simulator {
       for (uint32_t f : linkFlows_[size_t(l)]) {
         if (flows_[f].newRate >= 0) continue;
         flows_[f].newRate = share;
-        for (int32_t o : routes_[flows_[f].route].links) {
-          const double w = size_t(o) >= topo_.links.size() ? flows_[f].cpuWeight : 1;
+        const std::vector<int32_t>& route = routes_[flows_[f].route].links;
+        for (size_t i = 0; i < route.size(); ++i) {
+          const int32_t o = route[i];
+          const double w = weightAt(flows_[f], i);
           capLeft_[size_t(o)] -= share * w;
           weightLeft_[size_t(o)] -= w;
           if (--unfixed_[size_t(o)] && o != l)
@@ -1008,8 +1132,12 @@ class Simulator {
   }
 
   int nranks_;
+  int simRanks_;  // the ranks whose plans are simulated: all, or the representatives
   const topology::Topology& topo_;
   SimOptions opt_;
+  const RankSymmetry* fold_;  // the fast path's symmetry, or null
+  FoldedRoutes* foldedRoutes_;  // folded: the routes of this call's views
+  bool routesVary_ = false;     // folded: the routes of some connection's orbit differ
 
   // Compiled plans.
   std::vector<SimStep> steps_;
@@ -1063,21 +1191,26 @@ namespace {
 // free.
 constexpr double kFreeLinkFactor = 1e6;
 
-// Both entry points: plan(r) returns rank r's plan (a reference or a temporary), which is
-// compiled and then no longer needed.
+// One simulation of ranks 0..count-1 (all of them, or fold's representatives): plan(r) returns
+// rank r's plan (a reference or a temporary), which is compiled and then no longer needed.
 template <typename PlanOf>
-SimResult simulateRanks(int nranks, PlanOf plan, const topology::Topology& topo,
-                        const SimOptions& options) {
-  if (nranks > int(topo.ranks.size()))
-    return failure(strprintf("the plans have %d ranks, the topology %zu", nranks,
-                             topo.ranks.size()));
-  Simulator sim(nranks, topo, options);
-  for (int r = 0; r < nranks; ++r) {
+SimResult runOnce(int nranks, int count, PlanOf plan, const topology::Topology& topo,
+                  const SimOptions& options, const RankSymmetry* fold, FoldedRoutes* routes) {
+  Simulator sim(nranks, topo, options, fold, routes);
+  for (int r = 0; r < count; ++r) {
     const RankPlan& p = plan(r);
     Status st = sim.addRank(r, p);
     if (!st.isOk()) return failure(st.message());
   }
-  SimResult res = sim.run();
+  return sim.run();
+}
+
+// runOnce, bounded where shaped links offered a burst.
+template <typename PlanOf>
+SimResult runBounded(int nranks, int count, PlanOf plan, const topology::Topology& topo,
+                     const SimOptions& options, const RankSymmetry* fold = nullptr,
+                     FoldedRoutes* routes = nullptr) {
+  SimResult res = runOnce(nranks, count, plan, topo, options, fold, routes);
   // A burst hides the shaped links' transmission (Simulator::run takes it off the call's time),
   // but no call can be faster than with that transmission free: run() takes the whole of it
   // off where it overlapped other work and was never on the call's critical path (2 netns
@@ -1087,9 +1220,53 @@ SimResult simulateRanks(int nranks, PlanOf plan, const topology::Topology& topo,
   topology::Topology free = topo;
   for (topology::Link& l : free.links)
     if (l.burstBytes > 0) l.bandwidth *= kFreeLinkFactor, l.burstBytes = 0;
-  const SimResult bound = simulateRanks(nranks, plan, free, options);
+  // (Routes and latencies are the same on it: the folded routes stand.)
+  const SimResult bound = runOnce(nranks, count, plan, free, options, fold, routes);
   if (!bound.ok) return bound;
   res.time = std::max(res.time, bound.time);
+  return res;
+}
+
+// Both entry points: the fast path where options ask for it and the call is symmetric
+// (tuner/symmetry.h), else every rank.
+template <typename PlanOf>
+SimResult simulateRanks(int nranks, PlanOf plan, const topology::Topology& topo,
+                        const SimOptions& options) {
+  if (nranks > int(topo.ranks.size()))
+    return failure(strprintf("the plans have %d ranks, the topology %zu", nranks,
+                             topo.ranks.size()));
+  if (!options.fast) return runBounded(nranks, nranks, plan, topo, options);
+  Folding folding;
+  const std::string why = findFolding(
+      nranks, [&](int r) { return RankPlan(plan(r)); }, topo, &folding);
+  if (!why.empty()) {
+    SimResult res = runBounded(nranks, nranks, plan, topo, options);
+    res.fastRefusal = why;
+    return res;
+  }
+  // Each view is simulated as if every host ran like it; the call takes the longest.
+  SimResult res;
+  FoldedRoutes routes;  // the views' connections are the same pairs of ranks
+  for (const std::vector<RankPlan>& view : folding.views) {
+    SimResult one = runBounded(
+        nranks, folding.symmetry.period,
+        [&](int r) -> const RankPlan& { return view[size_t(r)]; }, topo, options,
+        &folding.symmetry, &routes);
+    if (!one.fastRefusal.empty()) {
+      SimResult res = runBounded(nranks, nranks, plan, topo, options);
+      res.fastRefusal = one.fastRefusal;
+      return res;
+    }
+    if (!one.ok) return one;
+    if (&view == &folding.views.front()) {
+      res = std::move(one);
+      continue;
+    }
+    res.time = std::max(res.time, one.time);
+    for (size_t r = 0; r < res.rankTime.size(); ++r)
+      res.rankTime[r] = std::max(res.rankTime[r], one.rankTime[r]);
+  }
+  res.fast = true;
   return res;
 }
 

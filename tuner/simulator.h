@@ -66,6 +66,12 @@ struct SimOptions {
   // peer's buffer in place is a plain copy, not a process_vm_readv (HostCpu::peerReadCopies
   // and singleCopyOverhead do not apply to it).
   bool peersMapped = false;
+  // The fast path (tuner/symmetry.h, docs/SIMULATOR.md "The fast path"): where every host has
+  // the same nodes and links and every rank's plan is its host-0 counterpart's with its peers
+  // moved by a shift or an xor of the hosts, only host 0's ranks are simulated (ring allreduce
+  // of 8192 ranks: under a second instead of hours). Elsewhere the full simulation runs, and
+  // SimResult::fastRefusal says why.
+  bool fast = false;
   static constexpr int kMaxSlices = 16;
 };
 
@@ -91,6 +97,10 @@ struct SimResult {
   // The largest saving a shaped link's burst offered (Link::burstBytes), in seconds, before
   // the bounds on it; 0: the call crossed no shaped link.
   double burstSaving = 0;
+  // SimOptions::fast: whether the fast path ran (then `flows` counts the flows of host 0's
+  // ranks, the ones simulated); when it did not, why (the full simulation ran instead).
+  bool fast = false;
+  std::string fastRefusal;
 };
 
 // Simulates plans[r] (rank r's plan) over topo; topo.ranks must cover every rank of the plans.

@@ -96,6 +96,11 @@ CollArgs Tuner::modelCall(const CollArgs& a) const {
 
 double Tuner::predict(const CollArgs& a, const Builder& b, const AlgoParams& params,
                       bool buffersMapped) const {
+  return predictWith(a, b, params, buffersMapped, config_.sim.fast, nullptr);
+}
+
+double Tuner::predictWith(const CollArgs& a, const Builder& b, const AlgoParams& params,
+                          bool buffersMapped, bool fast, bool* folded) const {
   if (!modelApplies(a) || b.build == nullptr) return -1;
   CollArgs s = modelCall(a);
   applyParams(params, &s);
@@ -103,8 +108,10 @@ double Tuner::predict(const CollArgs& a, const Builder& b, const AlgoParams& par
   SimOptions sim = config_.sim;
   if (params.slices > 0) sim.slices = params.slices;
   sim.peersMapped = buffersMapped;
+  sim.fast = fast;
   SimResult r = simulateBuilt(
       s.nranks, [&](int rank) { return b.build(s, rank); }, topo_, sim);
+  if (folded != nullptr) *folded = r.fast;
   return r.ok ? r.time : -1;
 }
 
@@ -117,6 +124,7 @@ std::vector<Candidate> Tuner::candidates(const CollArgs& a, bool buffersMapped) 
   // run the same either way, and asking would map the arena for nothing (under
   // LOOM_TRANSPORT=tcp, where no plan reads peers, it must not be mapped at all).
   Candidate fastestMapped;
+  std::vector<char> folded;  // per candidate of out: whether the fast path predicted it
   const AlgoParams& fixed = config_.fixed;
   const int n = s.nranks;
   for (const Builder& b : collectives::allBuilders()) {
@@ -139,9 +147,11 @@ std::vector<Candidate> Tuner::candidates(const CollArgs& a, bool buffersMapped) 
           const size_t used = first.lanes.size();
           if (std::find(laneCounts.begin(), laneCounts.end(), used) != laneCounts.end()) continue;
           laneCounts.push_back(used);
-          const double t = predict(a, b, p, buffersMapped);
+          bool wasFolded = false;
+          const double t = predictWith(a, b, p, buffersMapped, config_.sim.fast, &wasFolded);
           if (t < 0) continue;
           out.push_back({&b, p, t});
+          folded.push_back(wasFolded);
           if (!first.readByPeers || buffersMapped) continue;
           const double tMapped = predict(a, b, p, /*buffersMapped=*/true);
           if (tMapped >= 0 && (fastestMapped.builder == nullptr || tMapped < fastestMapped.time))
@@ -150,6 +160,7 @@ std::vector<Candidate> Tuner::candidates(const CollArgs& a, bool buffersMapped) 
       }
     }
   }
+  refineCloseCandidates(a, buffersMapped, folded, &out);
   // Stable: equal times keep registry order and fewer lanes first, the same on every rank.
   std::stable_sort(out.begin(), out.end(),
                    [](const Candidate& x, const Candidate& y) { return x.time < y.time; });
@@ -174,6 +185,20 @@ std::vector<Candidate> Tuner::candidates(const CollArgs& a, bool buffersMapped) 
     lastCached_.reset();
   }
   return out;
+}
+
+void Tuner::refineCloseCandidates(const CollArgs& a, bool buffersMapped,
+                                  const std::vector<char>& folded,
+                                  std::vector<Candidate>* out) const {
+  if (!config_.sim.fast || out->empty() || a.nranks > kRefinedRanks) return;
+  double best = out->front().time;
+  for (const Candidate& c : *out) best = std::min(best, c.time);
+  for (size_t i = 0; i < out->size(); ++i) {
+    Candidate& c = (*out)[i];
+    if (folded[i] && c.time <= best * kFastWindow)
+      c.time = predictWith(a, *c.builder, c.params, buffersMapped, /*fast=*/false, nullptr);
+  }
+  std::erase_if(*out, [](const Candidate& c) { return c.time < 0; });
 }
 
 double Tuner::agreementSeconds() const {

@@ -91,6 +91,13 @@ constexpr uint64_t kLinkQueueBytes = 1 << 20;
 // allreduce on 2 lanes 0.3% ahead at 8 KiB, measured 70% slower. (On the corpus models at 16
 // ranks the model never predicted extra lanes faster at all.)
 constexpr double kLaneMargin = 0.05;
+// The simulator's fast path (SimOptions::fast) predicts within 5% of the full simulation, so
+// a candidate it predicts more than kFastWindow slower than the fastest cannot be the full
+// simulation's fastest: the model simulates the others in full again (up to kRefinedRanks
+// ranks, where that takes milliseconds), and decides as the full simulation would. Beyond,
+// the fast path decides alone (a full simulation of ring at 1024 ranks takes seconds).
+constexpr double kFastWindow = 1.11;
+constexpr int kRefinedRanks = 64;
 // The index to take among `candidates`: the fastest, a candidate on more lanes than another of
 // its algorithm (the same parameters but the lanes) counted kLaneMargin slower; the first of
 // equals. So extra lanes win only by the margin, and a fewer-lanes variant is never taken over
@@ -145,6 +152,13 @@ class Tuner {
   double agreementSeconds() const;
 
  private:
+  // predict with or without the fast path; *folded (when not null): whether it folded.
+  double predictWith(const collectives::CollArgs& a, const collectives::Builder& b,
+                     const AlgoParams& params, bool buffersMapped, bool fast, bool* folded) const;
+  // Simulates in full the candidates (out) that the fast path folded (folded, per candidate)
+  // and put within kFastWindow of the fastest.
+  void refineCloseCandidates(const collectives::CollArgs& a, bool buffersMapped,
+                             const std::vector<char>& folded, std::vector<Candidate>* out) const;
   // The call the model simulates for a's bucket: count for 2^bucket bytes, root 0.
   collectives::CollArgs modelCall(const collectives::CollArgs& a) const;
   bool modelApplies(const collectives::CollArgs& a) const;

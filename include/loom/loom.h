@@ -76,7 +76,7 @@ typedef struct {
   unsigned int version;  /**< LOOM_CONFIG_VERSION as the caller was built */
   int timeoutMs;         /**< deadline of every wait; -1: LOOM_TIMEOUT_MS */
   const char* algorithms; /**< e.g. "allreduce=ring"; NULL: LOOM_ALGO */
-  const char* transport;  /**< "auto", "shm" or "tcp"; NULL: LOOM_TRANSPORT */
+  const char* transport;  /**< "auto", "shm", "tcp" or "ucx"; NULL: LOOM_TRANSPORT */
   /** 1 (the default): init, split and shrink return once the communicator is ready. 0: they
    *  return loomInProgress at once and finish in the background; loomCommGetAsyncError says
    *  loomInProgress until then, and a call on the communicator waits for it. (Version 2.) */

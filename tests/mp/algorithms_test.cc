@@ -106,8 +106,8 @@ int runAll(RankContext& ctx, const char* transport) {
   const int n = ctx.nranks(), rank = ctx.rank();
   int failures = 0;
   for (const Forced& f : kForced) {
-    // No shared memory over LOOM_TRANSPORT=tcp, so direct refuses there (direct_test.cc).
-    if (directOverTcp(f.algorithms, transport)) continue;
+    // No shared memory over LOOM_TRANSPORT=tcp or ucx, so direct refuses there (direct_test.cc).
+    if (directWithoutArena(f.algorithms, transport)) continue;
     std::string dims;
     if (f.torusDims) dims = n % 2 == 0 ? strprintf("2x%d", n / 2) : strprintf("1x%d", n);
     // The communicator reads LOOM_TORUS_DIMS when it is created; parameters are cached per
@@ -142,6 +142,7 @@ class Algorithms : public ::testing::TestWithParam<RankSet> {};
 
 TEST_P(Algorithms, EveryForcedAlgorithm) {
   const RankSet p = GetParam();
+  RankSetEnvironment environment(p);
   const auto results = runRanks(
       p.nranks, [&](RankContext& ctx) { return runAll(ctx, p.transport); },
       ForkOptions::timeout(240));
@@ -154,7 +155,8 @@ INSTANTIATE_TEST_SUITE_P(Ranks, Algorithms, algorithmRankSets(), rankSetName);
 // (rank r on host r mod H) so that a host's ranks are not numbered together: hierarchical must
 // group them by host, and torus must still work.
 int hierarchicalAndTorus(RankContext& ctx, const std::vector<std::string>& hosts,
-                         std::initializer_list<uint64_t> counts) {
+                         std::initializer_list<uint64_t> counts,
+                         const char* transport = nullptr) {
   const int n = ctx.nranks();
   RANK_CHECK(TwoHostsTest::enter(hosts[size_t(ctx.rank()) % hosts.size()]) == 0, "setns failed");
   struct stat ns = {};
@@ -170,6 +172,7 @@ int hierarchicalAndTorus(RankContext& ctx, const std::vector<std::string>& hosts
     loomConfig_t config = LOOM_CONFIG_INITIALIZER;
     config.algorithms = algos;
     config.timeoutMs = 30000;
+    config.transport = transport;
     loomComm_t comm = nullptr;
     RANK_LOOM(initComm(ctx, &comm, &config));
     for (bool inPlace : {false, true}) {
@@ -200,6 +203,18 @@ class AlgorithmsFourHosts : public TwoHostsTest {
 TEST_F(AlgorithmsFourHosts, HierarchicalAndTorus) {
   const auto results = runRanks(8, [&](RankContext& ctx) {
     return hierarchicalAndTorus(ctx, hosts_, {0, 1, 1001, uint64_t(1) << 17});
+  }, ForkOptions::timeout(180));
+  EXPECT_EQ(describeFailures(results), "");
+}
+
+// The same over UCX between four hosts (two ranks each).
+class UcxFourHosts : public TwoHostsTest {
+  int hostCount() const override { return 4; }
+};
+
+TEST_F(UcxFourHosts, HierarchicalAndTorus) {
+  const auto results = runRanks(8, [&](RankContext& ctx) {
+    return hierarchicalAndTorus(ctx, hosts_, {0, 1, 1001, uint64_t(1) << 17}, "ucx");
   }, ForkOptions::timeout(180));
   EXPECT_EQ(describeFailures(results), "");
 }

@@ -1,4 +1,4 @@
-// Every collective × dtype × op, in place and out of place, over shm and tcp, with forked
+// Every collective × dtype × op, in place and out of place, over shm, tcp and ucx, with forked
 // ranks, checked bit for bit against independently computed expectations; and a soak of
 // random calls on every algorithm, with the process's memory and descriptors watched.
 #include <gtest/gtest.h>
@@ -263,6 +263,7 @@ class Collectives : public ::testing::TestWithParam<RankSet> {};
 
 TEST_P(Collectives, EveryTypeOpAndSmallCount) {
   auto p = GetParam();
+  RankSetEnvironment environment(p);
   auto results = runRanks(p.nranks, [&](RankContext& ctx) {
     return runMatrix(ctx, p.transport, false);
   }, ForkOptions::timeout(240));
@@ -271,6 +272,8 @@ TEST_P(Collectives, EveryTypeOpAndSmallCount) {
 
 TEST_P(Collectives, SixtyFourMiB) {
   auto p = GetParam();
+  if (!runsHeavyCases(p)) GTEST_SKIP() << "64 MiB over UCX runs on 2 ranks only (CI time)";
+  RankSetEnvironment environment(p);
   auto results = runRanks(p.nranks, [&](RankContext& ctx) {
     return runMatrix(ctx, p.transport, true);
   }, ForkOptions::timeout(240));
@@ -282,6 +285,7 @@ TEST_P(Collectives, SixtyFourMiB) {
 // last in one respect (op, in place, count, collective) runs as itself, not as the last one.
 TEST_P(Collectives, RepeatedCallsOnTheSameBuffers) {
   auto p = GetParam();
+  RankSetEnvironment environment(p);
   auto results = runRanks(p.nranks, [&](RankContext& ctx) {
     loomConfig_t config = LOOM_CONFIG_INITIALIZER;
     config.transport = p.transport;
@@ -471,7 +475,7 @@ INSTANTIATE_TEST_SUITE_P(
     Ranks, Collectives,
     ::testing::Values(RankSet{1, "shm"}, RankSet{2, "shm"}, RankSet{3, "shm"}, RankSet{4, "shm"},
                       RankSet{8, "shm"}, RankSet{2, "tcp"}, RankSet{3, "tcp"}, RankSet{4, "tcp"},
-                      RankSet{8, "tcp"}),
+                      RankSet{8, "tcp"}, RankSet{1, "ucx"}, LOOM_UCX_RANK_SETS),
     rankSetName);
 
 }  // namespace

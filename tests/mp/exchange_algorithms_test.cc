@@ -217,8 +217,8 @@ int runForced(RankContext& ctx, const Forced& f, const char* transport) {
 int runAll(RankContext& ctx, const char* transport) {
   int failures = 0;
   for (const Forced& f : kForced) {
-    // No shared memory over LOOM_TRANSPORT=tcp, so direct refuses there (direct_test.cc).
-    if (!directOverTcp(f.algorithms, transport)) failures += runForced(ctx, f, transport);
+    // No shared memory over LOOM_TRANSPORT=tcp or ucx, so direct refuses there (direct_test.cc).
+    if (!directWithoutArena(f.algorithms, transport)) failures += runForced(ctx, f, transport);
   }
   return failures == 0 ? 0 : 1;
 }
@@ -227,6 +227,7 @@ class ExchangeAlgorithms : public ::testing::TestWithParam<RankSet> {};
 
 TEST_P(ExchangeAlgorithms, EveryForcedAlgorithm) {
   const RankSet p = GetParam();
+  RankSetEnvironment environment(p);
   const auto results = runRanks(
       p.nranks, [&](RankContext& ctx) { return runAll(ctx, p.transport); },
       ForkOptions::timeout(240));

@@ -1,8 +1,10 @@
-// What a communicator costs while it does nothing: no CPU (no thread spins while idle).
+// What a communicator costs while it does nothing: no CPU (no thread spins while idle), and a
+// rank waiting in a call for a late peer sleeps once its spinning and yielding are over.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <string>
 #include <vector>
 
 #include "loom/loom.h"
@@ -43,7 +45,35 @@ TEST_P(Idle, ACommunicatorWithNothingInFlightUsesNoCpu) {
   EXPECT_EQ(describeFailures(results), "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, Idle, ::testing::Values("shm", "tcp"));
+// Rank 1 joins an allreduce 1 s late; rank 0, waiting in it, sleeps (the shm transport on its
+// futex, tcp in poll, ucx on the UCX worker's event fd) rather than spinning.
+TEST_P(Idle, AWaitForALatePeerSleeps) {
+  const char* transport = GetParam();
+  auto results = runRanks(2, [transport](RankContext& ctx) {
+    loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+    config.transport = transport;
+    config.timeoutMs = 30000;
+    loomComm_t comm = nullptr;
+    RANK_LOOM(initComm(ctx, &comm, &config));
+    std::vector<float> a(1 << 16, 1.0f);
+    RANK_LOOM(loomAllReduce(a.data(), a.data(), a.size(), loomFloat32, loomSum, comm, nullptr));
+    if (ctx.rank() == 1) usleep(1000 * 1000);
+    const double before = cpuSeconds();
+    RANK_LOOM(loomAllReduce(a.data(), a.data(), a.size(), loomFloat32, loomSum, comm, nullptr));
+    const double used = cpuSeconds() - before;
+    RANK_CHECK(a[0] == 4.0f, "got %f", a[0]);
+    // Spinning, then 2 ms of yielding (LOOM_YIELD_USEC), then sleep: far below the 1 s wait.
+    if (ctx.rank() == 0) RANK_CHECK(used < 0.1, "%.3f s of CPU in a 1 s wait", used);
+    RANK_LOOM(loomCommDestroy(comm));
+    return 0;
+  }, ForkOptions::timeout(60));
+  EXPECT_EQ(describeFailures(results), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, Idle, ::testing::Values("shm", "tcp", "ucx"),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           return std::string(info.param);
+                         });
 
 }  // namespace
 }  // namespace loom::testing

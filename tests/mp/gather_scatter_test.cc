@@ -142,12 +142,13 @@ class GatherScatter : public ::testing::TestWithParam<RankSet> {};
 
 TEST_P(GatherScatter, EveryTypeRootAndAlgorithm) {
   const RankSet p = GetParam();
+  RankSetEnvironment environment(p);
   const auto results = runRanks(
       p.nranks,
       [&](RankContext& ctx) {
         int failures = 0;
         for (const Forced& f : kForced)
-          if (!f.algorithm || !directOverTcp(f.algorithm, p.transport))
+          if (!f.algorithm || !directWithoutArena(f.algorithm, p.transport))
             failures += runForced(ctx, f, p.transport);
         return failures == 0 ? 0 : 1;
       },
@@ -159,7 +160,8 @@ INSTANTIATE_TEST_SUITE_P(
     Ranks, GatherScatter,
     ::testing::Values(RankSet{1, "shm"}, RankSet{2, "shm"}, RankSet{3, "shm"}, RankSet{4, "shm"},
                       RankSet{5, "shm"}, RankSet{6, "shm"}, RankSet{7, "shm"}, RankSet{8, "shm"},
-                      RankSet{2, "tcp"}, RankSet{3, "tcp"}, RankSet{5, "tcp"}, RankSet{8, "tcp"}),
+                      RankSet{2, "tcp"}, RankSet{3, "tcp"}, RankSet{5, "tcp"}, RankSet{8, "tcp"},
+                      RankSet{1, "ucx"}, LOOM_UCX_ALGORITHM_RANK_SETS),
     rankSetName);
 
 // Inside a rank: the call fails with `code`, and its message (loomGetLastError) says `text`.

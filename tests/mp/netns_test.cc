@@ -31,14 +31,17 @@ namespace {
 
 using TwoHosts = TwoHostsTest;
 
-TEST_F(TwoHosts, ShmInsideTcpAcrossEveryCollective) {
-  const int n = 4;  // ranks 0,1 on host A; 2,3 on host B
-  std::string a = hostA_, b = hostB_;
-  auto results = runRanks(n, [&](RankContext& ctx) {
-    RANK_CHECK(enter(ctx.rank() < 2 ? a : b) == 0, "setns failed");
+// Ranks 0,1 on host A, 2,3 on host B: every collective kind at counts 0 to 1 Mi, exact, over
+// `transport` (null: auto, which is shm within a host and TCP across).
+std::vector<RankResult> everyCollectiveOnTwoHosts(const std::string& a, const std::string& b,
+                                                  const char* transport) {
+  const int n = 4;
+  return runRanks(n, [&](RankContext& ctx) {
+    RANK_CHECK(TwoHostsTest::enter(ctx.rank() < 2 ? a : b) == 0, "setns failed");
     loomComm_t comm = nullptr;
     loomConfig_t config = LOOM_CONFIG_INITIALIZER;
     config.timeoutMs = 30000;
+    config.transport = transport;
     RANK_LOOM(initComm(ctx, &comm, &config));
     for (uint64_t count : {uint64_t(0), uint64_t(1), uint64_t(1001), uint64_t(1) << 20}) {
       for (loomRedOp_t op : {loomSum, loomMax}) {
@@ -66,6 +69,24 @@ TEST_F(TwoHosts, ShmInsideTcpAcrossEveryCollective) {
     RANK_LOOM(loomCommDestroy(comm));
     return 0;
   }, ForkOptions::timeout(120));
+}
+
+TEST_F(TwoHosts, ShmInsideTcpAcrossEveryCollective) {
+  EXPECT_EQ(describeFailures(everyCollectiveOnTwoHosts(hostA_, hostB_, nullptr)), "");
+}
+
+// The same over UCX: its TCP across the hosts (UCX's peer error handling on those endpoints)
+// and whatever UCX chooses within a host.
+class UcxTwoHosts : public TwoHostsTest {};
+
+TEST_F(UcxTwoHosts, EveryCollective) {
+  EXPECT_EQ(describeFailures(everyCollectiveOnTwoHosts(hostA_, hostB_, "ucx")), "");
+}
+
+TEST_F(UcxTwoHosts, EveryCollectiveOverUcxTcp) {
+  setenv("UCX_TLS", "tcp", 1);
+  const auto results = everyCollectiveOnTwoHosts(hostA_, hostB_, "ucx");
+  unsetenv("UCX_TLS");
   EXPECT_EQ(describeFailures(results), "");
 }
 

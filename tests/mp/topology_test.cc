@@ -138,6 +138,42 @@ TEST(CommTopology, SameOnEveryRankMeasuredThenCached) {
   EXPECT_EQ(describeFailures(results), "");
 }
 
+// Under LOOM_TRANSPORT=ucx the probe measures the links over UCX (here its shared memory) and
+// files the figures under the transport's name, apart from shm's.
+TEST(CommTopologyUcx, MeasuresUcxLinksAndCachesThemApart) {
+  TempDir cache("topo-ucx");
+  const std::string dir = cache.path();
+  auto results = runRanks(
+      2,
+      [&](RankContext& ctx) {
+        useEnvironment({{"LOOM_CACHE_DIR", dir}, {"LOOM_TRANSPORT", "ucx"}, {"UCX_TLS", "sm"}});
+        std::unique_ptr<Comm> comm;
+        RANK_OK(createComm(ctx, &comm));
+        const Topology& t = comm->topology();
+        RANK_OK(t.validate());
+        const topology::PathFigures f = between(t, 0, 1);
+        RANK_CHECK(f.latency > 0 && f.latency < 10e-3, "latency %g s", f.latency);
+        RANK_CHECK(f.bandwidth > 10e6, "bandwidth %g B/s", f.bandwidth);
+        RANK_CHECK(f.latency != topology::defaultFigures(LinkKind::SameNuma).latency,
+                   "the default latency: the measurement did not happen or failed");
+        const std::string file = topology::hostCachePath(
+            dir, topology::hostSignature(comm->peer(0).hostname, comm->peer(0).hostId));
+        const int rc = leaveTogether(ctx, &comm);
+        std::string text;
+        if (FILE* f = fopen(file.c_str(), "r")) {
+          char buf[4096];
+          for (size_t n; (n = fread(buf, 1, sizeof(buf), f)) > 0;) text.append(buf, n);
+          fclose(f);
+        }
+        const std::string key = topology::linkCacheKey(LinkKind::SameNuma, "ucx");
+        RANK_CHECK(text.find("\"" + key) != std::string::npos, "no %s figures in %s: %s",
+                   key.c_str(), file.c_str(), text.c_str());
+        return rc;
+      },
+      ForkOptions::timeout(120));
+  EXPECT_EQ(describeFailures(results), "");
+}
+
 // LOOM_BIND=auto: with more ranks than cores and nobody bound, every rank's thread is bound to
 // one CPU, the ranks spread evenly (no CPU holds two more than another), until the communicator
 // goes; with fewer ranks than cores, or LOOM_BIND=none, nothing is bound; a bad value is an

@@ -21,9 +21,10 @@ void logInRank(const char* level, const char* subsystems);
 std::vector<std::string> linesWith(const std::string& text, const std::string& needle);
 
 // Whether a forced algorithm list names an algorithm of the shared arena (direct, peer) while
-// the transport is tcp, where the communicator has no shared memory and those refuse every call.
-inline bool directOverTcp(const char* algorithms, const char* transport) {
-  return transport != nullptr && strcmp(transport, "tcp") == 0 &&
+// the transport is tcp or ucx, where the communicator has no shared memory of its own and those
+// refuse every call.
+inline bool directWithoutArena(const char* algorithms, const char* transport) {
+  return transport != nullptr && (strcmp(transport, "tcp") == 0 || strcmp(transport, "ucx") == 0) &&
          (strstr(algorithms, "direct") != nullptr || strstr(algorithms, "peer") != nullptr);
 }
 

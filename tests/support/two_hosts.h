@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sched.h>
+#include <sys/mount.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -93,6 +94,12 @@ class TwoHostsTest : public ::testing::Test {
     const int rc = setns(fd, CLONE_NEWNET);
     close(fd);
     if (rc != 0) return -1;
+    // /sys/class/net still lists the old namespace's interfaces until sysfs is mounted again
+    // from this one (as `ip netns exec` does, in a mount namespace of the rank's own); UCX
+    // finds its TCP devices there.
+    if (unshare(CLONE_NEWNS) == 0 && mount("", "/", nullptr, MS_SLAVE | MS_REC, nullptr) == 0 &&
+        umount2("/sys", MNT_DETACH) == 0)
+      mount(ns.c_str(), "/sys", "sysfs", 0, nullptr);
     setenv("LOOM_SOCKET_IFNAME", "v", 1);  // the veth ("v0x…", "v1x…"), not loopback
     params::reloadFromEnvironment();       // the parent may have read parameters already
     return 0;

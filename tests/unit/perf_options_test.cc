@@ -107,6 +107,21 @@ TEST(PerfOptions, SweepArgsRoundTrip) {
   EXPECT_FALSE(parseOptions(4, const_cast<char**>(bad), &o, &error));
 }
 
+// --compare's transport entries: loom again, over the transport its name selects.
+TEST(PerfOptions, CompareTakesLoomsTransports) {
+  const char* argv[] = {"x", "all_reduce", "--compare", "shm,tcp,ucx,ucx-tcp,ucx-sm"};
+  Options o;
+  std::string error;
+  ASSERT_TRUE(parseOptions(4, const_cast<char**>(argv), &o, &error)) << error;
+  EXPECT_EQ(o.compare.size(), 5u);
+  EXPECT_EQ(loomTransportSetting("tcp"), (std::vector<std::string>{"LOOM_TRANSPORT=tcp"}));
+  EXPECT_EQ(loomTransportSetting("ucx-sm"),
+            (std::vector<std::string>{"LOOM_TRANSPORT=ucx", "UCX_TLS=sm"}));
+  EXPECT_TRUE(loomTransportSetting("ucx-ib").empty());
+  const char* bad[] = {"x", "all_reduce", "--compare", "ucx-ib"};
+  EXPECT_FALSE(parseOptions(4, const_cast<char**>(bad), &o, &error));
+}
+
 // --api: loom's own C API by default, or NCCL's through libnccl.so.2 on forked ranks; what
 // only loom's API has (--race, --sim), a rendezvous without -N, and --compare (whose nccl entry
 // is the way to put both APIs side by side) are refused with it.

@@ -27,6 +27,8 @@ struct Registry {
   std::mutex mu;
   std::map<uintptr_t, Segment> segments;
   uint64_t serials = 0;
+  std::map<uint64_t, SegmentFreeHook> freeHooks;  // by the id addSegmentFreeHook gave
+  uint64_t hookIds = 0;
 };
 
 Registry& registry() {
@@ -64,10 +66,24 @@ Status freeUserMemory(void* p) {
   auto it = r.segments.find(reinterpret_cast<uintptr_t>(p));
   if (it == r.segments.end())
     return errorf(loomInvalidArgument, "loomMemFree: %p did not come from loomMemAlloc", p);
+  for (auto& [id, hook] : r.freeHooks) hook(it->second.serial);
   munmap(p, it->second.size);
   close(it->second.fd);
   r.segments.erase(it);
   return Status::ok();
+}
+
+uint64_t addSegmentFreeHook(SegmentFreeHook hook) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.freeHooks[++r.hookIds] = std::move(hook);
+  return r.hookIds;
+}
+
+void removeSegmentFreeHook(uint64_t id) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.freeHooks.erase(id);
 }
 
 SegmentRef findUserMemory(const void* p, size_t bytes) {

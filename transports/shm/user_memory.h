@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 
@@ -30,6 +31,13 @@ Status allocUserMemory(size_t bytes, void** out);
 Status freeUserMemory(void* p);
 // The segment that holds all of [p, p+bytes), if one does.
 SegmentRef findUserMemory(const void* p, size_t bytes);
+
+// Called with a segment's serial just before freeUserMemory unmaps it, under the registry's
+// lock (a hook must not call back into this file): what a transport registered of the segment
+// (the UCX transport's ucp_mem_map) is released with it. Returns an id for removeSegmentFreeHook.
+using SegmentFreeHook = std::function<void(uint64_t serial)>;
+uint64_t addSegmentFreeHook(SegmentFreeHook hook);
+void removeSegmentFreeHook(uint64_t id);
 
 class Mapping;
 

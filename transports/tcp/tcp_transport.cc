@@ -319,11 +319,7 @@ class TcpTransportImpl final : public Transport {
   void setPeerPacing(std::vector<uint64_t> bytesPerSecond) {
     peerPacing_ = std::move(bytesPerSecond);
   }
-  std::string peerName(int rank) const {
-    if (rank >= 0 && size_t(rank) < ctx_->peers.size() && ctx_->peers[rank].hostname[0] != 0)
-      return strprintf("rank %d (host %.64s)", rank, ctx_->peers[rank].hostname);
-    return strprintf("rank %d", rank);
-  }
+  std::string peerName(int rank) const { return describePeer(*ctx_, rank); }
 
   // Accepts the connections waiting on the listener and reads their hellos, without blocking.
   Status serviceListener();

@@ -277,7 +277,7 @@ void bindCommunicator(py::module_& m) {
 A communicator: Communicator(unique_id, rank, size, timeout=None, algorithms=None,
 transport=None) joins rank of size (it waits for the others); Communicator.from_env() joins as
 the launcher's variables say (loomCommInitFromEnv). timeout is seconds or a timedelta;
-algorithms (e.g. "allreduce=ring") and transport ("auto", "shm", "tcp") as LOOM_ALGO and
+algorithms (e.g. "allreduce=ring") and transport ("auto", "shm", "tcp", "ucx") as LOOM_ALGO and
 LOOM_TRANSPORT. A context manager: leaving it destroys the communicator.
 
 Collectives take send and recv buffers (C-contiguous; the datatype is theirs, or dtype=) and

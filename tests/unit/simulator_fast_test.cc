@@ -1,0 +1,275 @@
+// The simulator's fast path (tuner/symmetry.h, docs/SIMULATOR.md "The fast path") against the
+// full simulation: every builder of allreduce, allgather, reduce-scatter and alltoall, on
+// uniform, CPU-modelled, fat-tree and rail-optimised models of 16 to 1024 ranks, at several
+// sizes, within 5%; and where it cannot apply, the full simulation with the reason.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "base/status.h"
+#include "collectives/builders.h"
+#include "topology/builders.h"
+#include "tuner/simulator.h"
+#include "tuner/symmetry.h"
+#include "tuner/tuner.h"
+#include "tuner/uniform_topology.h"
+
+namespace loom::tuner {
+namespace {
+
+using collectives::Builder;
+using collectives::CollArgs;
+using collectives::Collective;
+
+constexpr double kTolerance = 0.05;
+constexpr double kGB = 1e9, kGbit = 1e9 / 8;
+
+const Collective kCollectives[] = {Collective::AllReduce, Collective::AllGather,
+                                   Collective::ReduceScatter, Collective::AlltoAll};
+
+CollArgs callOn(const topology::Topology& topo, Collective coll, uint64_t bytes) {
+  CollArgs a;
+  a.settings() = callSettings({}, {}, topo);
+  a.coll = coll;
+  a.nranks = int(topo.ranks.size());
+  a.elemSize = 4;
+  for (const topology::Rank& r : topo.ranks) a.hostOf.push_back(r.host);
+  a.count = countForBytes(a, bytes);
+  return a;
+}
+
+SimResult run(const Builder& b, const CollArgs& a, const topology::Topology& topo, bool fast) {
+  SimOptions o;
+  o.fast = fast;
+  return simulateBuilt(a.nranks, [&](int r) { return b.build(a, r); }, topo, o);
+}
+
+// What one model's sweep found.
+struct Sweep {
+  int compared = 0, folded = 0;
+  double worst = 0;  // the largest |fast - full| / full
+  std::string worstCase;
+};
+
+// Every builder of the collectives (or only `algos` of `colls`, when given) at every size, fast against
+// full; the fast path must agree within kTolerance wherever it ran, and the full simulation
+// must have run unchanged wherever it did not.
+Sweep compareAll(const topology::Topology& topo, const std::vector<uint64_t>& sizes,
+                 const std::vector<std::string>& algos = {},
+                 const std::vector<Collective>& colls = {std::begin(kCollectives),
+                                                         std::end(kCollectives)}) {
+  Sweep s;
+  for (Collective coll : colls) {
+    for (const Builder& b : collectives::allBuilders()) {
+      if (b.coll != coll || b.build == nullptr) continue;
+      if (!algos.empty() && std::find(algos.begin(), algos.end(), b.name) == algos.end())
+        continue;
+      for (uint64_t bytes : sizes) {
+        const CollArgs a = callOn(topo, coll, bytes);
+        if (b.refuse && !b.refuse(a).empty()) continue;
+        const SimResult full = run(b, a, topo, false);
+        const SimResult fast = run(b, a, topo, true);
+        const std::string what = strprintf("%s %s %s %llu B", topo.name.c_str(),
+                                           collectives::collectiveName(coll), b.name,
+                                           (unsigned long long)bytes);
+        EXPECT_TRUE(full.ok && fast.ok) << what << ": " << full.message << fast.message;
+        EXPECT_FALSE(full.fast) << what;
+        EXPECT_NE(fast.fast, !fast.fastRefusal.empty()) << what;
+        if (!fast.fast) {
+          EXPECT_EQ(fast.time, full.time) << what << " (" << fast.fastRefusal << ")";
+          continue;
+        }
+        const double error = std::abs(fast.time - full.time) / full.time;
+        EXPECT_LE(error, kTolerance) << what << ": fast " << fast.time * 1e6 << " us, full "
+                                     << full.time * 1e6 << " us";
+        EXPECT_EQ(fast.messages, full.messages) << what;
+        ++s.folded;
+        if (error >= s.worst) s.worst = error, s.worstCase = what;
+      }
+      ++s.compared;
+    }
+  }
+  printf("%s: %d builders, %d calls folded, worst %.3f%% (%s)\n", topo.name.c_str(), s.compared,
+         s.folded, s.worst * 100, s.worstCase.c_str());
+  return s;
+}
+
+const std::vector<uint64_t> kSizes = {8, 32 << 10, 2 << 20};
+
+TEST(SimulatorFast, AgreesWithTheFullSimulationOnUniformClusters) {
+  for (auto [hosts, ranks] : {std::pair{2, 8}, {4, 4}, {16, 4}}) {
+    topology::Topology topo = uniformTopology({hosts, ranks});
+    topo.name = strprintf("uniform-%dx%d", hosts, ranks);
+    const Sweep s = compareAll(topo, kSizes);
+    EXPECT_GT(s.folded, 0) << topo.name;
+  }
+}
+
+// Hosts with a CPU model (cores fewer than ranks, per-step costs, shm copies on the cores) and
+// two sockets: the CPU resources are each host's own, and fold with it.
+TEST(SimulatorFast, AgreesWithTheFullSimulationOnCpuModelledHosts) {
+  topology::CpuHostSpec host;
+  host.sockets = 2;
+  host.ranksPerSocket = 4;
+  host.memory = {10 * kGB, 1e-6, "shm"};
+  host.interSocket = {40 * kGB, 0.2e-6, "upi"};
+  host.pcie = {32 * kGB, 0.5e-6, "pcie"};
+  topology::Topology topo = topology::uniformHosts("cpu-4x8-cores", 4, host,
+                                                   {100 * kGbit, 5e-6, "eth"});
+  for (topology::Node& n : topo.nodes)
+    if (n.kind == topology::NodeKind::Host)
+      n.cpu = {.cores = 4, .memBandwidth = 8e9, .stepOverhead = 2e-6, .netMessageOverhead = 3e-6};
+  const Sweep s = compareAll(topo, kSizes);
+  EXPECT_GT(s.folded, 0);
+}
+
+// A 2:1 fat-tree of `hosts` hosts of `ranks` ranks, `perLeaf` a leaf, 2 spines.
+topology::Topology fatTreeOf(const std::string& name, int hosts, int ranks, int perLeaf) {
+  topology::FabricSpec fabric;
+  fabric.hostsPerLeaf = perLeaf;
+  fabric.spines = 2;
+  fabric.oversubscription = 2;
+  fabric.hostLink = {200 * kGbit, 1e-6, "ib"};
+  fabric.spineLatency = 0.5e-6;
+  topology::CpuHostSpec host;
+  host.ranksPerSocket = ranks;
+  host.memory = {10 * kGB, 1e-6, "shm"};
+  host.pcie = {32 * kGB, 0.5e-6, "pcie"};
+  return topology::fatTree(name, hosts, host, fabric);
+}
+
+// Links between switches (spines) carry every host's traffic: the fast path counts what an
+// orbit puts on each, and moves whole leaves.
+TEST(SimulatorFast, AgreesWithTheFullSimulationOnFabricsWithSpines) {
+  const Sweep fat = compareAll(fatTreeOf("fattree-16x4", 16, 4, 4), {8, 2 << 20});
+  EXPECT_GT(fat.folded, 0);
+}
+
+// The corpus model of that name (topology/builders.h; dgx-rail-1024 with `huge`).
+topology::Topology corpusModel(const std::string& name, bool huge = false) {
+  for (topology::Topology& m : topology::corpusModels(huge))
+    if (m.name == name) return std::move(m);
+  return {};
+}
+
+TEST(SimulatorFast, AgreesWithTheFullSimulationOnARailOptimisedModel) {
+  const topology::Topology rail = corpusModel("dgx-rail-16");
+  ASSERT_EQ(rail.ranks.size(), 128u);
+  const Sweep dgx = compareAll(rail, {8, 2 << 20}, {"ring", "hierarchical", "rd"});
+  EXPECT_GT(dgx.folded, 0);
+}
+
+// 1024 ranks, where the full simulation takes seconds (of alltoall's hierarchical plan, 47):
+// allreduce's hierarchical and rd plans on dgx-rail-128.
+TEST(SimulatorFast, AgreesWithTheFullSimulationAt1024Ranks) {
+  const topology::Topology rail = corpusModel("dgx-rail-128");
+  ASSERT_EQ(rail.ranks.size(), 1024u);
+  const Sweep s = compareAll(rail, {1 << 20}, {"hierarchical", "rd"}, {Collective::AllReduce});
+  EXPECT_GT(s.folded, 0);
+}
+
+// A topology whose hosts differ, or a plan that is not symmetric (a tree has one root): the
+// full simulation runs and the result says why.
+TEST(SimulatorFast, FallsBackToTheFullSimulationAndSaysWhy) {
+  topology::Topology topo = uniformTopology({4, 4});
+  const Builder* ring = collectives::findBuilder(Collective::AllReduce, "ring");
+  const Builder* tree = collectives::findBuilder(Collective::AllReduce, "tree");
+  ASSERT_NE(ring, nullptr);
+  ASSERT_NE(tree, nullptr);
+  const CollArgs a = callOn(topo, Collective::AllReduce, 1 << 20);
+  const SimResult treeFast = run(*tree, a, topo, true);
+  EXPECT_FALSE(treeFast.fast);
+  EXPECT_EQ(treeFast.fastRefusal,
+            "the plans differ between hosts beyond a shift or an xor of the hosts");
+  EXPECT_EQ(treeFast.time, run(*tree, a, topo, false).time);
+  EXPECT_TRUE(run(*ring, a, topo, true).fast);
+  // Host 2's network link at half speed.
+  for (topology::Link& l : topo.links)
+    if (topo.nodes[size_t(l.from)].host == 2 && topo.nodes[size_t(l.to)].host < 0)
+      l.bandwidth /= 2;
+  const SimResult slow = run(*ring, a, topo, true);
+  EXPECT_FALSE(slow.fast);
+  EXPECT_EQ(slow.fastRefusal, "host 2 differs from host 0");
+  EXPECT_EQ(slow.time, run(*ring, a, topo, false).time);
+  // Part of the topology's ranks.
+  const topology::Topology one = uniformTopology({1, 8});
+  EXPECT_EQ(run(*ring, callOn(one, Collective::AllReduce, 1 << 20), one, true).fastRefusal,
+            "one host: nothing to fold");
+}
+
+// The figure of docs/SIMULATOR.md "The fast path": every builder that folds, at 8192 ranks on
+// dgx-rail-1024, in under a second per size. Logged: wall times are not asserted.
+TEST(SimulatorFast, PredictsPlansOf8192RanksOnDgxRail1024) {
+  const topology::Topology rail = corpusModel("dgx-rail-1024", /*huge=*/true);
+  ASSERT_EQ(rail.ranks.size(), 8192u);
+  for (const char* algo : {"ring", "hierarchical", "torus"}) {
+    const Builder* b = collectives::findBuilder(Collective::AllReduce, algo);
+    ASSERT_NE(b, nullptr);
+    const CollArgs a = callOn(rail, Collective::AllReduce, uint64_t(1) << 30);
+    const auto start = std::chrono::steady_clock::now();
+    const SimResult r = run(*b, a, rail, true);
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ASSERT_TRUE(r.ok) << r.message;
+    EXPECT_TRUE(r.fast) << algo << ": " << r.fastRefusal;
+    printf("%s allreduce of 1 GiB, 8192 ranks: %.1f us predicted in %.3f s\n", algo,
+           r.time * 1e6, wall);
+  }
+}
+
+}  // namespace
+}  // namespace loom::tuner
+
+namespace loom::tuner {
+namespace {
+
+// The tuner with the fast path decides as with the full simulation (it simulates the
+// candidates the fast path puts within kFastWindow of the fastest again in full): every tabled
+// collective, sizes 8 B to 64 MiB, on models of 2 to 64 ranks.
+TEST(TunerFast, ChoosesAsTheFullSimulationDoes) {
+  topology::Topology cores = uniformTopology({4, 4});
+  for (topology::Node& n : cores.nodes)
+    if (n.kind == topology::NodeKind::Host) n.cpu = {.cores = 2, .stepOverhead = 1e-6};
+  struct Model {
+    topology::Topology topo;
+    uint64_t factor;  // between the sizes of the sweep
+  };
+  const std::vector<Model> models = {
+      {uniformTopology({2, 1}), 8},          {uniformTopology({1, 4}), 8},
+      {uniformTopology({2, 4}), 8},          {cores, 8},
+      {fatTreeOf("fattree-8x2", 8, 2, 2), 8},
+      {uniformTopology({16, 4}), 64},
+  };
+  int decisions = 0;
+  for (const Model& m : models) {
+    TunerConfig fast, full;
+    fast.sim.fast = true;
+    full.sim.fast = false;
+    Tuner withFast(m.topo, fast), withFull(m.topo, full);
+    const CollArgs base = callOn(m.topo, Collective::AllReduce, 8);
+    for (Collective coll : tabledCollectives()) {
+      if (m.topo.ranks.size() > 16 && coll != Collective::AllReduce &&
+          coll != Collective::AllGather)
+        continue;  // the full simulation of 64 ranks: the two busiest collectives only
+      for (uint64_t bytes = 8; bytes <= (64 << 20); bytes *= m.factor) {
+        const std::vector<TableRow> a = decisionTable(withFast, base, {coll}, bytes, bytes);
+        const std::vector<TableRow> b = decisionTable(withFull, base, {coll}, bytes, bytes);
+        ASSERT_EQ(a.size(), b.size());
+        for (size_t i = 0; i < a.size(); ++i) {
+          EXPECT_EQ(describe(a[i].decision.choice), describe(b[i].decision.choice))
+              << m.topo.name << " " << m.topo.ranks.size() << " ranks "
+              << collectives::collectiveName(coll) << " " << bytes << " B";
+          ++decisions;
+        }
+      }
+    }
+  }
+  printf("%d decisions compared\n", decisions);
+}
+
+}  // namespace
+}  // namespace loom::tuner
