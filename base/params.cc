@@ -227,7 +227,8 @@ const Value& find(const char* name) {
   abort();
 }
 
-// Parses "123", "-1", "64K", "8M", "1G". On bad text, warns and returns the default.
+// Parses "123", "-1", "64K", "8M", "1G". On bad text, or a value out of int64_t's range, warns
+// and returns the default.
 int64_t parseInt(const Value& v, bool bytes) {
   auto parse = [bytes](const std::string& text, int64_t* out) {
     errno = 0;
@@ -247,8 +248,8 @@ int64_t parseInt(const Value& v, bool bytes) {
       if (*end == 'B') ++end;
     }
     if (*end != '\0') return false;
-    *out = n * mult;
-    return true;
+    // "9000000000G" is as invalid as "12Q": out of range, not wrapped round.
+    return !__builtin_mul_overflow(int64_t(n), mult, out);
   };
   int64_t out = 0;
   if (parse(v.text, &out)) return out;

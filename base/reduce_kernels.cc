@@ -3,6 +3,9 @@
 #include "base/reduce_kernels.h"
 
 #include <strings.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #include "base/reduce_impl.h"
 #include "base/dtype.h"
@@ -38,6 +41,14 @@ const KernelTable& activeTable() {
   return table;
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+// By CPUID: clang's __builtin_cpu_supports does not know "f16c".
+bool hasF16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+#endif
+
 }  // namespace
 
 bool cpuSupports(const char* isa) {
@@ -48,10 +59,9 @@ bool cpuSupports(const char* isa) {
       // The exact feature set reduce_avx512.cc is compiled with (see CMakeLists.txt).
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx2") &&
-             __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+             __builtin_cpu_supports("fma") && hasF16c();
     case 1:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && hasF16c();
     case 2:
       return true;
     default:

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <mutex>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "base/fork_safe.h"
@@ -35,30 +36,6 @@ enum MessageType : uint32_t {
   kTake = 9,         // key; as kGet, and the root forgets the key once it answered
 };
 
-// A key and a value in one payload: the key's length (4 bytes), the key, the value.
-std::string keyed(const std::string& key, const std::string& value) {
-  uint32_t len = uint32_t(key.size());
-  return std::string(reinterpret_cast<const char*>(&len), sizeof(len)) + key + value;
-}
-bool unkey(const std::string& payload, std::string* key, std::string* value) {
-  uint32_t len = 0;
-  if (payload.size() < sizeof(len)) return false;
-  memcpy(&len, payload.data(), sizeof(len));
-  if (payload.size() - sizeof(len) < len) return false;
-  *key = payload.substr(sizeof(len), len);
-  *value = payload.substr(sizeof(len) + len);
-  return true;
-}
-
-struct Hello {
-  uint32_t magic;
-  unsigned char secret[16];
-  int32_t rank;
-  int32_t nranks;
-  // What is left of the rank's init deadline, in ms (-1: none): the root gives up waiting for
-  // the missing ranks no later than that, so the rank hears which ones before it gives up.
-  int32_t timeoutMs;
-};
 
 // How long past its deadline a rank that waits to hear that every rank has joined still waits
 // for the root's word naming those that did not: the root's deadline for the rank ends with the
@@ -68,33 +45,25 @@ constexpr int kJoinVerdictMs = 3000;
 // How often a rank retries a root at rank 0 that is still another communicator's.
 constexpr int kBusyRootRetryMs = 20;
 
-// Replies to a hello.
-enum HelloReply : uint8_t { kAccepted = 0, kWrongSize = 2, kDuplicateRank = 3, kBadRank = 4 };
-
-struct MessageHeader {
-  uint32_t type;
-  uint32_t len;
-};
+// How long a new connection may take to send its whole hello. Hellos are read as their bytes
+// arrive, beside everything else the root does, so that a stranger that connects and sends
+// nothing (a port scan, a half-open connection) holds up no rank.
+constexpr int kHelloMs = 5000;
 
 Status sendMessage(int fd, uint32_t type, const std::string& payload, const Deadline& d) {
-  MessageHeader h = {type, uint32_t(payload.size())};
+  BootstrapMessageHeader h = {type, uint32_t(payload.size())};
   LOOM_TRY(net::sendAll(fd, &h, sizeof(h), d));
   return net::sendAll(fd, payload.data(), payload.size(), d);
 }
 
 Status recvMessage(int fd, uint32_t* type, std::string* payload, const Deadline& d) {
-  MessageHeader h;
+  BootstrapMessageHeader h;
   LOOM_TRY(net::recvAll(fd, &h, sizeof(h), d));
+  LOOM_TRY(checkMessageHeader(h));
   payload->resize(h.len);
   LOOM_TRY(net::recvAll(fd, payload->data(), h.len, d));
   *type = h.type;
   return Status::ok();
-}
-
-bool secretsEqual(const unsigned char* a, const unsigned char* b) {
-  unsigned char diff = 0;  // constant time, so timing does not leak the secret
-  for (int i = 0; i < 16; ++i) diff |= a[i] ^ b[i];
-  return diff == 0;
 }
 
 // The roots this process serves, by their id's secret, until every rank has left them: a
@@ -129,6 +98,7 @@ class Root {
   void run() {
     runPhases();
     closeGracefully();
+    for (const Pending& c : pending_) close(c.fd);
     close(listenFd_);
   }
 
@@ -137,19 +107,76 @@ class Root {
     if (!awaitJoins()) return;
     // Phase 2: relay gathers and aborts until every rank has left.
     while (active_ > 0) {
-      std::vector<pollfd> p;
-      p.push_back({listenFd_, POLLIN, 0});
-      for (int fd : fds_) p.push_back({fd, short(fd >= 0 ? POLLIN : 0), 0});
-      const int waitMs = held_.empty() ? -1 : settle_.remainingMs(Bootstrap::kSilenceMs);
-      if (poll(p.data(), p.size(), waitMs) < 0) continue;
-      if (p[0].revents & POLLIN) {
-        int fd = -1;
-        if (net::acceptOne(listenFd_, Deadline(0), &fd).isOk()) admit(fd);
-      }
-      for (int r = 0; r < nranks_; ++r)
-        if (fds_[r] >= 0 && (p[r + 1].revents & (POLLIN | POLLHUP | POLLERR))) serve(r);
+      // A failure held back for its first cause waits until settle_ (relayAbort).
+      for (int r : pollOnce(held_.empty() ? Deadline::never() : settle_, true)) serve(r);
       if (!held_.empty() && settle_.expired()) relayHeld();
     }
+  }
+
+  // Waits for something to do until `wake`: accepts a connection, reads what has come of the
+  // hellos (admitting or dropping the complete ones), and returns the joined ranks that have
+  // sent something (withRanks; in phase 1 their gathers wait in their sockets).
+  std::vector<int> pollOnce(Deadline wake, bool withRanks) {
+    std::vector<pollfd> p;
+    p.push_back({listenFd_, POLLIN, 0});
+    for (const Pending& c : pending_) {
+      p.push_back({c.fd, POLLIN, 0});
+      if (c.deadline.before(wake)) wake = c.deadline;
+    }
+    const size_t firstRank = p.size();
+    if (withRanks)
+      for (int fd : fds_) p.push_back({fd, short(fd >= 0 ? POLLIN : 0), 0});
+    // Rounded up, so that a deadline less than 1 ms away is not polled for with 0 over and over.
+    if (poll(p.data(), p.size(), wake.bounded() ? wake.remainingMs(INT32_MAX - 1) + 1 : -1) < 0)
+      return {};
+    std::vector<int> ready;
+    for (size_t r = 0; withRanks && r < fds_.size(); ++r)
+      if (fds_[r] >= 0 && (p[firstRank + r].revents & (POLLIN | POLLHUP | POLLERR)))
+        ready.push_back(int(r));
+    for (size_t i = pending_.size(); i-- > 0;) readHello(i, p[i + 1].revents);
+    if (p[0].revents & POLLIN) {
+      int fd = -1;
+      if (net::acceptOne(listenFd_, Deadline(0), &fd).isOk())
+        pending_.push_back({fd, {}, 0, Deadline(kHelloMs)});
+    }
+    return ready;
+  }
+
+  // Reads what has arrived of pending connection i's hello; once it is whole, admits the rank
+  // or refuses it; drops the connection when it closes, fails or runs out of time first.
+  void readHello(size_t i, short revents) {
+    Pending& c = pending_[i];
+    bool broken = false;
+    if (revents != 0) {
+      ssize_t n = recv(c.fd, reinterpret_cast<char*>(&c.hello) + c.got, sizeof(c.hello) - c.got,
+                       MSG_DONTWAIT);
+      if (n > 0)
+        c.got += size_t(n);
+      else
+        broken = n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    }
+    const bool whole = c.got == sizeof(c.hello);
+    if (!whole && !broken && !c.deadline.expired()) return;
+    const Pending done = c;
+    pending_.erase(pending_.begin() + ptrdiff_t(i));
+    if (whole)
+      admit(done.fd, done.hello);
+    else
+      refuse(done.fd, broken ? "closed before sending a whole hello"
+                             : "sent no whole hello within 5 s");
+  }
+
+  // Drops a connection that is no rank of this communicator.
+  void refuse(int fd, const char* why) {
+    // A rank of the next communicator made through the same LOOM_ROOT retries every
+    // kBusyRootRetryMs until this root ends: one warning per reason, the rest at INFO.
+    ++dropped_;
+    if (warned_.insert(why).second)
+      LOOM_WARN("BOOT", "bootstrap root: dropped a connection that %s", why);
+    else
+      LOOM_INFO("BOOT", "bootstrap root: dropped connection %llu, which %s",
+                (unsigned long long)dropped_, why);
+    close(fd);
   }
 
   // Phase 1: every rank connects. Bounded by LOOM_TIMEOUT_MS, so that a job that never starts
@@ -158,15 +185,13 @@ class Root {
   bool awaitJoins() {
     joinDeadline_ = Deadline(params::getInt("LOOM_TIMEOUT_MS"));
     while (nranks_ < 0 || joined_ < nranks_) {
-      int fd = -1;
-      Status st = net::acceptOne(listenFd_, joinDeadline_, &fd);
-      if (!st.isOk()) {
+      if (joinDeadline_.expired()) {
         const std::string why = missingRanks();
-        LOOM_WARN("BOOT", "bootstrap root: %s (%s)", why.c_str(), st.message().c_str());
+        LOOM_WARN("BOOT", "bootstrap root: %s", why.c_str());
         broadcast(kJoinTimeout, why);
         return false;
       }
-      admit(fd);
+      pollOnce(joinDeadline_, false);
       if (!fatal_.empty()) {
         // A rank with a different communicator size: nobody can succeed; say why at once
         // instead of letting the others wait for their deadline.
@@ -187,33 +212,21 @@ class Root {
                      missing.size() == 1 ? "" : "s", rankRanges(missing).c_str(), nranks_);
   }
 
-  // Reads a hello and either registers the rank or drops the connection.
-  void admit(int fd) {
-    Hello h;
-    Status st = net::recvAll(fd, &h, sizeof(h), Deadline(5000));
-    if (!st.isOk() || h.magic != kUniqueIdMagic || !secretsEqual(h.secret, secret_)) {
-      // A rank of the next communicator made through the same LOOM_ROOT retries every
-      // kBusyRootRetryMs until this root ends: one warning, the rest at INFO.
-      if (dropped_++ == 0)
-        LOOM_WARN("BOOT", "bootstrap root: dropped a connection that did not prove the secret "
-                          "of this unique id");
-      else
-        LOOM_INFO("BOOT", "bootstrap root: dropped connection %llu that did not prove the "
-                          "secret of this unique id", (unsigned long long)dropped_);
-      close(fd);
+  // Registers the rank whose whole hello came on fd, or refuses it.
+  void admit(int fd, const BootstrapHello& h) {
+    const BootstrapReply reply =
+        judgeHello(h, secret_, nranks_, fds_, nranks_ >= 0 && joined_ >= nranks_);
+    if (reply == kNotProven) {
+      refuse(fd, "did not prove the secret of this unique id");
       return;
     }
-    uint8_t reply = kAccepted;
-    if (nranks_ < 0 && h.nranks > 0) {
+    if (reply == kAccepted && nranks_ < 0) {
       nranks_ = h.nranks;
       fds_.assign(nranks_, -1);
       gathers_.assign(nranks_, std::string());
       hasGather_.assign(nranks_, false);
     }
-    if (h.nranks != nranks_) reply = kWrongSize;
-    else if (h.rank < 0 || h.rank >= nranks_) reply = kBadRank;
-    else if (fds_[h.rank] >= 0 || joined_ >= nranks_) reply = kDuplicateRank;
-    net::sendAll(fd, &reply, 1, Deadline(5000)).ignore();
+    net::sendAll(fd, &reply, 1, Deadline(kHelloMs)).ignore();
     if (reply == kWrongSize)
       fatal_ = strprintf("bootstrap: a rank joined with nranks=%d, which differs from this "
                          "communicator's %d",
@@ -221,7 +234,7 @@ class Root {
     if (reply != kAccepted) {
       LOOM_WARN("BOOT", "bootstrap root: refused rank %d of %d (communicator has %d ranks): %s",
                 h.rank, h.nranks, nranks_,
-                reply == kWrongSize ? "wrong size" : reply == kBadRank ? "bad rank"
+                reply == kWrongSize ? "wrong size" : reply == kBadRank ? "bad rank or size"
                                                                        : "rank already joined");
       close(fd);
       return;
@@ -272,7 +285,7 @@ class Root {
   // only for the key), so the others can agree on what comes next (loomCommShrink).
   void serveStore(int r, uint32_t type, const std::string& payload) {
     std::string key, value;
-    if (!unkey(payload, &key, &value)) {
+    if (!unpackKeyed(payload, &key, &value)) {
       LOOM_WARN("BOOT", "bootstrap root: rank %d sent a malformed store message", r);
       drop(r);
       return;
@@ -308,12 +321,7 @@ class Root {
   }
 
   void finishGather() {
-    std::string result;
-    for (int q = 0; q < nranks_; ++q) {
-      uint32_t len = uint32_t(gathers_[q].size());
-      result.append(reinterpret_cast<const char*>(&len), sizeof(len));
-      result += gathers_[q];
-    }
+    const std::string result = packGather(gathers_);
     // Highest rank first: rank 0, which usually runs in this root's process, gets its answer
     // last, so when it leaves (and may exit, taking the root along) every other rank's answer
     // is already in its socket.
@@ -416,11 +424,21 @@ class Root {
     if (hasGather_[r]) --gathered_;
   }
 
+  // A connection whose hello has not all arrived.
+  struct Pending {
+    int fd;
+    BootstrapHello hello;
+    size_t got;
+    Deadline deadline;
+  };
+
   int listenFd_;
+  std::vector<Pending> pending_;
   Deadline joinDeadline_ = Deadline::never();
   std::string fatal_;  // set when the job cannot succeed (mismatched sizes)
   unsigned char secret_[16];
-  uint64_t dropped_ = 0;  // connections dropped for a wrong secret
+  uint64_t dropped_ = 0;  // connections that were no rank of this communicator
+  std::set<std::string> warned_;  // the reasons for dropping one said at WARN
   int nranks_ = -1;
   int joined_ = 0;
   int active_ = 0;
@@ -534,6 +552,77 @@ Status decodeUniqueId(const loomUniqueId& id, UniqueIdData* out, net::Address* r
   return Status::ok();
 }
 
+bool bootstrapSecretsEqual(const unsigned char* a, const unsigned char* b) {
+  unsigned char diff = 0;  // constant time, so timing does not leak the secret
+  for (int i = 0; i < 16; ++i) diff |= a[i] ^ b[i];
+  return diff == 0;
+}
+
+BootstrapReply judgeHello(const BootstrapHello& h, const unsigned char secret[16], int nranks,
+                          const std::vector<int>& rankFds, bool everyoneJoined) {
+  if (h.magic != kUniqueIdMagic || !bootstrapSecretsEqual(h.secret, secret)) return kNotProven;
+  if (h.nranks < 1 || h.nranks > kMaxBootstrapRanks) return kBadRank;
+  if (nranks >= 0 && h.nranks != nranks) return kWrongSize;
+  if (h.rank < 0 || h.rank >= h.nranks) return kBadRank;
+  if (everyoneJoined || (size_t(h.rank) < rankFds.size() && rankFds[size_t(h.rank)] >= 0))
+    return kDuplicateRank;
+  return kAccepted;
+}
+
+Status checkMessageHeader(const BootstrapMessageHeader& h) {
+  if (h.len > kMaxBootstrapMessageBytes)
+    return errorf(loomRemoteError,
+                  "bootstrap: a message of %u bytes (type %u) is over the limit of %u: a "
+                  "corrupt or foreign connection", h.len, h.type, kMaxBootstrapMessageBytes);
+  return Status::ok();
+}
+
+std::string packKeyed(const std::string& key, const std::string& value) {
+  uint32_t len = uint32_t(key.size());
+  return std::string(reinterpret_cast<const char*>(&len), sizeof(len)) + key + value;
+}
+
+bool unpackKeyed(const std::string& payload, std::string* key, std::string* value) {
+  uint32_t len = 0;
+  if (payload.size() < sizeof(len)) return false;
+  memcpy(&len, payload.data(), sizeof(len));
+  if (payload.size() - sizeof(len) < len) return false;
+  *key = payload.substr(sizeof(len), len);
+  *value = payload.substr(sizeof(len) + len);
+  return true;
+}
+
+std::string packGather(const std::vector<std::string>& blobs) {
+  std::string out;
+  for (const std::string& b : blobs) {
+    const uint32_t len = uint32_t(b.size());
+    out.append(reinterpret_cast<const char*>(&len), sizeof(len));
+    out += b;
+  }
+  return out;
+}
+
+Status unpackGather(const std::string& payload, size_t nranks, std::vector<std::string>* all) {
+  all->clear();
+  size_t pos = 0;
+  for (size_t r = 0; r < nranks; ++r) {
+    uint32_t len = 0;
+    if (payload.size() - pos < sizeof(len))
+      return errorf(loomRemoteError, "it ends before rank %zu's blob (%zu bytes)", r,
+                    payload.size());
+    memcpy(&len, payload.data() + pos, sizeof(len));
+    pos += sizeof(len);
+    if (payload.size() - pos < len)
+      return errorf(loomRemoteError, "rank %zu's blob of %u bytes runs past its end", r, len);
+    all->push_back(payload.substr(pos, len));
+    pos += len;
+  }
+  if (pos != payload.size())
+    return errorf(loomRemoteError, "%zu bytes follow the %zu ranks' blobs", payload.size() - pos,
+                  nranks);
+  return Status::ok();
+}
+
 Bootstrap::~Bootstrap() {
   if (fd_ >= 0) close(fd_);
 }
@@ -544,6 +633,7 @@ Status Bootstrap::connect(const loomUniqueId& id, int rank, int nranks,
   net::Address root;
   LOOM_TRY(decodeUniqueId(id, &data, &root));
   rank_ = rank;
+  nranks_ = nranks;
   secret_.assign(reinterpret_cast<const char*>(data.secret), 16);
   // Through a root at rank 0 (LOOM_ROOT), the address may still be held by the root of the
   // communicator made through it before, until its last rank leaves it, and that root refuses
@@ -566,7 +656,7 @@ Status Bootstrap::connect(const loomUniqueId& id, int rank, int nranks,
     Status st = net::connectTo(root, deadline, &fd_);
     if (!st.isOk())
       return st.withContext("bootstrap: cannot reach the root at " + root.toString());
-    Hello h = {kUniqueIdMagic, {}, rank, nranks,
+    BootstrapHello h = {kUniqueIdMagic, {}, rank, nranks,
                deadline.bounded() ? deadline.remainingMs(INT32_MAX) : -1};
     memcpy(h.secret, data.secret, 16);
     LOOM_TRY(net::sendAll(fd_, &h, sizeof(h), deadline));
@@ -594,7 +684,10 @@ Status Bootstrap::connect(const loomUniqueId& id, int rank, int nranks,
                     "bootstrap: nranks=%d differs from the other ranks' value", nranks);
     case kDuplicateRank:
       return errorf(loomInvalidArgument, "bootstrap: rank %d has already joined", rank);
-    default: return errorf(loomInvalidArgument, "bootstrap: rank %d refused by the root", rank);
+    default:
+      return errorf(loomInvalidArgument,
+                    "bootstrap: rank %d of %d refused by the root (rank or size out of range)",
+                    rank, nranks);
   }
 }
 
@@ -648,15 +741,9 @@ Status Bootstrap::allgather(const std::string& mine, std::vector<std::string>* a
     if (stopped(type, payload)) return Status(abortCode_, abortReason_);
     if (type != kGatherResult)
       return errorf(loomInternalError, "bootstrap: unexpected message %u", type);
-    all->clear();
-    size_t pos = 0;
-    while (pos + 4 <= payload.size()) {
-      uint32_t len;
-      memcpy(&len, payload.data() + pos, 4);
-      pos += 4;
-      all->push_back(payload.substr(pos, len));
-      pos += len;
-    }
+    if (Status st = unpackGather(payload, size_t(nranks_), all); !st.isOk())
+      return errorf(loomRemoteError, "bootstrap: the root's allgather result is malformed: %s",
+                    st.message().c_str());
     joined_ = true;
     return Status::ok();
   }
@@ -665,7 +752,7 @@ Status Bootstrap::allgather(const std::string& mine, std::vector<std::string>* a
 Status Bootstrap::put(const std::string& key, const std::string& value,
                       const Deadline& deadline) {
   std::lock_guard<std::mutex> g(sendMutex_);
-  return sendMessage(fd_, kPut, keyed(key, value), deadline);
+  return sendMessage(fd_, kPut, packKeyed(key, value), deadline);
 }
 
 Status Bootstrap::get(const std::string& key, std::string* value, const Deadline& deadline) {
@@ -680,7 +767,7 @@ Status Bootstrap::fetchKey(uint32_t request, const std::string& key, std::string
                            const Deadline& deadline) {
   {
     std::lock_guard<std::mutex> g(sendMutex_);
-    LOOM_TRY(sendMessage(fd_, request, keyed(key, std::string()), deadline));
+    LOOM_TRY(sendMessage(fd_, request, packKeyed(key, std::string()), deadline));
   }
   for (;;) {
     uint32_t type = 0;

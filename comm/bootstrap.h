@@ -47,6 +47,56 @@ Status rankZeroRootId(const std::string& address, loomUniqueId* id);
 // Checks and unpacks an id.
 Status decodeUniqueId(const loomUniqueId& id, UniqueIdData* out, net::Address* root);
 
+// What the root and the ranks read from a connection. Anyone who can reach the root's port can
+// send it anything, so every length and count is checked before it is trusted; these are pure
+// so that tests/fuzz/ can feed them garbage without sockets.
+//
+// A rank's first bytes to the root.
+struct BootstrapHello {
+  uint32_t magic;  // kUniqueIdMagic
+  unsigned char secret[16];
+  int32_t rank;
+  int32_t nranks;
+  // What is left of the rank's init deadline, in ms (-1: none): the root gives up waiting for
+  // the missing ranks no later than that, so the rank hears which ones before it gives up.
+  int32_t timeoutMs;
+};
+// The most ranks a communicator may have: a hello that claims more is refused before the root
+// sizes its tables by it.
+constexpr int32_t kMaxBootstrapRanks = 1 << 20;
+// The root's one-byte answer to a hello. kNotProven is never sent: the connection is dropped.
+enum BootstrapReply : uint8_t {
+  kAccepted = 0,
+  kNotProven = 1,  // wrong magic or secret: a stranger, or another communicator's rank
+  kWrongSize = 2,  // nranks differs from that of the ranks that came first
+  kDuplicateRank = 3,
+  kBadRank = 4,  // rank outside 0..nranks-1, or nranks outside 1..kMaxBootstrapRanks
+};
+// The root's answer to `h`, given the communicator's size so far (-1: no rank has joined yet),
+// each rank's connection (`rankFds`, -1 where none) and whether every rank had joined: a rank
+// that joins after that, or twice, is a duplicate.
+BootstrapReply judgeHello(const BootstrapHello& h, const unsigned char secret[16], int nranks,
+                          const std::vector<int>& rankFds, bool everyoneJoined);
+bool bootstrapSecretsEqual(const unsigned char* a, const unsigned char* b);
+
+// Every message after the hello: a header, then `len` bytes of payload.
+struct BootstrapMessageHeader {
+  uint32_t type;
+  uint32_t len;
+};
+// The largest payload either side accepts: a header claiming more is a broken or hostile peer,
+// refused before anything is allocated for it.
+constexpr uint32_t kMaxBootstrapMessageBytes = 1u << 30;
+Status checkMessageHeader(const BootstrapMessageHeader& h);
+// A key and a value in one payload: the key's length (4 bytes), the key, the value.
+std::string packKeyed(const std::string& key, const std::string& value);
+bool unpackKeyed(const std::string& payload, std::string* key, std::string* value);
+// An allgather's result: every rank's blob after its length (4 bytes), rank 0 first.
+std::string packGather(const std::vector<std::string>& blobs);
+// Exactly `nranks` blobs filling the payload, or an error that says what is wrong.
+Status unpackGather(const std::string& payload, size_t nranks, std::vector<std::string>* all);
+
+
 // One rank's connection to the root.
 class Bootstrap final : public RankExchange {
  public:
@@ -92,6 +142,7 @@ class Bootstrap final : public RankExchange {
   bool stopped(uint32_t type, const std::string& payload);
   int fd_ = -1;
   int rank_ = 0;
+  int nranks_ = 0;
   std::mutex sendMutex_;  // a revoke from another thread must not interleave with a message
   std::string secret_;       // the id's, which names its root among those of this process
   std::string abortReason_;  // first abort seen, kept so every later call reports it

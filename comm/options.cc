@@ -18,41 +18,6 @@ using collectives::Collective;
 
 uint64_t nonNegative(int64_t v) { return uint64_t(std::max<int64_t>(0, v)); }
 
-// Parses "allreduce=ring,allgather=ring" into the builder forced per collective, checking every
-// name.
-Status parseAlgorithms(const std::string& text, ForcedBuilders* out) {
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t comma = text.find(',', start);
-    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos
-                                                                     : comma - start);
-    start = comma == std::string::npos ? text.size() : comma + 1;
-    if (item.empty()) continue;
-    size_t eq = item.find('=');
-    if (eq == std::string::npos)
-      return errorf(loomInvalidArgument,
-                    "LOOM_ALGO: \"%s\" is not collective=algorithm (e.g. allreduce=ring)",
-                    item.c_str());
-    std::string coll = item.substr(0, eq), algo = item.substr(eq + 1);
-    bool knownColl = false;
-    for (int c = 0; c <= int(Collective::SendRecv); ++c)
-      if (coll == collectives::collectiveName(Collective(c))) {
-        knownColl = true;
-        (*out)[size_t(c)] = collectives::findBuilder(Collective(c), algo);
-        if ((*out)[size_t(c)] == nullptr) {
-          std::string known;
-          for (auto n : collectives::builderNames(Collective(c)))
-            known += (known.empty() ? "" : ", ") + std::string(n);
-          return errorf(loomInvalidArgument, "LOOM_ALGO: %s has no algorithm \"%s\" (known: %s)",
-                        coll.c_str(), algo.c_str(), known.c_str());
-        }
-      }
-    if (!knownColl)
-      return errorf(loomInvalidArgument, "LOOM_ALGO: unknown collective \"%s\"", coll.c_str());
-  }
-  return Status::ok();
-}
-
 // What the caller may set in its config as well: the deadline, the transport and LOOM_ALGO.
 Status readCallerChoices(const loomConfig_t* config, CommOptions* out) {
   out->timeoutMs = params::getInt("LOOM_TIMEOUT_MS");
@@ -164,6 +129,39 @@ Status readTuningChoices(tuner::TunerConfig* out) {
 }
 
 }  // namespace
+
+Status parseAlgorithms(const std::string& text, ForcedBuilders* out) {
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t comma = text.find(',', start);
+    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos
+                                                                     : comma - start);
+    start = comma == std::string::npos ? text.size() : comma + 1;
+    if (item.empty()) continue;
+    size_t eq = item.find('=');
+    if (eq == std::string::npos)
+      return errorf(loomInvalidArgument,
+                    "LOOM_ALGO: \"%s\" is not collective=algorithm (e.g. allreduce=ring)",
+                    item.c_str());
+    std::string coll = item.substr(0, eq), algo = item.substr(eq + 1);
+    bool knownColl = false;
+    for (int c = 0; c <= int(Collective::SendRecv); ++c)
+      if (coll == collectives::collectiveName(Collective(c))) {
+        knownColl = true;
+        (*out)[size_t(c)] = collectives::findBuilder(Collective(c), algo);
+        if ((*out)[size_t(c)] == nullptr) {
+          std::string known;
+          for (auto n : collectives::builderNames(Collective(c)))
+            known += (known.empty() ? "" : ", ") + std::string(n);
+          return errorf(loomInvalidArgument, "LOOM_ALGO: %s has no algorithm \"%s\" (known: %s)",
+                        coll.c_str(), algo.c_str(), known.c_str());
+        }
+      }
+    if (!knownColl)
+      return errorf(loomInvalidArgument, "LOOM_ALGO: unknown collective \"%s\"", coll.c_str());
+  }
+  return Status::ok();
+}
 
 Status readCommOptions(const loomConfig_t* config, CommOptions* out) {
   // NCCL's variables stand in for unset LOOM_* ones: one loom cannot read fails here, as in NCCL.

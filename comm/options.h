@@ -49,6 +49,10 @@ struct CommOptions {
   tuner::AutotuneSettings autotuneSettings;
 };
 
+// LOOM_ALGO's grammar: "allreduce=ring,allgather=ring" as the builder forced per collective
+// (entries it does not name are left as they are). An unknown collective or algorithm is an error
+// that names it and lists the known ones.
+Status parseAlgorithms(const std::string& text, ForcedBuilders* out);
 // All of them; `config` (loomCommInitRankConfig's, may be null) overrides what it sets. A bad
 // setting fails here, before any rank connects, with an error that names it.
 Status readCommOptions(const loomConfig_t* config, CommOptions* out);

@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# Installs what loom needs, builds it, and runs every test tier with ctest.
+# Installs what loom needs, builds it, runs every test tier with ctest, then fuzzes each parser
+# of outside input for a bounded time (scripts/fuzz.sh; LOOM_FUZZ_SECONDS per target, 0 skips).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/build.sh
-cd "${LOOM_BUILD_DIR:-build}"
 # One test at a time: the multi-process tests fork up to 8 ranks each on a 2-core machine, and
 # their fault tests measure detection time.
-ctest --output-on-failure --timeout 600 "$@"
+(cd "${LOOM_BUILD_DIR:-build}" && ctest --output-on-failure --timeout 600 "$@")
+if [[ "${LOOM_FUZZ_SECONDS:-20}" != 0 ]]; then
+  start=$SECONDS
+  scripts/fuzz.sh
+  echo "fuzz stage: $((SECONDS - start)) s (build and every target)"
+fi

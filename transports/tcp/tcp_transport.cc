@@ -27,7 +27,6 @@ namespace {
 
 // Segments one sendmsg/recvmsg may cover: enough for many small ops in one system call.
 constexpr int kMaxIov = 64;
-constexpr size_t kMaxChunkBytes = size_t(1) << 30;
 // The least a send moves of a chunk whose end is not ready yet (the executor raises an op's
 // limit as earlier steps produce its data). A smaller piece costs a system call, a packet and
 // a wake-up at the receiver, and saves less than it costs: Bruck's allgather forwards a block
@@ -456,34 +455,34 @@ void TcpTransportImpl::admit(Handshake* h) {
   from.len = sizeof(from.storage);
   getpeername(h->fd.get(), reinterpret_cast<sockaddr*>(&from.storage), &from.len);
   const TcpHello& m = h->hello;
-  if (m.magic != kTcpHelloMagic) {
-    LOOM_WARN("TCP", "refused a connection from %s: not a loom TCP hello", from.toString().c_str());
-    return;
-  }
-  // Constant time, so a stranger cannot learn the secret byte by byte.
-  unsigned char diff = 0;
-  for (size_t i = 0; i < sizeof(m.secret); ++i) diff |= m.secret[i] ^ ctx_->secret[i];
-  if (diff != 0) {
-    LOOM_WARN("TCP",
-              "refused a connection from %s claiming rank %d: wrong secret (another "
-              "communicator or job)",
-              from.toString().c_str(), m.rank);
-    return;
-  }
-  if (m.rank < 0 || m.rank >= ctx_->rank || m.lane < 0 || m.sockets < 1 ||
-      m.sockets > kMaxSockets || m.socketIndex < 0 || m.socketIndex >= m.sockets ||
-      m.chunkBytes < kChunkAlign || m.chunkBytes > kMaxChunkBytes ||
-      m.chunkBytes % kChunkAlign != 0) {
-    LOOM_WARN("TCP",
-              "refused a connection from %s: malformed hello (rank %d lane %d socket "
-              "%d of %d, chunk %llu)",
-              from.toString().c_str(), m.rank, m.lane, m.socketIndex, m.sockets,
-              static_cast<unsigned long long>(m.chunkBytes));
+  const std::string why = checkTcpHello(m, ctx_->secret, ctx_->rank);
+  if (!why.empty()) {
+    LOOM_WARN("TCP", "refused a connection from %s: %s", from.toString().c_str(), why.c_str());
     return;
   }
   stash_[Key(m.rank, m.lane, m.socketIndex)].push_back(
       {std::move(h->fd), m.sockets, size_t(m.chunkBytes)});
 }
+
+}  // namespace
+
+std::string checkTcpHello(const TcpHello& m, const unsigned char secret[16], int myRank) {
+  if (m.magic != kTcpHelloMagic) return "not a loom TCP hello";
+  // Constant time, so a stranger cannot learn the secret byte by byte.
+  unsigned char diff = 0;
+  for (size_t i = 0; i < sizeof(m.secret); ++i) diff |= m.secret[i] ^ secret[i];
+  if (diff != 0)
+    return strprintf("claiming rank %d: wrong secret (another communicator or job)", m.rank);
+  if (m.rank < 0 || m.rank >= myRank || m.lane < 0 || m.sockets < 1 || m.sockets > kMaxSockets ||
+      m.socketIndex < 0 || m.socketIndex >= m.sockets || m.chunkBytes < kChunkAlign ||
+      m.chunkBytes > kMaxChunkBytes || m.chunkBytes % kChunkAlign != 0)
+    return strprintf("malformed hello (rank %d lane %d socket %d of %d, chunk %llu)", m.rank,
+                     m.lane, m.socketIndex, m.sockets,
+                     static_cast<unsigned long long>(m.chunkBytes));
+  return "";
+}
+
+namespace {
 
 bool TcpTransportImpl::takeSockets(int peer, int lane, std::vector<UniqueFd>* fds, int* sockets,
                                    size_t* chunkBytes) {

@@ -74,6 +74,12 @@ struct TcpHello {
 };
 static_assert(sizeof(TcpHello) == 48, "TcpHello is a wire format");
 inline constexpr uint64_t kTcpHelloMagic = 0x6c6f6f6d2d746370ull;  // "loom-tcp"
+inline constexpr size_t kMaxChunkBytes = size_t(1) << 30;
+
+// Why a listening rank (`myRank`, of a communicator whose secret is `secret`) refuses hello m,
+// or "" when it files the socket. Anyone who reaches the listener may send anything: pure,
+// so tests/fuzz/ can feed it garbage.
+std::string checkTcpHello(const TcpHello& m, const unsigned char secret[16], int myRank);
 
 Status createTcpTransport(const CommContext* ctx, const TcpOptions& options,
                           std::unique_ptr<Transport>* out);
