@@ -31,7 +31,9 @@ for t in "${targets[@]}"; do
   mkdir -p "$corpus" "$build/crashes"
   # The corpus grows in the build folder; the seeds in the tree stay as written. A 10 s input
   # is a hang (nothing loom parses takes that long), 2 GB a memory blow-up.
-  if "$build/fuzz_$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+  # A fixed seed (LOOM_FUZZ_SEED, default 1) makes a run repeatable: the same mutations in the
+  # same order, as far as the time allows; another seed explores elsewhere.
+  if "$build/fuzz_$t" -max_total_time="$seconds" -seed="${LOOM_FUZZ_SEED:-1}" -timeout=10 -rss_limit_mb=2048 \
        -print_final_stats=1 -artifact_prefix="$build/crashes/$t-" "$corpus" \
        "tests/fuzz/seeds/$t" > "$log" 2>&1; then
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")

@@ -197,6 +197,9 @@ Status parseDocument(const json& doc, Topology* out) {
     } else if (rank.endpoint >= 0 && size_t(rank.endpoint) < t.nodes.size()) {
       rank.host = t.nodes[size_t(rank.endpoint)].host;  // the endpoint's host by default
     }
+    if (rank.host < 0)
+      return Status(loomInvalidArgument,
+                    where + ": no host: name one, or give the endpoint node a 'host'");
     t.ranks.push_back(rank);
   }
   *out = std::move(t);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -45,13 +46,29 @@ std::string parseCandidate(const json& j, const std::string& collective, Candida
   return "";
 }
 
+// j[key] as an integer of type T. get<T> would convert a fraction or a value out of T's range
+// with undefined behaviour: such a value is refused as the wrong type, like a string would be.
+template <typename T>
+T integerAt(const json& j, const char* key) {
+  const json& v = j.at(key);
+  const bool fits =
+      v.is_number_unsigned()  ? v.get<uint64_t>() <= uint64_t(std::numeric_limits<T>::max())
+      : v.is_number_integer() ? v.get<int64_t>() >= int64_t(std::numeric_limits<T>::min()) &&
+                                    v.get<int64_t>() <= int64_t(std::numeric_limits<T>::max())
+                              : false;
+  if (!fits)
+    throw json::type_error::create(302, std::string(key) + " must be an integer in range: " +
+                                            v.dump(), &v);
+  return v.get<T>();
+}
+
 // One entry of the file, or why this version cannot use it.
 std::string parseEntry(const json& j, AutotuneKey* key, AutotuneEntry* entry) {
   const std::string collective = j.at("collective").get<std::string>();
-  key->bucket = j.at("bucket").get<int>();
-  key->elemSize = j.at("elemSize").get<uint32_t>();
-  key->nranks = j.at("nranks").get<int>();
-  entry->bytes = j.at("bytes").get<uint64_t>();
+  key->bucket = integerAt<int>(j, "bucket");
+  key->elemSize = integerAt<uint32_t>(j, "elemSize");
+  key->nranks = integerAt<int>(j, "nranks");
+  entry->bytes = integerAt<uint64_t>(j, "bytes");
   std::string why = parseCandidate(j.at("winner"), collective, &entry->winner, &key->coll);
   auto parseList = [&](const json& list, std::vector<Candidate>* out) {
     Collective coll;
