@@ -373,14 +373,11 @@ Status Comm::agreeBuffersMapped(const CallDesc& call, const collectives::Builder
 
 Status Comm::runCollective(CallDesc& call) {
   LOOM_TRY(usable());
-  const collectives::CollArgs& a = call.args;
   if (call.recorded != 0) {
     recordedCall_ = call.recorded;
     recorder_.setState(recordedCall_, FlightRecorder::State::Running);
   } else {
-    recordedCall_ = recorder_.open(collectives::collectiveName(a.coll), true, a.count,
-                                   call.outputBytes, call.dtype, call.op, a.root,
-                                   FlightRecorder::State::Running);
+    recordedCall_ = openRecord(call, FlightRecorder::State::Running);
   }
   Status st = chooseAndRun(call);
   recorder_.close(recordedCall_, st.isOk());
@@ -388,11 +385,14 @@ Status Comm::runCollective(CallDesc& call) {
   return st;
 }
 
+uint64_t Comm::openRecord(const CallDesc& call, FlightRecorder::State state) {
+  const collectives::CollArgs& a = call.args;
+  return recorder_.open(collectives::collectiveName(a.coll), true, a.count, call.outputBytes,
+                        call.dtype, call.op, a.root, state);
+}
+
 void Comm::recordQueued(CallDesc* call) {
-  const collectives::CollArgs& a = call->args;
-  call->recorded = recorder_.open(collectives::collectiveName(a.coll), true, a.count,
-                                  call->outputBytes, call->dtype, call->op, a.root,
-                                  FlightRecorder::State::Queued);
+  call->recorded = openRecord(*call, FlightRecorder::State::Queued);
 }
 
 Status Comm::dumpTrace(const char* path, const char* reason, std::string* written) const {

@@ -186,6 +186,8 @@ class Comm final : public collectives::ExecHost {
   // runCollective's and runP2P's work between their flight recorder entry's opening and
   // closing.
   Status chooseAndRun(CallDesc& call);
+  // Opens a collective's flight recorder entry in `state`; its number (0: recorder off).
+  uint64_t openRecord(const CallDesc& call, FlightRecorder::State state);
   Status exchangeP2P(const std::vector<P2PCall>& calls);
   // Writes the flight recorder to its default file, and logs where (or why not).
   void dumpTraceLogged(const char* reason) const;

@@ -69,9 +69,8 @@ class FlightRecorder {
   bool dumpsOn(DumpWhen when) const { return (dumpWhen_ & when) != 0; }
   const char* defaultPath() const { return path_; }
 
-  struct Entry;
-
  private:
+  struct Entry;
   Entry* entryOf(uint64_t call) const;
 
   uint32_t capacity_ = 0;

@@ -26,11 +26,6 @@
 namespace loom::testing {
 namespace {
 
-const loomDataType_t kTypes[] = {loomInt8,    loomUint8,   loomInt32,   loomUint32,
-                                 loomInt64,   loomUint64,  loomFloat16, loomBfloat16,
-                                 loomFloat32, loomFloat64, loomFloat8e4m3, loomFloat8e5m2};
-const loomRedOp_t kOps[] = {loomSum, loomProd, loomMin, loomMax, loomAvg};
-
 // A failure description, or empty. Every case allocates its own buffers so that one case's
 // leftovers cannot make another pass.
 using Result = std::string;
@@ -236,11 +231,11 @@ int runMatrix(RankContext& ctx, const char* transport, bool large) {
     }
   };
   if (!large) {
-    for (auto t : kTypes)
+    for (auto t : kAllTypes)
       for (uint64_t count : counts)
         for (bool inPlace : {false, true}) {
           for (auto& [name, fn] : reductions)
-            for (auto op : kOps) run(fn, {t, op, count, inPlace, int(count % n)});
+            for (auto op : kAllOps) run(fn, {t, op, count, inPlace, int(count % n)});
           for (auto& [name, fn] : movements) run(fn, {t, loomSum, count, inPlace, n - 1});
         }
   } else {
