@@ -15,15 +15,21 @@
 # host), --mtu BYTES (the links' MTU; default 1500: 9000 plays jumbo frames, which costs this
 # machine's CPUs fewer packets per byte), --peers (also run loom-mpi-perf through mpirun, its ranks
 # placed in the namespaces by an rsh agent doing `ip netns exec`), --port P (bootstrap port,
-# default 29517). Arguments after -- go to loom-perf (and the peer). Hosts get 10.214.0.1..H
-# on the bridge; the bridge itself gets 10.214.0.254 in the root namespace, for mpirun's own
-# channel. At the end it prints how many packets each link's queue dropped (incast shows
-# there). Everything is torn down on exit, Ctrl-C included.
+# default 29517), --mpi (run no loom-perf: the arguments after -- are a command, run in the
+# root namespace with an `mpirun` first on its PATH that places its ranks on the hosts, -R
+# slots each, and takes every other mpirun option; the script exits with the command's code).
+# Arguments after -- go to loom-perf (and the peer). Hosts get 10.215.N.1..H on the bridge,
+# N from the script's pid (so that two testbeds never share a subnet); the bridge itself gets
+# 10.215.N.254 in the root namespace, for mpirun's own channel. At the end it prints how many
+# packets each link's queue dropped (incast shows there). Everything is torn down on exit,
+# Ctrl-C included. Exits 77 where it cannot build a testbed (not root, no iproute2).
+#
+#   sudo perf/netns-cluster.sh -H 2 -R 2 --mpi -- mpirun -np 4 -x LD_PRELOAD=... ./app
 set -euo pipefail
 
-usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 
-hosts=2 per=1 rate=10gbit queue=1000000 peers=0 port=29517 mapby=host mtu=1500
+hosts=2 per=1 rate=10gbit queue=1000000 peers=0 port=29517 mapby=host mtu=1500 mpi=0
 build=${LOOM_BUILD:-$(cd "$(dirname "$0")/.." && pwd)/build}
 args=()
 while [[ $# -gt 0 ]]; do
@@ -37,19 +43,27 @@ while [[ $# -gt 0 ]]; do
     --mtu) mtu=$2; shift 2 ;;
     --peers) peers=1; shift ;;
     --port) port=$2; shift 2 ;;
+    --mpi) mpi=1; shift ;;
     --) shift; args=("$@"); break ;;
     -h|--help) usage 0 ;;
     *) echo "netns-cluster.sh: unknown argument '$1'" >&2; usage 2 ;;
   esac
 done
-[[ $(id -u) == 0 ]] || { echo "netns-cluster.sh: needs root (network namespaces, tc)" >&2; exit 2; }
+[[ $(id -u) == 0 ]] || { echo "netns-cluster.sh: needs root (network namespaces, tc)" >&2; exit 77; }
+command -v ip > /dev/null && command -v tc > /dev/null ||
+  { echo "netns-cluster.sh: needs iproute2 (ip, tc)" >&2; exit 77; }
 ((hosts >= 1 && hosts <= 200 && per >= 1)) || { echo "netns-cluster.sh: bad -H/-R" >&2; exit 2; }
 ((mtu >= 576 && mtu <= 65535)) || { echo "netns-cluster.sh: --mtu takes 576..65535" >&2; exit 2; }
 [[ $mapby == host || $mapby == node ]] ||
   { echo "netns-cluster.sh: --map-by takes host or node, not '$mapby'" >&2; exit 2; }
-[[ ${#args[@]} -gt 0 ]] || args=(all_reduce -b 8 -e 1M -f 4)
-perf=$build/perf/loom-perf
-[[ -x $perf ]] || { echo "netns-cluster.sh: $perf is not built" >&2; exit 2; }
+if ((mpi)); then
+  [[ ${#args[@]} -gt 0 ]] || { echo "netns-cluster.sh: --mpi needs a command after --" >&2; exit 2; }
+  mpirun_path=$(command -v mpirun) || { echo "netns-cluster.sh: --mpi: no mpirun" >&2; exit 77; }
+else
+  [[ ${#args[@]} -gt 0 ]] || args=(all_reduce -b 8 -e 1M -f 4)
+  perf=$build/perf/loom-perf
+  [[ -x $perf ]] || { echo "netns-cluster.sh: $perf is not built" >&2; exit 2; }
+fi
 
 # Names carry this script's pid, so two testbeds (or a crashed one's leftovers) never clash;
 # interface names stay within Linux's 15 characters.
@@ -58,6 +72,7 @@ bridge=lmbr$tag
 ns() { echo "lmh${1}n$tag"; }    # host i's namespace (no dot: mpirun reads one as a domain)
 inner() { echo "lmh$1"; }       # host i's end of its link, inside its namespace
 outer() { echo "lmo$1.$tag"; }  # the bridge's end
+net=10.215.$((tag % 250))
 tmp=$(mktemp -d /tmp/loom-netns.XXXXXX)
 
 pids=() ranks=()
@@ -90,7 +105,7 @@ shape() {
 }
 
 ip link add "$bridge" mtu "$mtu" type bridge
-ip addr add 10.214.0.254/24 dev "$bridge"
+ip addr add $net.254/24 dev "$bridge"
 ip link set "$bridge" up
 for ((i = 0; i < hosts; i++)); do
   n=$(ns $i)
@@ -98,7 +113,7 @@ for ((i = 0; i < hosts; i++)); do
   ip link add "$(outer $i)" mtu "$mtu" type veth peer name "$(inner $i)" mtu "$mtu"
   ip link set "$(inner $i)" netns "$n"
   ip link set "$(outer $i)" master "$bridge" up
-  ip -n "$n" addr add "10.214.0.$((i + 1))/24" dev "$(inner $i)"
+  ip -n "$n" addr add "$net.$((i + 1))/24" dev "$(inner $i)"
   ip -n "$n" link set "$(inner $i)" up
   ip -n "$n" link set lo up
   # No segmentation offload: TCP then hands the link MTU-sized packets, as a switch port sees
@@ -127,6 +142,34 @@ report_drops() {
 }
 
 world=$((hosts * per))
+
+# An `mpirun` that places its ranks on the hosts: it "logs in" to host h by running its daemon
+# in namespace h (the rsh agent gets "HOST command..." and HOST is the namespace name); ranks
+# on one host share memory (vader), hosts talk TCP over their links.
+mpibin=$tmp/bin
+make_mpirun() {
+  local agent=$tmp/netns-rsh hostlist
+  printf '#!/bin/sh\nns=$1; shift\nexec ip netns exec "$ns" unshare --uts sh -c "hostname $ns && $*"\n' >"$agent"
+  hostlist=$(for ((i = 0; i < hosts; i++)); do printf '%s:%d,' "$(ns $i)" "$per"; done)
+  mkdir -p "$mpibin"
+  cat >"$mpibin/mpirun" <<EOF
+#!/bin/sh
+exec $1 --allow-run-as-root --mca plm_rsh_agent $agent --mca btl tcp,vader,self \\
+  --mca mpi_yield_when_idle 1 \\
+  --mca btl_tcp_if_include $net.0/24 --mca oob_tcp_if_include $net.0/24 \\
+  -H ${hostlist%,} "\$@"
+EOF
+  chmod +x "$agent" "$mpibin/mpirun"
+}
+
+if ((mpi)); then
+  make_mpirun "$mpirun_path"
+  rc=0
+  PATH=$mpibin:$PATH "${args[@]}" || rc=$?
+  report_drops
+  exit $rc
+fi
+
 for ((i = 0; i < hosts; i++)); do
   for ((l = 0; l < per; l++)); do
     r=$((i * per + l))
@@ -135,7 +178,7 @@ for ((i = 0; i < hosts; i++)); do
     out=$tmp/rank$r.out
     [[ $r == 0 ]] && out=/dev/stdout
     ip netns exec "$(ns $i)" env LOOM_RANK=$r LOOM_WORLD_SIZE=$world \
-      LOOM_ROOT=10.214.0.1:$port LOOM_SOCKET_IFNAME="$(inner $i)" \
+      LOOM_ROOT=$net.1:$port LOOM_SOCKET_IFNAME="$(inner $i)" \
       "$perf" "${args[@]}" >"$out" 2>"$tmp/rank$r.err" &
     pids+=($!)
     ranks+=($r)
@@ -154,19 +197,13 @@ report_drops
 
 if ((peers)); then
   mpiperf=$build/perf/loom-mpi-perf
-  if [[ ! -x $mpiperf ]]; then
-    echo "netns-cluster.sh: --peers: $mpiperf is not built" >&2
+  if [[ ! -x $mpiperf ]] || ! mpirun_path=$(command -v mpirun); then
+    echo "netns-cluster.sh: --peers: no mpirun, or $mpiperf is not built" >&2
   else
-    # mpirun "logs in" to host h by running its daemon in namespace h: the rsh agent gets
-    # "HOST command..." and HOST is the namespace name.
-    agent=$tmp/netns-rsh
-    printf '#!/bin/sh\nns=$1; shift; exec ip netns exec "$ns" sh -c "$*"\n' >"$agent"
-    chmod +x "$agent"
-    hostlist=$(for ((i = 0; i < hosts; i++)); do printf '%s:%d,' "$(ns $i)" "$per"; done)
+    make_mpirun "$mpirun_path"
     echo "# netns-cluster: Open MPI over the same links" >&2
-    mpirun --allow-run-as-root --oversubscribe --mca plm_rsh_agent "$agent" \
-      --mca btl tcp,self --mca btl_tcp_if_include 10.214.0.0/24 \
-      --mca oob_tcp_if_include 10.214.0.0/24 -H "${hostlist%,}" -np "$world" --map-by "$([[ $mapby == node ]] && echo node || echo slot)" \
+    "$mpibin/mpirun" --oversubscribe -np "$world" \
+      --map-by "$([[ $mapby == node ]] && echo node || echo slot)" \
       "$mpiperf" "${args[@]}" || rc=1
     report_drops  # counted from the start: loom's and Open MPI's together
   fi
