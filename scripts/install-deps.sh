@@ -6,7 +6,8 @@ packages=(cmake g++ make pkg-config libgtest-dev libgmock-dev libbenchmark-dev i
           openmpi-bin libopenmpi-dev libgloo-dev nlohmann-json3-dev libhwloc-dev python3
           python3-dev pybind11-dev python3-pytest python3-numpy python3-torch libtorch-dev python3-pip
           python3-setuptools python3-wheel hpcc lammps python3-mpi4py gfortran libucx-dev
-          ucx-utils clang libclang-rt-dev)  # clang and libFuzzer: scripts/fuzz.sh
+          ucx-utils clang libclang-rt-dev  # clang and libFuzzer: scripts/fuzz.sh
+          mpich libmpich-dev)  # beside Open MPI, which stays the default (alternatives: 50 > 40)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" > /dev/null 2>&1 || missing+=("$p")

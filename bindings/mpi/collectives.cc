@@ -10,12 +10,17 @@ namespace loom::mpi {
 namespace {
 
 // The loom communicator a call runs on, or NULL when it falls through; notes the route.
-// bytes is the call's size as LOOM_MPI_MIN_BYTES measures it: the same on every rank.
-loomComm_t admit(Call call, MPI_Comm comm, Route route, size_t bytes) {
+// bytes is the call's size as LOOM_MPI_MIN_BYTES measures it: the same on every rank. A
+// blocking call runs after the communicator's queued non-blocking ones; a non-blocking call
+// never makes a loom communicator (see madeLoomCommOf).
+loomComm_t admit(Call call, MPI_Comm comm, Route route, size_t bytes, bool blocking = true) {
   loomComm_t loomComm = nullptr;
   if (!interposing()) route = Route::Disabled;
   else if (route == Route::Loom && bytes < minBytes()) route = Route::Small;
-  if (route == Route::Loom) loomComm = loomCommOf(comm, &route);
+  if (route == Route::Loom) {
+    loomComm = blocking ? loomCommOf(comm, &route) : madeLoomCommOf(comm, &route);
+  }
+  if (loomComm != nullptr && blocking) awaitQueue(loomComm);
   note(call, route);
   return loomComm;
 }
@@ -70,7 +75,7 @@ Route moving(int sendCount, MPI_Datatype sendType, int recvCount, MPI_Datatype r
 
 using namespace loom::mpi;
 
-extern "C" int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count,
+LOOM_MPI_ENTRY int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count,
                              MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
   Reduction r{};
   const Route route = count < 0 ? Route::BadArgument
@@ -83,7 +88,7 @@ extern "C" int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count,
                               nullptr));
 }
 
-extern "C" int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
+LOOM_MPI_ENTRY int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
                           MPI_Op op, int root, MPI_Comm comm) {
   Reduction r{};
   int rank = -1;
@@ -99,7 +104,7 @@ extern "C" int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Dat
                            nullptr));
 }
 
-extern "C" int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, int root,
+LOOM_MPI_ENTRY int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, int root,
                          MPI_Comm comm) {
   size_t element = 0;
   Route route = count < 0 ? Route::BadArgument
@@ -112,7 +117,7 @@ extern "C" int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, int roo
                 loomBroadcast(buffer, buffer, bytes, loomUint8, root, lc, nullptr));
 }
 
-extern "C" int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
+LOOM_MPI_ENTRY int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
                              void* recvbuf, int recvcount, MPI_Datatype recvtype,
                              MPI_Comm comm) {
   const bool inPlace = sendbuf == MPI_IN_PLACE;
@@ -129,7 +134,7 @@ extern "C" int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype se
                 loomAllGather(in, recvbuf, block, loomUint8, lc, nullptr));
 }
 
-extern "C" int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount,
+LOOM_MPI_ENTRY int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount,
                                         MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
   Reduction r{};
   const Route route = recvcount < 0 ? Route::BadArgument
@@ -152,7 +157,7 @@ extern "C" int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int 
   return finish(Call::ReduceScatterBlock, comm, lc, result);
 }
 
-extern "C" int MPI_Alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
+LOOM_MPI_ENTRY int MPI_Alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
                             void* recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
   size_t block = 0;
   const Route route =
@@ -188,7 +193,7 @@ bool inBytes(const int* counts, const int* displs, size_t n, size_t element,
 }  // namespace
 }  // namespace loom::mpi
 
-extern "C" int MPI_Alltoallv(const void* sendbuf, const int sendcounts[], const int sdispls[],
+LOOM_MPI_ENTRY int MPI_Alltoallv(const void* sendbuf, const int sendcounts[], const int sdispls[],
                              MPI_Datatype sendtype, void* recvbuf, const int recvcounts[],
                              const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm) {
   // The counts differ from rank to rank, so no size threshold: every rank must agree.
@@ -214,7 +219,7 @@ extern "C" int MPI_Alltoallv(const void* sendbuf, const int sendcounts[], const 
                               loomUint8, lc, nullptr));
 }
 
-extern "C" int MPI_Barrier(MPI_Comm comm) {
+LOOM_MPI_ENTRY int MPI_Barrier(MPI_Comm comm) {
   // No rank leaves an allreduce before every rank has entered it.
   loomComm_t lc = admit(Call::Barrier, comm, Route::Loom, 0);
   if (lc == nullptr) return PMPI_Barrier(comm);
@@ -223,7 +228,37 @@ extern "C" int MPI_Barrier(MPI_Comm comm) {
                 loomAllReduce(&token, &token, 1, loomUint8, loomSum, lc, nullptr));
 }
 
-extern "C" int MPI_Finalize(void) {
+LOOM_MPI_ENTRY int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count,
+                              MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                              MPI_Request* request) {
+  Reduction r{};
+  Route route = count < 0 || request == nullptr
+                    ? Route::BadArgument
+                    : unaliased(sendbuf, recvbuf, reduction(datatype, op, &r));
+  loomComm_t lc = admit(Call::Iallreduce, comm, route, size_t(count) * r.elementBytes, false);
+  if (lc == nullptr) {
+    return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
+  }
+  const void* in = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
+  const Pending args{in, recvbuf, size_t(count) * r.perElement, r.type, r.op, 0};
+  return enqueue(lc, Call::Iallreduce, args, request);
+}
+
+LOOM_MPI_ENTRY int MPI_Ibcast(void* buffer, int count, MPI_Datatype datatype, int root,
+                          MPI_Comm comm, MPI_Request* request) {
+  size_t element = 0;
+  Route route = count < 0 || request == nullptr
+                    ? Route::BadArgument
+                    : rooted(comm, root, dense(datatype, &element) ? Route::Loom
+                                                                   : Route::Datatype);
+  const size_t bytes = size_t(count) * element;
+  loomComm_t lc = admit(Call::Ibcast, comm, route, bytes, false);
+  if (lc == nullptr) return PMPI_Ibcast(buffer, count, datatype, root, comm, request);
+  const Pending args{nullptr, buffer, bytes, loomUint8, loomSum, root};
+  return enqueue(lc, Call::Ibcast, args, request);
+}
+
+LOOM_MPI_ENTRY int MPI_Finalize(void) {
   releaseAtFinalize();
   return PMPI_Finalize();
 }

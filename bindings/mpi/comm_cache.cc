@@ -19,6 +19,7 @@ namespace {
 struct Entry {
   loomComm_t comm;
   Route route;
+  bool threads;  // every rank runs MPI_THREAD_MULTIPLE (see create)
 };
 
 int gKeyval = MPI_KEYVAL_INVALID;
@@ -31,6 +32,7 @@ std::mutex gPendingMutex;
 std::list<std::future<void>>& gPending = *new std::list<std::future<void>>;
 
 void destroy(loomComm_t comm) {
+  endQueue(comm);  // its non-blocking calls first: they belong to the communicator
   loomCommDestroy(comm);
   gLive.fetch_sub(1, std::memory_order_relaxed);
 }
@@ -66,15 +68,20 @@ int keyval() {
 
 // Collective over comm: every rank learns whether all of them made their part, so that they
 // all run on loom or all fall through. A rank that made its part while another failed aborts
-// it (the others never join it).
+// it (the others never join it). The same exchange tells whether every rank runs
+// MPI_THREAD_MULTIPLE, which the non-blocking calls need on all of them or none.
 Entry* create(MPI_Comm comm) {
   int inter = 0;
   PMPI_Comm_test_inter(comm, &inter);
-  if (inter) return new Entry{nullptr, Route::BadComm};
+  if (inter) return new Entry{nullptr, Route::BadComm, false};
   loomComm_t made = nullptr;
-  const int ok = loomCommInitFromMpi(&made, comm, nullptr) == loomSuccess;
-  int allOk = 0;
-  PMPI_Allreduce(&ok, &allOk, 1, MPI_INT, MPI_MIN, comm);
+  int provided = MPI_THREAD_SINGLE;
+  PMPI_Query_thread(&provided);
+  const int mine[2] = {loomCommInitFromMpi(&made, comm, nullptr) == loomSuccess,
+                       provided == MPI_THREAD_MULTIPLE};
+  int all[2] = {0, 0};
+  PMPI_Allreduce(mine, all, 2, MPI_INT, MPI_MIN, comm);
+  const int allOk = all[0];
   if (!allOk) {
     if (made != nullptr) loomCommAbort(made);
     static std::once_flag said;
@@ -82,10 +89,10 @@ Entry* create(MPI_Comm comm) {
       std::fprintf(stderr, "loom-mpi: no loom communicator could be made for an MPI "
                            "communicator, whose calls run on MPI (LOOM_DEBUG=INFO says why)\n");
     });
-    return new Entry{nullptr, Route::NoLoom};
+    return new Entry{nullptr, Route::NoLoom, false};
   }
   gLive.fetch_add(1, std::memory_order_relaxed);
-  return new Entry{made, Route::Loom};
+  return new Entry{made, Route::Loom, all[1] != 0};
 }
 
 void release(MPI_Comm comm) {
@@ -113,6 +120,19 @@ loomComm_t loomCommOf(MPI_Comm comm, Route* route) {
   }
   *route = entry->route;
   return entry->comm;
+}
+
+loomComm_t madeLoomCommOf(MPI_Comm comm, Route* route) {
+  void* value = nullptr;
+  int found = 0;
+  if (comm != MPI_COMM_NULL) PMPI_Comm_get_attr(comm, keyval(), &value, &found);
+  auto* entry = static_cast<Entry*>(value);
+  if (!found || entry->comm == nullptr) {
+    *route = found ? entry->route : Route::NotMade;
+    return nullptr;
+  }
+  *route = entry->threads ? Route::Loom : Route::Threads;
+  return entry->threads ? entry->comm : nullptr;
 }
 
 void releaseAtFinalize() {

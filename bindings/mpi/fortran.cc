@@ -1,7 +1,6 @@
-// The Fortran entry points of the interposed calls (mpif.h and `use mpi`), for Open MPI,
-// whose Fortran bindings call PMPI_* directly and so would pass the C ones by: each converts
-// the Fortran handles and MPI_IN_PLACE and calls the C entry point, which routes it. The
-// mpi_f08 bindings are not interposed.
+// The Fortran entry points of the interposed calls (mpif.h, `use mpi` and `use mpi_f08`), for
+// Open MPI, whose Fortran bindings call PMPI_* directly and so would pass the C ones by: each
+// converts the Fortran handles and MPI_IN_PLACE and calls the C entry point, which routes it.
 #include "bindings/mpi/interpose.h"
 
 #ifdef OPEN_MPI
@@ -28,12 +27,17 @@ void done(MPI_Fint* ierr, int rc) {
 }  // namespace
 
 // gfortran's name (lower case, one underscore) is the definition; the other spellings that
-// Open MPI's own Fortran library answers to are aliases of it.
-#define LOOM_FORTRAN_ALIASES(name, upper)                                                   \
-  extern "C" __attribute__((visibility("default"), alias(#name "_"))) decltype(name##_) name; \
-  extern "C" __attribute__((visibility("default"), alias(#name "_"))) decltype(name##_)      \
-      name##__;                                                                             \
-  extern "C" __attribute__((visibility("default"), alias(#name "_"))) decltype(name##_) upper;
+// Open MPI's own Fortran library answers to are aliases of it, and so is the mpi_f08 module's
+// entry point (name_f08_): it takes the same arguments (a handle type's one INTEGER, by
+// reference; ierror optional, so maybe NULL) and, like the others, calls Open MPI's C PMPI_*
+// directly. mpi_f08's PMPI_* entry points (pmpi_*_f08_) stay Open MPI's.
+#define LOOM_FORTRAN_ALIAS(name, alias_name) \
+  extern "C" __attribute__((visibility("default"), alias(#name "_"))) decltype(name##_) alias_name;
+#define LOOM_FORTRAN_ALIASES(name, upper) \
+  LOOM_FORTRAN_ALIAS(name, name)          \
+  LOOM_FORTRAN_ALIAS(name, name##__)      \
+  LOOM_FORTRAN_ALIAS(name, upper)         \
+  LOOM_FORTRAN_ALIAS(name, name##_f08_)
 #define LOOM_FORTRAN extern "C" __attribute__((visibility("default"))) void
 
 LOOM_FORTRAN mpi_allreduce_(const void* sendbuf, void* recvbuf, MPI_Fint* count,

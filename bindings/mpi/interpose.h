@@ -14,10 +14,14 @@
 
 #include "loom/loom.h"
 
+// An interposed C entry point: exported from the preload, whose other symbols are hidden (Open
+// MPI's mpi.h marks its functions visible itself, MPICH's does not).
+#define LOOM_MPI_ENTRY extern "C" __attribute__((visibility("default")))
+
 namespace loom::mpi {
 
 enum class Call { Allreduce, Reduce, Bcast, Allgather, ReduceScatterBlock, Alltoall, Alltoallv,
-                  Barrier, Count };
+                  Barrier, Iallreduce, Ibcast, Count };
 
 /** Where a call went, and why. */
 enum class Route {
@@ -31,6 +35,8 @@ enum class Route {
   Mismatch,    // send and receive sides of different sizes (MPI reports what is wrong)
   BadArgument, // a negative count or a root out of range (MPI reports it)
   NoLoom,      // the loom communicator could not be made
+  NotMade,     // a non-blocking call on a communicator with no loom communicator yet
+  Threads,     // a non-blocking call where some rank lacks MPI_THREAD_MULTIPLE
   Count
 };
 
@@ -40,6 +46,8 @@ bool interposing();
 size_t minBytes();
 /** Counts the call and logs (LOOM_DEBUG=INFO) its first of each (call, route). */
 void note(Call call, Route route);
+/** A loom call's result as MPI's error code; on failure loom's message goes to stderr. */
+int mpiError(Call call, loomComm_t loomComm, loomResult_t result);
 /** A loom call's result as MPI's: on failure loom's message goes to stderr and the
  *  communicator's error handler is called, as MPI would for its own failure. */
 int finish(Call call, MPI_Comm comm, loomComm_t loomComm, loomResult_t result);
@@ -61,9 +69,35 @@ bool dense(MPI_Datatype type, size_t* bytes);
  *  the same collective), cached in an attribute of comm and destroyed with it. NULL with
  *  *route set when there is none: BadComm or NoLoom. */
 loomComm_t loomCommOf(MPI_Comm comm, Route* route);
+/** For the non-blocking calls, which must not make one (that is collective, and they return
+ *  before the other ranks enter them): comm's loom communicator if a blocking call made it
+ *  and every rank runs MPI_THREAD_MULTIPLE, else NULL with *route set (NotMade, Threads, or
+ *  why it could not be made). */
+loomComm_t madeLoomCommOf(MPI_Comm comm, Route* route);
 /** Destroys the loom communicators of MPI_COMM_SELF and MPI_COMM_WORLD, before MPI ends. */
 void releaseAtFinalize();
 /** Loom communicators alive now. */
 int liveComms();
+
+/** A non-blocking call's arguments, as loom takes them (Iallreduce: in, out, count, type,
+ *  op; Ibcast: out, count bytes, root). */
+struct Pending {
+  const void* in;
+  void* out;
+  size_t count;
+  loomDataType_t type;
+  loomRedOp_t op;
+  int root;
+};
+/** Runs call (Iallreduce or Ibcast) on comm's own thread, after the non-blocking calls queued
+ *  before it, and then completes request, a generalized request of MPI's, with its result.
+ *  MPI_SUCCESS, or MPI's error code where no request could be made. */
+int enqueue(loomComm_t comm, Call call, const Pending& args, MPI_Request* request);
+/** Waits until comm's queued non-blocking calls have run: a blocking call on comm runs after
+ *  them, as every rank's calls on a communicator must run in one order. Cheap when none is
+ *  queued anywhere. */
+void awaitQueue(loomComm_t comm);
+/** Runs comm's queued calls and ends its thread (before the loom communicator is destroyed). */
+void endQueue(loomComm_t comm);
 
 }  // namespace loom::mpi

@@ -16,7 +16,7 @@ constexpr size_t kDefaultMinBytes = 4096;
 
 const char* const kCallNames[] = {"MPI_Allreduce", "MPI_Reduce", "MPI_Bcast", "MPI_Allgather",
                                   "MPI_Reduce_scatter_block", "MPI_Alltoall", "MPI_Alltoallv",
-                                  "MPI_Barrier"};
+                                  "MPI_Barrier", "MPI_Iallreduce", "MPI_Ibcast"};
 const char* const kRouteReasons[] = {
     "runs on loom",
     "falls through to MPI: LOOM_MPI_INTERPOSE=0",
@@ -28,7 +28,9 @@ const char* const kRouteReasons[] = {
     "falls through to MPI: an MPI_IN_PLACE form loom does not have",
     "falls through to MPI: send and receive sides of different sizes",
     "falls through to MPI: a negative count or a root out of range",
-    "falls through to MPI: no loom communicator could be made for the communicator"};
+    "falls through to MPI: no loom communicator could be made for the communicator",
+    "falls through to MPI: no blocking call has made the communicator's loom communicator yet",
+    "falls through to MPI: a rank of the communicator lacks MPI_THREAD_MULTIPLE"};
 static_assert(sizeof(kCallNames) / sizeof(*kCallNames) == size_t(Call::Count));
 static_assert(sizeof(kRouteReasons) / sizeof(*kRouteReasons) == size_t(Route::Count));
 
@@ -71,12 +73,16 @@ void note(Call call, Route route) {
   loomLogInfo("MPI", line);
 }
 
-int finish(Call call, MPI_Comm comm, loomComm_t loomComm, loomResult_t result) {
+int mpiError(Call call, loomComm_t loomComm, loomResult_t result) {
   if (result == loomSuccess) return MPI_SUCCESS;
   std::fprintf(stderr, "loom-mpi: %s on loom failed: %s: %s\n", kCallNames[int(call)],
                loomGetErrorString(result), loomGetLastError(loomComm));
-  const int code = result == loomInvalidArgument ? MPI_ERR_ARG : MPI_ERR_OTHER;
-  PMPI_Comm_call_errhandler(comm, code);
+  return result == loomInvalidArgument ? MPI_ERR_ARG : MPI_ERR_OTHER;
+}
+
+int finish(Call call, MPI_Comm comm, loomComm_t loomComm, loomResult_t result) {
+  const int code = mpiError(call, loomComm, result);
+  if (code != MPI_SUCCESS) PMPI_Comm_call_errhandler(comm, code);
   return code;
 }
 

@@ -1,10 +1,15 @@
-! The interposed calls from Fortran (`use mpi`), against Open MPI's own Fortran PMPI_* entry
-! points, in place and out of place; and that each ran on loom (argument "loom") or that no
-! preload is there (argument "none").
+! The interposed calls from Fortran (`use mpi`; `use mpi_f08` built with LOOM_F08 defined),
+! against Open MPI's own Fortran PMPI_* entry points, in place and out of place; and that each
+! ran on loom (argument "loom") or that no preload is there (argument "none"). The calls read
+! the same in both bindings; only the module differs.
 !
 !   mpirun -np 4 [-x LD_PRELOAD=libloom-mpi-preload.so] loom_mpi_fortran_test loom|none
 program fortran_test
+#ifdef LOOM_F08
+  use mpi_f08
+#else
   use mpi
+#endif
   implicit none
   integer, parameter :: n = 4099
   integer :: ierr, rank, nranks, i, fails, total, expected
