@@ -143,9 +143,10 @@ report_drops() {
 
 world=$((hosts * per))
 
-# An `mpirun` that places its ranks on the hosts: it "logs in" to host h by running its daemon
-# in namespace h (the rsh agent gets "HOST command..." and HOST is the namespace name); ranks
-# on one host share memory (vader), hosts talk TCP over their links.
+# An `mpirun` (the real one: $1) that places its ranks on the hosts: it "logs in" to host h by
+# running its daemon in namespace h (the rsh agent gets "HOST command..." and HOST is the
+# namespace name) under a hostname of its own (Open MPI names its per-host files by hostname);
+# $2: Open MPI's transports and options (--peers keeps TCP alone, as its tables were measured).
 mpibin=$tmp/bin
 make_mpirun() {
   local agent=$tmp/netns-rsh hostlist
@@ -154,8 +155,7 @@ make_mpirun() {
   mkdir -p "$mpibin"
   cat >"$mpibin/mpirun" <<EOF
 #!/bin/sh
-exec $1 --allow-run-as-root --mca plm_rsh_agent $agent --mca btl tcp,vader,self \\
-  --mca mpi_yield_when_idle 1 \\
+exec $1 --allow-run-as-root --mca plm_rsh_agent $agent $2 \\
   --mca btl_tcp_if_include $net.0/24 --mca oob_tcp_if_include $net.0/24 \\
   -H ${hostlist%,} "\$@"
 EOF
@@ -163,7 +163,9 @@ EOF
 }
 
 if ((mpi)); then
-  make_mpirun "$mpirun_path"
+  # Ranks on one host share memory (vader), hosts talk TCP; and they yield when idle, since the
+  # hosts' slots outnumber this machine's cores.
+  make_mpirun "$mpirun_path" "--mca btl tcp,vader,self --mca mpi_yield_when_idle 1"
   rc=0
   PATH=$mpibin:$PATH "${args[@]}" || rc=$?
   report_drops
@@ -200,7 +202,7 @@ if ((peers)); then
   if [[ ! -x $mpiperf ]] || ! mpirun_path=$(command -v mpirun); then
     echo "netns-cluster.sh: --peers: no mpirun, or $mpiperf is not built" >&2
   else
-    make_mpirun "$mpirun_path"
+    make_mpirun "$mpirun_path" "--mca btl tcp,self"
     echo "# netns-cluster: Open MPI over the same links" >&2
     "$mpibin/mpirun" --oversubscribe -np "$world" \
       --map-by "$([[ $mapby == node ]] && echo node || echo slot)" \
