@@ -107,6 +107,23 @@ static void checkComm(MPI_Comm comm, const char* name, int multiple) {
   for (int round = 1; round <= 3; ++round) checkRound(comm, name, round, multiple && round > 1);
 }
 
+/* A non-blocking call on one communicator in flight while a blocking one runs on another: loom
+ * runs both at once (the preload's thread and the caller's), as MPI does. */
+static void checkAcross(MPI_Comm nonblocking, MPI_Comm blocking, int viaLoom) {
+  int rank = 0;
+  PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  fillInputs(rank, 7);
+  PMPI_Allreduce(in32, ref32, COUNT, MPI_INT32_T, MPI_SUM, nonblocking);
+  PMPI_Allreduce(inF64, refF64, COUNT, MPI_DOUBLE, MPI_MAX, blocking);
+  MPI_Request request;
+  MPI_Iallreduce(in32, out32, COUNT, MPI_INT32_T, MPI_SUM, nonblocking, &request);
+  MPI_Allreduce(inF64, outF64, COUNT, MPI_DOUBLE, MPI_MAX, blocking);
+  expectCounts(viaLoom ? 2 : 1, viaLoom ? 0 : 1, "across communicators");
+  CHECK(MPI_Wait(&request, MPI_STATUS_IGNORE) == MPI_SUCCESS, "across: MPI_Wait");
+  CHECK(memcmp(out32, ref32, sizeof(out32)) == 0, "across: MPI_Iallreduce differs");
+  CHECK(memcmp(outF64, refF64, sizeof(outF64)) == 0, "across: MPI_Allreduce differs");
+}
+
 int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "loom";
   int provided = MPI_THREAD_SINGLE;
@@ -122,6 +139,7 @@ int main(int argc, char** argv) {
   PMPI_Comm_dup(MPI_COMM_WORLD, &dup);
   checkComm(MPI_COMM_WORLD, "MPI_COMM_WORLD", multiple);
   checkComm(dup, "a duplicate", multiple);
+  checkAcross(dup, MPI_COMM_WORLD, multiple);
   MPI_Comm_free(&dup);
   const int rc = finishTest("loom_mpi_nonblocking_test");
   MPI_Finalize();
