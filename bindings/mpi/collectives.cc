@@ -76,7 +76,7 @@ Route moving(int sendCount, MPI_Datatype sendType, int recvCount, MPI_Datatype r
 using namespace loom::mpi;
 
 LOOM_MPI_ENTRY int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count,
-                             MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
+                                 MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
   Reduction r{};
   const Route route = count < 0 ? Route::BadArgument
                                 : unaliased(sendbuf, recvbuf, reduction(datatype, op, &r));
@@ -89,7 +89,7 @@ LOOM_MPI_ENTRY int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count,
 }
 
 LOOM_MPI_ENTRY int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
-                          MPI_Op op, int root, MPI_Comm comm) {
+                              MPI_Op op, int root, MPI_Comm comm) {
   Reduction r{};
   int rank = -1;
   if (comm != MPI_COMM_NULL) PMPI_Comm_rank(comm, &rank);
@@ -105,7 +105,7 @@ LOOM_MPI_ENTRY int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MPI
 }
 
 LOOM_MPI_ENTRY int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, int root,
-                         MPI_Comm comm) {
+                             MPI_Comm comm) {
   size_t element = 0;
   Route route = count < 0 ? Route::BadArgument
                           : rooted(comm, root, dense(datatype, &element) ? Route::Loom
@@ -118,8 +118,8 @@ LOOM_MPI_ENTRY int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, int
 }
 
 LOOM_MPI_ENTRY int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
-                             void* recvbuf, int recvcount, MPI_Datatype recvtype,
-                             MPI_Comm comm) {
+                                 void* recvbuf, int recvcount, MPI_Datatype recvtype,
+                                 MPI_Comm comm) {
   const bool inPlace = sendbuf == MPI_IN_PLACE;
   size_t block = 0;
   const Route route = unaliased(
@@ -135,7 +135,7 @@ LOOM_MPI_ENTRY int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatyp
 }
 
 LOOM_MPI_ENTRY int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount,
-                                        MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
+                                            MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
   Reduction r{};
   const Route route = recvcount < 0 ? Route::BadArgument
                                     : unaliased(sendbuf, recvbuf, reduction(datatype, op, &r));
@@ -158,7 +158,8 @@ LOOM_MPI_ENTRY int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, 
 }
 
 LOOM_MPI_ENTRY int MPI_Alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
-                            void* recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
+                                void* recvbuf, int recvcount, MPI_Datatype recvtype,
+                                MPI_Comm comm) {
   size_t block = 0;
   const Route route =
       sendbuf == MPI_IN_PLACE
@@ -194,8 +195,8 @@ bool inBytes(const int* counts, const int* displs, size_t n, size_t element,
 }  // namespace loom::mpi
 
 LOOM_MPI_ENTRY int MPI_Alltoallv(const void* sendbuf, const int sendcounts[], const int sdispls[],
-                             MPI_Datatype sendtype, void* recvbuf, const int recvcounts[],
-                             const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm) {
+                                 MPI_Datatype sendtype, void* recvbuf, const int recvcounts[],
+                                 const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm) {
   // The counts differ from rank to rank, so no size threshold: every rank must agree.
   thread_local std::vector<size_t> sc, sd, rc, rd;
   size_t sendElement = 0, recvElement = 0;
@@ -229,8 +230,8 @@ LOOM_MPI_ENTRY int MPI_Barrier(MPI_Comm comm) {
 }
 
 LOOM_MPI_ENTRY int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count,
-                              MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
-                              MPI_Request* request) {
+                                  MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                                  MPI_Request* request) {
   Reduction r{};
   Route route = count < 0 || request == nullptr
                     ? Route::BadArgument
@@ -245,7 +246,7 @@ LOOM_MPI_ENTRY int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count,
 }
 
 LOOM_MPI_ENTRY int MPI_Ibcast(void* buffer, int count, MPI_Datatype datatype, int root,
-                          MPI_Comm comm, MPI_Request* request) {
+                              MPI_Comm comm, MPI_Request* request) {
   size_t element = 0;
   Route route = count < 0 || request == nullptr
                     ? Route::BadArgument
