@@ -16,7 +16,7 @@ namespace {
 loomComm_t admit(Call call, MPI_Comm comm, Route route, size_t bytes, bool blocking = true) {
   loomComm_t loomComm = nullptr;
   if (!interposing()) route = Route::Disabled;
-  else if (route == Route::Loom && bytes < minBytes()) route = Route::Small;
+  else if (route == Route::Loom && bytes < minBytes(call)) route = Route::Small;
   if (route == Route::Loom) {
     loomComm = blocking ? loomCommOf(comm, &route) : madeLoomCommOf(comm, &route);
   }

@@ -42,8 +42,8 @@ enum class Route {
 
 /** LOOM_MPI_INTERPOSE (default 1), read once. */
 bool interposing();
-/** LOOM_MPI_MIN_BYTES, read once. */
-size_t minBytes();
+/** The threshold of call: LOOM_MPI_MIN_BYTES_<CALL>, else LOOM_MPI_MIN_BYTES, read once. */
+size_t minBytes(Call call);
 /** Counts the call and logs (LOOM_DEBUG=INFO) its first of each (call, route). */
 void note(Call call, Route route);
 /** A loom call's result as MPI's error code; on failure loom's message goes to stderr. */

@@ -1,8 +1,11 @@
 // The interposer's knobs, its record of where calls went, and loom's errors as MPI's.
+#include <array>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "bindings/mpi/interpose.h"
 
@@ -24,7 +27,7 @@ const char* const kRouteReasons[] = {
     "falls through to MPI: a datatype loom does not have (derived with holes, or no loom type)",
     "falls through to MPI: an op loom does not have (user-defined, MAXLOC/MINLOC, logical or "
     "bitwise)",
-    "falls through to MPI: below LOOM_MPI_MIN_BYTES",
+    "falls through to MPI: below LOOM_MPI_MIN_BYTES (or the call's LOOM_MPI_MIN_BYTES_<CALL>)",
     "falls through to MPI: an MPI_IN_PLACE form loom does not have",
     "falls through to MPI: send and receive sides of different sizes",
     "falls through to MPI: a negative count or a root out of range",
@@ -60,9 +63,19 @@ bool interposing() {
   return on;
 }
 
-size_t minBytes() {
-  static const size_t bytes = knob("LOOM_MPI_MIN_BYTES", kDefaultMinBytes);
-  return bytes;
+size_t minBytes(Call call) {
+  // LOOM_MPI_MIN_BYTES_<CALL> (MPI_Alltoall: LOOM_MPI_MIN_BYTES_ALLTOALL) over the one for all.
+  static const auto thresholds = [] {
+    std::array<size_t, size_t(Call::Count)> bytes{};
+    const size_t all = knob("LOOM_MPI_MIN_BYTES", kDefaultMinBytes);
+    for (size_t c = 0; c < bytes.size(); ++c) {
+      std::string name = std::string("LOOM_MPI_MIN_BYTES_") + (kCallNames[c] + 4);
+      for (char& ch : name) ch = char(std::toupper(static_cast<unsigned char>(ch)));
+      bytes[c] = knob(name.c_str(), all);
+    }
+    return bytes;
+  }();
+  return thresholds[size_t(call)];
 }
 
 void note(Call call, Route route) {
