@@ -111,8 +111,11 @@ class Queue {
   std::thread thread_;  // last: it starts at construction, with the members above made
 };
 
+// Never destroyed, as comm_cache.cc's background destructions: a process that exits with a
+// call still queued (never waited for, its communicator never freed) must not wait for it.
 std::mutex gQueuesMutex;
-std::map<loomComm_t, std::unique_ptr<Queue>> gQueues;
+std::map<loomComm_t, std::unique_ptr<Queue>>& gQueues =
+    *new std::map<loomComm_t, std::unique_ptr<Queue>>;
 
 Queue* queueOf(loomComm_t comm, bool make) {
   std::lock_guard<std::mutex> lock(gQueuesMutex);
