@@ -422,7 +422,7 @@ class Run {
     }
     // The call's first post to this connection numbers the call on it (Connection::nextCall).
     if (std::find(conns_.begin(), conns_.end(), ss.conn) == conns_.end()) {
-      ss.conn->nextCall();
+      ss.conn->beginCall(call_.stamp.numbered(ss.conn->nextCall()));
       conns_.push_back(ss.conn);
       connLane_.push_back(l);
       if (std::find(transports_.begin(), transports_.end(), transport) == transports_.end())

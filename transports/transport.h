@@ -142,6 +142,9 @@ class Connection {
   // its number in its stamp, so a message left over from an earlier call is told apart.
   uint32_t nextCall() { return ++calls_; }
   uint32_t currentCall() const { return calls_; }
+  // Told once per call, at its first post here, the stamp its messages carry on this
+  // connection (a transport that lets a waiting peer see it publishes it).
+  virtual void beginCall(const CallStamp& /*stamp*/) {}
   // Why progress() failed, where it did because a message did not match its receive (the
   // caller names the two calls); null otherwise.
   virtual const MessageMismatch* mismatch() const { return nullptr; }

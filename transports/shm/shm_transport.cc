@@ -270,11 +270,6 @@ class ShmConnection final : public Connection {
                     "shm: malformed %s of %zu bytes (dtype %d, op %d) for rank %d",
                     isSend ? "send" : "receive", op->bytes, int(op->dtype), int(op->op), peer_);
     op->done = 0;
-    if (!(op->stamp == published_)) {  // once per call
-      published_ = op->stamp;
-      mine_->callCount.store(op->stamp.count, std::memory_order_release);
-      mine_->callWord.store(op->stamp.word, std::memory_order_release);
-    }
     if (op->bytes == 0) return Status::ok();  // an empty message never touches the ring
     if (isSend)
       sends_.push_back(Send{op});
@@ -307,6 +302,11 @@ class ShmConnection final : public Connection {
     if (!peerAttached_) return Status::ok();
     if (pidUsable_ && processExited(pidfd_, peerPid_)) return peerExited();
     return checkPeerCall();
+  }
+
+  void beginCall(const CallStamp& stamp) override {
+    mine_->callCount.store(stamp.count, std::memory_order_release);
+    mine_->callWord.store(stamp.word, std::memory_order_release);
   }
 
   bool unreadMessage(MessageMismatch* out) const override {
@@ -626,7 +626,6 @@ class ShmConnection final : public Connection {
   uint64_t slots_;
   uint64_t pidNamespace_ = 0;
   ShmConnectionStats stats_;
-  CallStamp published_;       // the call this side last published (SideInfo::callWord)
   MessageMismatch mismatch_;  // what the receive that failed found (checkSlotMatches)
   bool mismatched_ = false;
   bool notify_ = false;  // published something the peer may wait for; not yet rung
