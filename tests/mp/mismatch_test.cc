@@ -194,6 +194,26 @@ TEST_P(Mismatch, ReduceRoot) {
                    });
 }
 
+// Ranks 0 and 1 exchange in a group, rank 1 expecting twice what rank 0 sends; the other ranks
+// take no part (their call is nothing), and then the allreduce of everyone fails.
+TEST_P(Mismatch, SendRecvSizes) {
+  for (int n : {2, 4})
+    expectDetected(GetParam(), n, {"400", "800", "send/receive group"},
+                   [](int rank, int, loomComm_t comm) {
+                     Outcome o;
+                     o.mayPass = true;
+                     if (rank > 1) return o;
+                     std::vector<int32_t> out(200, rank), in(200, -1);
+                     const int peer = 1 - rank;
+                     loomGroupStart();
+                     loomSend(out.data(), 100, loomInt32, peer, comm, nullptr);
+                     loomRecv(in.data(), rank == 1 ? 200 : 100, loomInt32, peer, comm, nullptr);
+                     o.rc = loomGroupEnd();
+                     for (size_t i = 0; i < 100; ++i) o.dataRight = o.dataRight && in[i] == peer;
+                     return o;
+                   });
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, Mismatch, ::testing::ValuesIn(kSetups),
                          [](const auto& info) { return std::string(info.param.name); });
 
