@@ -420,15 +420,18 @@ class Run {
         op.src = address(s.src);
         op.dst = address(s.dst);
     }
-    st = ss.conn->post(&op);
-    if (!st.isOk()) return st.withContext(stepContext(l, i));
-    ss.posted = true;
+    // The call's first post to this connection numbers the call on it (Connection::nextCall).
     if (std::find(conns_.begin(), conns_.end(), ss.conn) == conns_.end()) {
+      ss.conn->beginCall(call_.stamp.numbered(ss.conn->nextCall()));
       conns_.push_back(ss.conn);
       connLane_.push_back(l);
       if (std::find(transports_.begin(), transports_.end(), transport) == transports_.end())
         transports_.push_back(transport);
     }
+    op.stamp = call_.stamp.numbered(ss.conn->currentCall());
+    st = ss.conn->post(&op);
+    if (!st.isOk()) return st.withContext(stepContext(l, i));
+    ss.posted = true;
     return Status::ok();
   }
 
@@ -538,7 +541,8 @@ class Run {
     for (size_t c = 0; c < conns_.size(); ++c) {
       bool p = false;
       Status st = conns_[c]->progress(&p);
-      if (!st.isOk()) return st.withContext(connectionContext(c));
+      if (!st.isOk()) [[unlikely]]
+        return connectionError(c, st);
       *progressed = *progressed || p;
     }
     if (!*progressed && conns_.empty()) return Status::ok();
@@ -556,7 +560,7 @@ class Run {
   Status checkPeers() {
     for (size_t c = 0; c < conns_.size(); ++c) {
       Status st = conns_[c]->checkAlive();
-      if (!st.isOk()) return st.withContext(connectionContext(c));
+      if (!st.isOk()) return connectionError(c, st);
     }
     if (call_.arena != nullptr) {
       Status st = call_.arena->checkAlive();
@@ -614,6 +618,21 @@ class Run {
                      (unsigned long long)ss.done, (unsigned long long)lane(l).counts[i]);
   }
 
+  // Connection c's error st, with the calls named where its message did not match.
+  [[gnu::noinline]] Status connectionError(size_t c, const Status& st) const {
+    const transports::MessageMismatch* m = conns_[c]->mismatch();
+    const Status out = m == nullptr ? st : messageMismatch(st, peerOf(c), *m);
+    return out.withContext(connectionContext(c));
+  }
+
+  // The peer of connection c: that of a step of this call that uses it.
+  int peerOf(size_t c) const {
+    const size_t l = connLane_[c];
+    for (size_t i = 0; i < state_[l].size(); ++i)
+      if (state_[l][i].conn == conns_[c]) return lane(l).steps[i].peer;
+    return -1;
+  }
+
   // Names the first unfinished step that uses connection c.
   std::string connectionContext(size_t c) const {
     size_t l = connLane_[c];
@@ -657,6 +676,45 @@ class Run {
 };
 
 }  // namespace
+
+std::string describeStamp(const transports::CallStamp& s) {
+  const auto coll = Collective(s.collective());
+  if (coll == Collective::SendRecv) return "a send/receive group";
+  return describeCall(coll, s.count, loomDataType_t(s.dtype()), loomRedOp_t(s.op()),
+                      int(s.root()));
+}
+
+Status messageMismatch(const Status& what, int peer, const transports::MessageMismatch& m) {
+  if (!m.header)
+    return errorf(loomInvalidUsage,
+                  "%s: rank %d's messages and this rank's receives no longer line up (a message "
+                  "of another size: the ranks' calls do not match): this rank called %s, its "
+                  "call %u with rank %d, receiving %llu bytes",
+                  what.message().c_str(), peer, describeStamp(m.expected).c_str(),
+                  m.expected.sequence(), peer, (unsigned long long)m.expectedBytes);
+  if (m.waiting)
+    return errorf(loomInvalidUsage,
+                  "%s: the ranks' calls do not match: rank %d is in %s (its call %u with this "
+                  "rank), while this rank waits for its message of %s (its call %u with rank %d, "
+                  "%llu bytes)",
+                  what.message().c_str(), peer, describeStamp(m.found).c_str(),
+                  m.found.sequence(), describeStamp(m.expected).c_str(), m.expected.sequence(),
+                  peer, (unsigned long long)m.expectedBytes);
+  if (m.found == m.expected)
+    return errorf(loomInvalidUsage,
+                  "%s: rank %d sent %llu bytes where this rank receives %llu, in %s (call %u with "
+                  "rank %d): the ranks' sends and receives do not match",
+                  what.message().c_str(), peer, (unsigned long long)m.foundBytes,
+                  (unsigned long long)m.expectedBytes, describeStamp(m.expected).c_str(),
+                  m.expected.sequence(), peer);
+  return errorf(loomInvalidUsage,
+                "%s: the ranks' calls do not match: rank %d called %s (its call %u with this "
+                "rank, a message of %llu bytes), this rank %s (its call %u with rank %d, "
+                "receiving %llu bytes)",
+                what.message().c_str(), peer, describeStamp(m.found).c_str(), m.found.sequence(),
+                (unsigned long long)m.foundBytes, describeStamp(m.expected).c_str(),
+                m.expected.sequence(), peer, (unsigned long long)m.expectedBytes);
+}
 
 Status execute(ExecHost& host, const ExecCall& call, int64_t timeoutMs, ExecWorkspace& workspace) {
   Run run(host, call, timeoutMs, *workspace.impl);

@@ -80,6 +80,8 @@ struct ExecCall {
   // Waiting: polls before yielding, then how long to yield before sleeping.
   int64_t spinCount = 2000;
   uint64_t yieldNs = 2000000;
+  // What each message of the call carries, numbered per connection (transports::CallStamp).
+  transports::CallStamp stamp;
   // For error messages: "allreduce #12".
   const char* collective = "";
   uint64_t sequence = 0;
@@ -95,6 +97,13 @@ class ExecWorkspace {
   struct Impl;
   std::unique_ptr<Impl> impl;
 };
+
+// How errors name a call from its stamp: "allreduce of 100 elements (float32, sum, root 0)", or
+// "a send/receive group".
+std::string describeStamp(const transports::CallStamp& s);
+// The error of a receive whose message did not match it (Connection::mismatch), from rank
+// `peer`; `what` is the transport's own error.
+Status messageMismatch(const Status& what, int peer, const transports::MessageMismatch& m);
 
 // Runs the plan. Every wait has a deadline of timeoutMs (< 0: none), counted from the call's
 // first idle moment: a call that never has to wait reads no clock for it.

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include "base/dtype.h"
+#include "base/status.h"
+
 namespace loom::collectives {
 
 const char* collectiveName(Collective c) {
@@ -38,6 +41,22 @@ bool countsBlocks(Collective c) {
 bool hasRoot(Collective c) {
   return c == Collective::Broadcast || c == Collective::Reduce || c == Collective::Gather ||
          c == Collective::Scatter;
+}
+
+bool reduces(Collective c) {
+  return c == Collective::AllReduce || c == Collective::Reduce || c == Collective::ReduceScatter;
+}
+
+std::string describeCall(Collective c, uint64_t count, loomDataType_t dtype, loomRedOp_t op,
+                         int root) {
+  const char* type = dtypeName(dtype);
+  std::string what = c == Collective::AlltoAllv
+                         ? strprintf("%s (%s", collectiveName(c), type)
+                         : strprintf("%s of %llu elements (%s", collectiveName(c),
+                                     (unsigned long long)count, type);
+  if (reduces(c)) what += std::string(", ") + opName(op);
+  if (hasRoot(c)) what += strprintf(", root %d", root);
+  return what + ")";
 }
 
 const char* stepKindName(StepKind k) {

@@ -26,6 +26,13 @@ enum class Collective : uint8_t {
 const char* collectiveName(Collective c);  // "allreduce", "broadcast", ...
 // Whether the call has a root: broadcast, reduce, gather, scatter.
 bool hasRoot(Collective c);
+// Whether the call reduces: allreduce, reduce, reduce-scatter.
+bool reduces(Collective c);
+// How errors name a call: "allreduce of 100 elements (float32, sum)", "broadcast of 8 elements
+// (int32, root 1)" (an alltoallv without its count; the op of a reduction, the root of a call
+// that has one).
+std::string describeCall(Collective c, uint64_t count, loomDataType_t dtype, loomRedOp_t op,
+                         int root);
 // Whether the call's count is one rank's block of a buffer of N blocks: allgather,
 // reduce-scatter, alltoall, gather, scatter.
 bool countsBlocks(Collective c);

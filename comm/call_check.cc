@@ -10,6 +10,9 @@ namespace loom {
 namespace {
 
 using collectives::Collective;
+using collectives::describeCall;
+using collectives::hasRoot;
+using collectives::reduces;
 
 void append(const CheckRecord& r, std::string* out) {
   out->append(reinterpret_cast<const char*>(&r), sizeof(r));
@@ -21,29 +24,14 @@ std::vector<CheckRecord> records(const std::string& blob) {
   return out;
 }
 
-bool reduces(Collective c) {
-  return c == Collective::AllReduce || c == Collective::Reduce || c == Collective::ReduceScatter;
-}
-bool rooted(Collective c) {
-  return c == Collective::Broadcast || c == Collective::Reduce || c == Collective::Gather ||
-         c == Collective::Scatter;
-}
-
 bool sameRecord(const CheckRecord& a, const CheckRecord& b) {
   return a.kind == b.kind && a.coll == b.coll && a.dtype == b.dtype && a.op == b.op &&
          a.rank == b.rank && a.count == b.count;
 }
 
 std::string describeRecord(const CheckRecord& r) {
-  const auto coll = Collective(r.coll);
-  const char* type = dtypeName(loomDataType_t(r.dtype));
-  std::string what = coll == Collective::AlltoAllv
-                         ? strprintf("%s (%s", collectiveName(coll), type)
-                         : strprintf("%s of %llu elements (%s", collectiveName(coll),
-                                     (unsigned long long)r.count, type);
-  if (r.op != CheckRecord::kNoOp) what += std::string(", ") + opName(loomRedOp_t(r.op));
-  if (rooted(coll)) what += strprintf(", root %d", r.rank);
-  return what + ")";
+  return describeCall(Collective(r.coll), r.count, loomDataType_t(r.dtype), loomRedOp_t(r.op),
+                      r.rank);
 }
 
 // A rank's collectives, without an alltoallv's blocks, and how they read.
@@ -156,7 +144,7 @@ void describeCollective(const CallDesc& call, std::string* out) {
   r.coll = uint8_t(a.coll);
   r.dtype = uint8_t(call.dtype);
   r.op = reduces(a.coll) ? uint8_t(call.op) : CheckRecord::kNoOp;
-  r.rank = rooted(a.coll) ? a.root : 0;
+  r.rank = hasRoot(a.coll) ? a.root : 0;
   r.count = a.coll == Collective::AlltoAllv ? 0 : a.count;
   append(r, out);
   if (a.coll != Collective::AlltoAllv) return;

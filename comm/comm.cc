@@ -540,22 +540,31 @@ Status Comm::execute(const collectives::PreparedPlan& plan, std::span<void* cons
   exec.rank = rank();
   exec.spinCount = wait_.spinCount;
   exec.yieldNs = wait_.yieldNs;
+  // Every message carries the call's stamp, numbered by the calls its connection carried
+  // (the executor's): sequence_ may differ between ranks (a send/receive group concerns only
+  // its peers), the calls between two ranks do not. A send/receive group (no stampedCall_) is
+  // stamped only as one: its ops are each rank's.
+  const CallDesc* c = stampedCall_;
+  exec.stamp = c == nullptr ? transports::CallStamp::of(0, kSendRecvStamp, 0, 0, 0, 0)
+                            : transports::CallStamp::of(0, uint32_t(c->args.coll), c->dtype,
+                                                        c->op, c->args.root, c->args.count);
   // A call through the host's arena may pair with the other ranks' without a message: it
   // checks there that no rank revoked the communicator, and that their calls match its own.
   const bool throughArena = exec.arena != nullptr && (plan.usesShared || plan.readByPeers);
   if (throughArena) {
     // Numbered by the calls through the arena, which every rank of the host runs alike (its
-    // barriers need them all); sequence_ may differ between ranks (a root's local copy). A
-    // send/receive group (no stampedCall_) is stamped only as one: its ops are each rank's.
-    const CallDesc* c = stampedCall_;
-    stamp_ = c == nullptr ? transports::CallStamp::of(++arenaCalls_, kSendRecvStamp, 0, 0, 0, 0)
-                          : transports::CallStamp::of(++arenaCalls_, uint32_t(c->args.coll),
-                                                      c->dtype, c->op, c->args.root,
-                                                      c->args.count);
+    // barriers need them all).
+    stamp_ = exec.stamp.numbered(uint32_t(++arenaCalls_));
     const int revoker = exec.arena->enter(stamp_);
     if (revoker >= 0 && !errors_.revoked()) [[unlikely]]
       return failed(errorf(loomRemoteError, "rank %d: %s: rank %d revoked the communicator",
                            rank(), collective, revoker));
+    // A plan without transfers begins before any peer can be past it: a message waiting now
+    // is one an earlier call left unread, whose ranks did not match (a rank that only sent).
+    int peer = -1;
+    transports::MessageMismatch unread;
+    if (plan.inOrder && connections_.unreadMessage(&peer, &unread)) [[unlikely]]
+      return failed(unreadMessage(collective, peer, unread));
   }
   Status st = collectives::execute(*this, exec, timeoutMs(), workspace_);
   if (throughArena && st.isOk() && !exec.arena->stampsMatch(stamp_)) [[unlikely]]
@@ -598,21 +607,27 @@ Status Comm::withFirstCause(const Status& st, bool* told) {
                                      relayed.message().c_str()));
 }
 
+Status Comm::unreadMessage(const char* collective, int peer,
+                           const transports::MessageMismatch& m) const {
+  return errorf(loomInvalidUsage,
+                "rank %d: %s (call %llu through the host's shared memory): the ranks' calls do "
+                "not match: rank %d's message of %s (its call %u with this rank, %llu bytes) was "
+                "never received: an earlier call of this rank took no message from it there",
+                rank(), collective, (unsigned long long)stamp_.sequence(), peer,
+                collectives::describeStamp(m.found).c_str(), m.found.sequence(),
+                (unsigned long long)m.foundBytes);
+}
+
 Status Comm::stampMismatch(const char* collective) const {
   int other = -1;
   transports::CallStamp theirs;
   if (!arena_->mismatchedStamp(stamp_, &other, &theirs)) return Status::ok();
-  auto describe = [](const transports::CallStamp& s) {
-    return strprintf("%s of %llu elements (%s, %s, root %u)",
-                     collectives::collectiveName(collectives::Collective(s.collective())),
-                     (unsigned long long)s.count, dtypeName(loomDataType_t(s.dtype())),
-                     opName(loomRedOp_t(s.op())), s.root());
-  };
   return errorf(loomInvalidUsage,
                 "rank %d: %s (call %llu through the host's shared memory): the ranks' calls do "
                 "not match: rank %d called %s, this rank %s",
                 rank(), collective, (unsigned long long)stamp_.sequence(), other,
-                describe(theirs).c_str(), describe(stamp_).c_str());
+                collectives::describeStamp(theirs).c_str(),
+                collectives::describeStamp(stamp_).c_str());
 }
 
 // The collectives' descriptors go through the bootstrap's allgather, not a loom allgather: the

@@ -198,6 +198,10 @@ class Comm final : public collectives::ExecHost {
   Status withFirstCause(const Status& st, bool* told);
   // The error of a call through the arena whose stamp (stamp_) another rank's differs from.
   Status stampMismatch(const char* collective) const;
+  // The error of a call through the arena that found an unread message from peer waiting
+  // (Connections::unreadMessage).
+  Status unreadMessage(const char* collective, int peer,
+                       const transports::MessageMismatch& m) const;
   static constexpr uint32_t kSendRecvStamp = uint32_t(collectives::Collective::SendRecv);
   // Points buffers[kShared] at this call's half of the arena, mapping it first if need be.
   Status mapShared(const collectives::PreparedPlan& plan, size_t elemSize,

@@ -69,11 +69,21 @@ Status Connections::get(int peer, int lane, int64_t timeoutMs, transports::Conne
     if (!st.isOk())
       return st.withContext(strprintf("connecting to rank %d over %s", peer, t->name()));
     connTransport_[lane][peer] = t;
+    made_.emplace_back(peer, conns_[lane][peer].get());
     LOOM_INFO("INIT", "connected to rank %d lane %d over %s", peer, lane, t->name());
   }
   *out = conns_[lane][peer].get();
   *transport = connTransport_[lane][peer];
   return Status::ok();
+}
+
+bool Connections::unreadOnMade(int* peer, transports::MessageMismatch* out) const {
+  for (const auto& [p, conn] : made_)
+    if (conn->unreadMessage(out)) {
+      *peer = p;
+      return true;
+    }
+  return false;
 }
 
 void Connections::paceTcp(const topology::Topology& topo) {

@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -27,6 +28,12 @@ class Connections {
   // The connection to peer on lane, made the first time (within timeoutMs), and its transport.
   Status get(int peer, int lane, int64_t timeoutMs, transports::Connection** out,
              transports::Transport** transport);
+  // Whether a message has arrived on a connection that no posted receive takes
+  // (Connection::unreadMessage): *peer its sender, *out what it is. Inline while no connection
+  // is made (a communicator whose calls all go through the host's arena).
+  bool unreadMessage(int* peer, transports::MessageMismatch* out) const {
+    return !made_.empty() && unreadOnMade(peer, out);
+  }
   // Whether the TCP connections are paced per peer (LOOM_TCP_PACING=-1).
   bool tcpPacedPerPeer() const { return tcp_ && transports::tcpPacesPerPeer(*tcp_); }
   // Paces the TCP connections to each peer at the slowest network link of topo on the way
@@ -49,6 +56,9 @@ class Connections {
   // By (lane, peer).
   std::vector<std::vector<std::unique_ptr<transports::Connection>>> conns_;
   std::vector<std::vector<transports::Transport*>> connTransport_;
+  // Every connection made, with its peer.
+  std::vector<std::pair<int, const transports::Connection*>> made_;
+  bool unreadOnMade(int* peer, transports::MessageMismatch* out) const;
 };
 
 }  // namespace loom

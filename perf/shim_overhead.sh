@@ -20,14 +20,16 @@
 #
 # Options: --cpus LIST (default: the first CPU this process may use), -n N2 (default 2500;
 # N1 = N2 / 5), --build DIR (default $LOOM_BUILD_DIR or ./build), --keep DIR (keep callgrind's
-# files there for callgrind_annotate), --target PERCENT (default 5: exit 1 above it).
+# files there for callgrind_annotate), --target PERCENT (default 5: exit 1 above it), --loom-only
+# (loom's API alone: its instructions per call, e.g. under LOOM_TRANSPORT=tcp or LOOM_ALGO, which
+# pass to the ranks).
 set -euo pipefail
 
-usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 
 build=${LOOM_BUILD_DIR:-$(cd "$(dirname "$0")/.." && pwd)/build}
 cpus=$(taskset -pc $$ | sed 's/.*: //; s/[,-].*//')
-n2=2500 keep='' target=5
+n2=2500 keep='' target=5 loomOnly=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --cpus) cpus=$2; shift 2 ;;
@@ -35,6 +37,7 @@ while [[ $# -gt 0 ]]; do
     --build) build=$2; shift 2 ;;
     --keep) keep=$2; shift 2 ;;
     --target) target=$2; shift 2 ;;
+    --loom-only) loomOnly=1; shift ;;
     -h|--help) usage ;;
     *) echo "shim_overhead.sh: unknown argument '$1'" >&2; usage 2 >&2 ;;
   esac
@@ -87,6 +90,12 @@ perCall() {  # API REGEX
 }
 
 echo "# 8-byte allreduce, 2 ranks on CPUs $cpus, callgrind; -n $n1 and -n $n2 (2 calls each)"
+if [[ $loomOnly == 1 ]]; then
+  measure loom $n1; measure loom $n2
+  idle=$(perCall loom 'Run::idleRound\\(' 2> /dev/null) || idle=0
+  echo "loom API (loomAllReduce): $(perCall loom 'loomAllReduce$') instructions per call ($idle of them idle rounds)"
+  exit 0
+fi
 for api in loom nccl; do measure $api $n1; measure $api $n2; done
 loom=$(perCall loom 'loomAllReduce$')
 nccl=$(perCall nccl 'p?ncclAllReduce$')

@@ -22,6 +22,34 @@
 
 namespace loom::transports {
 
+// What identifies a call alike on every rank (its role aside), in two words. The members of
+// the host's arena stamp each call with it (ShmArena::enter, stampsMatch), and every message
+// carries its call's stamp (TransferOp::stamp) in the header its transport already sends, so
+// that a rank whose call does not match the others' finds out instead of returning what it read
+// of another call. `word`: the call's number (low 32 bits: among the calls through the arena,
+// or for a message among the calls its connection carried, Connection::nextCall), its
+// collective (4 bits), datatype (4), reduction op (8) and root (low 16 bits); `count`: its
+// count. A send/receive group is stamped as one (collective SendRecv, the rest 0): its
+// operations are each rank's own, and their sizes are checked message by message.
+struct CallStamp {
+  uint64_t word = 0, count = 0;
+  static CallStamp of(uint64_t sequence, uint32_t collective, uint32_t dtype, uint32_t op,
+                      int32_t root, uint64_t count) {
+    return {(sequence & 0xffffffffu) | uint64_t(collective & 0xfu) << 32 |
+                uint64_t(dtype & 0xfu) << 36 | uint64_t(op & 0xffu) << 40 |
+                uint64_t(uint16_t(root)) << 48,
+            count};
+  }
+  // The same call as its n-th on a connection.
+  CallStamp numbered(uint32_t n) const { return {(word & ~0xffffffffull) | n, count}; }
+  uint32_t sequence() const { return uint32_t(word); }
+  uint32_t collective() const { return uint32_t(word >> 32) & 0xfu; }
+  uint32_t dtype() const { return uint32_t(word >> 36) & 0xfu; }
+  uint32_t op() const { return uint32_t(word >> 40) & 0xffu; }
+  uint32_t root() const { return uint32_t(word >> 48); }
+  bool operator==(const CallStamp&) const = default;
+};
+
 struct TransferOp {
   enum class Kind : uint8_t { Send, Recv, RecvReduce };
   Kind kind = Kind::Send;
@@ -37,6 +65,10 @@ struct TransferOp {
   // be overwritten (the peer has its copy); for a receive that dst holds the result.
   // Grows monotonically, in whole elements; the op is complete when done == bytes.
   size_t done = 0;
+  // The call the message belongs to (CallStamp): a send's travels with it, a receive's is what
+  // it must find there. Users of a transport outside calls (the topology's measurement, NCCL's
+  // net plugin) leave it 0 at both ends.
+  CallStamp stamp;
   bool complete() const { return done == bytes; }
 };
 
@@ -89,15 +121,44 @@ inline std::string describePeer(const CommContext& ctx, int rank) {
   return strprintf("rank %d", rank);
 }
 
+// What a receive found where its message should begin (Connection::mismatch): a message of
+// another call (its stamp), of another size, or, where `header` is false, bytes that are no
+// message header at all (a stream the two ends no longer cut alike).
+// `waiting`: no message came; the peer is in another call with this rank than the one whose
+// message this rank waits for (found: its call, foundBytes 0), as what it published says.
+struct MessageMismatch {
+  CallStamp expected, found;
+  uint64_t expectedBytes = 0, foundBytes = 0;
+  bool header = true;
+  bool waiting = false;
+};
+
 class Connection {
  public:
   virtual ~Connection() = default;
+  // The number of the next call that posts to this connection; the executor takes one per call
+  // at the call's first post here. Both ends of a link count alike for matched calls (their
+  // plans post to each other, or neither does), whatever else each rank runs: a message carries
+  // its number in its stamp, so a message left over from an earlier call is told apart.
+  uint32_t nextCall() { return ++calls_; }
+  uint32_t currentCall() const { return calls_; }
+  // Told once per call, at its first post here, the stamp its messages carry on this
+  // connection (a transport that lets a waiting peer see it publishes it).
+  virtual void beginCall(const CallStamp& /*stamp*/) {}
+  // Why progress() failed, where it did because a message did not match its receive (the
+  // caller names the two calls); null otherwise.
+  virtual const MessageMismatch* mismatch() const { return nullptr; }
+  // Whether a message has arrived that no posted receive takes (*out: its stamp and size, as
+  // `found`). Asked where none can be due: as a call with no transfers begins, whose peers
+  // cannot be past it yet, such a message is one an earlier call left unread.
+  virtual bool unreadMessage(MessageMismatch* /*out*/) const { return false; }
   // Queues op. The op must stay alive and at the same address until complete.
   virtual Status post(TransferOp* op) = 0;
   // Advances posted ops without blocking; sets *progressed when any `done` moved or any
   // internal state changed in a way worth polling again for. Errors name the peer.
   virtual Status progress(bool* progressed) = 0;
-  // Cheap liveness check for waits that see no progress (e.g. the peer process exists).
+  // Cheap check for waits that see no progress: the peer process exists; where the transport
+  // can tell, the peer is in the call whose message this rank waits for (else a mismatch).
   virtual Status checkAlive() { return Status::ok(); }
   // Wakes the peer if progress() published something it may be asleep waiting for. A
   // transport may leave that to the start of its next progress() call, so that the wake-up's
@@ -105,6 +166,9 @@ class Connection {
   // (where it would wait for the stores to reach the peer); whoever stops calling progress()
   // on a connection (a finished call) calls this once.
   virtual void flushNotifications() {}
+
+ private:
+  uint32_t calls_ = 0;
 };
 
 class Transport {

@@ -1,6 +1,8 @@
 // Fault attribution: when one rank dies (SIGKILL), stops (SIGSTOP) or loses its link mid-
 // allreduce, every other rank's error names that rank as the first cause, within a deadline,
-// with or without the machine's cores busy. A stopped rank is told from a slow one by
+// with or without the machine's cores busy; when one rank's allreduce mismatches the others'
+// (another count), every rank's call ends with an error within the deadline, each survivor's
+// naming that rank. A stopped rank is told from a slow one by
 // LOOM_TIMEOUT_MS alone: the rank whose wait for it expires first reports it, and the others,
 // which wait on ranks that wait on it, are then told "because rank V failed".
 #include <gtest/gtest.h>
@@ -28,10 +30,13 @@
 namespace loom::testing {
 namespace {
 
-enum class Fault { Kill, Stop, LinkDown };
+enum class Fault { Kill, Stop, LinkDown, Mismatch };
 
 const char* faultName(Fault f) {
-  return f == Fault::Kill ? "Kill" : f == Fault::Stop ? "Stop" : "LinkDown";
+  return f == Fault::Kill       ? "Kill"
+         : f == Fault::Stop     ? "Stop"
+         : f == Fault::Mismatch ? "Mismatch"
+                                : "LinkDown";
 }
 
 // The rank an error blames as the first cause: the origin a relayed cause names ("because rank
@@ -52,6 +57,12 @@ int blamedRank(const std::string& msg, int self) {
   return -1;
 }
 
+// A mismatch has no single first cause (the ranks that see it each report it, their peers are
+// told): an error is right where it names the rank whose call differed, anywhere.
+bool namesRank(const std::string& msg, int rank) {
+  return std::regex_search(msg, std::regex("rank " + std::to_string(rank) + "\\b"));
+}
+
 // What the ranks share across fork: survivors count themselves done here, and the last one
 // ends a stopped victim (which cannot end itself) so that the run does not wait for the
 // launcher's deadline.
@@ -59,6 +70,7 @@ struct Shared {
   std::atomic<int> done{0};
   std::atomic<int> victimPid{0};
   std::atomic<int> named{0};  // survivors whose error blamed the victim
+  std::atomic<bool> mismatched{false};  // Fault::Mismatch: the victim's calls differ from now on
 };
 
 Shared* mapShared() {
@@ -112,9 +124,10 @@ int runRank(RankContext& ctx, const Case& c, int victim, Shared* shared,
             const std::function<void()>& fault) {
   loomConfig_t config = LOOM_CONFIG_INITIALIZER;
   config.transport = c.transport;  // null: shm within a host, tcp across
-  // A death is seen when its connections close, long before any timeout: a 60 s timeout shows
-  // that detection does not rely on it. A stop or a downed link is seen by the timeout only.
-  config.timeoutMs = c.fault == Fault::Kill ? 60000 : 3000;
+  // A death is seen when its connections close, and a mismatch in the messages' stamps, long
+  // before any timeout: a 60 s timeout shows that detection does not rely on it. A stop or a
+  // downed link is seen by the timeout only.
+  config.timeoutMs = c.fault == Fault::Kill || c.fault == Fault::Mismatch ? 60000 : 3000;
   loomComm_t comm = nullptr;
   RANK_LOOM(initComm(ctx, &comm, &config));
   std::vector<float> a(1 << 20, 1.0f), b(1 << 20);
@@ -128,13 +141,25 @@ int runRank(RankContext& ctx, const Case& c, int victim, Shared* shared,
     }).detach();
   }
   loomResult_t rc = loomSuccess;
-  for (int i = 0; i < 1000000 && rc == loomSuccess; ++i)
-    rc = loomAllReduce(a.data(), b.data(), a.size(), loomFloat32, loomSum, comm, nullptr);
+  for (int i = 0; i < 1000000 && rc == loomSuccess; ++i) {
+    // A mismatching victim's calls from its fault on have half the others' count.
+    const size_t count = shared->mismatched && ctx.rank() == victim ? a.size() / 2 : a.size();
+    rc = loomAllReduce(a.data(), b.data(), count, loomFloat32, loomSum, comm, nullptr);
+  }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - faultAt).count();
   const std::string msg = loomGetLastError(comm);
-  if (ctx.rank() == victim) return 0;  // a downed link's victim fails too; what it says is moot
-  const int blamed = blamedRank(msg, ctx.rank());
+  if (ctx.rank() == victim) {
+    // A mismatching victim's call ends in an error like the others'; a downed link's victim
+    // fails too, but what it says is moot.
+    if (c.fault != Fault::Mismatch) return 0;
+    RANK_CHECK(rc != loomSuccess && seconds < 10, "the victim: %s after %.1f s: %s",
+               loomGetErrorString(rc), seconds, msg.c_str());
+    RANK_LOOM(loomCommAbort(comm));
+    return 0;
+  }
+  const bool mismatch = c.fault == Fault::Mismatch;
+  const int blamed = mismatch ? (namesRank(msg, victim) ? victim : -1) : blamedRank(msg, ctx.rank());
   if (blamed == victim) ++shared->named;
   fprintf(stderr, "ATTRIBUTION %s n=%d %s%s rank %d after %.2f s blamed %d: %s\n",
           c.transport == nullptr ? "netns" : c.transport,
@@ -167,26 +192,31 @@ TEST_P(FaultAttribution, EverySurvivorNamesTheVictim) {
   const int victim = c.nranks / 2;  // not rank 0, whose process holds the bootstrap root
   Shared* shared = mapShared();
   ASSERT_NE(shared, nullptr);
+  const bool mismatch = c.fault == Fault::Mismatch;
   ForkOptions options;
   options.timeoutSec = 40;
-  options.expectedToDie = {victim};
+  if (!mismatch) options.expectedToDie = {victim};
   const int signal = c.fault == Fault::Kill ? SIGKILL : SIGSTOP;
   std::vector<RankResult> results;
   {
     BusyCores busy(c.underLoad ? 2 : 0);
     results = runRanks(c.nranks, [&](RankContext& ctx) {
-      return runRank(ctx, c, victim, shared, [signal] { raise(signal); });
+      return runRank(ctx, c, victim, shared, [signal, mismatch, shared] {
+        if (mismatch) shared->mismatched = true;
+        else raise(signal);
+      });
     }, options);
   }
   printAttributions(results);
   EXPECT_EQ(describeFailures(results, options), "");
   EXPECT_EQ(shared->named.load(), c.nranks - 1) << "survivors that named the victim";
-  EXPECT_EQ(results[victim].signal, SIGKILL);
+  if (!mismatch) EXPECT_EQ(results[victim].signal, SIGKILL);
   munmap(shared, sizeof(Shared));
 }
 
 // Kills and stops over both transports and several sizes (a stop is seen by the timeout
-// only); the same under load where the ranks outnumber the free cores most.
+// only); the same under load where the ranks outnumber the free cores most; mismatches under
+// load.
 INSTANTIATE_TEST_SUITE_P(
     Faults, FaultAttribution,
     ::testing::Values(Case{"shm", 2, Fault::Kill, false}, Case{"shm", 4, Fault::Kill, false},
@@ -194,7 +224,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"tcp", 8, Fault::Kill, false}, Case{"shm", 4, Fault::Stop, false},
                       Case{"tcp", 2, Fault::Stop, false}, Case{"tcp", 4, Fault::Stop, false},
                       Case{"tcp", 8, Fault::Stop, false}, Case{"shm", 4, Fault::Kill, true},
-                      Case{"tcp", 8, Fault::Kill, true}, Case{"tcp", 4, Fault::Stop, true}),
+                      Case{"tcp", 8, Fault::Kill, true}, Case{"tcp", 4, Fault::Stop, true},
+                      Case{"shm", 2, Fault::Mismatch, true}, Case{"shm", 4, Fault::Mismatch, true},
+                      Case{"tcp", 2, Fault::Mismatch, true},
+                      Case{"tcp", 4, Fault::Mismatch, true}),
     caseName);
 
 // A host's link goes down under a rank: the others, on the other host, see only silence.

@@ -8,7 +8,7 @@
  * tests/nccl/CMakeLists.txt reads the table below to make one ctest case per sub-test and
  * rank count: keep each row on one line. The last column is LOOM_TIMEOUT_MS (0: default): the
  * fault sub-tests' bounds lie below it, so that detection must not wait for it; the count
- * mismatch's error is that timeout. */
+ * mismatch fails before it (the messages' stamps; the timeout bounds a rank that only sends). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

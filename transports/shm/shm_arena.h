@@ -21,28 +21,6 @@ struct ArenaHeader;
 struct ArenaMember;
 
 // Where the members of an arena's barrier raise their flags (ShmArena::arrive).
-// What identifies a call alike on every rank (its role aside), in two words: the members of the
-// arena stamp each call with it, so that a rank whose call does not match the others' finds out
-// (ShmArena::enter, stampsMatch) instead of returning what it read of another call. `word`: the
-// call's number among those through the arena (low 32 bits), its collective (4 bits), datatype
-// (4), reduction op (8) and root (low 16 bits); `count`: its count.
-struct CallStamp {
-  uint64_t word = 0, count = 0;
-  static CallStamp of(uint64_t sequence, uint32_t collective, uint32_t dtype, uint32_t op,
-                      int32_t root, uint64_t count) {
-    return {(sequence & 0xffffffffu) | uint64_t(collective & 0xfu) << 32 |
-                uint64_t(dtype & 0xfu) << 36 | uint64_t(op & 0xffu) << 40 |
-                uint64_t(uint16_t(root)) << 48,
-            count};
-  }
-  uint32_t sequence() const { return uint32_t(word); }
-  uint32_t collective() const { return uint32_t(word >> 32) & 0xfu; }
-  uint32_t dtype() const { return uint32_t(word >> 36) & 0xfu; }
-  uint32_t op() const { return uint32_t(word >> 40) & 0xffu; }
-  uint32_t root() const { return uint32_t(word >> 48); }
-  bool operator==(const CallStamp&) const = default;
-};
-
 struct FlagWindow {
   char* base = nullptr;  // null: in the arena's records of its members
   size_t stride = 0;

@@ -46,7 +46,7 @@ namespace {
 
 constexpr size_t kLine = 64;
 constexpr uint64_t kSegmentMagic = 0x316d68736d6f6f6cull;  // "loomshm1"
-constexpr uint32_t kLayoutVersion = 3;
+constexpr uint32_t kLayoutVersion = 4;
 // A CMA RecvReduce reads the sender's data into this buffer and reduces from it; small
 // enough to still be in L2 when the reduction reads it.
 constexpr size_t kBounceBytes = 256 << 10;
@@ -75,6 +75,10 @@ struct alignas(kPad) SideInfo {
   uint64_t pidNamespace;  // inode of /proc/self/ns/pid; 0 if unknown
   uint64_t probeAddr;     // a word in this process that holds probeValue
   uint64_t probeValue;
+  // The stamp of this side's latest call that posted to the connection (TransferOp::stamp),
+  // which a peer waiting for this side's message compares with its own (checkAlive).
+  std::atomic<uint64_t> callWord;
+  std::atomic<uint64_t> callCount;
 };
 enum ProbeResult : uint32_t { kProbeUnknown = 0, kProbeYes = 1, kProbeNo = 2 };
 
@@ -94,22 +98,24 @@ struct RingControl {
   alignas(kPad) std::atomic<uint64_t> acked;  // single-copy bytes read (receiver)
 };
 
-enum class SlotKind : uint32_t { Inline = 1, Cma = 2, Header = 3 };
+enum class SlotKind : uint8_t { Inline = 1, Cma = 2, Header = 3 };
 
 // The chunk of a message that one slot carries: data in the slot (Inline), a range of the
 // sender's memory that the receiver reads itself (Cma), or, for a whole message of at most
 // kHeaderPayloadBytes, the data in the header's own line (Header): the receiver then takes one
 // cache line from the sender's core instead of two in a row (the header, then the slot's
-// data): one cross-core transfer less per small message.
+// data): one cross-core transfer less per small message. Every slot carries its message's
+// size and call (TransferOp::stamp), which the receive checks before it takes any byte.
 struct alignas(kLine) SlotHeader {
   // 1 + the slot's position in the direction's stream once the chunk is there, stored last.
   // The receiver polls the header itself rather than a ring index, so that a small message
   // costs it one cache line from the sender's core (the header), not two in a row (an index,
   // then the header it points to).
   std::atomic<uint64_t> seq;
-  SlotKind kind;
-  uint32_t reserved;
-  uint64_t messageBytes;  // checked against the receive, which must have the same size
+  // The message's size (low 56 bits; checked against the receive, which must have the same
+  // size) and the slot's kind (the top 8), in one word so that the stamp fits the line too.
+  uint64_t bytesAndKind;
+  CallStamp stamp;  // the message's call: the receive's must be the same
   struct Chunk {
     uint64_t offset;  // of the chunk in its message
     uint64_t length;
@@ -119,10 +125,16 @@ struct alignas(kLine) SlotHeader {
     Chunk chunk;                                // Inline and Cma
     unsigned char bytes[kHeaderPayloadBytes];  // Header: the whole message
   };
-  uint64_t offset() const { return kind == SlotKind::Header ? 0 : chunk.offset; }
-  uint64_t length() const { return kind == SlotKind::Header ? messageBytes : chunk.length; }
+  static constexpr int kKindShift = 56;
+  SlotKind kind() const { return SlotKind(bytesAndKind >> kKindShift); }
+  uint64_t messageBytes() const { return bytesAndKind & ((uint64_t(1) << kKindShift) - 1); }
+  void describe(SlotKind k, uint64_t bytes) {
+    bytesAndKind = bytes | uint64_t(k) << kKindShift;
+  }
+  uint64_t offset() const { return kind() == SlotKind::Header ? 0 : chunk.offset; }
+  uint64_t length() const { return kind() == SlotKind::Header ? messageBytes() : chunk.length; }
 };
-static_assert(sizeof(SlotHeader) == kLine && kHeaderPayloadBytes == kLine - 3 * sizeof(uint64_t),
+static_assert(sizeof(SlotHeader) == kLine && kHeaderPayloadBytes == kLine - 4 * sizeof(uint64_t),
               "a slot header is one cache line, the payload all of it past the fixed fields");
 
 // Byte offsets of everything in a segment, from the ring geometry alone, so both sides
@@ -275,6 +287,8 @@ class ShmConnection final : public Connection {
     return st;
   }
 
+  const MessageMismatch* mismatch() const override { return mismatched_ ? &mismatch_ : nullptr; }
+
   void flushNotifications() override {
     if (!notify_) return;
     notify_ = false;
@@ -285,8 +299,23 @@ class ShmConnection final : public Connection {
     if (!peerAttached_) pollPeer();
     // Before the peer attaches we know no pid that is valid in our pid namespace; the
     // caller's deadline covers a peer that dies before it ever connects.
-    if (!peerAttached_ || !pidUsable_) return Status::ok();
-    return processExited(pidfd_, peerPid_) ? peerExited() : Status::ok();
+    if (!peerAttached_) return Status::ok();
+    if (pidUsable_ && processExited(pidfd_, peerPid_)) return peerExited();
+    return checkPeerCall();
+  }
+
+  void beginCall(const CallStamp& stamp) override {
+    mine_->callCount.store(stamp.count, std::memory_order_release);
+    mine_->callWord.store(stamp.word, std::memory_order_release);
+  }
+
+  bool unreadMessage(MessageMismatch* out) const override {
+    const SlotHeader& h = in_.headers[tail_ % slots_];
+    if (!recvs_.empty() || h.seq.load(std::memory_order_acquire) != tail_ + 1) return false;
+    *out = {};
+    out->found = h.stamp;
+    out->foundBytes = h.messageBytes();
+    return true;
   }
 
  private:
@@ -321,6 +350,26 @@ class ShmConnection final : public Connection {
     if (unlinked_) return;
     unlinked_ = true;
     shm_unlink(name_.c_str());
+  }
+
+  // While this rank waits for the peer's message (nothing of it has come), the peer's latest
+  // call on this connection must be that message's, or an earlier one (it is behind): a later
+  // one means it finished the call without the message, the same one stamped otherwise means
+  // it called something else. Both ranks may be waiting for each other's message then.
+  Status checkPeerCall() {
+    if (recvs_.empty() || received_ != 0) return Status::ok();
+    // The peer's stamp first: what it published before it (the message) is then seen below.
+    const CallStamp theirs{theirs_->callWord.load(std::memory_order_acquire),
+                           theirs_->callCount.load(std::memory_order_acquire)};
+    if (in_.headers[tail_ % slots_].seq.load(std::memory_order_acquire) == tail_ + 1)
+      return Status::ok();  // a message is there: progress() compares its stamp
+    const TransferOp& op = *recvs_.front();
+    const bool behind = int32_t(theirs.sequence() - op.stamp.sequence()) < 0;
+    if (behind || theirs == op.stamp) return Status::ok();
+    mismatch_ = {op.stamp, theirs, op.bytes, 0, true, true};
+    mismatched_ = true;
+    return peerError("is in another call than the one whose message this rank waits for",
+                     loomInvalidUsage);
   }
 
   bool peerCanReadMe() {
@@ -386,25 +435,26 @@ class ShmConnection final : public Connection {
       SlotHeader& h = out_.headers[index];
       const char* src = static_cast<const char*>(op->src) + s.posted;
       size_t n = ready - s.posted;
+      SlotKind kind = SlotKind::Inline;
       if (s.cma) {
-        h.kind = SlotKind::Cma;
+        kind = SlotKind::Cma;
         h.chunk.addr = reinterpret_cast<uintptr_t>(src);
         cmaPosted_ += n;
         stats_.cmaBytes += n;
       } else if (s.posted == 0 && n == op->bytes && n <= kHeaderPayloadBytes) {
         memcpy(h.bytes, src, n);
-        h.kind = SlotKind::Header;
+        kind = SlotKind::Header;
         stats_.slotBytes += n;
         stats_.headerBytes += n;
       } else {
         n = std::min(n, out_.slotBytes);
         copyToSlot(out_.slot(index), src, n);
-        h.kind = SlotKind::Inline;
         h.chunk.addr = 0;
         stats_.slotBytes += n;
       }
-      h.messageBytes = op->bytes;
-      if (h.kind != SlotKind::Header) {
+      h.describe(kind, op->bytes);
+      h.stamp = op->stamp;
+      if (kind != SlotKind::Header) {
         h.chunk.offset = s.posted;
         h.chunk.length = n;
       }
@@ -458,19 +508,23 @@ class ShmConnection final : public Connection {
     return Status::ok();
   }
 
-  // The head slot continues the message the first receive expects, where it left off.
-  Status checkSlotMatches(const SlotHeader& h, const TransferOp& op) const {
+  // The head slot continues the message the first receive expects, where it left off: of the
+  // receive's call and size (else a mismatch, which the executor describes), at its place.
+  Status checkSlotMatches(const SlotHeader& h, const TransferOp& op) {
+    if (!(h.stamp == op.stamp) || h.messageBytes() != op.bytes) [[unlikely]] {
+      mismatch_ = {op.stamp, h.stamp, op.bytes, h.messageBytes(), true};
+      mismatched_ = true;
+      return peerError("sent a message that is not the one this rank receives",
+                       loomInvalidUsage);
+    }
     const uint64_t chunkOffset = h.offset(), chunkLength = h.length();
-    if (h.messageBytes != op.bytes || chunkOffset + slotConsumed_ != received_ ||
-        slotConsumed_ >= chunkLength ||
-        (h.kind == SlotKind::Inline && chunkLength > in_.slotBytes) ||
-        (h.kind == SlotKind::Header && chunkLength > kHeaderPayloadBytes))
-      return peerError(strprintf("sent a %llu-byte message (chunk at %llu) where this "
-                                 "rank receives %zu bytes (at %zu): send and receive "
-                                 "do not match",
-                                 (unsigned long long)h.messageBytes,
+    if (chunkOffset + slotConsumed_ != received_ || slotConsumed_ >= chunkLength ||
+        (h.kind() == SlotKind::Inline && chunkLength > in_.slotBytes) ||
+        (h.kind() == SlotKind::Header && chunkLength > kHeaderPayloadBytes))
+      return peerError(strprintf("sent a chunk at %llu of its %llu-byte message where this "
+                                 "rank is at %zu",
                                  (unsigned long long)chunkOffset,
-                                 op.bytes, received_)
+                                 (unsigned long long)h.messageBytes(), received_)
                            .c_str(),
                        loomInternalError);
     return Status::ok();
@@ -487,7 +541,7 @@ class ShmConnection final : public Connection {
     const size_t limit = std::min(op.limit, op.bytes);
     const size_t room = limit > received_ ? limit - received_ : 0;
     *n = std::min({available, room, budget});
-    if (h.kind == SlotKind::Cma) *n = std::min(*n, reduceOp ? kBounceBytes : kCmaPieceBytes);
+    if (h.kind() == SlotKind::Cma) *n = std::min(*n, reduceOp ? kBounceBytes : kCmaPieceBytes);
     if (reduceOp) *n -= *n % es;
     if (*n == 0 && reduceOp && available < es && room >= es)
       return peerError(strprintf("sent a chunk that splits a %zu-byte element; send and "
@@ -505,8 +559,8 @@ class ShmConnection final : public Connection {
     const size_t es = dtypeSize(op.dtype);
     char* dst = static_cast<char*>(op.dst) + received_;
     const char* local = static_cast<const char*>(op.src) + received_;
-    if (h.kind == SlotKind::Inline || h.kind == SlotKind::Header) {
-      const char* data = (h.kind == SlotKind::Header ? reinterpret_cast<const char*>(h.bytes)
+    if (h.kind() == SlotKind::Inline || h.kind() == SlotKind::Header) {
+      const char* data = (h.kind() == SlotKind::Header ? reinterpret_cast<const char*>(h.bytes)
                                                      : in_.slot(index)) +
                          slotConsumed_;
       if (reduceOp)
@@ -515,8 +569,8 @@ class ShmConnection final : public Connection {
         memcpy(dst, data, n);
       return Status::ok();
     }
-    if (h.kind != SlotKind::Cma)
-      return peerError(strprintf("left a corrupt slot (kind %u)", unsigned(h.kind)).c_str(),
+    if (h.kind() != SlotKind::Cma)
+      return peerError(strprintf("left a corrupt slot (kind %u)", unsigned(h.kind())).c_str(),
                        loomInternalError);
     const uint64_t addr = h.chunk.addr + slotConsumed_;
     // A RecvReduce reads straight into its destination and combines there, unless that
@@ -572,6 +626,8 @@ class ShmConnection final : public Connection {
   uint64_t slots_;
   uint64_t pidNamespace_ = 0;
   ShmConnectionStats stats_;
+  MessageMismatch mismatch_;  // what the receive that failed found (checkSlotMatches)
+  bool mismatched_ = false;
   bool notify_ = false;  // published something the peer may wait for; not yet rung
 
   // The sending side.

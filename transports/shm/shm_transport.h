@@ -23,7 +23,7 @@ constexpr size_t kCmaPieceBytes = 1 << 20;
 
 // A whole message of at most this many bytes travels inside its slot's header line, so that
 // the receiver takes one cache line from the sender's core instead of two in a row.
-constexpr size_t kHeaderPayloadBytes = 40;
+constexpr size_t kHeaderPayloadBytes = 32;
 
 // Chunks of at least this size are copied into slots with non-temporal stores (copyToSlot in
 // shm_transport.cc): they go through memory, whatever fits the caches. The simulator prices

@@ -61,12 +61,47 @@ class UniqueFd {
   int fd_ = -1;
 };
 
-// One direction of a connection. Its ops form one byte stream cut in chunks: an op's bytes are
-// chunks of chunkBytes (the last one shorter), never shared with another op, so both ends
-// derive the same boundaries from the op sizes alone. Chunks are numbered from the first byte
-// of the connection in this direction; chunk g travels on socket g % S, and each socket
-// carries its chunks in order. Sockets advance independently, so the transfer is as fast as
-// the sum of the sockets and `done` is the prefix that every socket has covered.
+constexpr size_t kHeaderBytes = sizeof(TcpMessageHeader);
+
+// A queue that keeps its storage: the ops in flight of one direction, oldest first. A deque of
+// them allocated and freed a block every few messages, and a small call's messages paid for it.
+template <typename T>
+class Ring {
+ public:
+  bool empty() const { return size_ == 0; }
+  size_t size() const { return size_; }
+  T& operator[](size_t i) { return items_[(head_ + i) & (items_.size() - 1)]; }
+  const T& operator[](size_t i) const { return items_[(head_ + i) & (items_.size() - 1)]; }
+  T& front() { return (*this)[0]; }
+  T& push_back(const T& item) {
+    if (size_ == items_.size()) {  // full: double, the oldest first
+      std::vector<T> grown(std::max<size_t>(8, 2 * items_.size()));
+      for (size_t i = 0; i < size_; ++i) grown[i] = (*this)[i];
+      items_ = std::move(grown);
+      head_ = 0;
+    }
+    T& slot = (*this)[size_++];
+    slot = item;
+    return slot;
+  }
+  void pop_front() {
+    head_ = (head_ + 1) & (items_.size() - 1);
+    --size_;
+  }
+
+ private:
+  std::vector<T> items_;  // a power of two long
+  size_t head_ = 0, size_ = 0;
+};
+
+// One direction of a connection. Its ops form one byte stream cut in chunks: each op is its
+// header (TcpMessageHeader) and its bytes, cut in chunks of chunkBytes (the last one shorter),
+// never shared with another op, so both ends derive the same boundaries from the op sizes
+// alone. A position in an op counts its header's bytes first: the op's byte b is at
+// kHeaderBytes + b. Chunks are numbered from the first byte of the connection in this
+// direction; chunk g travels on socket g % S, and each socket carries its chunks in order.
+// Sockets advance independently, so the transfer is as fast as the sum of the sockets and
+// `done` is the prefix that every socket has covered.
 class Stream {
  public:
   void init(int sockets, size_t chunkBytes) {
@@ -78,8 +113,10 @@ class Stream {
   }
 
   void push(TransferOp* op) {
-    uint64_t chunks = (op->bytes + chunkBytes_ - 1) / chunkBytes_;
-    ops_.push_back({op, nextChunk_, chunks});
+    uint64_t chunks = (kHeaderBytes + op->bytes + chunkBytes_ - 1) / chunkBytes_;
+    Entry& e = ops_.push_back(Entry{op, nextChunk_, chunks, {}});
+    if (op->kind == TransferOp::Kind::Send)
+      e.header = TcpMessageHeader{kTcpMessageMagic, op->bytes, op->stamp};
     nextChunk_ += chunks;
     for (Pos& p : pos_) seek(&p);  // sockets waiting past the last op may find work in it
   }
@@ -88,29 +125,39 @@ class Stream {
 
   // Describes in iov (at most maxIov entries) the memory socket s may move next, in stream
   // order, stopping at an op's limit; returns the number of entries, 0 when nothing may move.
-  // A RecvReduce chunk lands in the socket's bounce buffer and always comes alone.
+  // A RecvReduce chunk's bytes land in the socket's bounce buffer, and the chunk always comes
+  // alone (its header, where it has one, before them).
   int gather(int s, iovec* iov, int maxIov) {
     Pos p = pos_[s];
     int n = 0;
     while (n < maxIov) {
-      const Entry* e = entry(p.seq);
+      Entry* e = entry(p.seq);
       if (e == nullptr) break;
       const TransferOp* op = e->op;
+      const bool reduceOp = op->kind == TransferOp::Kind::RecvReduce;
+      if (reduceOp && n > 0) break;
       size_t start = chunkStart(*e, p.chunk);
-      size_t end = std::min(start + chunkBytes_, op->bytes);
-      size_t stop = std::min(end, op->limit);
+      size_t end = std::min(start + chunkBytes_, kHeaderBytes + op->bytes);
+      size_t stop = std::min(end, kHeaderBytes + op->limit);
       size_t from = start + p.moved;
       if (stop <= from) break;
       if (op->kind == TransferOp::Kind::Send && stop < end && stop - from < kMinEarlyPieceBytes)
         break;
-      if (op->kind == TransferOp::Kind::RecvReduce) {
-        if (n == 0) iov[n++] = {bounce(s) + p.moved, stop - from};
-        break;
+      if (from < kHeaderBytes) {  // the op's first chunk begins with its header
+        iov[n++] = {reinterpret_cast<char*>(&e->header) + from, kHeaderBytes - from};
+        from = kHeaderBytes;
+        if (n == maxIov) break;
       }
-      char* base = op->kind == TransferOp::Kind::Send
-                       ? static_cast<char*>(const_cast<void*>(op->src))
-                       : static_cast<char*>(op->dst);
-      iov[n++] = {base + from, stop - from};
+      if (from < stop) {
+        if (reduceOp) {
+          iov[n++] = {bounce(s) + (from - std::max(start, kHeaderBytes)), stop - from};
+          break;
+        }
+        char* base = op->kind == TransferOp::Kind::Send
+                         ? static_cast<char*>(const_cast<void*>(op->src))
+                         : static_cast<char*>(op->dst);
+        iov[n++] = {base + (from - kHeaderBytes), stop - from};
+      }
       if (stop < end) break;
       p.chunk += sockets_;
       p.moved = 0;
@@ -120,16 +167,23 @@ class Stream {
   }
 
   // Accounts for n bytes that socket s moved into or out of the memory gather() described.
-  void consume(int s, size_t n) {
+  // False where a receive's header does not begin the message it expects (*mismatch says
+  // what it found): nothing of that message counts as received.
+  bool consume(int s, size_t n, MessageMismatch* mismatch) {
     Pos& p = pos_[s];
     while (n > 0) {
       const Entry& e = *entry(p.seq);
       const TransferOp& op = *e.op;
       size_t start = chunkStart(e, p.chunk);
-      size_t len = std::min(chunkBytes_, op.bytes - start);
+      size_t len = std::min(chunkBytes_, kHeaderBytes + op.bytes - start);
       size_t take = std::min(n, len - p.moved);
+      const bool headerArrives = start + p.moved < kHeaderBytes &&
+                                 start + p.moved + take >= kHeaderBytes &&
+                                 op.kind != TransferOp::Kind::Send;
       p.moved += take;
       n -= take;
+      if (headerArrives && !checkTcpMessage(e.header, op.stamp, op.bytes, mismatch))
+        return false;
       if (op.kind == TransferOp::Kind::RecvReduce) {
         reduceReceived(s, op, start);
       } else {
@@ -141,6 +195,7 @@ class Stream {
         seek(&p);
       }
     }
+    return true;
   }
 
   // Moves `done` of the leading ops forward and retires the complete ones, in order; true when
@@ -167,8 +222,9 @@ class Stream {
  private:
   struct Entry {
     TransferOp* op;
-    uint64_t firstChunk;  // number of the chunk holding the op's byte 0
+    uint64_t firstChunk;  // number of the chunk holding the op's header
     uint64_t chunks;
+    TcpMessageHeader header;  // a send's; where a receive's arrives
   };
   // Where one socket stands: the chunk it works on and the op holding it (the first op past
   // it, or the end of the queue, when it has none yet).
@@ -179,21 +235,22 @@ class Stream {
     size_t settled;  // bytes of the chunk finished: = moved, or reduced for RecvReduce
   };
 
-  const Entry* entry(uint64_t seq) const {
+  Entry* entry(uint64_t seq) {
     uint64_t i = seq - frontSeq_;
     return i < ops_.size() ? &ops_[i] : nullptr;
   }
+  // The position of chunk's first byte in its op (header included).
   size_t chunkStart(const Entry& e, uint64_t chunk) const {
     return size_t(chunk - e.firstChunk) * chunkBytes_;
   }
-  void seek(Pos* p) const {
+  void seek(Pos* p) {
     for (const Entry* e = entry(p->seq); e != nullptr && p->chunk >= e->firstChunk + e->chunks;
          e = entry(++p->seq)) {
     }
   }
 
-  // The prefix of op e that socket s does not hold up: everything before the first chunk of e
-  // that the socket still has to finish (plus what it finished of that chunk).
+  // The prefix of op e's bytes that socket s does not hold up: everything before the first
+  // chunk of e that the socket still has to finish (plus what it finished of that chunk).
   size_t frontier(int s, const Entry& e) const {
     const Pos& p = pos_[s];
     uint64_t end = e.firstChunk + e.chunks;
@@ -201,7 +258,8 @@ class Stream {
     if (first < e.firstChunk) first += (e.firstChunk - first + sockets_ - 1) / sockets_ * sockets_;
     if (first >= end) return e.op->bytes;
     size_t start = chunkStart(e, first);
-    return first == p.chunk ? start + p.settled : start;
+    size_t at = first == p.chunk ? start + p.settled : start;
+    return at > kHeaderBytes ? at - kHeaderBytes : 0;
   }
 
   char* bounce(int s) {
@@ -210,21 +268,31 @@ class Stream {
   }
 
   // Combines the complete elements received so far into dst: dst = src ⊕ received. A partial
-  // element stays in the bounce buffer until its last bytes arrive.
+  // element stays in the bounce buffer until its last bytes arrive; the bounce buffer holds
+  // the chunk's bytes of the op, past its header.
   void reduceReceived(int s, const TransferOp& op, size_t chunkStart) {
     Pos& p = pos_[s];
+    const size_t header = chunkStart < kHeaderBytes ? kHeaderBytes - chunkStart : 0;
+    if (p.moved <= header) {
+      p.settled = p.moved;
+      return;
+    }
     size_t elt = std::max<size_t>(dtypeSize(op.dtype), 1);
-    size_t ready = p.moved - p.moved % elt;
-    if (ready <= p.settled) return;
-    size_t at = chunkStart + p.settled;
-    reduce(static_cast<char*>(op.dst) + at, static_cast<const char*>(op.src) + at,
-                        bounce(s) + p.settled, (ready - p.settled) / elt, op.dtype, op.op);
-    p.settled = ready;
+    size_t moved = p.moved - header;
+    size_t settled = p.settled > header ? p.settled - header : 0;
+    size_t ready = moved - moved % elt;
+    if (ready > settled) {
+      size_t at = chunkStart + header - kHeaderBytes + settled;
+      reduce(static_cast<char*>(op.dst) + at, static_cast<const char*>(op.src) + at,
+             bounce(s) + settled, (ready - settled) / elt, op.dtype, op.op);
+      settled = ready;
+    }
+    p.settled = header + settled;
   }
 
   int sockets_ = 1;
   size_t chunkBytes_ = 1;
-  std::deque<Entry> ops_;
+  Ring<Entry> ops_;
   uint64_t frontSeq_ = 0;   // sequence number of ops_.front()
   uint64_t nextChunk_ = 0;  // first chunk of the next op posted
   std::vector<Pos> pos_;
@@ -240,6 +308,7 @@ class TcpConnection final : public Connection {
 
   Status post(TransferOp* op) override;
   Status progress(bool* progressed) override;
+  const MessageMismatch* mismatch() const override { return mismatched_ ? &mismatch_ : nullptr; }
 
   // Starts moving data over these sockets (in round-robin order).
   void establish(std::vector<UniqueFd> fds, int sockets, size_t chunkBytes);
@@ -274,6 +343,8 @@ class TcpConnection final : public Connection {
   TcpHello hello_ = {};
   Stream send_, recv_;
   Status error_;
+  MessageMismatch mismatch_;  // what a receive found instead of its message's header
+  bool mismatched_ = false;
 };
 
 class TcpTransportImpl final : public Transport {
@@ -482,6 +553,13 @@ std::string checkTcpHello(const TcpHello& m, const unsigned char secret[16], int
   return "";
 }
 
+bool checkTcpMessage(const TcpMessageHeader& h, const CallStamp& stamp, uint64_t bytes,
+                     MessageMismatch* out) {
+  if (h.magic == kTcpMessageMagic && h.bytes == bytes && h.stamp == stamp) return true;
+  *out = {stamp, h.stamp, bytes, h.bytes, h.magic == kTcpMessageMagic};
+  return false;
+}
+
 namespace {
 
 bool TcpTransportImpl::takeSockets(int peer, int lane, std::vector<UniqueFd>* fds, int* sockets,
@@ -550,7 +628,8 @@ Status TcpConnection::post(TransferOp* op) {
   if (op->kind == TransferOp::Kind::RecvReduce && dtypeSize(op->dtype) == 0)
     return errorf(loomInvalidArgument, "tcp: RecvReduce with invalid dtype %d", int(op->dtype));
   // An empty op is complete as posted, so the caller may free it at once: keep no pointer.
-  // It has no chunks, so leaving it out changes no boundary.
+  // It travels as nothing, not even a header (both ends leave it out alike), so leaving it out
+  // changes no boundary; an empty message holds nothing that could be taken for another's.
   if (op->bytes == 0) return Status::ok();
   if (fds_.empty()) {
     early_.push_back(op);
@@ -638,7 +717,13 @@ Status TcpConnection::pump(Stream* stream, int s, bool sending, bool* progressed
     if (got == 0 && !sending)
       return fail(errorf(loomRemoteError, "tcp: %s closed the connection (lane %d)",
                          transport_->peerName(peer_).c_str(), lane_));
-    stream->consume(s, size_t(got));
+    if (!stream->consume(s, size_t(got), &mismatch_)) [[unlikely]] {
+      mismatched_ = true;
+      return fail(errorf(loomInvalidUsage,
+                         "tcp: %s sent on lane %d a message that is not the one this rank "
+                         "receives",
+                         transport_->peerName(peer_).c_str(), lane_));
+    }
     *progressed = true;
     if (size_t(got) < want) return Status::ok();  // the kernel is full (or empty) for now
   }

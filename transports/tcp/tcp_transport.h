@@ -76,6 +76,26 @@ static_assert(sizeof(TcpHello) == 48, "TcpHello is a wire format");
 inline constexpr uint64_t kTcpHelloMagic = 0x6c6f6f6d2d746370ull;  // "loom-tcp"
 inline constexpr size_t kMaxChunkBytes = size_t(1) << 30;
 
+// What precedes every message (TransferOp) on its direction's stream, in the message's first
+// chunk: its size and its call (TransferOp::stamp). The receive checks it before it counts any
+// of the message's bytes as received, so a message of another call, or of another size (after
+// which the stream no longer splits alike at both ends), is an error, not data. Host byte order,
+// as the hello.
+struct TcpMessageHeader {
+  uint64_t magic;  // kTcpMessageMagic
+  uint64_t bytes;
+  CallStamp stamp;
+};
+static_assert(sizeof(TcpMessageHeader) == 32 && kChunkAlign % sizeof(TcpMessageHeader) == 0,
+              "TcpMessageHeader is a wire format, and keeps the messages' chunks on element "
+              "boundaries");
+inline constexpr uint64_t kTcpMessageMagic = 0x67736d2d6d6f6f6cull;  // "loom-msg"
+
+// Whether header h, as received, begins the message a receive of `bytes` bytes of call `stamp`
+// expects; where not, *out says what it found. Pure, so that tests/fuzz/ can feed it garbage.
+bool checkTcpMessage(const TcpMessageHeader& h, const CallStamp& stamp, uint64_t bytes,
+                     MessageMismatch* out);
+
 // Why a listening rank (`myRank`, of a communicator whose secret is `secret`) refuses hello m,
 // or "" when it files the socket. Anyone who reaches the listener may send anything: pure,
 // so tests/fuzz/ can feed it garbage.
