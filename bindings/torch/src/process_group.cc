@@ -588,6 +588,14 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::alltoall_base(
   auto layout = std::make_shared<AlltoallLayout>();
   blocks(in, inputSplits, size_, layout->sendCounts, layout->sendOffsets);
   blocks(out, outputSplits, size_, layout->recvCounts, layout->recvOffsets);
+  if (inputSplits.empty() && outputSplits.empty() && bytes(in) == bytes(out)) {
+    // Equal blocks (all_to_all_single without splits): loom's alltoall, whose algorithm the
+    // tuner chooses by size like any collective's; an alltoallv has no size the ranks share
+    // and always runs the built-in table's pairwise exchange.
+    return run(c10d::OpType::ALLTOALL_BASE, {output}, {[this, in, out, block = bytes(in) / size_] {
+      return loomAlltoAll(in.data_ptr(), out.data_ptr(), block, loomUint8, comm_, stream_);
+    }, copyBack(output, out)});
+  }
   return run(c10d::OpType::ALLTOALL_BASE, {output}, {[this, in, out, layout] {
     return loomAlltoAllv(in.data_ptr(), layout->sendCounts.data(), layout->sendOffsets.data(),
                          out.data_ptr(), layout->recvCounts.data(), layout->recvOffsets.data(),
