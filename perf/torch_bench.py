@@ -12,12 +12,14 @@ A time is the slowest rank's mean over the timed iterations; busbw uses nccl-tes
 (allreduce 2(n-1)/n, the others (n-1)/n). Where Gloo lacks an operation (PyTorch 1.13's Gloo has
 neither all_gather_into_tensor nor reduce_scatter_tensor), it is timed as a Gloo user writes
 it: all_gather into a list, all_reduce then the rank's slice (marked *). The DDP step trains a
-~21 M-parameter MLP with a batch of 1 on one thread per rank, so that the gradient allreduce
+25 M-parameter MLP with a batch of 1 on one thread per rank, so that the gradient allreduce
 weighs as much as it can beside the step's own passes over the parameters (DDP with
-gradient_as_bucket_view, zero_grad(set_to_none=True), on both backends). --json writes loom-perf's schema
+gradient_as_bucket_view, zero_grad(set_to_none=True), on both backends); the same step under
+DDP's no_sync, which skips the allreduce, says how much of each backend's step is communication. --json writes loom-perf's schema
 (loom-perf-set/1 with one run per backend and operation), which perf/plot.py draws.
 """
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -100,23 +102,25 @@ def needs_fallback(op, group, n):
         return True
 
 
-def ddp_steps(group, steps):
-    """Median seconds per DDP training step of the MLP over `group`."""
+def ddp_steps(group, steps, sync=True):
+    """Median seconds per DDP training step of the MLP over `group`; without `sync`, each step
+    runs under DDP's no_sync (no gradient allreduce): what the step costs without communication."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(2048, 4096), torch.nn.ReLU(),
                                 torch.nn.Linear(4096, 2048), torch.nn.ReLU(),
-                                torch.nn.Linear(2048, 2048))
+                                torch.nn.Linear(2048, 4096))
     # PyTorch's settings for speed, on both backends: gradients live in DDP's buckets (no copy
     # in or out), and zero_grad frees them (PyTorch 2's default) instead of filling with zeros.
     ddp = torch.nn.parallel.DistributedDataParallel(model, process_group=group,
                                                     gradient_as_bucket_view=True)
     opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
-    x, y = torch.randn(1, 2048), torch.randn(1, 2048)
+    x, y = torch.randn(1, 2048), torch.randn(1, 4096)
     times = []
     for step in range(steps + 2):
         start = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        torch.nn.functional.mse_loss(ddp(x), y).backward()
+        with contextlib.nullcontext() if sync else ddp.no_sync():
+            torch.nn.functional.mse_loss(ddp(x), y).backward()
         opt.step()
         if step >= 2:
             times.append(time.perf_counter() - start)
@@ -149,6 +153,7 @@ def worker(rank, n, port, args, results):
         for _ in range(args.rounds):
             for name, g in groups.items():
                 ddp.setdefault(name, []).append(ddp_steps(g, args.ddp_steps))
+            ddp.setdefault("no_sync", []).append(ddp_steps(gloo, args.ddp_steps, sync=False))
     if rank == 0:
         results.put({"rows": rows, "ddp": ddp})
     dist.destroy_process_group()
@@ -182,8 +187,13 @@ def report(n, data, doc_runs):
                          "ranks": n, "hosts": 1, "rows": rows, "env": {}})
     if data["ddp"]:
         step = {name: statistics.median(times) for name, times in data["ddp"].items()}
-        print(f"# DDP step (MLP 2048-4096-2048-2048, batch 1): loom {step['loom'] * 1e3:.1f} ms, "
-              f"gloo {step['gloo'] * 1e3:.1f} ms, gloo/loom {step['gloo'] / step['loom']:.2f}")
+        print(f"# DDP step (MLP 2048-4096-2048-4096, 25.2 M parameters, batch 1): "
+              f"loom {step['loom'] * 1e3:.1f} ms, gloo {step['gloo'] * 1e3:.1f} ms, "
+              f"gloo/loom {step['gloo'] / step['loom']:.2f}")
+        comm = {name: max(0.0, 1 - step["no_sync"] / step[name]) for name in ("loom", "gloo")}
+        print(f"# the same step without the gradient allreduce (DDP no_sync): "
+              f"{step['no_sync'] * 1e3:.1f} ms; communication is {comm['gloo']:.0%} of Gloo's "
+              f"step, {comm['loom']:.0%} of loom's")
 
 
 def main():

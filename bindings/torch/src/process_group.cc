@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <future>
 #include <limits>
 
 #include "loom/loom_device.h"
@@ -243,8 +244,23 @@ LoomProcessGroup::LoomProcessGroup(const c10::intrusive_ptr<c10d::Store>& store,
   }
   loomConfig_t config = LOOM_CONFIG_INITIALIZER;
   config.timeoutMs = int(std::clamp<int64_t>(timeout.count(), 1, std::numeric_limits<int>::max()));
-  check(loomCommInitRankConfig(&comm_, size, id, rank, &config), "loomCommInitRankConfig");
-  worker_ = std::thread([this] { serve(); });
+  // The worker makes the communicator, runs its calls and closes it. Where ranks outnumber the
+  // cores, loom binds the thread that makes a communicator to one core (LOOM_BIND=auto): that
+  // must be the thread that runs its calls, not the program's, whose affinity every thread it
+  // starts later would inherit (torch's intra-op pool, Gloo's workers, DataLoader workers).
+  std::promise<std::pair<loomResult_t, std::string>> made;
+  auto init = made.get_future();
+  worker_ = std::thread([this, size, id, rank, config, &made] {
+    const loomResult_t result = loomCommInitRankConfig(&comm_, size, id, rank, &config);
+    made.set_value({result, loomGetLastError(comm_)});  // the error is this thread's
+    if (result != loomSuccess) return;
+    serve();
+    close();
+  });
+  const auto [result, error] = init.get();
+  if (result != loomSuccess) worker_.join();
+  TORCH_CHECK(result == loomSuccess, "loom loomCommInitRankConfig failed (",
+              loomGetErrorString(result), "): ", error);
 }
 
 LoomProcessGroup::~LoomProcessGroup() {
@@ -256,7 +272,9 @@ LoomProcessGroup::~LoomProcessGroup() {
     queueChanged_.notify_all();
     worker_.join();
   }
-  if (!comm_) return;
+}
+
+void LoomProcessGroup::close() {
   loomResult_t async = loomSuccess;
   // A failed communicator is aborted: its peers may be gone, and destroy would wait for them.
   if (loomCommGetAsyncError(comm_, &async) != loomSuccess || async != loomSuccess) {
@@ -588,6 +606,14 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::alltoall_base(
   auto layout = std::make_shared<AlltoallLayout>();
   blocks(in, inputSplits, size_, layout->sendCounts, layout->sendOffsets);
   blocks(out, outputSplits, size_, layout->recvCounts, layout->recvOffsets);
+  if (inputSplits.empty() && outputSplits.empty() && bytes(in) == bytes(out)) {
+    // Equal blocks (all_to_all_single without splits): loom's alltoall, whose algorithm the
+    // tuner chooses by size like any collective's; an alltoallv has no size the ranks share
+    // and always runs the built-in table's pairwise exchange.
+    return run(c10d::OpType::ALLTOALL_BASE, {output}, {[this, in, out, block = bytes(in) / size_] {
+      return loomAlltoAll(in.data_ptr(), out.data_ptr(), block, loomUint8, comm_, stream_);
+    }, copyBack(output, out)});
+  }
   return run(c10d::OpType::ALLTOALL_BASE, {output}, {[this, in, out, layout] {
     return loomAlltoAllv(in.data_ptr(), layout->sendCounts.data(), layout->sendOffsets.data(),
                          out.data_ptr(), layout->recvCounts.data(), layout->recvOffsets.data(),

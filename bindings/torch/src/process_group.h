@@ -122,7 +122,8 @@ class LoomProcessGroup : public LOOM_TORCH_BASE {
   // (a gather's input, where a non-root has no output).
   WorkPtr run(c10d::OpType type, Tensors outputs, Call call, const Tensors& inputs = {});
   void enqueue(Task task);
-  void serve();  // the worker thread
+  void serve();  // the worker thread, between making the communicator and close()
+  void close();  // destroys the communicator, or aborts it where it failed (its peers may be gone)
   void execute(Task& task);
   void check(loomResult_t result, const char* what) const;
   // Reduces buffer (contiguous) in place on every rank, or onto root when root >= 0.

@@ -34,8 +34,12 @@ def _spawned(rank, check, size, port, timeout_s):
 
 
 def _run(check, rank, size, timeout_s):
+    cpus = os.sched_getaffinity(0)
     dist.init_process_group("loom", rank=rank, world_size=size,
                             timeout=datetime.timedelta(seconds=timeout_s))
+    # Where ranks outnumber cores loom binds the thread that runs its calls (LOOM_BIND), the
+    # group's worker, never the program's: its threads started later would inherit one core.
+    assert os.sched_getaffinity(0) == cpus, (sorted(cpus), sorted(os.sched_getaffinity(0)))
     assert dist.get_backend() == "loom"
     gloo = dist.new_group(backend="gloo")
     check(rank, size, gloo)
