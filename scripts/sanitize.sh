@@ -97,6 +97,11 @@ run() {
   # fatal-signal handler frees memory inside the handler (a TSan report against libucs.so).
   # Neither is needed here: loom registers no memory through UCX outside the ucx tier, and
   # loom's flight recorder has its own fatal-signal handler.
+  # HWLOC_COMPONENTS=-pci: hwloc's PCI plugin loads libpciaccess, which leaks 1 KiB at exit
+  # (third-party, reported by LeakSanitizer from a module unloaded by then, so no suppression
+  # could name it). Set here, for every test: a second variable in the tests' ENVIRONMENT
+  # property does not reach gtest_discover_tests' tests, which take its first only.
+  HWLOC_COMPONENTS=-pci \
   ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:check_initialization_order=1:handle_segv=0:log_path=$reports/asan" \
   UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$reports/ubsan" \
   TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:die_after_fork=0:handle_segv=0:log_path=$reports/tsan" \
