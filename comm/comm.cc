@@ -224,7 +224,8 @@ void Comm::revoke(const std::string& reason) {
   const bool failedBefore = errors_.code() != loomSuccess;
   errors_.revoke(reason);
   if (failedBefore) return;
-  if (transports::ShmArena* arena = arena_.get()) arena->revoke(rank());
+  if (transports::ShmArena* arena = arenaToRevoke_.load(std::memory_order_acquire))
+    arena->revoke(rank());
   boot_.sendAbort("the communicator was revoked: " + reason);
 }
 
@@ -519,6 +520,7 @@ Status Comm::mapShared(const collectives::PreparedPlan& plan, size_t elemSize,
       fail(st);
       return st;
     }
+    arenaToRevoke_.store(arena_.get(), std::memory_order_release);
   }
   buffers[collectives::kShared] = arena_->nextCallBase();
   return Status::ok();

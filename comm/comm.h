@@ -6,6 +6,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <memory>
 #include <span>
 #include <string>
@@ -231,6 +232,10 @@ class Comm final : public collectives::ExecHost {
   std::vector<uint64_t> peerChecks_;
   Connections connections_;
   std::unique_ptr<transports::ShmArena> arena_;  // mapped at the first call that uses it
+  // arena_, published once mapped, for revoke(), which another thread may run (loomCommAbort,
+  // loomCommRevoke) while a call maps the arena: reading arena_ itself there would race with
+  // its assignment.
+  std::atomic<transports::ShmArena*> arenaToRevoke_{nullptr};
   BufferAgreement agreement_;
   ErrorState errors_;
   // Choosing: the tuner picks algorithm and parameters per call (initTuner).

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what loom needs, builds it, runs every test tier with ctest, then fuzzes each parser
-# of outside input for a bounded time (scripts/fuzz.sh; LOOM_FUZZ_SECONDS per target, 0 skips).
+# of outside input for a bounded time (scripts/fuzz.sh; LOOM_FUZZ_SECONDS per target, 0 skips),
+# then runs the unit and multi-process tests under AddressSanitizer + UndefinedBehaviorSanitizer
+# and those of threaded code under ThreadSanitizer (scripts/sanitize.sh; LOOM_SANITIZE=0 skips).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -12,4 +14,9 @@ if [[ "${LOOM_FUZZ_SECONDS:-20}" != 0 ]]; then
   start=$SECONDS
   scripts/fuzz.sh
   echo "fuzz stage: $((SECONDS - start)) s (build and every target)"
+fi
+if [[ "${LOOM_SANITIZE:-1}" != 0 ]]; then
+  start=$SECONDS
+  scripts/sanitize.sh
+  echo "sanitize stage: $((SECONDS - start)) s (both builds and their tests)"
 fi
