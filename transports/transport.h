@@ -147,7 +147,7 @@ class Connection {
   virtual void beginCall(const CallStamp& /*stamp*/) {}
   // Why progress() failed, where it did because a message did not match its receive (the
   // caller names the two calls); null otherwise.
-  virtual const MessageMismatch* mismatch() const { return nullptr; }
+  const MessageMismatch* mismatch() const { return mismatched_ ? &mismatch_ : nullptr; }
   // Whether a message has arrived that no posted receive takes (*out: its stamp and size, as
   // `found`). Asked where none can be due: as a call with no transfers begins, whose peers
   // cannot be past it yet, such a message is one an earlier call left unread.
@@ -167,8 +167,18 @@ class Connection {
   // on a connection (a finished call) calls this once.
   virtual void flushNotifications() {}
 
+ protected:
+  // A receive found another message than its own (what mismatch() then returns); the transport
+  // fails its progress() with loomInvalidUsage.
+  void recordMismatch(const MessageMismatch& m) {
+    mismatch_ = m;
+    mismatched_ = true;
+  }
+
  private:
   uint32_t calls_ = 0;
+  MessageMismatch mismatch_;
+  bool mismatched_ = false;
 };
 
 class Transport {

@@ -287,8 +287,6 @@ class ShmConnection final : public Connection {
     return st;
   }
 
-  const MessageMismatch* mismatch() const override { return mismatched_ ? &mismatch_ : nullptr; }
-
   void flushNotifications() override {
     if (!notify_) return;
     notify_ = false;
@@ -366,8 +364,7 @@ class ShmConnection final : public Connection {
     const TransferOp& op = *recvs_.front();
     const bool behind = int32_t(theirs.sequence() - op.stamp.sequence()) < 0;
     if (behind || theirs == op.stamp) return Status::ok();
-    mismatch_ = {op.stamp, theirs, op.bytes, 0, true, true};
-    mismatched_ = true;
+    recordMismatch({op.stamp, theirs, op.bytes, 0, true, true});
     return peerError("is in another call than the one whose message this rank waits for",
                      loomInvalidUsage);
   }
@@ -512,8 +509,7 @@ class ShmConnection final : public Connection {
   // receive's call and size (else a mismatch, which the executor describes), at its place.
   Status checkSlotMatches(const SlotHeader& h, const TransferOp& op) {
     if (!(h.stamp == op.stamp) || h.messageBytes() != op.bytes) [[unlikely]] {
-      mismatch_ = {op.stamp, h.stamp, op.bytes, h.messageBytes(), true};
-      mismatched_ = true;
+      recordMismatch({op.stamp, h.stamp, op.bytes, h.messageBytes(), true});
       return peerError("sent a message that is not the one this rank receives",
                        loomInvalidUsage);
     }
@@ -626,8 +622,6 @@ class ShmConnection final : public Connection {
   uint64_t slots_;
   uint64_t pidNamespace_ = 0;
   ShmConnectionStats stats_;
-  MessageMismatch mismatch_;  // what the receive that failed found (checkSlotMatches)
-  bool mismatched_ = false;
   bool notify_ = false;  // published something the peer may wait for; not yet rung
 
   // The sending side.

@@ -308,7 +308,6 @@ class TcpConnection final : public Connection {
 
   Status post(TransferOp* op) override;
   Status progress(bool* progressed) override;
-  const MessageMismatch* mismatch() const override { return mismatched_ ? &mismatch_ : nullptr; }
 
   // Starts moving data over these sockets (in round-robin order).
   void establish(std::vector<UniqueFd> fds, int sockets, size_t chunkBytes);
@@ -343,8 +342,6 @@ class TcpConnection final : public Connection {
   TcpHello hello_ = {};
   Stream send_, recv_;
   Status error_;
-  MessageMismatch mismatch_;  // what a receive found instead of its message's header
-  bool mismatched_ = false;
 };
 
 class TcpTransportImpl final : public Transport {
@@ -717,8 +714,8 @@ Status TcpConnection::pump(Stream* stream, int s, bool sending, bool* progressed
     if (got == 0 && !sending)
       return fail(errorf(loomRemoteError, "tcp: %s closed the connection (lane %d)",
                          transport_->peerName(peer_).c_str(), lane_));
-    if (!stream->consume(s, size_t(got), &mismatch_)) [[unlikely]] {
-      mismatched_ = true;
+    if (MessageMismatch found; !stream->consume(s, size_t(got), &found)) [[unlikely]] {
+      recordMismatch(found);
       return fail(errorf(loomInvalidUsage,
                          "tcp: %s sent on lane %d a message that is not the one this rank "
                          "receives",
