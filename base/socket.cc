@@ -156,7 +156,7 @@ Status chooseInterfaceAddress(Address* out, std::string* ifname) {
   return Status::ok();
 }
 
-Status listenOn(const Address& addr, int* fd, Address* bound) {
+Status listenOn(const Address& addr, int* fd, Address* bound, int* failedErrno) {
   int s = socket(addr.family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (s < 0) return errorf(loomSystemError, "socket: %s", strerror(errno));
   int one = 1;
@@ -164,11 +164,13 @@ Status listenOn(const Address& addr, int* fd, Address* bound) {
   if (bind(s, reinterpret_cast<const sockaddr*>(&addr.storage), addr.len) != 0) {
     int e = errno;
     close(s);
+    if (failedErrno) *failedErrno = e;
     return errorf(loomSystemError, "bind %s: %s", addr.toString().c_str(), strerror(e));
   }
   if (listen(s, 1024) != 0) {
     int e = errno;
     close(s);
+    if (failedErrno) *failedErrno = e;
     return errorf(loomSystemError, "listen %s: %s", addr.toString().c_str(), strerror(e));
   }
   bound->len = sizeof(bound->storage);

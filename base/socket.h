@@ -35,8 +35,9 @@ Status listInterfaces(std::vector<Interface>* out);
 // The address to listen on, per LOOM_SOCKET_IFNAME / LOOM_SOCKET_FAMILY; port 0.
 Status chooseInterfaceAddress(Address* out, std::string* ifname);
 
-// A socket listening on addr (port 0 picks one); *bound receives the actual address.
-Status listenOn(const Address& addr, int* fd, Address* bound);
+// A socket listening on addr (port 0 picks one); *bound receives the actual address. Where
+// bind or listen fails, *failedErrno (if given) receives its errno (EADDRINUSE: taken).
+Status listenOn(const Address& addr, int* fd, Address* bound, int* failedErrno = nullptr);
 // Connects (blocking socket, retried on ECONNREFUSED until the deadline).
 Status connectTo(const Address& addr, const Deadline& deadline, int* fd);
 // Connects without waiting: *fd is a non-blocking socket whose connection is under way (or

@@ -516,10 +516,10 @@ Status rankZeroRootId(const std::string& address, loomUniqueId* id) {
 }
 
 Status startBootstrapRoot(const net::Address& listenAt, const unsigned char secret[16],
-                          loomUniqueId* id) {
+                          loomUniqueId* id, int* failedErrno) {
   int fd = -1;
   net::Address bound;
-  LOOM_TRY(net::listenOn(listenAt, &fd, &bound));
+  LOOM_TRY(net::listenOn(listenAt, &fd, &bound, failedErrno));
   if (Status st = packId(bound, secret, 0, id); !st.isOk()) {
     close(fd);
     return st;
@@ -641,11 +641,12 @@ Status Bootstrap::connect(const loomUniqueId& id, int rank, int nranks,
   const bool rootMayBeBusy = (data.flags & kRootAtRankZero) != 0;
   if (rootMayBeBusy && rank == 0) {
     loomUniqueId served;
-    Status st = startBootstrapRoot(root, data.secret, &served);
-    while (!st.isOk() && st.message().find(strerror(EADDRINUSE)) != std::string::npos &&
-           !deadline.expired()) {
+    int failedErrno = 0;
+    Status st = startBootstrapRoot(root, data.secret, &served, &failedErrno);
+    while (!st.isOk() && failedErrno == EADDRINUSE && !deadline.expired()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(kBusyRootRetryMs));
-      st = startBootstrapRoot(root, data.secret, &served);
+      failedErrno = 0;
+      st = startBootstrapRoot(root, data.secret, &served, &failedErrno);
     }
     if (!st.isOk())
       return st.withContext("bootstrap: rank 0 cannot serve the root at " + root.toString() +

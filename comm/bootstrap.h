@@ -34,9 +34,10 @@ constexpr uint32_t kUniqueIdMagic = 0x4d4f4f4c;  // "LOOM"
 // No process serves the id's root yet: rank 0 starts it at the id's address when it connects.
 constexpr uint32_t kRootAtRankZero = 1;
 
-// Starts a root at `listenAt` (port 0 picks one) with the given secret; fills *id.
+// Starts a root at `listenAt` (port 0 picks one) with the given secret; fills *id. Where it
+// cannot listen there, *failedErrno (if given) receives why (net::listenOn).
 Status startBootstrapRoot(const net::Address& listenAt, const unsigned char secret[16],
-                          loomUniqueId* id);
+                          loomUniqueId* id, int* failedErrno = nullptr);
 // A new id whose root this process serves, at the interface LOOM_SOCKET_IFNAME chooses, with a
 // random secret.
 Status serveNewRoot(loomUniqueId* id);

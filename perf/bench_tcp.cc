@@ -45,15 +45,6 @@ struct Rank {
 };
 Rank* gRank = nullptr;  // rank 0's, for the benchmark functions
 
-TransferOp makeOp(TransferOp::Kind kind, const void* src, void* dst, size_t bytes) {
-  TransferOp op;
-  op.kind = kind;
-  op.src = src;
-  op.dst = dst;
-  op.bytes = op.limit = bytes;
-  return op;
-}
-
 // Runs ops to completion the way the executor waits: the communicator's wait policy (its
 // LOOM_SPIN_COUNT polls, as for two ranks on two cores), then sched_yield for LOOM_YIELD_USEC,
 // then poll() in the transport. onRound runs before every round.
@@ -106,8 +97,8 @@ struct Buffers {
 };
 
 void pingPong(Rank& r, Buffers& buf, size_t bytes, bool first) {
-  TransferOp s = makeOp(TransferOp::Kind::Send, buf.a.data(), nullptr, bytes);
-  TransferOp v = makeOp(TransferOp::Kind::Recv, nullptr, buf.b.data(), bytes);
+  TransferOp s = wholeTransfer(TransferOp::Kind::Send, buf.a.data(), bytes);
+  TransferOp v = wholeTransfer(TransferOp::Kind::Recv, buf.b.data(), bytes);
   if (first) {
     run(r, {&s});
     run(r, {&v});
@@ -120,10 +111,10 @@ void pingPong(Rank& r, Buffers& buf, size_t bytes, bool first) {
 // One-way: rank 0 sends, rank 1 receives and acknowledges, so the time covers delivery.
 void stream(Rank& r, Buffers& buf, size_t bytes, bool sender) {
   uint64_t ack = 0;
-  TransferOp data = makeOp(sender ? TransferOp::Kind::Send : TransferOp::Kind::Recv, buf.a.data(),
-                           buf.a.data(), bytes);
+  TransferOp data = wholeTransfer(sender ? TransferOp::Kind::Send : TransferOp::Kind::Recv,
+                                  buf.a.data(), bytes);
   TransferOp a =
-      makeOp(sender ? TransferOp::Kind::Recv : TransferOp::Kind::Send, &ack, &ack, sizeof(ack));
+      wholeTransfer(sender ? TransferOp::Kind::Recv : TransferOp::Kind::Send, &ack, sizeof(ack));
   if (sender) {
     run(r, {&data, &a});
   } else {
@@ -133,8 +124,8 @@ void stream(Rank& r, Buffers& buf, size_t bytes, bool sender) {
 }
 
 void exchange(Rank& r, Buffers& buf, size_t bytes) {
-  TransferOp s = makeOp(TransferOp::Kind::Send, buf.a.data(), nullptr, bytes);
-  TransferOp v = makeOp(TransferOp::Kind::Recv, nullptr, buf.b.data(), bytes);
+  TransferOp s = wholeTransfer(TransferOp::Kind::Send, buf.a.data(), bytes);
+  TransferOp v = wholeTransfer(TransferOp::Kind::Recv, buf.b.data(), bytes);
   run(r, {&s, &v});
 }
 
@@ -148,12 +139,12 @@ void allreduce(Rank& r, Buffers& buf, size_t bytes, int rank) {
   size_t theirStart = rank == 0 ? half : 0, theirCount = count - mineCount;
   char* data = buf.c.data();
   TransferOp scatter =
-      makeOp(TransferOp::Kind::Send, data + theirStart * 4, nullptr, theirCount * 4);
-  TransferOp reduce = makeOp(TransferOp::Kind::RecvReduce, data + mineStart * 4,
-                             data + mineStart * 4, mineCount * 4);
-  TransferOp forward = makeOp(TransferOp::Kind::Send, data + mineStart * 4, nullptr, mineCount * 4);
+      wholeTransfer(TransferOp::Kind::Send, data + theirStart * 4, theirCount * 4);
+  TransferOp reduce =
+      wholeTransfer(TransferOp::Kind::RecvReduce, data + mineStart * 4, mineCount * 4);
+  TransferOp forward = wholeTransfer(TransferOp::Kind::Send, data + mineStart * 4, mineCount * 4);
   TransferOp gather =
-      makeOp(TransferOp::Kind::Recv, nullptr, data + theirStart * 4, theirCount * 4);
+      wholeTransfer(TransferOp::Kind::Recv, data + theirStart * 4, theirCount * 4);
   for (TransferOp* op : {&scatter, &reduce, &forward, &gather}) op->dtype = loomFloat32;
   reduce.op = loomSum;
   forward.limit = 0;
@@ -168,13 +159,13 @@ void allreduce(Rank& r, Buffers& buf, size_t bytes, int rank) {
 void serve(Rank& r) {
   for (;;) {
     Command cmd = {};
-    TransferOp v = makeOp(TransferOp::Kind::Recv, nullptr, &cmd, sizeof(cmd));
+    TransferOp v = wholeTransfer(TransferOp::Kind::Recv, &cmd, sizeof(cmd));
     run(r, {&v});
     if (cmd.kind == Kind::Quit) return;
     Buffers buf(cmd.bytes);
     // Allocating the buffers is no part of the measurement: rank 0 waits for this.
     uint64_t ready = 1;
-    TransferOp s = makeOp(TransferOp::Kind::Send, &ready, nullptr, sizeof(ready));
+    TransferOp s = wholeTransfer(TransferOp::Kind::Send, &ready, sizeof(ready));
     run(r, {&s});
     for (uint64_t i = 0; i < cmd.iterations; ++i) {
       switch (cmd.kind) {
@@ -200,8 +191,8 @@ void serve(Rank& r) {
 void command(Kind kind, uint64_t bytes, uint64_t iterations) {
   Command cmd = {kind, 0, bytes, iterations};
   uint64_t ready = 0;
-  TransferOp s = makeOp(TransferOp::Kind::Send, &cmd, nullptr, sizeof(cmd));
-  TransferOp v = makeOp(TransferOp::Kind::Recv, nullptr, &ready, sizeof(ready));
+  TransferOp s = wholeTransfer(TransferOp::Kind::Send, &cmd, sizeof(cmd));
+  TransferOp v = wholeTransfer(TransferOp::Kind::Recv, &ready, sizeof(ready));
   run(*gRank, {&s});
   if (kind != Kind::Quit) run(*gRank, {&v});
 }

@@ -53,17 +53,6 @@ Rank* gRank = nullptr;  // rank 0's, for the benchmark functions
   _exit(2);
 }
 
-TransferOp makeOp(TransferOp::Kind kind, const void* src, void* dst, size_t bytes) {
-  TransferOp op;
-  op.kind = kind;
-  op.src = src;
-  op.dst = dst;
-  op.bytes = op.limit = bytes;
-  op.dtype = loomFloat32;
-  op.op = loomSum;
-  return op;
-}
-
 // Posts ops and runs them to completion with the executor's waiting: spin (latency is what
 // is measured), and after a long idle stretch arm the sleep, poll once more, sleep.
 // beforeRound plays the executor moving limits.
@@ -113,8 +102,8 @@ struct Buffers {
 };
 
 void pingPong(Rank& r, int path, Buffers& buf, size_t bytes) {
-  TransferOp s = makeOp(TransferOp::Kind::Send, buf.a.data(), nullptr, bytes);
-  TransferOp v = makeOp(TransferOp::Kind::Recv, nullptr, buf.b.data(), bytes);
+  TransferOp s = wholeTransfer(TransferOp::Kind::Send, buf.a.data(), bytes);
+  TransferOp v = wholeTransfer(TransferOp::Kind::Recv, buf.b.data(), bytes);
   bool first = r.rank == 0;
   run(r, path, {first ? &s : &v});
   run(r, path, {first ? &v : &s});
@@ -124,17 +113,17 @@ void pingPong(Rank& r, int path, Buffers& buf, size_t bytes) {
 void stream(Rank& r, int path, Buffers& buf, size_t bytes) {
   bool sender = r.rank == 0;
   uint64_t ack = 0;
-  TransferOp data = makeOp(sender ? TransferOp::Kind::Send : TransferOp::Kind::Recv, buf.a.data(),
-                           buf.a.data(), bytes);
+  TransferOp data = wholeTransfer(sender ? TransferOp::Kind::Send : TransferOp::Kind::Recv,
+                                  buf.a.data(), bytes);
   TransferOp reply =
-      makeOp(sender ? TransferOp::Kind::Recv : TransferOp::Kind::Send, &ack, &ack, sizeof(ack));
+      wholeTransfer(sender ? TransferOp::Kind::Recv : TransferOp::Kind::Send, &ack, sizeof(ack));
   run(r, path, {&data});
   run(r, path, {&reply});
 }
 
 void exchange(Rank& r, int path, Buffers& buf, size_t bytes) {
-  TransferOp s = makeOp(TransferOp::Kind::Send, buf.a.data(), nullptr, bytes);
-  TransferOp v = makeOp(TransferOp::Kind::Recv, nullptr, buf.b.data(), bytes);
+  TransferOp s = wholeTransfer(TransferOp::Kind::Send, buf.a.data(), bytes);
+  TransferOp v = wholeTransfer(TransferOp::Kind::Recv, buf.b.data(), bytes);
   run(r, path, {&s, &v});
 }
 
@@ -146,11 +135,12 @@ void allreduce(Rank& r, int path, Buffers& buf, size_t bytes) {
   size_t mine = r.rank == 0 ? 0 : half, mineCount = r.rank == 0 ? half : count - half;
   size_t theirs = r.rank == 0 ? half : 0, theirCount = count - mineCount;
   char* data = buf.c.data();
-  TransferOp scatter = makeOp(TransferOp::Kind::Send, data + theirs * 4, nullptr, theirCount * 4);
+  TransferOp scatter = wholeTransfer(TransferOp::Kind::Send, data + theirs * 4, theirCount * 4);
   TransferOp reduce =
-      makeOp(TransferOp::Kind::RecvReduce, data + mine * 4, data + mine * 4, mineCount * 4);
-  TransferOp forward = makeOp(TransferOp::Kind::Send, data + mine * 4, nullptr, mineCount * 4);
-  TransferOp gather = makeOp(TransferOp::Kind::Recv, nullptr, data + theirs * 4, theirCount * 4);
+      wholeTransfer(TransferOp::Kind::RecvReduce, data + mine * 4, mineCount * 4);
+  TransferOp forward = wholeTransfer(TransferOp::Kind::Send, data + mine * 4, mineCount * 4);
+  TransferOp gather = wholeTransfer(TransferOp::Kind::Recv, data + theirs * 4, theirCount * 4);
+  for (TransferOp* op : {&scatter, &reduce, &forward, &gather}) op->dtype = loomFloat32;
   forward.limit = gather.limit = 0;
   run(r, path, {&scatter, &reduce, &forward, &gather}, [&] {
     forward.limit = reduce.done;
@@ -182,7 +172,7 @@ void perform(Rank& r, const Command& cmd, Buffers& buf) {
 void serve(Rank& r) {
   for (;;) {
     Command cmd = {};
-    TransferOp v = makeOp(TransferOp::Kind::Recv, nullptr, &cmd, sizeof(cmd));
+    TransferOp v = wholeTransfer(TransferOp::Kind::Recv, &cmd, sizeof(cmd));
     v.dtype = loomUint8;
     run(r, 0, {&v});
     if (cmd.job == Job::Quit) return;
@@ -193,7 +183,7 @@ void serve(Rank& r) {
 
 void command(Job job, int path, uint64_t bytes, uint64_t iterations) {
   Command cmd = {job, uint32_t(path), bytes, iterations};
-  TransferOp s = makeOp(TransferOp::Kind::Send, &cmd, nullptr, sizeof(cmd));
+  TransferOp s = wholeTransfer(TransferOp::Kind::Send, &cmd, sizeof(cmd));
   s.dtype = loomUint8;
   run(*gRank, 0, {&s});
 }

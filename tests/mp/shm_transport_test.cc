@@ -179,20 +179,14 @@ Driver driverFor(TestRank& r) {
   return d;
 }
 
-TransferOp sendOp(const void* src, size_t bytes, loomDataType_t dtype = loomUint8) {
-  TransferOp op;
-  op.kind = Kind::Send;
-  op.src = src;
-  op.bytes = op.limit = bytes;
+TransferOp sendOp(void* src, size_t bytes, loomDataType_t dtype = loomUint8) {
+  TransferOp op = wholeTransfer(Kind::Send, src, bytes);
   op.dtype = dtype;
   return op;
 }
 
 TransferOp recvOp(void* dst, size_t bytes, loomDataType_t dtype = loomUint8) {
-  TransferOp op;
-  op.kind = Kind::Recv;
-  op.dst = dst;
-  op.bytes = op.limit = bytes;
+  TransferOp op = wholeTransfer(Kind::Recv, dst, bytes);
   op.dtype = dtype;
   return op;
 }

@@ -111,19 +111,11 @@ std::string mismatch(const uint8_t* data, size_t n, uint64_t seed) {
   return "";
 }
 
-TransferOp sendOp(const void* src, size_t bytes) {
-  TransferOp op;
-  op.kind = TransferOp::Kind::Send;
-  op.src = src;
-  op.bytes = op.limit = bytes;
-  return op;
+TransferOp sendOp(void* src, size_t bytes) {
+  return wholeTransfer(TransferOp::Kind::Send, src, bytes);
 }
 TransferOp recvOp(void* dst, size_t bytes) {
-  TransferOp op;
-  op.kind = TransferOp::Kind::Recv;
-  op.dst = dst;
-  op.bytes = op.limit = bytes;
-  return op;
+  return wholeTransfer(TransferOp::Kind::Recv, dst, bytes);
 }
 
 // Drives connections until every op is complete, the way the executor waits: poll, spin a
@@ -280,13 +272,10 @@ int recvReduceRank(RankContext& rc, loomDataType_t dtype, bool inPlace, size_t c
     for (size_t i = 0; i < n; ++i) mine[i] = a(rc.rank(), i), local[i] = b(rc.rank(), i);
     TransferOp s = sendOp(mine.data(), n * sizeof(T));
     s.dtype = dtype;
-    TransferOp v;
-    v.kind = TransferOp::Kind::RecvReduce;
+    TransferOp v = wholeTransfer(TransferOp::Kind::RecvReduce,
+                                 inPlace ? local.data() : result.data(), n * sizeof(T));
     v.src = local.data();
-    v.dst = inPlace ? local.data() : result.data();
-    v.bytes = v.limit = n * sizeof(T);
     v.dtype = dtype;
-    v.op = loomSum;
     RANK_OK(c->post(&s));
     RANK_OK(c->post(&v));
     RANK_OK(drive(*r.transport, {c.get()}, {&s, &v}));
