@@ -568,7 +568,77 @@ class Run {
     }
     Status st = host_.pollAsyncErrors();
     if (!st.isOk()) return st.withContext(header());
+    return compareWaits();
+  }
+
+  // Over a transport that cannot see the peer's call (Connection::seesPeersCall), a receive
+  // that nothing of its message has reached by a check is reported to the host, once per call
+  // and connection; where the peer waits for this rank's message on that connection in its call
+  // of the same number there, stamped otherwise, the two called different things and would
+  // wait for each other until the deadline. Only the same number is conclusive: a peer a call
+  // ahead may have sent what this rank waits for, still on its way.
+  Status compareWaits() {
+    for (size_t c = 0; c < conns_.size(); ++c) {
+      const StepState* waiting = firstWaitingReceive(c);
+      if (waiting == nullptr) continue;
+      const int peer = peerOf(c), lane = int(connLane_[c]);
+      const transports::CallStamp& mine = waiting->op.stamp;
+      if (conns_[c]->seesPeersCall()) {
+        LOOM_TRY(checkPeerInArenaCall(c, *waiting, peer));
+        continue;
+      }
+      if (std::find(waitsReported_.begin(), waitsReported_.end(), conns_[c]) ==
+          waitsReported_.end()) {
+        host_.reportWait(peer, lane, mine);
+        waitsReported_.push_back(conns_[c]);
+        continue;
+      }
+      transports::CallStamp theirs;
+      if (!host_.peerWaiting(peer, lane, &theirs) || theirs.sequence() != mine.sequence() ||
+          theirs == mine)
+        continue;
+      const Status what = errorf(loomInvalidUsage,
+                                 "rank %d and this rank each wait for the other's message on "
+                                 "lane %d",
+                                 peer, lane);
+      return messageMismatch(what, peer, {mine, theirs, waiting->op.bytes, 0, true, true})
+          .withContext(connectionContext(c));
+    }
     return Status::ok();
+  }
+
+  // A peer of the host that has entered a call through the arena which this rank has not
+  // (ShmArena::memberPast) has finished every call this rank is in: the message this rank
+  // waits for from it, if its call was this one, has been sent, and shows once the
+  // connection is read after the arena. Where it still does not, the peer called something
+  // else (a call through the arena, where this rank's goes by messages: another count, say).
+  Status checkPeerInArenaCall(size_t c, const StepState& waiting, int peer) {
+    transports::CallStamp theirs;
+    if (call_.arena == nullptr || !call_.arena->memberPast(peer, &theirs)) return Status::ok();
+    bool progressed = false;
+    if (Status st = conns_[c]->progress(&progressed); !st.isOk()) return connectionError(c, st);
+    if (waiting.op.done != 0) return Status::ok();
+    return errorf(loomInvalidUsage,
+                  "%s: the ranks' calls do not match: rank %d is in %s (its call %u through the "
+                  "host's shared memory, which this rank has not made), while this rank waits "
+                  "for its message of %s (its call %u with rank %d, %llu bytes)",
+                  connectionContext(c).c_str(), peer, describeStamp(theirs).c_str(),
+                  theirs.sequence(), describeStamp(waiting.op.stamp).c_str(),
+                  waiting.op.stamp.sequence(), peer, (unsigned long long)waiting.op.bytes);
+  }
+
+  // The receive on connection c that waits for its message with none of it arrived; null
+  // where c's first unfinished receive has some, or there is none.
+  const StepState* firstWaitingReceive(size_t c) const {
+    const size_t l = connLane_[c];
+    for (size_t i = first_[l]; i < state_[l].size(); ++i) {
+      const StepState& ss = state_[l][i];
+      if (!ss.posted || ss.conn != conns_[c] || ss.op.kind == TransferOp::Kind::Send ||
+          ss.done == lane(l).counts[i])
+        continue;
+      return ss.op.done == 0 && ss.op.bytes > 0 ? &ss : nullptr;
+    }
+    return nullptr;
   }
 
   Status sleepUntilEvent() {
@@ -671,6 +741,7 @@ class Run {
   std::vector<uint64_t>& tokens_;
   std::vector<transports::ShmArena::PeerView>& peers_;
   std::vector<char>& bounce_;
+  std::vector<Connection*> waitsReported_;  // compareWaits: connections reported this call
   const Step* barrierWaiting_ = nullptr;  // the Barrier this pass found not yet passed
   uint64_t barrierTicket_ = 0;            // and its ticket
 };

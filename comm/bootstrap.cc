@@ -16,6 +16,7 @@
 #include <map>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "base/fork_safe.h"
 #include "base/log.h"
@@ -34,6 +35,8 @@ enum MessageType : uint32_t {
   kGetResult = 7,  // value
   kJoinTimeout = 8,  // why the communicator was not made: the ranks that never joined
   kTake = 9,         // key; as kGet, and the root forgets the key once it answered
+  kWaiting = 10,     // BootstrapWait: this rank waits for the peer's message
+  kPeerWaiting = 11, // BootstrapWait: the peer waits for this rank's (Bootstrap::reportWait)
 };
 
 
@@ -275,6 +278,9 @@ class Root {
       case kTake:
         serveStore(r, type, payload);
         break;
+      case kWaiting:
+        serveWait(r, payload);
+        break;
       default:
         LOOM_WARN("BOOT", "bootstrap root: rank %d sent an unknown message %u", r, type);
         drop(r);
@@ -315,10 +321,31 @@ class Root {
     if (!taken) store_[key] = value;
   }
 
-  void answer(int r, const std::string& value) {
-    if (fds_[r] >= 0 && !sendMessage(fds_[r], kGetResult, value, Deadline(10000)).isOk())
+  // Keeps r's latest wait for each peer and lane; where that peer waits for r's message on the
+  // same lane, tells each of the two the other's call. Which of them is in the wrong call, if
+  // either, they tell themselves (their calls' numbers on the link say whether the two waits
+  // are of one call).
+  void serveWait(int r, const std::string& payload) {
+    BootstrapWait w;
+    if (!unpackWait(payload, r, nranks_, &w)) {
+      LOOM_WARN("BOOT", "bootstrap root: rank %d sent a malformed wait", r);
       drop(r);
+      return;
+    }
+    waits_[{r, w.peer, w.lane}] = w;
+    auto theirs = waits_.find({w.peer, r, w.lane});
+    if (theirs == waits_.end()) return;
+    const BootstrapWait toR = {w.peer, w.lane, {theirs->second.call[0], theirs->second.call[1]}};
+    const BootstrapWait toPeer = {r, w.lane, {w.call[0], w.call[1]}};
+    tell(r, kPeerWaiting, std::string(reinterpret_cast<const char*>(&toR), sizeof(toR)));
+    tell(w.peer, kPeerWaiting, std::string(reinterpret_cast<const char*>(&toPeer), sizeof(toPeer)));
   }
+
+  void tell(int r, uint32_t type, const std::string& payload) {
+    if (fds_[r] >= 0 && !sendMessage(fds_[r], type, payload, Deadline(10000)).isOk()) drop(r);
+  }
+
+  void answer(int r, const std::string& value) { tell(r, kGetResult, value); }
 
   void finishGather() {
     const std::string result = packGather(gathers_);
@@ -454,6 +481,8 @@ class Root {
     bool take;
   };
   std::vector<Waiting> waiting_;
+  // Each rank's latest wait for a peer's message, by (rank, peer, lane): serveWait.
+  std::map<std::tuple<int, int, int>, BootstrapWait> waits_;
   // Failures held back until their first cause is known (relayAbort), for kSilenceMs from
   // the first.
   struct Held {
@@ -580,6 +609,13 @@ Status checkMessageHeader(const BootstrapMessageHeader& h) {
 std::string packKeyed(const std::string& key, const std::string& value) {
   uint32_t len = uint32_t(key.size());
   return std::string(reinterpret_cast<const char*>(&len), sizeof(len)) + key + value;
+}
+
+bool unpackWait(const std::string& payload, int self, int nranks, BootstrapWait* out) {
+  if (payload.size() != sizeof(BootstrapWait)) return false;
+  memcpy(out, payload.data(), sizeof(*out));
+  return out->peer >= 0 && out->peer < nranks && out->peer != self && out->lane >= 0 &&
+         out->lane < kMaxBootstrapWaitLane;
 }
 
 bool unpackKeyed(const std::string& payload, std::string* key, std::string* value) {
@@ -740,6 +776,7 @@ Status Bootstrap::allgather(const std::string& mine, std::vector<std::string>* a
     // comes when this rank's deadline passes.
     LOOM_TRY(readMessage(&type, &payload, joined_ ? deadline : deadline.extended(kJoinVerdictMs)));
     if (stopped(type, payload)) return Status(abortCode_, abortReason_);
+    if (notedPeerWait(type, payload)) continue;
     if (type != kGatherResult)
       return errorf(loomInternalError, "bootstrap: unexpected message %u", type);
     if (Status st = unpackGather(payload, size_t(nranks_), all); !st.isOk())
@@ -784,6 +821,7 @@ Status Bootstrap::fetchKey(uint32_t request, const std::string& key, std::string
       if (abortReason_.empty()) abortReason_ = "aborted by a peer: " + *value;
       continue;
     }
+    if (notedPeerWait(type, *value)) continue;
     if (type != kGetResult)
       return errorf(loomInternalError, "bootstrap: unexpected message %u", type);
     return Status::ok();
@@ -801,20 +839,60 @@ int rankNamedIn(const std::string& text, int except) {
 }
 
 Status Bootstrap::pollAbort(int waitMs) {
-  if (!abortReason_.empty()) return Status(abortCode_, abortReason_);
-  if (fd_ < 0) return Status::ok();
-  pollfd p = {fd_, POLLIN, 0};
-  if (poll(&p, 1, waitMs) <= 0) return Status::ok();
-  uint32_t type = 0;
-  std::string payload;
-  Status st = readMessage(&type, &payload, Deadline(5000));
-  if (!st.isOk()) {
-    abortCode_ = st.code();
-    abortReason_ = st.message();
-    return st;
+  for (;;) {
+    if (!abortReason_.empty()) return Status(abortCode_, abortReason_);
+    if (fd_ < 0) return Status::ok();
+    pollfd p = {fd_, POLLIN, 0};
+    if (poll(&p, 1, waitMs) <= 0) return Status::ok();
+    uint32_t type = 0;
+    std::string payload;
+    Status st = readMessage(&type, &payload, Deadline(5000));
+    if (!st.isOk()) {
+      abortCode_ = st.code();
+      abortReason_ = st.message();
+      return st;
+    }
+    if (stopped(type, payload)) return Status(abortCode_, abortReason_);
+    if (!notedPeerWait(type, payload))
+      return errorf(loomInternalError, "bootstrap: unexpected message %u outside an exchange",
+                    type);
+    waitMs = 0;  // only what else has arrived
   }
-  if (stopped(type, payload)) return Status(abortCode_, abortReason_);
-  return errorf(loomInternalError, "bootstrap: unexpected message %u outside an exchange", type);
+}
+
+bool Bootstrap::notedPeerWait(uint32_t type, const std::string& payload) {
+  if (type != kPeerWaiting) return false;
+  BootstrapWait w;
+  if (!unpackWait(payload, rank_, nranks_, &w)) return true;  // the root's own: never malformed
+  std::lock_guard<std::mutex> g(waitsMutex_);
+  auto same = std::find_if(peerWaits_.begin(), peerWaits_.end(), [&](const BootstrapWait& k) {
+    return k.peer == w.peer && k.lane == w.lane;
+  });
+  if (same == peerWaits_.end())
+    peerWaits_.push_back(w);
+  else
+    *same = w;
+  return true;
+}
+
+void Bootstrap::reportWait(int peer, int lane, const uint64_t call[2]) {
+  const BootstrapWait w = {peer, lane, {call[0], call[1]}};
+  std::lock_guard<std::mutex> g(sendMutex_);
+  if (fd_ >= 0)
+    sendMessage(fd_, kWaiting, std::string(reinterpret_cast<const char*>(&w), sizeof(w)),
+                Deadline(1000))
+        .ignore();
+}
+
+bool Bootstrap::peerWaiting(int peer, int lane, uint64_t call[2]) const {
+  std::lock_guard<std::mutex> g(waitsMutex_);
+  for (const BootstrapWait& w : peerWaits_)
+    if (w.peer == peer && w.lane == lane) {
+      call[0] = w.call[0];
+      call[1] = w.call[1];
+      return true;
+    }
+  return false;
 }
 
 void Bootstrap::sendAbort(const std::string& reason) {

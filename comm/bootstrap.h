@@ -21,6 +21,20 @@
 
 namespace loom {
 
+// A rank's wait for a peer's message, as it tells the root (kWaiting: this rank waits for
+// `peer`'s) and as the root tells it back (kPeerWaiting: `peer` waits for this rank's): on
+// which lane, in which call (transports::CallStamp's two words).
+struct BootstrapWait {
+  int32_t peer;
+  int32_t lane;
+  uint64_t call[2];
+};
+// The most lanes a wait may name (a communicator has a handful).
+constexpr int32_t kMaxBootstrapWaitLane = 1024;
+// A wait from a payload that holds exactly one, of a peer in 0..nranks-1 other than `self` and
+// a lane in range; false otherwise.
+bool unpackWait(const std::string& payload, int self, int nranks, BootstrapWait* out);
+
 // The contents of loomUniqueId.
 struct UniqueIdData {
   uint32_t magic;
@@ -130,6 +144,13 @@ class Bootstrap final : public RankExchange {
   // timeout within that window, a stopped one cannot.
   void sendAbort(const std::string& reason);
   static constexpr int kSilenceMs = 500;
+  // Two ranks that each wait for the other's message over a transport that cannot see the
+  // peer's call (tcp, UCX) would wait until their deadline: a rank whose receive waits long
+  // says so (reportWait: for `peer`'s message on `lane`, in call `call`), and where the peer has
+  // said the same of this rank's, the root tells each the other's call, which peerWaiting then
+  // returns (the latest such word about that peer and lane, read by pollAbort; false if none).
+  void reportWait(int peer, int lane, const uint64_t call[2]);
+  bool peerWaiting(int peer, int lane, uint64_t call[2]) const;
   // A clean goodbye, so the root does not report this rank as lost. In the process that runs
   // the root, it returns once every rank has left (or died), or after timeoutMs (< 0: never).
   void leave(int64_t timeoutMs);
@@ -141,6 +162,9 @@ class Bootstrap final : public RankExchange {
   // Records an abort, or the root's word that not every rank joined, as what every later call
   // reports; false for any other message.
   bool stopped(uint32_t type, const std::string& payload);
+  // Keeps the root's word that a peer waits for this rank's message (kPeerWaiting); false for
+  // any other message.
+  bool notedPeerWait(uint32_t type, const std::string& payload);
   int fd_ = -1;
   int rank_ = 0;
   int nranks_ = 0;
@@ -149,6 +173,8 @@ class Bootstrap final : public RankExchange {
   std::string abortReason_;  // first abort seen, kept so every later call reports it
   loomResult_t abortCode_ = loomRemoteError;
   bool joined_ = false;  // the first exchange ended: every rank had joined
+  mutable std::mutex waitsMutex_;
+  std::vector<BootstrapWait> peerWaits_;  // kPeerWaiting's latest word per peer and lane
 };
 
 // The first rank that `text` names ("rank N") other than `except`; -1 where it names none.

@@ -217,6 +217,18 @@ Status Comm::pollAsyncErrors() {
   return boot_.pollAbort();
 }
 
+void Comm::reportWait(int peer, int lane, const transports::CallStamp& awaited) {
+  const uint64_t call[2] = {awaited.word, awaited.count};
+  boot_.reportWait(peer, lane, call);
+}
+
+bool Comm::peerWaiting(int peer, int lane, transports::CallStamp* theirs) {
+  uint64_t call[2];
+  if (!boot_.peerWaiting(peer, lane, call)) return false;
+  *theirs = {call[0], call[1]};
+  return true;
+}
+
 void Comm::revoke(const std::string& reason) {
   if (errors_.revoked()) return;
   // After a failure the peers have been told its cause (fail); a revoke now, typically the

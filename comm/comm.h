@@ -111,6 +111,8 @@ class Comm final : public collectives::ExecHost {
   Status connection(int peer, int lane, transports::Connection** out,
                     transports::Transport** transport) override;
   Status pollAsyncErrors() override;
+  void reportWait(int peer, int lane, const transports::CallStamp& awaited) override;
+  bool peerWaiting(int peer, int lane, transports::CallStamp* theirs) override;
 
  private:
   Comm() = default;

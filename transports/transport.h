@@ -158,8 +158,13 @@ class Connection {
   // internal state changed in a way worth polling again for. Errors name the peer.
   virtual Status progress(bool* progressed) = 0;
   // Cheap check for waits that see no progress: the peer process exists; where the transport
-  // can tell, the peer is in the call whose message this rank waits for (else a mismatch).
+  // can tell (seesPeersCall), the peer is in the call whose message this rank waits for (else
+  // a mismatch).
   virtual Status checkAlive() { return Status::ok(); }
+  // Whether checkAlive sees the peer's call (a transport that shares memory with the peer
+  // publishes it there); where not, the executor compares long waits through its host
+  // (collectives::ExecHost::reportWait).
+  virtual bool seesPeersCall() const { return false; }
   // Wakes the peer if progress() published something it may be asleep waiting for. A
   // transport may leave that to the start of its next progress() call, so that the wake-up's
   // full fence is not paid between publishing a small message and polling for the answer

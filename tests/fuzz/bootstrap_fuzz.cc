@@ -43,6 +43,12 @@ void readPayload(uint32_t type, const std::string& payload, int nranks) {
       LOOM_FUZZ_CHECK(blobs.size() == n && loom::packGather(blobs) == payload,
                       "a gather of %zu ranks does not pack back", n);
   }
+  // As a rank's wait (kWaiting), from rank 0 of the hello's ranks.
+  loom::BootstrapWait w;
+  if (loom::unpackWait(payload, 0, nranks, &w))
+    LOOM_FUZZ_CHECK(w.peer > 0 && w.peer < nranks && w.lane >= 0 &&
+                        w.lane < loom::kMaxBootstrapWaitLane,
+                    "accepted a wait for rank %d of %d on lane %d", w.peer, nranks, w.lane);
 }
 
 }  // namespace

@@ -30,6 +30,7 @@ struct Setup {
   const char* name;
   const char* transport;
   const char* algorithms;  // null: the model's choice
+  const char* tune = nullptr;  // LOOM_TUNE's rules, where given
 };
 
 const Setup kSetups[] = {
@@ -66,6 +67,7 @@ void expectDetected(const Setup& setup, int n, const std::vector<std::string>& d
                     const Mismatched& call) {
   auto results = runRanks(n, [&](RankContext& ctx) {
     unsetenv("LOOM_CHECK");
+    if (setup.tune != nullptr) setenv("LOOM_TUNE", setup.tune, 1);
     params::reloadFromEnvironment();
     loomConfig_t config = LOOM_CONFIG_INITIALIZER;
     config.transport = setup.transport;
@@ -118,16 +120,27 @@ void expectDetected(const Setup& setup, int n, const std::vector<std::string>& d
 
 class Mismatch : public ::testing::TestWithParam<Setup> {};
 
+// Rank 1 allreduces 1,000,000 elements, the others 100.
+Outcome countMismatch(int rank, int, loomComm_t comm) {
+  std::vector<int32_t> in(1000000, 1), out(1000000);
+  Outcome o;
+  o.rc = loomAllReduce(in.data(), out.data(), rank == 1 ? 1000000 : 100, loomInt32, loomSum, comm,
+                       nullptr);
+  return o;
+}
+const std::vector<std::string> kCountsDiffer = {"allreduce of 1000000 elements",
+                                                "allreduce of 100 elements"};
+
 TEST_P(Mismatch, Count) {
-  for (int n : {2, 4})
-    expectDetected(GetParam(), n, {"allreduce of 1000000 elements", "allreduce of 100 elements"},
-                   [](int rank, int, loomComm_t comm) {
-                     std::vector<int32_t> in(1000000, 1), out(1000000);
-                     Outcome o;
-                     o.rc = loomAllReduce(in.data(), out.data(), rank == 1 ? 1000000 : 100,
-                                          loomInt32, loomSum, comm, nullptr);
-                     return o;
-                   });
+  for (int n : {2, 4}) expectDetected(GetParam(), n, kCountsDiffer, countMismatch);
+}
+
+// Rank 1's call goes by messages (ring), the others' through the host's arena (direct): rank 1
+// waits for a message while its peers are in an arena call it has not made.
+TEST(MismatchArenaAndMessages, Count) {
+  const loom::testing::Setup setup{"shmArenaAndRing", "shm", nullptr,
+                    "allreduce size=0-1M -> direct; allreduce size=1M-* -> ring"};
+  for (int n : {2, 4}) expectDetected(setup, n, kCountsDiffer, countMismatch);
 }
 
 TEST_P(Mismatch, Collective) {
@@ -192,6 +205,22 @@ TEST_P(Mismatch, ReduceRoot) {
                        for (int32_t v : out) o.dataRight = o.dataRight && v == want;
                      return o;
                    });
+}
+
+// Two ranks each reduce to itself: each waits for the other's contribution, and neither sends
+// one. Over tcp nothing reaches a waiting rank; two that wait for each other are told the
+// other's call through the bootstrap root (Bootstrap::reportWait). (A cycle of more ranks, each
+// waiting for the next, as 4 ranks doing this over a chain do, waits until the deadline.)
+TEST_P(Mismatch, ReduceEachToItself) {
+  expectDetected(GetParam(), 2, {"reduce of 32 elements (int32, sum, root 0)",
+                                 "reduce of 32 elements (int32, sum, root 1)"},
+                 [](int rank, int, loomComm_t comm) {
+                   std::vector<int32_t> in(32, rank + 1), out(32);
+                   Outcome o;
+                   o.rc = loomReduce(in.data(), out.data(), 32, loomInt32, loomSum, rank, comm,
+                                     nullptr);
+                   return o;
+                 });
 }
 
 // Ranks 0 and 1 exchange in a group, rank 1 expecting twice what rank 0 sends; the other ranks

@@ -281,6 +281,18 @@ bool ShmArena::mismatchedStamp(const CallStamp& mine, int* rank, CallStamp* thei
   return false;
 }
 
+bool ShmArena::memberPast(int rank, CallStamp* theirs) const {
+  if (rank < 0 || size_t(rank) >= memberOf_.size() || memberOf_[size_t(rank)] < 0) return false;
+  const CallStamp(&stamps)[2] = member_[memberOf_[size_t(rank)]].stamps;
+  const CallStamp latest =
+      int32_t(stamps[0].sequence() - stamps[1].sequence()) > 0 ? stamps[0] : stamps[1];
+  // The stamp before the messages: what the member sent before stamping is then seen.
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (int32_t(latest.sequence() - entered_) <= 0) return false;
+  *theirs = latest;
+  return true;
+}
+
 void ShmArena::revoke(int rank) {
   uint32_t none = 0;
   header_->revokedBy.compare_exchange_strong(none, uint32_t(rank) + 1);

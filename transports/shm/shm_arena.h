@@ -94,6 +94,7 @@ class ShmArena {
   // every call through the arena runs both.
   int enter(const CallStamp& mine) {
     *stampSlots_[mine.word & 1][size_t(localIndex_)] = mine;
+    entered_ = mine.sequence();
     return int(revokedBy_->load(std::memory_order_acquire)) - 1;
   }
   bool stampsMatch(const CallStamp& mine) const {
@@ -102,6 +103,10 @@ class ShmArena {
     return true;
   }
   bool mismatchedStamp(const CallStamp& mine, int* rank, CallStamp* theirs) const;
+  // Whether rank `rank`, a member, has entered a call through the arena that this member has
+  // not (*theirs: its stamp). Such a rank has finished every call this member is in, so what it
+  // sent to this member in them has been sent (read the messages after asking).
+  bool memberPast(int rank, CallStamp* theirs) const;
   // Marks the communicator revoked by `rank` for every member of the host: a rank that had not
   // yet entered the call a revoke ended must not complete it alone by reading the revoker's
   // published buffers (the bootstrap's message about it may still be unread). revokedBy: that
@@ -129,6 +134,7 @@ class ShmArena {
   char* data_ = nullptr;
   uint64_t callBytes_ = 0;
   uint64_t calls_ = 0;
+  uint32_t entered_ = 0;  // the number of this member's latest call through the arena (enter)
   int members_ = 0;
   int localIndex_ = 0;
   struct {

@@ -301,6 +301,7 @@ class ShmConnection final : public Connection {
     if (pidUsable_ && processExited(pidfd_, peerPid_)) return peerExited();
     return checkPeerCall();
   }
+  bool seesPeersCall() const override { return true; }
 
   void beginCall(const CallStamp& stamp) override {
     mine_->callCount.store(stamp.count, std::memory_order_release);
