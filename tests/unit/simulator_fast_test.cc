@@ -288,24 +288,36 @@ void expectSameCandidate(const Candidate& x, const Candidate& y, const std::stri
 // decide() simulates the candidates in order of their lower bounds and stops where none left
 // can change the decision: it decides exactly as simulating every candidate does (choice,
 // runner-up, the choice for mapped buffers, their predicted times), and no candidate's bound is
-// above its predicted time, with the fast path or without. The tuner's models, and one whose
-// network links are shaped (a burst takes off the call's time all but its busiest link's).
+// above its predicted time, with the fast path or without. The tuner's models, one whose
+// network links are shaped (a burst takes off the call's time all but its busiest link's), and
+// one host of 4 ranks on 2 cores where reading a peer's buffer costs more unless it is mapped
+// (whenMapped).
 TEST(TunerBound, DecidesAsSimulatingEveryCandidateDoes) {
   std::vector<TunerModel> models = tunerModels();
   models.push_back({uniformTopology({.hosts = 2, .ranksPerHost = 2, .netBandwidth = 1e9 / 8,
                                      .netLatency = 50e-6, .netBurstBytes = 18000}),
                     8});
+  topology::Topology peerReads = uniformTopology({1, 4});
+  topology::HostCpu& cpu = peerReads.nodes[size_t(peerReads.hostNodes()[0])].cpu;
+  cpu = {2, 8e9, 1e-7};
+  cpu.peerReadCopies = 3;  // reading an unmapped peer's buffer costs more
+  cpu.singleCopyOverhead = 2e-6;
+  cpu.streamingCopies = 0.67;
+  models.push_back({peerReads, 8});
+  int mapped = 0;
   int decisions = 0, bounds = 0, tight = 0;
   for (const TunerModel& m : models) {
     for (bool fastPath : {true, false}) {
       TunerConfig config;
       config.sim.fast = fastPath;
+      config.sim.singleCopyBytes = 64 << 10;  // the shm transport's single-copy messages
       Tuner searched(m.topo, config), every(m.topo, config);
       for (Collective coll : tabledCollectives()) {
-        if (!sweeps(m.topo.ranks.size(), coll) || (!fastPath && m.topo.ranks.size() > 16))
+        if (!sweeps(m.topo.ranks.size(), coll) || (!fastPath && m.topo.ranks.size() > 8))
           continue;
         for (uint64_t bytes = 8; bytes <= (64 << 20); bytes *= m.factor) {
-          const CollArgs a = callOn(m.topo, coll, bytes);
+          CollArgs a = callOn(m.topo, coll, bytes);
+          a.sharedBytes = 1 << 20;  // the arena, which the peer builders need on one host
           const std::string what = m.topo.name + (fastPath ? " fast " : " full ") +
                                    collectives::collectiveName(coll) + " " +
                                    std::to_string(bytes) + " B";
@@ -319,6 +331,7 @@ TEST(TunerBound, DecidesAsSimulatingEveryCandidateDoes) {
           expectSameCandidate(d.runnerUp, all.runnerUp, what + " runner-up");
           expectSameCandidate(d.whenMapped, all.whenMapped, what + " when mapped");
           ++decisions;
+          mapped += d.whenMapped.builder != nullptr;
           for (const Candidate& c : times) {
             const double bound = searched.lowerBound(a, *c.builder, c.params);
             const double fastTime = searched.predict(a, *c.builder, c.params);
@@ -332,8 +345,10 @@ TEST(TunerBound, DecidesAsSimulatingEveryCandidateDoes) {
       }
     }
   }
-  printf("%d decisions compared, %d bounds checked, %d within 10%% of the time\n", decisions,
-         bounds, tight);
+  printf("%d decisions compared (%d with a choice for mapped buffers), %d bounds checked, %d "
+         "within 10%% of the time\n",
+         decisions, mapped, bounds, tight);
+  EXPECT_GT(mapped, 0);
   EXPECT_GT(tight, bounds / 4);  // a bound of 0 would hold everywhere and prune nothing
 }
 
