@@ -124,16 +124,46 @@ double Tuner::predictWith(const CollArgs& a, const Builder& b, const AlgoParams&
 }
 
 double Tuner::lowerBound(const CollArgs& a, const Builder& b, const AlgoParams& params) const {
+  std::vector<collectives::RankPlan> plans;
+  return boundWithPlans(a, b, params, &plans);
+}
+
+double Tuner::boundWithPlans(const CollArgs& a, const Builder& b, const AlgoParams& params,
+                             std::vector<collectives::RankPlan>* plans) const {
   if (!modelApplies(a) || b.build == nullptr) return -1;
   CollArgs s = modelCall(a);
   applyParams(params, &s);
   if (!refusal(b, s, params).empty()) return -1;
   if (s.nranks > kBoundRanks || !nodeLinks_) return 0;
-  std::vector<collectives::RankPlan> plans;
-  for (int r = 0; r < s.nranks; ++r) plans.push_back(b.build(s, r));
+  for (int r = 0; r < s.nranks; ++r) plans->push_back(b.build(s, r));
   const SimOptions sim = simOptions(params, false, false);
-  return planLowerBound(plans, topo_, *nodeLinks_, sim.elemSize, sim.slices);
+  return planLowerBound(*plans, topo_, *nodeLinks_, sim.elemSize, sim.slices);
 }
+
+namespace {
+
+// Whether two candidates' plans are the same to the simulator (it reads their lanes only), so
+// that it predicts the same for them: on one host `hierarchical` is `ring`, and the derived
+// torus shape one of the tried ones.
+bool sameLanes(const std::vector<collectives::RankPlan>& x,
+               const std::vector<collectives::RankPlan>& y) {
+  if (x.empty() || x.size() != y.size()) return false;
+  for (size_t r = 0; r < x.size(); ++r) {
+    const auto &lx = x[r].lanes, &ly = y[r].lanes;
+    if (lx.size() != ly.size()) return false;
+    for (size_t l = 0; l < lx.size(); ++l) {
+      const auto &sx = lx[l].steps, &sy = ly[l].steps;
+      if (sx.size() != sy.size()) return false;
+      for (size_t i = 0; i < sx.size(); ++i)
+        if (sx[i].kind != sy[i].kind || sx[i].peer != sy[i].peer || !(sx[i].src == sy[i].src) ||
+            !(sx[i].dst == sy[i].dst))
+          return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
 
 std::vector<Tuner::Listed> Tuner::listCandidates(const CollArgs& a, bool withBounds) const {
   std::vector<Listed> out;
@@ -161,7 +191,17 @@ std::vector<Tuner::Listed> Tuner::listCandidates(const CollArgs& a, bool withBou
           const size_t used = first.lanes.size();
           if (std::find(laneCounts.begin(), laneCounts.end(), used) != laneCounts.end()) continue;
           laneCounts.push_back(used);
-          out.push_back({{&b, p, 0}, first.readByPeers, withBounds ? lowerBound(a, b, p) : 0});
+          Listed l{{&b, p, 0}, first.readByPeers};
+          if (withBounds) {
+            std::vector<collectives::RankPlan> plans;
+            l.bound = boundWithPlans(a, b, p, &plans);
+            for (size_t j = 0; j < out.size() && l.sameAs == kNone; ++j)
+              if (out[j].sameAs == kNone && out[j].candidate.params.slices == p.slices &&
+                  sameLanes(out[j].plans, plans))
+                l.sameAs = j;
+            if (l.sameAs == kNone) l.plans = std::move(plans);
+          }
+          out.push_back(std::move(l));
         }
       }
     }
@@ -308,6 +348,15 @@ bool Tuner::settled(const std::vector<Listed>& listed, const std::vector<double>
   return true;
 }
 
+double Tuner::predictListed(const CollArgs& a, const Listed& l, bool buffersMapped, bool fast,
+                            bool* folded) const {
+  if (l.plans.empty())
+    return predictWith(a, *l.candidate.builder, l.candidate.params, buffersMapped, fast, folded);
+  const SimResult r = simulate(l.plans, topo_, simOptions(l.candidate.params, buffersMapped, fast));
+  if (folded != nullptr) *folded = r.fast;
+  return r.ok ? r.time : -1;
+}
+
 std::optional<Decision> Tuner::decideByBounds(const CollArgs& a, bool buffersMapped) {
   const std::vector<Listed> listed = listCandidates(a, /*withBounds=*/true);
   const size_t n = listed.size();
@@ -316,25 +365,33 @@ std::optional<Decision> Tuner::decideByBounds(const CollArgs& a, bool buffersMap
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t x, size_t y) { return listed[x].bound < listed[y].bound; });
   // Not simulated yet: +inf, which keeps the candidate listed (a variant on more lanes is
-  // charged kLaneMargin for it) and never chosen.
+  // charged kLaneMargin for it) and never chosen. A candidate whose plans an earlier one has
+  // takes that one's predictions (its bound is the same, so it comes later in `order`).
   constexpr double kUnknown = std::numeric_limits<double>::infinity();
-  std::vector<double> fast(n, kUnknown), full(n, kUnknown);
-  std::vector<char> folded(n, 0), fullDone(n, 0);
-  auto fullOf = [&](size_t i) {
-    if (!fullDone[i]) {
-      const Candidate& c = listed[i].candidate;
-      full[i] = predictWith(a, *c.builder, c.params, buffersMapped, /*fast=*/false, nullptr);
-      fullDone[i] = 1;
+  std::vector<double> fast(n, kUnknown), full(n, kUnknown), mapped(n, kUnknown);
+  std::vector<char> folded(n, 0), fullDone(n, 0), mappedDone(n, 0);
+  auto root = [&](size_t i) { return listed[i].sameAs == kNone ? i : listed[i].sameAs; };
+  auto memo = [&](std::vector<double>& value, std::vector<char>& done, size_t i, bool mappedBuf,
+                  bool fastPath) {
+    const size_t r = root(i);
+    if (!done[r]) {
+      value[r] = predictListed(a, listed[r], mappedBuf, fastPath, nullptr);
+      done[r] = 1;
     }
-    return full[i];
+    return value[r];
   };
+  auto fullOf = [&](size_t i) { return memo(full, fullDone, i, buffersMapped, false); };
   for (size_t k = 0; k < n; ++k) {
-    const Candidate& c = listed[order[k]].candidate;
-    bool wasFolded = false;
-    fast[order[k]] =
-        predictWith(a, *c.builder, c.params, buffersMapped, config_.sim.fast, &wasFolded);
-    folded[order[k]] = wasFolded;
-    if (k + 1 == n || settled(listed, fast, folded, a.nranks, fullOf, {order.begin() + long(k) + 1, order.end()}))
+    const size_t i = order[k], r = root(i);
+    if (r == i || std::isinf(fast[r])) {
+      bool wasFolded = false;
+      fast[i] = predictListed(a, listed[r], buffersMapped, config_.sim.fast, &wasFolded);
+      folded[i] = wasFolded;
+    } else {
+      fast[i] = fast[r], folded[i] = folded[r];
+    }
+    if (k + 1 == n ||
+        settled(listed, fast, folded, a.nranks, fullOf, {order.begin() + long(k) + 1, order.end()}))
       break;
   }
   const std::vector<Candidate> times = refinedTimes(listed, fast, folded, a.nranks, fullOf);
@@ -342,7 +399,7 @@ std::optional<Decision> Tuner::decideByBounds(const CollArgs& a, bool buffersMap
   Decision d = decisionOver(times);
   if (!buffersMapped)
     d.whenMapped = fastestMapped(listed, d.choice, /*byBounds=*/true, [&](size_t i) {
-      return predict(a, *listed[i].candidate.builder, listed[i].candidate.params, true);
+      return memo(mapped, mappedDone, i, true, config_.sim.fast);
     });
   return d;
 }

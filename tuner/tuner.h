@@ -172,11 +172,19 @@ class Tuner {
                      const AlgoParams& params, bool buffersMapped, bool fast, bool* folded) const;
   // The options a prediction of `params` simulates with.
   SimOptions simOptions(const AlgoParams& params, bool buffersMapped, bool fast) const;
-  // One candidate as the model lists it: whether its plans read peers' buffers, its bound.
+  // lowerBound, keeping the plans it built in *plans (none beyond kBoundRanks ranks).
+  double boundWithPlans(const collectives::CollArgs& a, const collectives::Builder& b,
+                        const AlgoParams& params, std::vector<collectives::RankPlan>* plans) const;
+  static constexpr size_t kNone = SIZE_MAX;
+  // One candidate as the model lists it: whether its plans read peers' buffers, its bound, and
+  // (with bounds) an earlier candidate whose plans are the same (the simulator then predicts the
+  // same for both; kNone where none is) or else its plans.
   struct Listed {
     Candidate candidate;
     bool readByPeers = false;
     double bound = 0;
+    size_t sameAs = kNone;
+    std::vector<collectives::RankPlan> plans;
   };
   // Every candidate for a's bucket in registry order, its time not yet simulated (bounds only
   // with `withBounds`).
@@ -196,6 +204,9 @@ class Tuner {
   bool settled(const std::vector<Listed>& listed, const std::vector<double>& fast,
                const std::vector<char>& folded, int nranks,
                const std::function<double(size_t)>& full, const std::vector<size_t>& left) const;
+  // The prediction for a listed candidate, from its plans where it kept them.
+  double predictListed(const collectives::CollArgs& a, const Listed& l, bool buffersMapped,
+                       bool fast, bool* folded) const;
   // decide()'s model decision for a new bucket: candidates in order of their bounds.
   std::optional<Decision> decideByBounds(const collectives::CollArgs& a, bool buffersMapped);
   // Decision::whenMapped for `choice` over the candidates that read peers (mapped(i): the
