@@ -162,10 +162,18 @@ struct Graph {
 // that covers the piece: the steps before it are left out, which only loosens the bound), and
 // a Barrier for every earlier step.
 void addLane(const collectives::Lane& lane, uint32_t first, int slices, Graph* g) {
+  // Per buffer, the lane's accesses to it so far, in order.
+  struct Touch {
+    uint32_t step;
+    Access access;
+  };
+  std::vector<std::pair<uint32_t, std::vector<Touch>>> byBuffer;
+  auto touches = [&](uint32_t buf) -> std::vector<Touch>& {
+    for (auto& [b, list] : byBuffer)
+      if (b == buf) return list;
+    return byBuffer.emplace_back(buf, std::vector<Touch>{}).second;
+  };
   const auto& steps = lane.steps;
-  std::vector<Access> acc(2 * steps.size());
-  std::vector<uint8_t> nacc(steps.size());
-  for (size_t i = 0; i < steps.size(); ++i) nacc[i] = uint8_t(accessesOf(steps[i], &acc[2 * i]));
   uint32_t lastBarrier = UINT32_MAX;
   for (size_t i = 0; i < steps.size(); ++i) {
     const uint32_t me = first + uint32_t(i);
@@ -176,26 +184,25 @@ void addLane(const collectives::Lane& lane, uint32_t first, int slices, Graph* g
       continue;
     }
     const Step& s = steps[i];
+    Access mine[2];
+    const int n = accessesOf(s, mine);
     const uint64_t count = s.kind == StepKind::Send ? s.src.count : s.dst.count;
     const uint64_t pieces = std::clamp<uint64_t>(count, 1, uint64_t(slices));
     const uint64_t firstPiece = collectives::partOffset(count, pieces, 1);
-    for (int k = 0; k < nacc[i]; ++k) {
-      Region mine = acc[2 * i + size_t(k)].region;
-      const bool write = acc[2 * i + size_t(k)].write;
-      mine.count = std::min(mine.count, firstPiece);
-      for (size_t j = i; j-- > 0;) {
-        bool covered = false, conflict = false;
-        for (int b = 0; b < nacc[j]; ++b) {
-          const Access& t = acc[2 * j + size_t(b)];
-          if (!(write || t.write) || !collectives::overlaps(mine, t.region)) continue;
-          conflict = true;
-          covered = covered || (t.write && t.region.offset <= mine.offset &&
-                                t.region.offset + t.region.count >= mine.offset + mine.count);
-        }
-        if (conflict) g->edges.push_back({first + uint32_t(j), me});
-        if (covered) break;
+    for (int k = 0; k < n; ++k) {
+      Region piece = mine[k].region;
+      piece.count = std::min(piece.count, firstPiece);
+      const std::vector<Touch>& list = touches(piece.buf);
+      for (size_t j = list.size(); j-- > 0;) {
+        const Access& t = list[j].access;
+        if (!(mine[k].write || t.write) || !collectives::overlaps(piece, t.region)) continue;
+        g->edges.push_back({list[j].step, me});
+        if (t.write && t.region.offset <= piece.offset &&
+            t.region.offset + t.region.count >= piece.offset + piece.count)
+          break;
       }
     }
+    for (int k = 0; k < n; ++k) touches(mine[k].region.buf).push_back({me, mine[k]});
   }
 }
 
