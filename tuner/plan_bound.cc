@@ -288,15 +288,24 @@ double latencyBound(const std::vector<RankPlan>& plans, const topology::Topology
 
 }  // namespace
 
+namespace {
+// A hair below: the simulator sums the same figures in another order, and a bound one rounding
+// above the time it predicts would prune what it must not.
+constexpr double kRounding = 1 - 1e-9;
+}  // namespace
+
+double planByteBound(const std::vector<RankPlan>& plans, const topology::Topology& topo,
+                     const NodeLinks& links, uint32_t elemSize) {
+  if (plans.size() > topo.ranks.size()) return 0;
+  return kRounding * byteBound(plans, topo, links, elemSize);
+}
+
 double planLowerBound(const std::vector<RankPlan>& plans, const topology::Topology& topo,
                       const NodeLinks& links, uint32_t elemSize, int slices) {
   if (plans.size() > topo.ranks.size()) return 0;
   slices = std::clamp(slices, 1, SimOptions::kMaxSlices);
-  // A hair below: the simulator sums the same figures in another order, and a bound one
-  // rounding above the time it predicts would prune what it must not.
-  constexpr double kRounding = 1 - 1e-9;
-  return kRounding *
-         std::max(byteBound(plans, topo, links, elemSize), latencyBound(plans, topo, links, slices));
+  return std::max(planByteBound(plans, topo, links, elemSize),
+                  kRounding * latencyBound(plans, topo, links, slices));
 }
 
 }  // namespace loom::tuner

@@ -41,6 +41,11 @@ struct NodeLinks {
 // steps); the byte bound still holds.
 constexpr size_t kBoundLaneSteps = 512;
 
+// The byte bound alone, which costs a pass over the plans' steps (the latency bound's search
+// costs more): planLowerBound is never below it.
+double planByteBound(const std::vector<collectives::RankPlan>& plans,
+                     const topology::Topology& topo, const NodeLinks& links, uint32_t elemSize);
+
 // The bound, in seconds, for plans[r] (rank r's plan) of elemSize-byte elements cut into
 // `slices` pieces per step as the simulator cuts them. 0 where plans do not match (the
 // simulation reports why).

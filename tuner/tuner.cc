@@ -125,19 +125,25 @@ double Tuner::predictWith(const CollArgs& a, const Builder& b, const AlgoParams&
 
 double Tuner::lowerBound(const CollArgs& a, const Builder& b, const AlgoParams& params) const {
   std::vector<collectives::RankPlan> plans;
-  return boundWithPlans(a, b, params, &plans);
+  const double bytes = byteBoundWithPlans(a, b, params, &plans);
+  return plans.empty() ? bytes : fullBound(params, plans);
 }
 
-double Tuner::boundWithPlans(const CollArgs& a, const Builder& b, const AlgoParams& params,
-                             std::vector<collectives::RankPlan>* plans) const {
+double Tuner::byteBoundWithPlans(const CollArgs& a, const Builder& b, const AlgoParams& params,
+                                 std::vector<collectives::RankPlan>* plans) const {
   if (!modelApplies(a) || b.build == nullptr) return -1;
   CollArgs s = modelCall(a);
   applyParams(params, &s);
   if (!refusal(b, s, params).empty()) return -1;
   if (s.nranks > kBoundRanks || !nodeLinks_) return 0;
   for (int r = 0; r < s.nranks; ++r) plans->push_back(b.build(s, r));
+  return planByteBound(*plans, topo_, *nodeLinks_, simOptions(params, false, false).elemSize);
+}
+
+double Tuner::fullBound(const AlgoParams& params,
+                        const std::vector<collectives::RankPlan>& plans) const {
   const SimOptions sim = simOptions(params, false, false);
-  return planLowerBound(*plans, topo_, *nodeLinks_, sim.elemSize, sim.slices);
+  return planLowerBound(plans, topo_, *nodeLinks_, sim.elemSize, sim.slices);
 }
 
 namespace {
@@ -194,7 +200,7 @@ std::vector<Tuner::Listed> Tuner::listCandidates(const CollArgs& a, bool withBou
           Listed l{{&b, p, 0}, first.readByPeers};
           if (withBounds) {
             std::vector<collectives::RankPlan> plans;
-            l.bound = boundWithPlans(a, b, p, &plans);
+            l.bound = byteBoundWithPlans(a, b, p, &plans);
             for (size_t j = 0; j < out.size() && l.sameAs == kNone; ++j)
               if (out[j].sameAs == kNone && out[j].candidate.params.slices == p.slices &&
                   sameLanes(out[j].plans, plans))
@@ -358,15 +364,11 @@ double Tuner::predictListed(const CollArgs& a, const Listed& l, bool buffersMapp
 }
 
 std::optional<Decision> Tuner::decideByBounds(const CollArgs& a, bool buffersMapped) {
-  const std::vector<Listed> listed = listCandidates(a, /*withBounds=*/true);
+  std::vector<Listed> listed = listCandidates(a, /*withBounds=*/true);
   const size_t n = listed.size();
-  std::vector<size_t> order(n);
-  for (size_t i = 0; i < n; ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t x, size_t y) { return listed[x].bound < listed[y].bound; });
   // Not simulated yet: +inf, which keeps the candidate listed (a variant on more lanes is
   // charged kLaneMargin for it) and never chosen. A candidate whose plans an earlier one has
-  // takes that one's predictions (its bound is the same, so it comes later in `order`).
+  // takes that one's bound and predictions.
   constexpr double kUnknown = std::numeric_limits<double>::infinity();
   std::vector<double> fast(n, kUnknown), full(n, kUnknown), mapped(n, kUnknown);
   std::vector<char> folded(n, 0), fullDone(n, 0), mappedDone(n, 0);
@@ -381,8 +383,23 @@ std::optional<Decision> Tuner::decideByBounds(const CollArgs& a, bool buffersMap
     return value[r];
   };
   auto fullOf = [&](size_t i) { return memo(full, fullDone, i, buffersMapped, false); };
-  for (size_t k = 0; k < n; ++k) {
-    const size_t i = order[k], r = root(i);
+  std::vector<size_t> left(n);  // not simulated yet
+  for (size_t i = 0; i < n; ++i) left[i] = i;
+  while (!left.empty()) {
+    // The least bound next (the first of equals in registry order).
+    auto next = std::min_element(left.begin(), left.end(), [&](size_t x, size_t y) {
+      return listed[x].bound < listed[y].bound;
+    });
+    const size_t i = *next, r = root(i);
+    if (!listed[i].bounded) {
+      if (!listed[r].bounded && !listed[r].plans.empty())
+        listed[r].bound = fullBound(listed[r].candidate.params, listed[r].plans);
+      listed[r].bounded = true;
+      for (size_t j = 0; j < n; ++j)
+        if (root(j) == r) listed[j].bound = listed[r].bound, listed[j].bounded = true;
+      continue;
+    }
+    left.erase(next);
     if (r == i || std::isinf(fast[r])) {
       bool wasFolded = false;
       fast[i] = predictListed(a, listed[r], buffersMapped, config_.sim.fast, &wasFolded);
@@ -390,9 +407,7 @@ std::optional<Decision> Tuner::decideByBounds(const CollArgs& a, bool buffersMap
     } else {
       fast[i] = fast[r], folded[i] = folded[r];
     }
-    if (k + 1 == n ||
-        settled(listed, fast, folded, a.nranks, fullOf, {order.begin() + long(k) + 1, order.end()}))
-      break;
+    if (settled(listed, fast, folded, a.nranks, fullOf, left)) break;
   }
   const std::vector<Candidate> times = refinedTimes(listed, fast, folded, a.nranks, fullOf);
   if (times.empty() || std::isinf(decisionOver(times).choice.time)) return std::nullopt;

@@ -172,22 +172,29 @@ class Tuner {
                      const AlgoParams& params, bool buffersMapped, bool fast, bool* folded) const;
   // The options a prediction of `params` simulates with.
   SimOptions simOptions(const AlgoParams& params, bool buffersMapped, bool fast) const;
-  // lowerBound, keeping the plans it built in *plans (none beyond kBoundRanks ranks).
-  double boundWithPlans(const collectives::CollArgs& a, const collectives::Builder& b,
-                        const AlgoParams& params, std::vector<collectives::RankPlan>* plans) const;
+  // The byte bound alone (planByteBound), keeping the plans it built in *plans (none beyond
+  // kBoundRanks ranks: then 0); negative when the builder refuses the call.
+  double byteBoundWithPlans(const collectives::CollArgs& a, const collectives::Builder& b,
+                            const AlgoParams& params,
+                            std::vector<collectives::RankPlan>* plans) const;
+  // lowerBound of built plans.
+  double fullBound(const AlgoParams& params,
+                   const std::vector<collectives::RankPlan>& plans) const;
   static constexpr size_t kNone = SIZE_MAX;
-  // One candidate as the model lists it: whether its plans read peers' buffers, its bound, and
-  // (with bounds) an earlier candidate whose plans are the same (the simulator then predicts the
-  // same for both; kNone where none is) or else its plans.
+  // One candidate as the model lists it: whether its plans read peers' buffers, its bound (the
+  // byte bound until decide() draws the whole, `bounded`), and (with bounds) an earlier
+  // candidate whose plans are the same (the simulator then predicts the same for both; kNone
+  // where none is) or else its plans.
   struct Listed {
     Candidate candidate;
     bool readByPeers = false;
     double bound = 0;
+    bool bounded = false;
     size_t sameAs = kNone;
     std::vector<collectives::RankPlan> plans;
   };
-  // Every candidate for a's bucket in registry order, its time not yet simulated (bounds only
-  // with `withBounds`).
+  // Every candidate for a's bucket in registry order, its time not yet simulated (with
+  // `withBounds`: its plans and byte bound).
   std::vector<Listed> listCandidates(const collectives::CollArgs& a, bool withBounds) const;
   // The times of `listed` that the model decides by, in their order, dropping those whose
   // simulation failed: each candidate's fast-path time (fast[i]; full where the fast path is
@@ -207,7 +214,8 @@ class Tuner {
   // The prediction for a listed candidate, from its plans where it kept them.
   double predictListed(const collectives::CollArgs& a, const Listed& l, bool buffersMapped,
                        bool fast, bool* folded) const;
-  // decide()'s model decision for a new bucket: candidates in order of their bounds.
+  // decide()'s model decision for a new bucket: the candidate of the least bound next, its
+  // bound made whole first (planLowerBound, over the byte bound it was listed with).
   std::optional<Decision> decideByBounds(const collectives::CollArgs& a, bool buffersMapped);
   // Decision::whenMapped for `choice` over the candidates that read peers (mapped(i): the
   // prediction of listed[i] with every rank's buffers mapped), in order of their bounds when
