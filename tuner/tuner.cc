@@ -318,13 +318,18 @@ bool Tuner::settled(const std::vector<Listed>& listed, const std::vector<double>
                     const std::vector<char>& folded, int nranks,
                     const std::function<double(size_t)>& full,
                     const std::vector<size_t>& left) const {
+  // First whether a candidate left could lower the fastest fast-path time, which decides what
+  // is simulated again in full: until none can, a full simulation might be one refinedTimes
+  // need not have run.
+  double fastest = std::numeric_limits<double>::infinity();
+  for (double t : fast)
+    if (t >= 0) fastest = std::min(fastest, t);
+  for (size_t i : left)
+    if (listed[i].bound < fastest) return false;
   const std::vector<Candidate> times = refinedTimes(listed, fast, folded, nranks, full);
   if (times.empty()) return false;
   const Decision d = decisionOver(times);
   if (std::isinf(d.choice.time)) return false;
-  double fastest = std::numeric_limits<double>::infinity();
-  for (double t : fast)
-    if (t >= 0) fastest = std::min(fastest, t);
   // Where in the registry's order a candidate comes: of equal times the earlier is sorted first.
   auto place = [&](const Candidate& c) {
     for (size_t i = 0; i < listed.size(); ++i)
@@ -335,13 +340,11 @@ bool Tuner::settled(const std::vector<Listed>& listed, const std::vector<double>
   const double choiceCharged = chargedTime(times, d.choice);
   const size_t choicePlace = place(d.choice), runnerUpPlace = place(d.runnerUp);
   for (size_t i : left) {
-    // Each candidate left takes at least its bound: it must not be able to lower the fastest
-    // fast-path time (which decides what is simulated again in full), to beat the choice's
+    // Each candidate left takes at least its bound: it must not be able to beat the choice's
     // charged time, or to come before the runner-up (a tie goes to the earlier in the registry).
     Candidate atBound = listed[i].candidate;
     atBound.time = listed[i].bound;
     const double charged = chargedTime(times, atBound);
-    if (atBound.time < fastest) return false;
     if (!(charged > choiceCharged ||
           (charged == choiceCharged && atBound.time >= d.choice.time && i > choicePlace)))
       return false;
