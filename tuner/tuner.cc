@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <bit>
 #include <cstdio>
+#include <cmath>
+#include <limits>
 #include <map>
 
 #include "topology/analysis.h"
@@ -68,6 +70,7 @@ std::string sourceText(const Decision& d) {
 
 Tuner::Tuner(topology::Topology topo, TunerConfig config)
     : topo_(std::move(topo)), config_(std::move(config)) {
+  if (!topo_.ranks.empty() && topo_.ranks.size() <= size_t(kBoundRanks)) nodeLinks_.emplace(topo_);
   if (!config_.useModel)
     modelOff_ = "LOOM_TUNER=table";
   else if (topo_.ranks.empty())
@@ -99,32 +102,79 @@ double Tuner::predict(const CollArgs& a, const Builder& b, const AlgoParams& par
   return predictWith(a, b, params, buffersMapped, config_.sim.fast, nullptr);
 }
 
+SimOptions Tuner::simOptions(const AlgoParams& params, bool buffersMapped, bool fast) const {
+  SimOptions sim = config_.sim;
+  if (params.slices > 0) sim.slices = params.slices;
+  sim.peersMapped = buffersMapped;
+  sim.fast = fast;
+  return sim;
+}
+
 double Tuner::predictWith(const CollArgs& a, const Builder& b, const AlgoParams& params,
                           bool buffersMapped, bool fast, bool* folded) const {
   if (!modelApplies(a) || b.build == nullptr) return -1;
   CollArgs s = modelCall(a);
   applyParams(params, &s);
   if (!refusal(b, s, params).empty()) return -1;
-  SimOptions sim = config_.sim;
-  if (params.slices > 0) sim.slices = params.slices;
-  sim.peersMapped = buffersMapped;
-  sim.fast = fast;
   SimResult r = simulateBuilt(
-      s.nranks, [&](int rank) { return b.build(s, rank); }, topo_, sim);
+      s.nranks, [&](int rank) { return b.build(s, rank); }, topo_,
+      simOptions(params, buffersMapped, fast));
   if (folded != nullptr) *folded = r.fast;
   return r.ok ? r.time : -1;
 }
 
-std::vector<Candidate> Tuner::candidates(const CollArgs& a, bool buffersMapped) {
-  std::vector<Candidate> out;
+double Tuner::lowerBound(const CollArgs& a, const Builder& b, const AlgoParams& params) const {
+  std::vector<collectives::RankPlan> plans;
+  const double bytes = byteBoundWithPlans(a, b, params, &plans);
+  return plans.empty() ? bytes : fullBound(params, plans);
+}
+
+double Tuner::byteBoundWithPlans(const CollArgs& a, const Builder& b, const AlgoParams& params,
+                                 std::vector<collectives::RankPlan>* plans) const {
+  if (!modelApplies(a) || b.build == nullptr) return -1;
+  CollArgs s = modelCall(a);
+  applyParams(params, &s);
+  if (!refusal(b, s, params).empty()) return -1;
+  if (s.nranks > kBoundRanks || !nodeLinks_) return 0;
+  for (int r = 0; r < s.nranks; ++r) plans->push_back(b.build(s, r));
+  return planByteBound(*plans, topo_, *nodeLinks_, simOptions(params, false, false).elemSize);
+}
+
+double Tuner::fullBound(const AlgoParams& params,
+                        const std::vector<collectives::RankPlan>& plans) const {
+  const SimOptions sim = simOptions(params, false, false);
+  return planLowerBound(plans, topo_, *nodeLinks_, sim.elemSize, sim.slices);
+}
+
+namespace {
+
+// Whether two candidates' plans are the same to the simulator (it reads their lanes only), so
+// that it predicts the same for them: on one host `hierarchical` is `ring`, and the derived
+// torus shape one of the tried ones.
+bool sameLanes(const std::vector<collectives::RankPlan>& x,
+               const std::vector<collectives::RankPlan>& y) {
+  if (x.empty() || x.size() != y.size()) return false;
+  for (size_t r = 0; r < x.size(); ++r) {
+    const auto &lx = x[r].lanes, &ly = y[r].lanes;
+    if (lx.size() != ly.size()) return false;
+    for (size_t l = 0; l < lx.size(); ++l) {
+      const auto &sx = lx[l].steps, &sy = ly[l].steps;
+      if (sx.size() != sy.size()) return false;
+      for (size_t i = 0; i < sx.size(); ++i)
+        if (sx[i].kind != sy[i].kind || sx[i].peer != sy[i].peer || !(sx[i].src == sy[i].src) ||
+            !(sx[i].dst == sy[i].dst))
+          return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+std::vector<Tuner::Listed> Tuner::listCandidates(const CollArgs& a, bool withBounds) const {
+  std::vector<Listed> out;
   if (!modelApplies(a)) return out;
   const CollArgs s = modelCall(a);
-  // The fastest plan that reads its peers' buffers, simulated as if every rank's buffers were
-  // mapped (they then cost less): only such a plan gains from the answer. Another plan would
-  // run the same either way, and asking would map the arena for nothing (under
-  // LOOM_TRANSPORT=tcp, where no plan reads peers, it must not be mapped at all).
-  Candidate fastestMapped;
-  std::vector<char> folded;  // per candidate of out: whether the fast path predicted it
   const AlgoParams& fixed = config_.fixed;
   const int n = s.nranks;
   for (const Builder& b : collectives::allBuilders()) {
@@ -147,58 +197,229 @@ std::vector<Candidate> Tuner::candidates(const CollArgs& a, bool buffersMapped) 
           const size_t used = first.lanes.size();
           if (std::find(laneCounts.begin(), laneCounts.end(), used) != laneCounts.end()) continue;
           laneCounts.push_back(used);
-          bool wasFolded = false;
-          const double t = predictWith(a, b, p, buffersMapped, config_.sim.fast, &wasFolded);
-          if (t < 0) continue;
-          out.push_back({&b, p, t});
-          folded.push_back(wasFolded);
-          if (!first.readByPeers || buffersMapped) continue;
-          const double tMapped = predict(a, b, p, /*buffersMapped=*/true);
-          if (tMapped >= 0 && (fastestMapped.builder == nullptr || tMapped < fastestMapped.time))
-            fastestMapped = {&b, p, tMapped};
+          Listed l{{&b, p, 0}, first.readByPeers};
+          if (withBounds) {
+            std::vector<collectives::RankPlan> plans;
+            l.bound = byteBoundWithPlans(a, b, p, &plans);
+            for (size_t j = 0; j < out.size() && l.sameAs == kNone; ++j)
+              if (out[j].sameAs == kNone && out[j].candidate.params.slices == p.slices &&
+                  sameLanes(out[j].plans, plans))
+                l.sameAs = j;
+            if (l.sameAs == kNone) l.plans = std::move(plans);
+          }
+          out.push_back(std::move(l));
         }
       }
     }
   }
-  refineCloseCandidates(a, buffersMapped, folded, &out);
-  // Stable: equal times keep registry order and fewer lanes first, the same on every rank.
-  std::stable_sort(out.begin(), out.end(),
-                   [](const Candidate& x, const Candidate& y) { return x.time < y.time; });
-  if (!out.empty()) {
-    Decision d;
-    d.choice = out[chooseWithLaneMargin(out)];
-    d.source = Source::Model;
-    for (const Candidate& c : out) {
-      if (c.builder != d.choice.builder) {
-        d.runnerUp = c;
-        break;
-      }
-    }
-    // Asking costs every call a barrier, so it is worth it only where mapped buffers would save
-    // more than that (for a small call, the barrier is a large share of its time).
-    if (fastestMapped.builder != nullptr &&
-        (fastestMapped.builder != d.choice.builder ||
-         !(fastestMapped.params == d.choice.params)) &&
-        fastestMapped.time + agreementSeconds() < d.choice.time)
-      d.whenMapped = fastestMapped;
-    modelCache_[cacheKey(a, buffersMapped)] = d;
-    lastCached_.reset();
+  return out;
+}
+
+std::vector<Candidate> Tuner::refinedTimes(const std::vector<Listed>& listed,
+                                           const std::vector<double>& fast,
+                                           const std::vector<char>& folded, int nranks,
+                                           const std::function<double(size_t)>& full) const {
+  double best = -1;
+  for (double t : fast)
+    if (t >= 0 && (best < 0 || t < best)) best = t;
+  const bool refine = config_.sim.fast && nranks <= kRefinedRanks;
+  std::vector<Candidate> out;
+  for (size_t i = 0; i < listed.size(); ++i) {
+    if (fast[i] < 0) continue;
+    Candidate c = listed[i].candidate;
+    c.time = refine && folded[i] && fast[i] <= best * kFastWindow ? full(i) : fast[i];
+    if (c.time >= 0) out.push_back(c);
   }
   return out;
 }
 
-void Tuner::refineCloseCandidates(const CollArgs& a, bool buffersMapped,
-                                  const std::vector<char>& folded,
-                                  std::vector<Candidate>* out) const {
-  if (!config_.sim.fast || out->empty() || a.nranks > kRefinedRanks) return;
-  double best = out->front().time;
-  for (const Candidate& c : *out) best = std::min(best, c.time);
-  for (size_t i = 0; i < out->size(); ++i) {
-    Candidate& c = (*out)[i];
-    if (folded[i] && c.time <= best * kFastWindow)
-      c.time = predictWith(a, *c.builder, c.params, buffersMapped, /*fast=*/false, nullptr);
+Decision Tuner::decisionOver(std::vector<Candidate> times) {
+  // Stable: equal times keep registry order and fewer lanes first, the same on every rank.
+  std::stable_sort(times.begin(), times.end(),
+                   [](const Candidate& x, const Candidate& y) { return x.time < y.time; });
+  Decision d;
+  d.choice = times[chooseWithLaneMargin(times)];
+  d.source = Source::Model;
+  for (const Candidate& c : times) {
+    if (c.builder != d.choice.builder) {
+      d.runnerUp = c;
+      break;
+    }
   }
-  std::erase_if(*out, [](const Candidate& c) { return c.time < 0; });
+  return d;
+}
+
+Candidate Tuner::fastestMapped(const std::vector<Listed>& listed, const Candidate& choice,
+                               bool byBounds, const std::function<double(size_t)>& mapped) const {
+  // The fastest plan that reads its peers' buffers, simulated as if every rank's buffers were
+  // mapped (they then cost less): only such a plan gains from the answer. Another plan would
+  // run the same either way, and asking would map the arena for nothing (under
+  // LOOM_TRANSPORT=tcp, where no plan reads peers, it must not be mapped at all).
+  std::vector<size_t> order;
+  for (size_t i = 0; i < listed.size(); ++i)
+    if (listed[i].readByPeers) order.push_back(i);
+  if (byBounds)
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t x, size_t y) { return listed[x].bound < listed[y].bound; });
+  Candidate best;
+  size_t bestIndex = 0;
+  const double agree = agreementSeconds();
+  for (size_t i : order) {
+    // Not one left can be faster than the best (ties go to the earlier in registry order), or
+    // save the asking (its time can be no less than its bound).
+    const double bound = listed[i].bound;
+    if (byBounds && ((best.builder != nullptr && bound > best.time) ||
+                     bound + agree >= choice.time))
+      break;
+    const double t = mapped(i);
+    if (t < 0) continue;
+    if (best.builder == nullptr || t < best.time || (t == best.time && i < bestIndex))
+      best = {listed[i].candidate.builder, listed[i].candidate.params, t}, bestIndex = i;
+  }
+  // Asking costs every call a barrier, so it is worth it only where mapped buffers would save
+  // more than that (for a small call, the barrier is a large share of its time).
+  if (best.builder != nullptr &&
+      (best.builder != choice.builder || !(best.params == choice.params)) &&
+      best.time + agree < choice.time)
+    return best;
+  return {};
+}
+
+std::vector<Candidate> Tuner::candidates(const CollArgs& a, bool buffersMapped) {
+  const std::vector<Listed> listed = listCandidates(a, /*withBounds=*/false);
+  std::vector<double> fast(listed.size());
+  std::vector<char> folded(listed.size());
+  for (size_t i = 0; i < listed.size(); ++i) {
+    bool wasFolded = false;
+    const Candidate& c = listed[i].candidate;
+    fast[i] = predictWith(a, *c.builder, c.params, buffersMapped, config_.sim.fast, &wasFolded);
+    folded[i] = wasFolded;
+  }
+  std::vector<Candidate> out =
+      refinedTimes(listed, fast, folded, a.nranks, [&](size_t i) {
+        const Candidate& c = listed[i].candidate;
+        return predictWith(a, *c.builder, c.params, buffersMapped, /*fast=*/false, nullptr);
+      });
+  if (out.empty()) return out;
+  Decision d = decisionOver(out);
+  if (!buffersMapped)
+    d.whenMapped = fastestMapped(listed, d.choice, /*byBounds=*/false, [&](size_t i) {
+      return predict(a, *listed[i].candidate.builder, listed[i].candidate.params, true);
+    });
+  modelCache_[cacheKey(a, buffersMapped)] = d;
+  lastCached_.reset();
+  // Stable: equal times keep registry order and fewer lanes first, the same on every rank.
+  std::stable_sort(out.begin(), out.end(),
+                   [](const Candidate& x, const Candidate& y) { return x.time < y.time; });
+  return out;
+}
+
+bool Tuner::settled(const std::vector<Listed>& listed, const std::vector<double>& fast,
+                    const std::vector<char>& folded, int nranks,
+                    const std::function<double(size_t)>& full,
+                    const std::vector<size_t>& left) const {
+  // First whether a candidate left could lower the fastest fast-path time, which decides what
+  // is simulated again in full: until none can, a full simulation might be one refinedTimes
+  // need not have run.
+  double fastest = std::numeric_limits<double>::infinity();
+  for (double t : fast)
+    if (t >= 0) fastest = std::min(fastest, t);
+  for (size_t i : left)
+    if (listed[i].bound < fastest) return false;
+  const std::vector<Candidate> times = refinedTimes(listed, fast, folded, nranks, full);
+  if (times.empty()) return false;
+  const Decision d = decisionOver(times);
+  if (std::isinf(d.choice.time)) return false;
+  // Where in the registry's order a candidate comes: of equal times the earlier is sorted first.
+  auto place = [&](const Candidate& c) {
+    for (size_t i = 0; i < listed.size(); ++i)
+      if (listed[i].candidate.builder == c.builder && listed[i].candidate.params == c.params)
+        return i;
+    return listed.size();
+  };
+  const double choiceCharged = chargedTime(times, d.choice);
+  const size_t choicePlace = place(d.choice), runnerUpPlace = place(d.runnerUp);
+  for (size_t i : left) {
+    // Each candidate left takes at least its bound: it must not be able to beat the choice's
+    // charged time, or to come before the runner-up (a tie goes to the earlier in the registry).
+    Candidate atBound = listed[i].candidate;
+    atBound.time = listed[i].bound;
+    const double charged = chargedTime(times, atBound);
+    if (!(charged > choiceCharged ||
+          (charged == choiceCharged && atBound.time >= d.choice.time && i > choicePlace)))
+      return false;
+    if (atBound.builder != d.choice.builder &&
+        (d.runnerUp.builder == nullptr ||
+         !(atBound.time > d.runnerUp.time ||
+           (atBound.time == d.runnerUp.time && i > runnerUpPlace))))
+      return false;
+  }
+  return true;
+}
+
+double Tuner::predictListed(const CollArgs& a, const Listed& l, bool buffersMapped, bool fast,
+                            bool* folded) const {
+  if (l.plans.empty())
+    return predictWith(a, *l.candidate.builder, l.candidate.params, buffersMapped, fast, folded);
+  const SimResult r = simulate(l.plans, topo_, simOptions(l.candidate.params, buffersMapped, fast));
+  if (folded != nullptr) *folded = r.fast;
+  return r.ok ? r.time : -1;
+}
+
+std::optional<Decision> Tuner::decideByBounds(const CollArgs& a, bool buffersMapped) {
+  std::vector<Listed> listed = listCandidates(a, /*withBounds=*/true);
+  const size_t n = listed.size();
+  // Not simulated yet: +inf, which keeps the candidate listed (a variant on more lanes is
+  // charged kLaneMargin for it) and never chosen. A candidate whose plans an earlier one has
+  // takes that one's bound and predictions.
+  constexpr double kUnknown = std::numeric_limits<double>::infinity();
+  std::vector<double> fast(n, kUnknown), full(n, kUnknown), mapped(n, kUnknown);
+  std::vector<char> folded(n, 0), fullDone(n, 0), mappedDone(n, 0);
+  auto root = [&](size_t i) { return listed[i].sameAs == kNone ? i : listed[i].sameAs; };
+  auto memo = [&](std::vector<double>& value, std::vector<char>& done, size_t i, bool mappedBuf,
+                  bool fastPath) {
+    const size_t r = root(i);
+    if (!done[r]) {
+      value[r] = predictListed(a, listed[r], mappedBuf, fastPath, nullptr);
+      done[r] = 1;
+    }
+    return value[r];
+  };
+  auto fullOf = [&](size_t i) { return memo(full, fullDone, i, buffersMapped, false); };
+  std::vector<size_t> left(n);  // not simulated yet
+  for (size_t i = 0; i < n; ++i) left[i] = i;
+  while (!left.empty()) {
+    // The least bound next (the first of equals in registry order).
+    auto next = std::min_element(left.begin(), left.end(), [&](size_t x, size_t y) {
+      return listed[x].bound < listed[y].bound;
+    });
+    const size_t i = *next, r = root(i);
+    if (!listed[i].bounded) {
+      if (!listed[r].bounded && !listed[r].plans.empty())
+        listed[r].bound = fullBound(listed[r].candidate.params, listed[r].plans);
+      listed[r].bounded = true;
+      for (size_t j = 0; j < n; ++j)
+        if (root(j) == r) listed[j].bound = listed[r].bound, listed[j].bounded = true;
+      continue;
+    }
+    left.erase(next);
+    if (r == i || std::isinf(fast[r])) {
+      bool wasFolded = false;
+      fast[i] = predictListed(a, listed[r], buffersMapped, config_.sim.fast, &wasFolded);
+      folded[i] = wasFolded;
+    } else {
+      fast[i] = fast[r], folded[i] = folded[r];
+    }
+    if (settled(listed, fast, folded, a.nranks, fullOf, left)) break;
+  }
+  const std::vector<Candidate> times = refinedTimes(listed, fast, folded, a.nranks, fullOf);
+  if (times.empty() || std::isinf(decisionOver(times).choice.time)) return std::nullopt;
+  Decision d = decisionOver(times);
+  if (!buffersMapped)
+    d.whenMapped = fastestMapped(listed, d.choice, /*byBounds=*/true, [&](size_t i) {
+      return memo(mapped, mappedDone, i, true, config_.sim.fast);
+    });
+  return d;
 }
 
 double Tuner::agreementSeconds() const {
@@ -237,20 +458,21 @@ const Decision* Tuner::cached(uint64_t key) {
   return &*lastCached_;
 }
 
+double chargedTime(const std::vector<Candidate>& candidates, const Candidate& c) {
+  for (const Candidate& o : candidates) {
+    AlgoParams same = o.params;
+    same.lanes = c.params.lanes;
+    if (o.builder == c.builder && same == c.params && o.params.lanes < c.params.lanes)
+      return c.time * (1 + kLaneMargin);
+  }
+  return c.time;
+}
+
 size_t chooseWithLaneMargin(const std::vector<Candidate>& candidates) {
-  // A candidate's time, kLaneMargin slower when its algorithm is offered on fewer lanes.
-  auto charged = [&](const Candidate& c) {
-    for (const Candidate& o : candidates) {
-      AlgoParams same = o.params;
-      same.lanes = c.params.lanes;
-      if (o.builder == c.builder && same == c.params && o.params.lanes < c.params.lanes)
-        return c.time * (1 + kLaneMargin);
-    }
-    return c.time;
-  };
   size_t chosen = 0;
   for (size_t i = 1; i < candidates.size(); ++i)
-    if (charged(candidates[i]) < charged(candidates[chosen])) chosen = i;
+    if (chargedTime(candidates, candidates[i]) < chargedTime(candidates, candidates[chosen]))
+      chosen = i;
   return chosen;
 }
 
@@ -268,7 +490,10 @@ Status Tuner::decide(const CollArgs& a, Decision* out, bool buffersMapped) {
     const uint64_t key = cacheKey(a, buffersMapped);
     const Decision* d = cached(key);
     if (d == nullptr) {
-      candidates(a, buffersMapped);  // fills the cache unless no candidate could be simulated
+      if (std::optional<Decision> fresh = decideByBounds(a, buffersMapped)) {
+        modelCache_[key] = *fresh;
+        lastCached_.reset();
+      }
       d = cached(key);
     }
     if (d != nullptr) {

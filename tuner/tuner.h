@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -23,6 +24,7 @@
 
 #include "collectives/builders.h"
 #include "topology/topology.h"
+#include "tuner/plan_bound.h"
 #include "tuner/simulator.h"
 #include "tuner/tune_table.h"
 
@@ -98,6 +100,9 @@ constexpr double kLaneMargin = 0.05;
 // the fast path decides alone (a full simulation of ring at 1024 ranks takes seconds).
 constexpr double kFastWindow = 1.11;
 constexpr int kRefinedRanks = 64;
+// Up to this many ranks decide() bounds each candidate (building every rank's plan); beyond, it
+// simulates them all.
+constexpr int kBoundRanks = 64;
 // The index to take among `candidates`: the fastest, a candidate on more lanes than another of
 // its algorithm (the same parameters but the lanes) counted kLaneMargin slower; the first of
 // equals. So extra lanes win only by the margin, and a fewer-lanes variant is never taken over
@@ -105,6 +110,9 @@ constexpr int kRefinedRanks = 64;
 // autotune's over measurements (on the netns testbed autotune measured hierarchical allgather
 // at 512 KiB on 2 lanes 1.6% ahead of one, and in a loop it ran 36% slower).
 size_t chooseWithLaneMargin(const std::vector<Candidate>& candidates);
+// c's time as chooseWithLaneMargin counts it among `candidates`: kLaneMargin more where another
+// candidate is c on fewer lanes.
+double chargedTime(const std::vector<Candidate>& candidates, const Candidate& c);
 // The incast lead by default: how many bytes before the end of a sender's message its
 // receiver lets the next sender start. At least what one round trip holds
 // (topology::roundTripBytes), so that the link does not idle between turns; and as much as
@@ -133,12 +141,19 @@ class Tuner {
   // copy (builders do not read it: it is the tuner's input, not CollArgs'). The model's
   // decisions are cached per (collective, power-of-two size bucket, element size,
   // buffersMapped), so after the first call of a bucket this is a hash lookup (plus the user's
-  // rules, when any). Errors only when no rule of the built-in table serves the call (a bug).
+  // rules, when any). A new bucket simulates its candidates in order of their lower bound
+  // (planLowerBound) and stops where no candidate left can change the decision: the same
+  // decision as candidates() makes simulating them all. Errors only when no rule of the
+  // built-in table serves the call (a bug).
   Status decide(const collectives::CollArgs& a, Decision* out, bool buffersMapped = false);
 
   // Every candidate of the model for the size bucket of `a`, fastest first (ties keep registry
   // order, then fewer lanes); empty without a model or for alltoallv (no shared size).
   std::vector<Candidate> candidates(const collectives::CollArgs& a, bool buffersMapped = false);
+  // The lower bound (planLowerBound) decide() orders that choice by at a's size bucket: 0 beyond
+  // kBoundRanks ranks; negative when the builder refuses the call.
+  double lowerBound(const collectives::CollArgs& a, const collectives::Builder& b,
+                    const AlgoParams& params) const;
   // The model's prediction for one choice at a's size bucket; negative when it cannot simulate.
   double predict(const collectives::CollArgs& a, const collectives::Builder& b,
                  const AlgoParams& params, bool buffersMapped = false) const;
@@ -155,10 +170,58 @@ class Tuner {
   // predict with or without the fast path; *folded (when not null): whether it folded.
   double predictWith(const collectives::CollArgs& a, const collectives::Builder& b,
                      const AlgoParams& params, bool buffersMapped, bool fast, bool* folded) const;
-  // Simulates in full the candidates (out) that the fast path folded (folded, per candidate)
-  // and put within kFastWindow of the fastest.
-  void refineCloseCandidates(const collectives::CollArgs& a, bool buffersMapped,
-                             const std::vector<char>& folded, std::vector<Candidate>* out) const;
+  // The options a prediction of `params` simulates with.
+  SimOptions simOptions(const AlgoParams& params, bool buffersMapped, bool fast) const;
+  // The byte bound alone (planByteBound), keeping the plans it built in *plans (none beyond
+  // kBoundRanks ranks: then 0); negative when the builder refuses the call.
+  double byteBoundWithPlans(const collectives::CollArgs& a, const collectives::Builder& b,
+                            const AlgoParams& params,
+                            std::vector<collectives::RankPlan>* plans) const;
+  // lowerBound of built plans.
+  double fullBound(const AlgoParams& params,
+                   const std::vector<collectives::RankPlan>& plans) const;
+  static constexpr size_t kNone = SIZE_MAX;
+  // One candidate as the model lists it: whether its plans read peers' buffers, its bound (the
+  // byte bound until decide() draws the whole, `bounded`), and (with bounds) an earlier
+  // candidate whose plans are the same (the simulator then predicts the same for both; kNone
+  // where none is) or else its plans.
+  struct Listed {
+    Candidate candidate;
+    bool readByPeers = false;
+    double bound = 0;
+    bool bounded = false;
+    size_t sameAs = kNone;
+    std::vector<collectives::RankPlan> plans;
+  };
+  // Every candidate for a's bucket in registry order, its time not yet simulated (with
+  // `withBounds`: its plans and byte bound).
+  std::vector<Listed> listCandidates(const collectives::CollArgs& a, bool withBounds) const;
+  // The times of `listed` that the model decides by, in their order, dropping those whose
+  // simulation failed: each candidate's fast-path time (fast[i]; full where the fast path is
+  // off), or where the fast path folded it (folded[i]) and put it within kFastWindow of the
+  // fastest, up to kRefinedRanks ranks, its full simulation's (full(i)).
+  std::vector<Candidate> refinedTimes(const std::vector<Listed>& listed,
+                                      const std::vector<double>& fast,
+                                      const std::vector<char>& folded, int nranks,
+                                      const std::function<double(size_t)>& full) const;
+  // The model's decision over `times` (refinedTimes), whenMapped left empty.
+  static Decision decisionOver(std::vector<Candidate> times);
+  // Whether simulating the candidates `left` (indices of listed, not simulated yet: +inf in
+  // fast) can no longer change the decision over the others, each taking at least its bound.
+  bool settled(const std::vector<Listed>& listed, const std::vector<double>& fast,
+               const std::vector<char>& folded, int nranks,
+               const std::function<double(size_t)>& full, const std::vector<size_t>& left) const;
+  // The prediction for a listed candidate, from its plans where it kept them.
+  double predictListed(const collectives::CollArgs& a, const Listed& l, bool buffersMapped,
+                       bool fast, bool* folded) const;
+  // decide()'s model decision for a new bucket: the candidate of the least bound next, its
+  // bound made whole first (planLowerBound, over the byte bound it was listed with).
+  std::optional<Decision> decideByBounds(const collectives::CollArgs& a, bool buffersMapped);
+  // Decision::whenMapped for `choice` over the candidates that read peers (mapped(i): the
+  // prediction of listed[i] with every rank's buffers mapped), in order of their bounds when
+  // `byBounds`, simulating only those that can matter.
+  Candidate fastestMapped(const std::vector<Listed>& listed, const Candidate& choice,
+                          bool byBounds, const std::function<double(size_t)>& mapped) const;
   // The call the model simulates for a's bucket: count for 2^bucket bytes, root 0.
   collectives::CollArgs modelCall(const collectives::CollArgs& a) const;
   bool modelApplies(const collectives::CollArgs& a) const;
@@ -168,6 +231,7 @@ class Tuner {
 
   topology::Topology topo_;
   TunerConfig config_;
+  std::optional<NodeLinks> nodeLinks_;  // up to kBoundRanks ranks
   std::string modelOff_;
   std::unordered_map<uint64_t, Decision> modelCache_;
   // The entry the last lookup found, kept beside the map: a loop of like calls skips the hash.

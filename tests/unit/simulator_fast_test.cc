@@ -227,34 +227,43 @@ TEST(SimulatorFast, PredictsPlansOf8192RanksOnDgxRail1024) {
 namespace loom::tuner {
 namespace {
 
-// The tuner with the fast path decides as with the full simulation (it simulates the
-// candidates the fast path puts within kFastWindow of the fastest again in full): every tabled
-// collective, sizes 8 B to 64 MiB, on models of 2 to 64 ranks.
-TEST(TunerFast, ChoosesAsTheFullSimulationDoes) {
+// Models of 2 to 64 ranks for the tuner's tests, with the factor between the sizes of a sweep
+// from 8 B to 64 MiB.
+struct TunerModel {
+  topology::Topology topo;
+  uint64_t factor;
+};
+std::vector<TunerModel> tunerModels() {
   topology::Topology cores = uniformTopology({4, 4});
   for (topology::Node& n : cores.nodes)
     if (n.kind == topology::NodeKind::Host) n.cpu = {.cores = 2, .stepOverhead = 1e-6};
-  struct Model {
-    topology::Topology topo;
-    uint64_t factor;  // between the sizes of the sweep
-  };
-  const std::vector<Model> models = {
+  return {
       {uniformTopology({2, 1}), 8},          {uniformTopology({1, 4}), 8},
       {uniformTopology({2, 4}), 8},          {cores, 8},
       {fatTreeOf("fattree-8x2", 8, 2, 2), 8},
       {uniformTopology({16, 4}), 64},
   };
+}
+
+// Whether a sweep of `ranks` ranks covers the collective: at 64 ranks, where the full
+// simulation takes long, the two busiest only.
+bool sweeps(size_t ranks, Collective coll) {
+  return ranks <= 16 || coll == Collective::AllReduce || coll == Collective::AllGather;
+}
+
+// The tuner with the fast path decides as with the full simulation (it simulates the
+// candidates the fast path puts within kFastWindow of the fastest again in full): every tabled
+// collective, sizes 8 B to 64 MiB, on models of 2 to 64 ranks.
+TEST(TunerFast, ChoosesAsTheFullSimulationDoes) {
   int decisions = 0;
-  for (const Model& m : models) {
+  for (const TunerModel& m : tunerModels()) {
     TunerConfig fast, full;
     fast.sim.fast = true;
     full.sim.fast = false;
     Tuner withFast(m.topo, fast), withFull(m.topo, full);
     const CollArgs base = callOn(m.topo, Collective::AllReduce, 8);
     for (Collective coll : tabledCollectives()) {
-      if (m.topo.ranks.size() > 16 && coll != Collective::AllReduce &&
-          coll != Collective::AllGather)
-        continue;  // the full simulation of 64 ranks: the two busiest collectives only
+      if (!sweeps(m.topo.ranks.size(), coll)) continue;
       for (uint64_t bytes = 8; bytes <= (64 << 20); bytes *= m.factor) {
         const std::vector<TableRow> a = decisionTable(withFast, base, {coll}, bytes, bytes);
         const std::vector<TableRow> b = decisionTable(withFull, base, {coll}, bytes, bytes);
@@ -269,6 +278,78 @@ TEST(TunerFast, ChoosesAsTheFullSimulationDoes) {
     }
   }
   printf("%d decisions compared\n", decisions);
+}
+
+void expectSameCandidate(const Candidate& x, const Candidate& y, const std::string& what) {
+  EXPECT_EQ(describe(x), describe(y)) << what;
+  EXPECT_EQ(x.time, y.time) << what << " " << describe(x);
+}
+
+// decide() simulates the candidates in order of their lower bounds and stops where none left
+// can change the decision: it decides exactly as simulating every candidate does (choice,
+// runner-up, the choice for mapped buffers, their predicted times), and no candidate's bound is
+// above its predicted time, with the fast path or without. The tuner's models, one whose
+// network links are shaped (a burst takes off the call's time all but its busiest link's), and
+// one host of 4 ranks on 2 cores where reading a peer's buffer costs more unless it is mapped
+// (whenMapped).
+TEST(TunerBound, DecidesAsSimulatingEveryCandidateDoes) {
+  std::vector<TunerModel> models = tunerModels();
+  models.push_back({uniformTopology({.hosts = 2, .ranksPerHost = 2, .netBandwidth = 1e9 / 8,
+                                     .netLatency = 50e-6, .netBurstBytes = 18000}),
+                    8});
+  topology::Topology peerReads = uniformTopology({1, 4});
+  topology::HostCpu& cpu = peerReads.nodes[size_t(peerReads.hostNodes()[0])].cpu;
+  cpu = {2, 8e9, 1e-7};
+  cpu.peerReadCopies = 3;  // reading an unmapped peer's buffer costs more
+  cpu.singleCopyOverhead = 2e-6;
+  cpu.streamingCopies = 0.67;
+  models.push_back({peerReads, 8});
+  int mapped = 0;
+  int decisions = 0, bounds = 0, tight = 0;
+  for (const TunerModel& m : models) {
+    for (bool fastPath : {true, false}) {
+      TunerConfig config;
+      config.sim.fast = fastPath;
+      config.sim.singleCopyBytes = 64 << 10;  // the shm transport's single-copy messages
+      Tuner searched(m.topo, config), every(m.topo, config);
+      for (Collective coll : tabledCollectives()) {
+        if (!sweeps(m.topo.ranks.size(), coll) || (!fastPath && m.topo.ranks.size() > 8))
+          continue;
+        for (uint64_t bytes = 8; bytes <= (64 << 20); bytes *= m.factor) {
+          CollArgs a = callOn(m.topo, coll, bytes);
+          a.sharedBytes = 1 << 20;  // the arena, which the peer builders need on one host
+          const std::string what = m.topo.name + (fastPath ? " fast " : " full ") +
+                                   collectives::collectiveName(coll) + " " +
+                                   std::to_string(bytes) + " B";
+          Decision d, all;
+          ASSERT_TRUE(searched.decide(a, &d).isOk()) << what;
+          const std::vector<Candidate> times = every.candidates(a);
+          ASSERT_TRUE(every.decide(a, &all).isOk()) << what;
+          ASSERT_EQ(all.source, Source::Model) << what;
+          EXPECT_EQ(d.source, Source::Model) << what;
+          expectSameCandidate(d.choice, all.choice, what + " choice");
+          expectSameCandidate(d.runnerUp, all.runnerUp, what + " runner-up");
+          expectSameCandidate(d.whenMapped, all.whenMapped, what + " when mapped");
+          ++decisions;
+          mapped += d.whenMapped.builder != nullptr;
+          for (const Candidate& c : times) {
+            const double bound = searched.lowerBound(a, *c.builder, c.params);
+            const double fastTime = searched.predict(a, *c.builder, c.params);
+            EXPECT_GE(bound, 0) << what << " " << describe(c);
+            EXPECT_LE(bound, c.time) << what << " " << describe(c);
+            EXPECT_LE(bound, fastTime) << what << " " << describe(c);
+            ++bounds;
+            tight += bound >= 0.9 * c.time;
+          }
+        }
+      }
+    }
+  }
+  printf("%d decisions compared (%d with a choice for mapped buffers), %d bounds checked, %d "
+         "within 10%% of the time\n",
+         decisions, mapped, bounds, tight);
+  EXPECT_GT(mapped, 0);
+  EXPECT_GT(tight, bounds / 4);  // a bound of 0 would hold everywhere and prune nothing
 }
 
 }  // namespace
