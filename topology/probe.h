@@ -65,6 +65,9 @@ struct CopyRate {
 // A copy rate at most this fraction of the fastest is a fall out of the cache; nearer, the
 // difference is what a busy core's best-of-three can show.
 constexpr double kCacheFallRatio = 0.75;
+// The rule of cachedReach that memory figures in the host cache were found by; figures filed
+// under another are measured again.
+constexpr int kCacheCheckRule = 2;
 
 // The largest working set of `rates` (ascending), from the fastest on, whose time per byte is
 // nearer the fastest's than the slowest's after it (the harmonic mean of the two rates: half
