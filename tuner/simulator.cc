@@ -479,14 +479,17 @@ class Simulator {
   // nothing is cached.
   double localCopies(const RankCpu& rc, const SimStep& s) const {
     if (s.buffers == kNone || rc.bandwidth <= 0) return s.streamed ? rc.streamedCopies : 1;
-    const CopyRates r = copyRates(size_t(rc.host), 0);
-    auto seconds = [&](uint32_t b, double memCopies) {
-      const double cached = r.cached > 0 ? cacheBuffers_[b].cached : 0;
-      return cached / r.cache + (1 - cached) * memCopies / r.mem;
-    };
     const auto [src, dst] = localBuffers_[s.buffers];
-    const double dstMemory = s.streamed ? (3 * r.streaming - 1) / 2 : 1;
-    return (seconds(src, 1) + 2 * seconds(dst, dstMemory)) / 3 * rc.bandwidth;
+    const double dstMemory = s.streamed ? (3 * bufferRates(rc, src).streaming - 1) / 2 : 1;
+    return (bufferRates(rc, src).secondsPerByte(1) +
+            2 * bufferRates(rc, dst).secondsPerByte(dstMemory)) /
+           3 * rc.bandwidth;
+  }
+  // rc's copy rates for buffer b: its cached share where the host models a cache.
+  CopyRates bufferRates(const RankCpu& rc, uint32_t b) const {
+    CopyRates r = copyRates(size_t(rc.host), 0);
+    if (r.cached > 0) r.cached = cacheBuffers_[b].cached;
+    return r;
   }
 
   // A Reduce of an unmapped peer's data reads it through the kernel into a bounce buffer
@@ -494,11 +497,10 @@ class Simulator {
   // destination: one more pass, priced as localCopies prices one with a cached source.
   double bounceReduce(const RankCpu& rc, const SimStep& s) const {
     if (s.buffers == kNone || rc.bandwidth <= 0) return 1;
-    const CopyRates r = copyRates(size_t(rc.host), 0);
-    const double cached = r.cached > 0 ? cacheBuffers_[localBuffers_[s.buffers][1]].cached : 0;
-    const double dst = cached / r.cache + (1 - cached) / r.mem;
-    const double bounce = r.cached > 0 ? 1 / r.cache : 1 / r.mem;  // no cache modelled: memory
-    return (bounce + 2 * dst) / 3 * rc.bandwidth;
+    const CopyRates bounce = copyRates(size_t(rc.host), 0);  // all cached, if a cache is modelled
+    return (bounce.secondsPerByte(1) +
+            2 * bufferRates(rc, localBuffers_[s.buffers][1]).secondsPerByte(1)) /
+           3 * rc.bandwidth;
   }
 
   // The CPU resources' capacities for this call (addCpuResources made them).
