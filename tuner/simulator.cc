@@ -193,7 +193,7 @@ class Simulator {
     const int32_t host = rankCpu_[size_t(rank)].host;
     for (const auto& [buf, elems] : extent)
       if (host >= 0) hostWorkingSet_[machineOf_[size_t(host)]] += double(elems) * opt_.elemSize;
-    if (host >= 0) {
+    if (cacheModelled(rank)) {
       for (const Lane& lane : plan.lanes)
         for (const Step& s : lane.steps)
           for (const Region* r : {&s.src, &s.dst})
@@ -327,35 +327,14 @@ class Simulator {
         capacity_.push_back(0);
       }
     }
-    // Where a machine's ranks outnumber its cores and sharing one costs (sharedCoreLatency),
-    // the core each rank runs on as LOOM_BIND places them: the machine's i-th rank (its hosts'
-    // ranks together, in rank order) on core i mod cores.
+    // Each rank's place among its machine's ranks, for the cores LOOM_BIND gives them.
     std::vector<int> machineRanks(hostCpu_.size(), 0), localIndex(size_t(nranks_), -1);
     for (int r = 0; r < nranks_; ++r) {
       const int32_t host = topo_.ranks[size_t(r)].host;
       if (host >= 0 && size_t(host) < hostCpu_.size())
         localIndex[size_t(r)] = machineRanks[machineOf_[size_t(host)]]++;
     }
-    coreOf_.assign(size_t(nranks_), -1);
-    coreLink_.assign(size_t(nranks_), -1);
-    std::vector<int32_t> firstCoreLink(hostCpu_.size(), -1);
-    for (int r = 0; r < nranks_; ++r) {
-      if (localIndex[size_t(r)] < 0) continue;
-      const size_t host = size_t(topo_.ranks[size_t(r)].host), m = machineOf_[host];
-      const topology::HostCpu& cpu = hostCpu_[host];
-      if (cpu.cores <= 0 || machineRanks[m] <= cpu.cores) continue;
-      coreOf_[size_t(r)] = localIndex[size_t(r)] % cpu.cores;
-      // Bound ranks share their own core, not the machine's: two busy ranks on core 0 get half
-      // of it each while core 1 idles (docs/SIMULATOR.md, "Ranks that share a core").
-      if (hostCpuLink_[m] < 0) continue;
-      if (firstCoreLink[m] < 0) {
-        if (coreMachine_.empty()) coreLinkBegin_ = capacity_.size();
-        firstCoreLink[m] = int32_t(capacity_.size());
-        coreMachine_.insert(coreMachine_.end(), size_t(cpu.cores), m);
-        capacity_.resize(capacity_.size() + size_t(cpu.cores), 0);
-      }
-      coreLink_[size_t(r)] = firstCoreLink[m] + coreOf_[size_t(r)];
-    }
+    addCoreResources(machineRanks, localIndex);
     rankCpu_.resize(size_t(nranks_));
     for (int r = 0; r < nranks_; ++r) {
       const int32_t host = topo_.ranks[size_t(r)].host;
@@ -380,6 +359,32 @@ class Simulator {
     capLeft_.assign(n, 0);
     unfixed_.assign(n, 0);
     weightLeft_.assign(n, 0);
+  }
+
+  // Where a machine's ranks outnumber its cores, LOOM_BIND binds its i-th rank (its hosts'
+  // ranks together, in rank order) to core i mod cores: coreOf_ says which, and where the host's
+  // CPU is modelled each core is a CPU resource of its own (coreLink_).
+  void addCoreResources(const std::vector<int>& machineRanks, const std::vector<int>& localIndex) {
+    coreOf_.assign(size_t(nranks_), -1);
+    coreLink_.assign(size_t(nranks_), -1);
+    std::vector<int32_t> firstCoreLink(hostCpu_.size(), -1);
+    for (int r = 0; r < nranks_; ++r) {
+      if (localIndex[size_t(r)] < 0) continue;
+      const size_t host = size_t(topo_.ranks[size_t(r)].host), m = machineOf_[host];
+      const topology::HostCpu& cpu = hostCpu_[host];
+      if (cpu.cores <= 0 || machineRanks[m] <= cpu.cores) continue;
+      coreOf_[size_t(r)] = localIndex[size_t(r)] % cpu.cores;
+      // Bound ranks share their own core, not the machine's: two busy ranks on core 0 get half
+      // of it each while core 1 idles (docs/SIMULATOR.md, "Ranks that share a core").
+      if (hostCpuLink_[m] < 0) continue;
+      if (firstCoreLink[m] < 0) {
+        if (coreMachine_.empty()) coreLinkBegin_ = capacity_.size();
+        firstCoreLink[m] = int32_t(capacity_.size());
+        coreMachine_.insert(coreMachine_.end(), size_t(cpu.cores), m);
+        capacity_.resize(capacity_.size() + size_t(cpu.cores), 0);
+      }
+      coreLink_[size_t(r)] = firstCoreLink[m] + coreOf_[size_t(r)];
+    }
   }
 
   // Bytes/s of one core of host h (size_t(-1): a rank without a host) for a call whose ranks
@@ -416,6 +421,13 @@ class Simulator {
   }
 
   // ---- What the cache holds --------------------------------------------------------------------
+
+  // Whether rank's host models a cache (HostCpu::cacheBytes and cacheBandwidth): only then do
+  // its buffers' cached shares price its work.
+  bool cacheModelled(int rank) const {
+    const int32_t h = rankCpu_[size_t(rank)].host;
+    return h >= 0 && copyRates(size_t(h), 0).cached > 0;
+  }
 
   // The buffer that rank's `buf` names, one per piece of memory: a peer's Input is that peer's,
   // and the host's Shared arena is one for all its ranks.
@@ -568,7 +580,7 @@ class Simulator {
           ss.dirty = dirtyFraction(collectives::peerBufferRank(s.src.buf), ss.count, ss.count);
         ss.streamed = finals[i] && !ss.free && (!ss.peerRead || opt_.peersMapped) &&
                       ss.count * opt_.elemSize >= collectives::kStreamingCopyBytes;
-        if (!ss.free && rankCpu_[size_t(rank)].host >= 0) {
+        if (!ss.free && cacheModelled(rank)) {
           ss.buffers = uint32_t(localBuffers_.size());
           localBuffers_.push_back({bufferOf(rank, s.src.buf), bufferOf(rank, s.dst.buf)});
         }
