@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -389,12 +390,13 @@ TEST(Simulator, TheWorkingSetThatFitsTheCacheCopiesAtCacheSpeed) {
   expectTime(bytes / mem, none.time);
 }
 
-// In a loop of like calls the cache keeps the buffers touched most per byte: a rank that
-// moves 8 chunks through one small Shared slot finds the slot cached and its Input and Output
-// in memory, so each chunk costs a third of a copy from memory for the read of Input, two
-// thirds for the write of Output (read for ownership, then written) and the rest at cache
-// speed. By the whole working set (17 chunks, of which the cache holds one) it would be priced
-// almost all at memory speed.
+// In a loop of like calls the cache holds each buffer's bytes in proportion to how often they
+// are touched: a rank that moves 8 chunks through one small Shared slot touches the slot 16
+// chunks' worth and its Input and Output 8 each. With a cache of 3 chunks the slot's share (1.5)
+// exceeds its 1 chunk: it is all cached, and Input and Output share the other 2 chunks alike,
+// an eighth of each. A byte copied costs a third of a copy at its source's cached share and
+// two thirds at its destination's (read for ownership, then written). By the whole working
+// set (17 chunks) the slot would be cached no more than the rest.
 TEST(Simulator, TheCacheHoldsTheBuffersTouchedMostPerByte) {
   const uint64_t chunk = 1 << 14, chunks = 8;
   const double chunkBytes = double(chunk * kElem), mem = 1e9, cache = 4e9;
@@ -407,12 +409,21 @@ TEST(Simulator, TheCacheHoldsTheBuffersTouchedMostPerByte) {
   }
   topology::Topology t = cpuHost(1, 1, mem);
   topology::HostCpu& cpu = t.nodes[size_t(t.hostNodes()[0])].cpu;
-  cpu.cacheBytes = uint64_t(chunkBytes);
+  cpu.cacheBytes = uint64_t(3 * chunkBytes);
   cpu.cacheBandwidth = cache;
   SimResult r = simulate(plans, t, whole());
   ASSERT_TRUE(r.ok) << r.message;
-  // In: 1/3 from memory, 2/3 into the cached slot; out: 1/3 from the slot, 2/3 to memory.
-  expectTime(chunks * chunkBytes * (1 / mem + 1 / cache), r.time);
+  // Per chunk: in, 1/3 at Input's speed and 2/3 into the cached slot; out, 1/3 from the slot and
+  // 2/3 at Output's speed; Input and Output alike: one byte of each plus one of the cache's.
+  const double streamed = 1.0 / 8 / cache + 7.0 / 8 / mem;
+  expectTime(chunks * chunkBytes * (streamed + 1 / cache), r.time);
+  // A cache of one chunk: half of it the slot's (16 of 32 chunks touched), a quarter each for
+  // Input and Output (a 32nd of each).
+  cpu.cacheBytes = uint64_t(chunkBytes);
+  r = simulate(plans, t, whole());
+  ASSERT_TRUE(r.ok) << r.message;
+  const double slot = 0.5 / cache + 0.5 / mem, rest = 1.0 / 32 / cache + 31.0 / 32 / mem;
+  expectTime(chunks * chunkBytes * (rest + slot), r.time);
   // A cache that holds everything: all at cache speed.
   cpu.cacheBytes = uint64_t(64 * chunkBytes);
   r = simulate(plans, t, whole());
@@ -427,8 +438,9 @@ TEST(Simulator, TheCacheHoldsTheBuffersTouchedMostPerByte) {
 // arena, which stays cached; `peer` reads every peer's slice through the kernel into a bounce
 // buffer and combines it into an Output in memory; `tree` and `ring` pass messages that each
 // are such a read. Measured there (loom-perf --race, 64 MiB): direct 43 ms, peer and tree
-// 59-76 ms. The model must rank direct first, and did not while it priced every byte at the
-// cache's speed (the 480 MiB claim taken as true, or one pool of cores for bound ranks).
+// 59-76 ms. The model must rank direct first, which it does not where every Copy and Reduce
+// goes at the blend of the whole working set (then direct's arena is as slow as the rest), nor
+// where the cache is the 480 MiB CPUID claims (then nothing is in memory).
 TEST(Simulator, FourRanksOnTwoCoresRankDirectFirstAt64MiB) {
   topology::Topology t = cpuHost(4, 2, 7.7e9, 54e-9);
   topology::HostCpu& cpu = t.nodes[size_t(t.hostNodes()[0])].cpu;
@@ -451,18 +463,27 @@ TEST(Simulator, FourRanksOnTwoCoresRankDirectFirstAt64MiB) {
   ASSERT_TRUE(readTuning(&config).isOk());
   a.sharedBytes = config.call.sharedBytes;
   ASSERT_GT(a.sharedBytes, 0u);
-  std::map<std::string, double> time;
-  for (const char* algo : {"direct", "peer", "tree", "ring"}) {
-    const collectives::Builder* b = collectives::findBuilder(Collective::AllReduce, algo);
-    ASSERT_NE(b, nullptr) << algo;
-    ASSERT_EQ(b->refuse ? b->refuse(a) : "", "") << algo;
-    SimResult r = simulate(buildAll(b->build, a), t, o);
-    ASSERT_TRUE(r.ok) << algo << ": " << r.message;
-    time[algo] = r.time;
-  }
+  auto times = [&] {
+    std::map<std::string, double> time;
+    for (const char* algo : {"direct", "peer", "tree", "ring"}) {
+      const collectives::Builder* b = collectives::findBuilder(Collective::AllReduce, algo);
+      EXPECT_NE(b, nullptr) << algo;
+      if (b == nullptr) continue;
+      EXPECT_EQ(b->refuse ? b->refuse(a) : "", "") << algo;
+      SimResult r = simulate(buildAll(b->build, a), t, o);
+      EXPECT_TRUE(r.ok) << algo << ": " << r.message;
+      time[algo] = r.time;
+    }
+    return time;
+  };
+  std::map<std::string, double> time = times();
   for (const char* other : {"peer", "tree", "ring"})
     EXPECT_LT(time["direct"] * 1.1, time[other]) << other << " " << time[other] << " s, direct "
                                                  << time["direct"] << " s";
+  // Taking the claimed 480 MiB as the cache, the model no longer tells them apart.
+  cpu.cacheBytes = uint64_t(480) << 20;
+  time = times();
+  EXPECT_GT(time["direct"] * 1.1, std::min({time["peer"], time["tree"], time["ring"]}));
 }
 
 TEST(Simulator, SlotMessagesOfNonTemporalSizeCopyAtMemorySpeed) {
