@@ -451,12 +451,12 @@ class Simulator {
     b.touched += double(r.count) * opt_.elemSize;
   }
 
-  // Which buffers the cache holds. In a loop of like calls a buffer's bytes stay in the cache in
-  // proportion to how often they are touched: the cache is shared by the buffers in proportion to
-  // the bytes each has touched, but none holds more than its extent, and what a buffer cannot
-  // take goes to the others alike (the `direct` algorithms' arena, touched many times per byte,
-  // is all cached; large Inputs and Outputs, touched about once, share the rest). One Copy whose
-  // Input and Output are twice the cache has half of each cached, as the working-set rule would.
+  // Which buffers the cache holds: in a loop of like calls, a buffer stays cached when little
+  // else passes through the cache between two touches of its bytes, so the cache goes to the
+  // buffers touched most per byte first (the direct algorithms' arena, reused chunk after
+  // chunk), and what is left to the ones streamed once a call (large Inputs and Outputs).
+  // Buffers touched alike share what is left in proportion: one Copy whose Input and Output
+  // are twice the cache has half of each cached, as the working-set rule would have it.
   void fillCaches() {
     std::vector<uint32_t> order;
     for (uint32_t i = 0; i < cacheBuffers_.size(); ++i)
@@ -464,21 +464,22 @@ class Simulator {
     auto density = [&](uint32_t i) { return cacheBuffers_[i].touched / cacheBuffers_[i].extent; };
     std::stable_sort(order.begin(), order.end(),
                      [&](uint32_t a, uint32_t b) { return density(a) > density(b); });
-    // Per machine, the cache not yet given and the touches of the buffers not yet given theirs.
-    std::vector<double> left(hostCpu_.size(), 0), touches(hostCpu_.size(), 0);
+    std::vector<double> left(hostCpu_.size(), 0);
     for (size_t h = 0; h < hostCpu_.size(); ++h)
       if (machineOf_[h] == h && hostCpu_[h].cacheBandwidth > 0)
         left[h] = double(hostCpu_[h].cacheBytes);
-    for (uint32_t i : order) touches[cacheBuffers_[i].machine] += cacheBuffers_[i].touched;
-    // The densest first: a buffer whose share exceeds its extent is all cached and leaves the
-    // excess to the rest; from the first that is not, all get their share.
-    for (uint32_t i : order) {
-      CacheBuffer& b = cacheBuffers_[i];
-      const double share =
-          touches[b.machine] > 0 ? left[b.machine] * b.touched / touches[b.machine] : 0;
-      b.cached = std::min(1.0, share / b.extent);
-      left[b.machine] = std::max(0.0, left[b.machine] - b.cached * b.extent);
-      touches[b.machine] -= b.touched;
+    for (size_t begin = 0, end = 0; begin < order.size(); begin = end) {
+      // The buffers of one density (on any machine), and what each machine's of them need.
+      std::vector<double> need(left.size(), 0);
+      for (end = begin; end < order.size() &&
+                        density(order[end]) >= density(order[begin]) * (1 - 1e-9);
+           ++end)
+        need[cacheBuffers_[order[end]].machine] += cacheBuffers_[order[end]].extent;
+      for (size_t k = begin; k < end; ++k) {
+        CacheBuffer& b = cacheBuffers_[order[k]];
+        b.cached = std::min(1.0, left[b.machine] / need[b.machine]);
+      }
+      for (size_t m = 0; m < left.size(); ++m) left[m] = std::max(0.0, left[m] - need[m]);
     }
   }
 
