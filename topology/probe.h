@@ -73,8 +73,8 @@ constexpr int kCacheCheckRule = 2;
 // nearer the fastest's than the slowest's after it (the harmonic mean of the two rates: half
 // of it from the cache, half from memory). A rule of "half the fastest rate" never fires where
 // memory is more than half as fast as the cache (an Intel VM: 14.4 GB/s in cache, 8.1 from
-// 128 MiB on, whose claimed 480 MiB L3 would stand). Returns the last entry's size where none falls
-// below kCacheFallRatio of the fastest; 0 for no rates.
+// 128 MiB on, whose claimed 480 MiB L3 would stand). Returns the last entry's size where none
+// falls below kCacheFallRatio of the fastest; 0 for no rates.
 uint64_t cachedReach(const std::vector<CopyRate>& rates);
 
 // hwloc reads cache sizes from CPUID, which a hypervisor may fake: one VM reported each of its
