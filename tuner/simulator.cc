@@ -523,7 +523,8 @@ class Simulator {
         capacity_[size_t(hostCpuLink_[h])] =
             hostCpu_[h].cores * memBandwidth(h, hostWorkingSet_[h]);
     for (size_t k = 0; k < coreMachine_.size(); ++k)
-      capacity_[coreLinkBegin_ + k] = memBandwidth(coreMachine_[k], hostWorkingSet_[coreMachine_[k]]);
+      capacity_[coreLinkBegin_ + k] =
+          memBandwidth(coreMachine_[k], hostWorkingSet_[coreMachine_[k]]);
     for (RankCpu& rc : rankCpu_) {
       const size_t h = size_t(rc.host);
       const double workingSet = h < hostWorkingSet_.size() ? hostWorkingSet_[machineOf_[h]] : 0;
@@ -698,8 +699,9 @@ class Simulator {
     const int32_t from = topo_.ranks[size_t(a)].endpoint, to = topo_.ranks[size_t(b)].endpoint;
     // By ranks where the route depends on them: folded, or through the ranks' cores.
     const bool cores = coreLink_[size_t(a)] >= 0 || coreLink_[size_t(b)] >= 0;
-    const uint64_t key = fold_ != nullptr || cores ? (uint64_t(uint32_t(a)) << 32) | uint32_t(b)
-                                                   : (uint64_t(uint32_t(from)) << 32) | uint32_t(to);
+    const uint64_t key = fold_ != nullptr || cores
+                             ? (uint64_t(uint32_t(a)) << 32) | uint32_t(b)
+                             : (uint64_t(uint32_t(from)) << 32) | uint32_t(to);
     auto [it, added] =
         routeIndex_.emplace(key | (cores && singleCopy ? 1ull << 63 : 0), uint32_t(routes_.size()));
     if (added) {
@@ -1002,9 +1004,11 @@ class Simulator {
     // part adds.
     const double peerCopies =
         rc.cpu.peerReadCopies > 0 && !opt_.peersMapped ? rc.cpu.peerReadCopies : 1;
-    const double copies = (s.peerRead ? peerCopies + s.dirty * rc.cpu.dirtyReadCopies : 1) *
-                              localCopies(rc, s) +
-                          (s.kernelReads > 0 && s.kind == StepKind::Reduce ? bounceReduce(rc, s) : 0);
+    const double bounce =
+        s.kernelReads > 0 && s.kind == StepKind::Reduce ? bounceReduce(rc, s) : 0;
+    const double copies =
+        (s.peerRead ? peerCopies + s.dirty * rc.cpu.dirtyReadCopies : 1) * localCopies(rc, s) +
+        bounce;
     const double bytes = w.slice == kBookkeeping ? bookkeepingTime(rc, s) * rc.bandwidth
                          : s.free                ? 0
                                                  : double(sliceBytes(s, w.slice)) * copies;
