@@ -313,9 +313,10 @@ Status loadHostCache(const std::string& dir, const std::string& signature, HostC
     }
     if (doc.contains("memory")) {
       const json& m = doc.at("memory");
-      // Figures from before the memory measurement checked hwloc's cache claim (cacheChecked)
-      // were measured with a size the claim may have made up: measured again.
-      if (m.value("cacheChecked", false))
+      // Figures from before the memory measurement checked hwloc's cache claim (cacheChecked),
+      // or checked it by another rule than cachedReach's (cacheRule), were measured with a size
+      // the claim may have made up: measured again.
+      if (m.value("cacheChecked", false) && m.value("cacheRule", 1) == kCacheCheckRule)
         cache.memory = {m.at("cacheBandwidth").get<double>(), m.at("memBandwidth").get<double>(),
                         m.at("kernelReadCopies").get<double>(),
                         m.at("kernelReadOverhead").get<double>(), m.value("cacheBytes", uint64_t(0))};
@@ -379,7 +380,8 @@ Status saveHostCache(const std::string& dir, const HostCache& cache) {
                      {"kernelReadCopies", cache.memory.kernelReadCopies},
                      {"kernelReadOverhead", cache.memory.kernelReadOverhead},
                      {"cacheBytes", cache.memory.cacheBytes},
-                     {"cacheChecked", true}};
+                     {"cacheChecked", true},
+                     {"cacheRule", kCacheCheckRule}};
   return writeFileAtomically(hostCachePath(dir, cache.signature), doc.dump(1) + "\n");
 }
 

@@ -209,11 +209,18 @@ bool kernelRead(char* dst, const char* src, size_t bytes) {
 }  // namespace
 
 uint64_t cachedReach(const std::vector<CopyRate>& rates) {
-  // The fastest set is surely cached (the first can be slow: a cold core, pages settling).
-  auto peak = std::max_element(rates.begin(), rates.end(),
-                               [](const CopyRate& a, const CopyRate& b) { return a.rate < b.rate; });
+  auto byRate = [](const CopyRate& a, const CopyRate& b) { return a.rate < b.rate; };
+  // The fastest set is surely cached (the first can be slow: a cold core, pages settling), and
+  // the slowest after it the nearest to memory's speed.
+  auto peak = std::max_element(rates.begin(), rates.end(), byRate);
+  if (peak == rates.end()) return 0;
+  const double slowest = std::min_element(peak, rates.end(), byRate)->rate;
+  if (slowest > kCacheFallRatio * peak->rate) return rates.back().bytes;  // no fall seen
+  // A set is within reach while its time per byte is nearer the cache's than memory's: by the
+  // simulator's rule (time per byte f/cache + (1 - f)/memory) at least half of it was cached.
+  const double threshold = 2 / (1 / peak->rate + 1 / slowest);
   uint64_t reach = 0;
-  for (auto r = peak; r != rates.end() && r->rate >= peak->rate / 2; ++r) reach = r->bytes;
+  for (auto r = peak; r != rates.end() && r->rate >= threshold; ++r) reach = r->bytes;
   return reach;
 }
 

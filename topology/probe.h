@@ -62,9 +62,19 @@ struct CopyRate {
   double rate = 0;
 };
 
-// The largest working set of `rates` (ascending) from the fastest on that is still copied at
-// least half as fast as the fastest: where the rate falls to half, the data came from memory.
-// Returns the last entry's size where none falls that far; 0 for no rates.
+// A copy rate at most this fraction of the fastest is a fall out of the cache; nearer, the
+// difference is what a busy core's best-of-three can show.
+constexpr double kCacheFallRatio = 0.75;
+// The rule of cachedReach that memory figures in the host cache were found by; figures filed
+// under another are measured again.
+constexpr int kCacheCheckRule = 2;
+
+// The largest working set of `rates` (ascending), from the fastest on, whose time per byte is
+// nearer the fastest's than the slowest's after it (the harmonic mean of the two rates: half
+// of it from the cache, half from memory). A rule of "half the fastest rate" never fires where
+// memory is more than half as fast as the cache (an Intel VM: 14.4 GB/s in cache, 8.1 from
+// 128 MiB on, whose claimed 480 MiB L3 would stand). Returns the last entry's size where none
+// falls below kCacheFallRatio of the fastest; 0 for no rates.
 uint64_t cachedReach(const std::vector<CopyRate>& rates);
 
 // hwloc reads cache sizes from CPUID, which a hypervisor may fake: one VM reported each of its

@@ -7,6 +7,7 @@
 #include "tuner/simulator.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <deque>
 #include <map>
@@ -70,6 +71,9 @@ struct SimStep {
   // Whether the rank's CPU has done the step's bookkeeping (HostCpu::stepOverhead): until then
   // not even its first slice may start.
   uint8_t admission = 0;  // kAdmitted, kNeedsAdmission or kAdmissionQueued
+  // A Copy or Reduce that costs bytes: its source's and destination's buffers
+  // (Simulator::localBuffers_), whose share of the cache prices it.
+  uint32_t buffers = kNone;
 };
 constexpr uint8_t kAdmitted = 0, kNeedsAdmission = 1, kAdmissionQueued = 2;
 
@@ -78,6 +82,9 @@ constexpr uint8_t kAdmitted = 0, kNeedsAdmission = 1, kAdmissionQueued = 2;
 struct Connection {
   int32_t src = 0, dst = 0, lane = 0;
   uint32_t route = 0;
+  // The route of its single-copy messages (SimOptions::singleCopyBytes): route, but where the
+  // ranks are bound to cores the receiver's core makes all of the copy.
+  uint32_t singleRoute = 0;
   double extraLatency = 0;  // beyond its route's: HostCpu::sharedCoreLatency, or 0
   std::vector<uint32_t> sends, recvs;  // step indices, in lane order
   uint32_t headMsg = 0, deliverMsg = 0;
@@ -89,7 +96,8 @@ struct Route {
   std::vector<int32_t> links;
   double latency = 0;
   // The fast path: per link, the links of its class that one crossing of it stands for
-  // (RankSymmetry::linkScale, summed where the route crosses two of a class); empty: 1 each.
+  // (RankSymmetry::linkScale, summed where the route crosses two of a class); on a core's CPU
+  // resource, the share of the message's copies that core makes; empty: 1 each.
   std::vector<double> weights;
   double cpuWeight = 1;  // CPU bytes per byte, for a message the host's cores copy
   bool cpuCopy = false;  // the host's cores copy it (an shm message)
@@ -185,6 +193,12 @@ class Simulator {
     const int32_t host = rankCpu_[size_t(rank)].host;
     for (const auto& [buf, elems] : extent)
       if (host >= 0) hostWorkingSet_[machineOf_[size_t(host)]] += double(elems) * opt_.elemSize;
+    if (cacheModelled(rank)) {
+      for (const Lane& lane : plan.lanes)
+        for (const Step& s : lane.steps)
+          for (const Region* r : {&s.src, &s.dst})
+            if (r->count > 0) touchBuffer(rank, *r);
+    }
     rankLaneBegin_.push_back(uint32_t(laneBegin_.size()));
     return Status::ok();
   }
@@ -313,23 +327,14 @@ class Simulator {
         capacity_.push_back(0);
       }
     }
-    // Where a machine's ranks outnumber its cores and sharing one costs (sharedCoreLatency),
-    // the core each rank runs on as LOOM_BIND places them: the machine's i-th rank (its hosts'
-    // ranks together, in rank order) on core i mod cores.
+    // Each rank's place among its machine's ranks, for the cores LOOM_BIND gives them.
     std::vector<int> machineRanks(hostCpu_.size(), 0), localIndex(size_t(nranks_), -1);
     for (int r = 0; r < nranks_; ++r) {
       const int32_t host = topo_.ranks[size_t(r)].host;
       if (host >= 0 && size_t(host) < hostCpu_.size())
         localIndex[size_t(r)] = machineRanks[machineOf_[size_t(host)]]++;
     }
-    coreOf_.assign(size_t(nranks_), -1);
-    for (int r = 0; r < nranks_; ++r) {
-      if (localIndex[size_t(r)] < 0) continue;
-      const size_t host = size_t(topo_.ranks[size_t(r)].host);
-      const topology::HostCpu& cpu = hostCpu_[host];
-      if (cpu.sharedCoreLatency > 0 && cpu.cores > 0 && machineRanks[machineOf_[host]] > cpu.cores)
-        coreOf_[size_t(r)] = localIndex[size_t(r)] % cpu.cores;
-    }
+    addCoreResources(machineRanks, localIndex);
     rankCpu_.resize(size_t(nranks_));
     for (int r = 0; r < nranks_; ++r) {
       const int32_t host = topo_.ranks[size_t(r)].host;
@@ -340,6 +345,7 @@ class Simulator {
       Route route;
       route.links.push_back(int32_t(capacity_.size()));
       capacity_.push_back(0);
+      if (coreLink_[size_t(r)] >= 0) route.links.push_back(coreLink_[size_t(r)]);
       if (rc.host >= 0 && hostCpuLink_[size_t(host)] >= 0)
         route.links.push_back(hostCpuLink_[size_t(host)]);
       rc.route = uint32_t(routes_.size());
@@ -353,6 +359,32 @@ class Simulator {
     capLeft_.assign(n, 0);
     unfixed_.assign(n, 0);
     weightLeft_.assign(n, 0);
+  }
+
+  // Where a machine's ranks outnumber its cores, LOOM_BIND binds its i-th rank (its hosts'
+  // ranks together, in rank order) to core i mod cores: coreOf_ says which, and where the host's
+  // CPU is modelled each core is a CPU resource of its own (coreLink_).
+  void addCoreResources(const std::vector<int>& machineRanks, const std::vector<int>& localIndex) {
+    coreOf_.assign(size_t(nranks_), -1);
+    coreLink_.assign(size_t(nranks_), -1);
+    std::vector<int32_t> firstCoreLink(hostCpu_.size(), -1);
+    for (int r = 0; r < nranks_; ++r) {
+      if (localIndex[size_t(r)] < 0) continue;
+      const size_t host = size_t(topo_.ranks[size_t(r)].host), m = machineOf_[host];
+      const topology::HostCpu& cpu = hostCpu_[host];
+      if (cpu.cores <= 0 || machineRanks[m] <= cpu.cores) continue;
+      coreOf_[size_t(r)] = localIndex[size_t(r)] % cpu.cores;
+      // Bound ranks share their own core, not the machine's: two busy ranks on core 0 get half
+      // of it each while core 1 idles (docs/SIMULATOR.md, "Ranks that share a core").
+      if (hostCpuLink_[m] < 0) continue;
+      if (firstCoreLink[m] < 0) {
+        if (coreMachine_.empty()) coreLinkBegin_ = capacity_.size();
+        firstCoreLink[m] = int32_t(capacity_.size());
+        coreMachine_.insert(coreMachine_.end(), size_t(cpu.cores), m);
+        capacity_.resize(capacity_.size() + size_t(cpu.cores), 0);
+      }
+      coreLink_[size_t(r)] = firstCoreLink[m] + coreOf_[size_t(r)];
+    }
   }
 
   // Bytes/s of one core of host h (size_t(-1): a rank without a host) for a call whose ranks
@@ -388,12 +420,111 @@ class Simulator {
     return r;
   }
 
+  // ---- What the cache holds --------------------------------------------------------------------
+
+  // Whether rank's host models a cache (HostCpu::cacheBytes and cacheBandwidth): only then do
+  // its buffers' cached shares price its work.
+  bool cacheModelled(int rank) const {
+    const int32_t h = rankCpu_[size_t(rank)].host;
+    return h >= 0 && copyRates(size_t(h), 0).cached > 0;
+  }
+
+  // The buffer that rank's `buf` names, one per piece of memory: a peer's Input is that peer's,
+  // and the host's Shared arena is one for all its ranks.
+  uint32_t bufferOf(int rank, uint32_t buf) {
+    const int32_t host = rankCpu_[size_t(rank)].host;
+    int64_t owner = rank;
+    if (collectives::isPeerBuffer(buf)) {
+      owner = collectives::peerBufferRank(buf);
+      buf = collectives::peerBufferKind(buf);
+    } else if (buf == collectives::kShared) {
+      owner = -1 - int64_t(host);
+    }
+    const uint64_t key = (uint64_t(uint32_t(int32_t(owner))) << 32) | buf;
+    auto [it, added] = cacheBufferIndex_.emplace(key, uint32_t(cacheBuffers_.size()));
+    if (added) cacheBuffers_.push_back({host >= 0 ? machineOf_[size_t(host)] : 0});
+    return it->second;
+  }
+  void touchBuffer(int rank, const Region& r) {
+    CacheBuffer& b = cacheBuffers_[bufferOf(rank, r.buf)];
+    b.extent = std::max(b.extent, double(r.offset + r.count) * opt_.elemSize);
+    b.touched += double(r.count) * opt_.elemSize;
+  }
+
+  // Which buffers the cache holds: in a loop of like calls, a buffer stays cached when little
+  // else passes through the cache between two touches of its bytes, so the cache goes to the
+  // buffers touched most per byte first (the direct algorithms' arena, reused chunk after
+  // chunk), and what is left to the ones streamed once a call (large Inputs and Outputs).
+  // Buffers touched alike share what is left in proportion: one Copy whose Input and Output
+  // are twice the cache has half of each cached, as the working-set rule would have it.
+  void fillCaches() {
+    std::vector<uint32_t> order;
+    for (uint32_t i = 0; i < cacheBuffers_.size(); ++i)
+      if (cacheBuffers_[i].extent > 0) order.push_back(i);
+    auto density = [&](uint32_t i) { return cacheBuffers_[i].touched / cacheBuffers_[i].extent; };
+    std::stable_sort(order.begin(), order.end(),
+                     [&](uint32_t a, uint32_t b) { return density(a) > density(b); });
+    std::vector<double> left(hostCpu_.size(), 0);
+    for (size_t h = 0; h < hostCpu_.size(); ++h)
+      if (machineOf_[h] == h && hostCpu_[h].cacheBandwidth > 0)
+        left[h] = double(hostCpu_[h].cacheBytes);
+    for (size_t begin = 0, end = 0; begin < order.size(); begin = end) {
+      // The buffers of one density (on any machine), and what each machine's of them need.
+      std::vector<double> need(left.size(), 0);
+      for (end = begin; end < order.size() &&
+                        density(order[end]) >= density(order[begin]) * (1 - 1e-9);
+           ++end)
+        need[cacheBuffers_[order[end]].machine] += cacheBuffers_[order[end]].extent;
+      for (size_t k = begin; k < end; ++k) {
+        CacheBuffer& b = cacheBuffers_[order[k]];
+        b.cached = std::min(1.0, left[b.machine] / need[b.machine]);
+      }
+      for (size_t m = 0; m < left.size(); ++m) left[m] = std::max(0.0, left[m] - need[m]);
+    }
+  }
+
+  // What one byte of a Copy or Reduce costs, in bytes of rc's core at this call's rate
+  // (RankCpu::bandwidth): a byte copied reads its source and reads and writes its
+  // destination, so a third of the time goes with the source's cached share and two thirds with
+  // the destination's. A streamed destination is written without being read, so its part from
+  // memory costs (3 streamingCopies - 1) / 2 of a plain one: 2/3 of a plain copy in all where
+  // nothing is cached.
+  double localCopies(const RankCpu& rc, const SimStep& s) const {
+    if (s.buffers == kNone || rc.bandwidth <= 0) return s.streamed ? rc.streamedCopies : 1;
+    const auto [src, dst] = localBuffers_[s.buffers];
+    const double dstMemory = s.streamed ? (3 * bufferRates(rc, src).streaming - 1) / 2 : 1;
+    return (bufferRates(rc, src).secondsPerByte(1) +
+            2 * bufferRates(rc, dst).secondsPerByte(dstMemory)) /
+           3 * rc.bandwidth;
+  }
+  // rc's copy rates for buffer b: its cached share where the host models a cache.
+  CopyRates bufferRates(const RankCpu& rc, uint32_t b) const {
+    CopyRates r = copyRates(size_t(rc.host), 0);
+    if (r.cached > 0) r.cached = cacheBuffers_[b].cached;
+    return r;
+  }
+
+  // A Reduce of an unmapped peer's data reads it through the kernel into a bounce buffer
+  // (collectives/executor.cc), then combines the bounce, which is in the cache, into its
+  // destination: one more pass, priced as localCopies prices one with a cached source.
+  double bounceReduce(const RankCpu& rc, const SimStep& s) const {
+    if (s.buffers == kNone || rc.bandwidth <= 0) return 1;
+    const CopyRates bounce = copyRates(size_t(rc.host), 0);  // all cached, if a cache is modelled
+    return (bounce.secondsPerByte(1) +
+            2 * bufferRates(rc, localBuffers_[s.buffers][1]).secondsPerByte(1)) /
+           3 * rc.bandwidth;
+  }
+
   // The CPU resources' capacities for this call (addCpuResources made them).
   void sizeCpuResources() {
+    fillCaches();
     for (size_t h = 0; h < hostCpuLink_.size(); ++h)
       if (hostCpuLink_[h] >= 0 && machineOf_[h] == h)
         capacity_[size_t(hostCpuLink_[h])] =
             hostCpu_[h].cores * memBandwidth(h, hostWorkingSet_[h]);
+    for (size_t k = 0; k < coreMachine_.size(); ++k)
+      capacity_[coreLinkBegin_ + k] =
+          memBandwidth(coreMachine_[k], hostWorkingSet_[coreMachine_[k]]);
     for (RankCpu& rc : rankCpu_) {
       const size_t h = size_t(rc.host);
       const double workingSet = h < hostWorkingSet_.size() ? hostWorkingSet_[machineOf_[h]] : 0;
@@ -450,6 +581,10 @@ class Simulator {
           ss.dirty = dirtyFraction(collectives::peerBufferRank(s.src.buf), ss.count, ss.count);
         ss.streamed = finals[i] && !ss.free && (!ss.peerRead || opt_.peersMapped) &&
                       ss.count * opt_.elemSize >= collectives::kStreamingCopyBytes;
+        if (!ss.free && cacheModelled(rank)) {
+          ss.buffers = uint32_t(localBuffers_.size());
+          localBuffers_.push_back({bufferOf(rank, s.src.buf), bufferOf(rank, s.dst.buf)});
+        }
       } else if (s.kind == StepKind::Barrier) {
         if (lane != 0)
           return errorf(loomInvalidArgument, "rank %d lane %d step %zu: a Barrier off lane 0", rank,
@@ -539,7 +674,8 @@ class Simulator {
       c.src = src;
       c.dst = dst;
       c.lane = lane;
-      c.route = routeBetween(src, realDst);
+      c.route = routeBetween(src, realDst, false);
+      c.singleRoute = routeBetween(src, realDst, true);
       c.extraLatency = sharedCoreLatency(src, realDst);
       conns_.push_back(std::move(c));
     }
@@ -559,11 +695,15 @@ class Simulator {
 
   // The route from rank a to rank b, made once per pair of endpoints (folded: per pair of
   // ranks, as it stands for the pair's orbit).
-  uint32_t routeBetween(int a, int b) {
+  uint32_t routeBetween(int a, int b, bool singleCopy) {
     const int32_t from = topo_.ranks[size_t(a)].endpoint, to = topo_.ranks[size_t(b)].endpoint;
-    uint64_t key = fold_ == nullptr ? (uint64_t(uint32_t(from)) << 32) | uint32_t(to)
-                                    : (uint64_t(uint32_t(a)) << 32) | uint32_t(b);
-    auto [it, added] = routeIndex_.emplace(key, uint32_t(routes_.size()));
+    // By ranks where the route depends on them: folded, or through the ranks' cores.
+    const bool cores = coreLink_[size_t(a)] >= 0 || coreLink_[size_t(b)] >= 0;
+    const uint64_t key = fold_ != nullptr || cores
+                             ? (uint64_t(uint32_t(a)) << 32) | uint32_t(b)
+                             : (uint64_t(uint32_t(from)) << 32) | uint32_t(to);
+    auto [it, added] =
+        routeIndex_.emplace(key | (cores && singleCopy ? 1ull << 63 : 0), uint32_t(routes_.size()));
     if (added) {
       Route r;
       if (fold_ != nullptr) {
@@ -577,6 +717,7 @@ class Simulator {
         if (r.links.empty()) missingRoute_ = {from, to};
       }
       if (int32_t cpu = cpuLinkOfCopy(from, to); cpu >= 0 && !r.links.empty()) {
+        addCores(&r, a, b, singleCopy);
         r.links.push_back(cpu);
         if (!r.weights.empty()) r.weights.push_back(1);
         r.cpuCopy = true;
@@ -586,6 +727,25 @@ class Simulator {
       routes_.push_back(std::move(r));
     }
     return it->second;
+  }
+
+  // Where ranks are bound to cores, a message's copies are made on the cores of the threads
+  // that make them: the slot path's copy in by the sender, its copy out by the receiver (half
+  // each), a single-copy message's read by the receiver alone.
+  void addCores(Route* r, int a, int b, bool singleCopy) const {
+    const int32_t mine = coreLink_[size_t(a)], theirs = coreLink_[size_t(b)];
+    std::vector<std::pair<int32_t, double>> cores;
+    if (singleCopy || mine == theirs) {
+      if (theirs >= 0) cores.push_back({theirs, 1});
+    } else {
+      if (mine >= 0) cores.push_back({mine, 0.5});
+      if (theirs >= 0) cores.push_back({theirs, 0.5});
+    }
+    for (auto [link, share] : cores) {
+      if (r->weights.empty() && share != 1) r->weights.assign(r->links.size(), 1);
+      r->links.push_back(link);
+      if (!r->weights.empty()) r->weights.push_back(share);
+    }
   }
 
   // Folded, the route from a to b stands for the M routes of its orbit, g·a to g·b for every
@@ -634,18 +794,18 @@ class Simulator {
     return vary;
   }
 
-  // What flow f takes of link l per byte it moves: its CPU weight on a CPU resource, on a
-  // folded route its link's weight, else 1.
+  // What flow f takes of link l per byte it moves: its link's weight on its route (folded: the
+  // links of a class it stands for; a core: its share of the copies), else 1, times its CPU
+  // weight on a CPU resource.
   double weightOn(const Flow& f, int32_t l) const {
-    if (size_t(l) >= topo_.links.size()) return f.cpuWeight;
     const Route& r = routes_[f.route];
-    if (r.weights.empty()) return 1;
-    return r.weights[size_t(std::find(r.links.begin(), r.links.end(), l) - r.links.begin())];
+    if (r.weights.empty()) return size_t(l) >= topo_.links.size() ? f.cpuWeight : 1;
+    return weightAt(f, size_t(std::find(r.links.begin(), r.links.end(), l) - r.links.begin()));
   }
   double weightAt(const Flow& f, size_t i) const {
     const Route& r = routes_[f.route];
-    if (size_t(r.links[i]) >= topo_.links.size()) return f.cpuWeight;
-    return r.weights.empty() ? 1 : r.weights[i];
+    const double w = r.weights.empty() ? 1 : r.weights[i];
+    return size_t(r.links[i]) >= topo_.links.size() ? w * f.cpuWeight : w;
   }
 
   // Records, for step g, the earlier steps of its lane it conflicts with and, for each of its
@@ -844,8 +1004,11 @@ class Simulator {
     // part adds.
     const double peerCopies =
         rc.cpu.peerReadCopies > 0 && !opt_.peersMapped ? rc.cpu.peerReadCopies : 1;
-    const double copies = (s.peerRead ? peerCopies + s.dirty * rc.cpu.dirtyReadCopies : 1) *
-                          (s.streamed ? rc.streamedCopies : 1);
+    const double bounce =
+        s.kernelReads > 0 && s.kind == StepKind::Reduce ? bounceReduce(rc, s) : 0;
+    const double copies =
+        (s.peerRead ? peerCopies + s.dirty * rc.cpu.dirtyReadCopies : 1) * localCopies(rc, s) +
+        bounce;
     const double bytes = w.slice == kBookkeeping ? bookkeepingTime(rc, s) * rc.bandwidth
                          : s.free                ? 0
                                                  : double(sliceBytes(s, w.slice)) * copies;
@@ -919,6 +1082,11 @@ class Simulator {
            send.dirty * reader.dirtyReadCopies;
   }
 
+  // The route of the connection's next slice: a single-copy message's, or the slot path's.
+  uint32_t headRoute(const Connection& c) const {
+    return steps_[c.sends[c.headMsg]].singleCopy ? c.singleRoute : c.route;
+  }
+
   // Starts the connection's next slice when its send and its receive both may touch it.
   void tryStart(uint32_t ci) {
     Connection& c = conns_[ci];
@@ -926,11 +1094,12 @@ class Simulator {
     c.busy = true;
     ++flowsStarted_;
     const uint64_t bytes = sliceBytes(steps_[c.sends[c.headMsg]], c.headSlice);
-    const Route& route = routes_[c.route];
+    const uint32_t routeIndex = headRoute(c);
+    const Route& route = routes_[routeIndex];
     const double weight = headWeight(c);
     uint32_t f = allocFlow();
     Flow& fl = flows_[f];
-    fl.route = c.route;
+    fl.route = routeIndex;
     fl.owner = ci;
     fl.local = false;
     fl.cpuWeight = weight;
@@ -961,7 +1130,7 @@ class Simulator {
     Connection& c = conns_[fl.owner];
     if (!headReady(c) || routes_[fl.route].links.empty() || fl.rate <= 0) return false;
     const uint64_t bytes = sliceBytes(steps_[c.sends[c.headMsg]], c.headSlice);
-    if (bytes == 0 || headWeight(c) != fl.cpuWeight) return false;
+    if (bytes == 0 || headWeight(c) != fl.cpuWeight || headRoute(c) != fl.route) return false;
     c.busy = true;
     ++flowsStarted_;
     for (size_t i = 0; i < routes_[fl.route].links.size(); ++i)
@@ -1166,7 +1335,20 @@ class Simulator {
   std::vector<RankCpu> rankCpu_;
   std::vector<topology::HostCpu> hostCpu_;  // per host
   std::vector<int32_t> hostCpuLink_;        // per host: its CPU resource, -1 when not modelled
-  std::vector<int32_t> coreOf_;             // per rank: its core (sharedCoreLatency), else -1
+  std::vector<int32_t> coreOf_;    // per rank: its core where its machine's ranks outnumber them
+  std::vector<int32_t> coreLink_;  // per rank: that core's CPU resource, else -1
+  std::vector<size_t> coreMachine_;  // per core resource (in link order): its machine
+  size_t coreLinkBegin_ = 0;         // the first core resource's link
+  // The buffers the ranks' plans touch, one per piece of memory (bufferOf), and per Copy or
+  // Reduce its source's and destination's.
+  struct CacheBuffer {
+    size_t machine = 0;
+    double extent = 0, touched = 0;  // bytes
+    double cached = 0;               // the share of it the cache holds (fillCaches)
+  };
+  std::vector<CacheBuffer> cacheBuffers_;
+  std::unordered_map<uint64_t, uint32_t> cacheBufferIndex_;
+  std::vector<std::array<uint32_t, 2>> localBuffers_;
   std::vector<size_t> machineOf_;           // per host: the first host of its machine
   std::vector<double> hostWorkingSet_;      // per machine (its first host): bytes its ranks' plans touch
   // Per link, the topology's links first, then the CPU resources (addCpuResources).

@@ -15,6 +15,7 @@
 #include "topology/analysis.h"
 #include "topology/builders.h"
 #include "topology/discover.h"
+#include "topology/probe.h"
 
 namespace loom::topology {
 namespace {
@@ -392,7 +393,8 @@ TEST_F(HostCacheTest, EntriesWithUncheckedCachesAreProbedAgain) {
 }
 
 // Memory figures filed before the memory measurement checked hwloc's cache claim (their own
-// "cacheChecked") were measured with working sets the claim sized: they are measured again.
+// "cacheChecked"), or checked by another rule of cachedReach ("cacheRule"), were measured with
+// working sets the claim sized: they are measured again.
 TEST_F(HostCacheTest, MemoryFiguresWithoutTheCacheCheckAreMeasuredAgain) {
   std::string sig = hostSignature("testhost", 10);
   std::filesystem::create_directories(dir_);
@@ -403,12 +405,25 @@ TEST_F(HostCacheTest, MemoryFiguresWithoutTheCacheCheckAreMeasuredAgain) {
   HostCache old;
   ASSERT_TRUE(loadHostCache(dir_, sig, &old).isOk());
   EXPECT_FALSE(old.memory.known());
+  // Checked by the rule before the harmonic mean's (no "cacheRule"): measured again.
   std::ofstream(hostCachePath(dir_, sig))
       << head << R"(, "cacheBytes": 33554432, "cacheChecked": true}})";
+  HostCache earlierRule;
+  ASSERT_TRUE(loadHostCache(dir_, sig, &earlierRule).isOk());
+  EXPECT_FALSE(earlierRule.memory.known());
+  std::ofstream(hostCachePath(dir_, sig))
+      << head << R"(, "cacheBytes": 33554432, "cacheChecked": true, "cacheRule": )"
+      << kCacheCheckRule << "}}";
   HostCache checked;
   ASSERT_TRUE(loadHostCache(dir_, sig, &checked).isOk());
   EXPECT_TRUE(checked.memory.known());
   EXPECT_EQ(checked.memory.cacheBytes, 32u << 20);
+  // Saved, it says its rule, and loads back as it was.
+  ASSERT_TRUE(saveHostCache(dir_, checked).isOk());
+  HostCache again;
+  ASSERT_TRUE(loadHostCache(dir_, sig, &again).isOk());
+  EXPECT_TRUE(again.memory.known());
+  EXPECT_EQ(again.memory.cacheBytes, 32u << 20);
 }
 
 TEST_F(HostCacheTest, MalformedFilesAndUnwritableDirectoriesAreReported) {

@@ -113,7 +113,7 @@ TEST(TopologyProbe, PrivateCacheIsTheOutermostCacheEveryCoreHas) {
   EXPECT_EQ(privateCacheOf(info), 0u);
 }
 
-TEST(TopologyProbe, CachedReachIsTheLastWorkingSetAtHalfThePeakRate) {
+TEST(TopologyProbe, CachedReachIsTheLastWorkingSetNearerTheCacheRateThanMemorys) {
   const uint64_t MiB = 1 << 20;
   // A 32 MiB cache: 38 GB/s up to its size, memory's 14 GB/s beyond.
   EXPECT_EQ(cachedReach({{4 * MiB, 38e9}, {8 * MiB, 37e9}, {16 * MiB, 36e9}, {32 * MiB, 25e9},
@@ -127,6 +127,21 @@ TEST(TopologyProbe, CachedReachIsTheLastWorkingSetAtHalfThePeakRate) {
   EXPECT_EQ(cachedReach({{4 * MiB, 19e9}, {8 * MiB, 44e9}, {16 * MiB, 34e9}, {32 * MiB, 15e9},
                          {64 * MiB, 13e9}}),
             16 * MiB);
+  // Memory more than half as fast as the cache (a 2-vCPU Intel VM claiming a 480 MiB L3):
+  // 14.4 GB/s up to 64 MiB, 8.1 GB/s from 128 MiB. The threshold is the harmonic mean of the
+  // fastest and slowest rates (10.4 GB/s), where half of a set's bytes come from memory.
+  const std::vector<CopyRate> intelVm = {{4 * MiB, 14.4e9},  {8 * MiB, 14.4e9},
+                                         {16 * MiB, 14.3e9}, {32 * MiB, 14.6e9},
+                                         {64 * MiB, 13.3e9}, {128 * MiB, 8.1e9}};
+  EXPECT_EQ(cachedReach(intelVm), 64 * MiB);
+  // Just above and below the harmonic mean at 64 MiB.
+  std::vector<CopyRate> edge = intelVm;
+  edge[4].rate = 10.5e9;
+  EXPECT_EQ(cachedReach(edge), 64 * MiB);
+  edge[4].rate = 10.3e9;
+  EXPECT_EQ(cachedReach(edge), 32 * MiB);
+  // A dip of less than a quarter is no fall: the claim stands.
+  EXPECT_EQ(cachedReach({{4 * MiB, 14.4e9}, {8 * MiB, 14.4e9}, {16 * MiB, 11.1e9}}), 16 * MiB);
   EXPECT_EQ(cachedReach({}), 0u);
 }
 
