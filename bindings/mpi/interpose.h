@@ -57,7 +57,8 @@ struct Issue {
  *  (as admit counts them) on `ranks` ranks, by the name of loom's plan that runs it. */
 const char* mpiAlgorithm(Call call, size_t bytes, int ranks);
 /** Whether call, of `bytes`, runs on loom: loom's model prices loom's plan for it (issue on
- *  comm) at least LOOM_MPI_MODEL_MARGIN percent faster than MPI's own algorithm
+ *  comm), plus LOOM_MPI_MODEL_CALL_NS, at least LOOM_MPI_MODEL_MARGIN percent faster than
+ *  MPI's own algorithm
  *  (mpiAlgorithm) on the same model. A pure function of the communicator's model, which
  *  every rank holds alike, and of the size, so every rank decides alike; kept per thread,
  *  communicator, call and size. Where the model cannot price one of them, loom runs the call

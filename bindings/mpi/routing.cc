@@ -21,6 +21,11 @@ constexpr size_t kFallbackMinBytes = 4096;
 // LOOM_MPI_MODEL_MARGIN's default, in percent: the model's error on the netns testbed is
 // ~4% median, and a call that loom's plan saves less on than that is MPI's to run.
 constexpr size_t kDefaultMarginPercent = 10;
+// LOOM_MPI_MODEL_CALL_NS's default: what a call on loom costs beyond what the model prices
+// (the interposer's routing, loom's call entry). On 2 ranks of one host loom's 32-128 B
+// allreduce took 0.5-0.7 us where the model priced loom's plan and MPI's alike at ~0.4 us, and
+// Open MPI took 0.4 us.
+constexpr size_t kDefaultCallNs = 300;
 
 const char* const kCallNames[] = {"MPI_Allreduce", "MPI_Reduce", "MPI_Bcast", "MPI_Allgather",
                                   "MPI_Reduce_scatter_block", "MPI_Alltoall", "MPI_Alltoallv",
@@ -134,13 +139,14 @@ double priced(loomComm_t comm, const Issue& issue, const char* algorithm) {
 
 bool decide(loomComm_t comm, Call call, size_t bytes, const Issue& issue) {
   static const size_t margin = knob("LOOM_MPI_MODEL_MARGIN", kDefaultMarginPercent);
+  static const double callUs = double(knob("LOOM_MPI_MODEL_CALL_NS", kDefaultCallNs)) * 1e-3;
   int ranks = 0;
   loomCommCount(comm, &ranks);
   const char* theirs = mpiAlgorithm(call, bytes, ranks);
   const double loomUs = priced(comm, issue, nullptr);
   const double mpiUs = theirs == nullptr ? -1.0 : priced(comm, issue, theirs);
   const bool priceable = loomUs >= 0 && mpiUs >= 0;
-  const bool onLoom = priceable ? mpiUs >= loomUs * (1.0 + double(margin) / 100.0)
+  const bool onLoom = priceable ? mpiUs >= (loomUs + callUs) * (1.0 + double(margin) / 100.0)
                                 : bytes >= kFallbackMinBytes;
   char line[256];
   std::snprintf(line, sizeof(line), "%s of %zu B on %d ranks: loom's plan %.1f us, MPI's %s %.1f us "
