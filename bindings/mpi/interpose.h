@@ -60,10 +60,12 @@ const char* mpiAlgorithm(Call call, size_t bytes, int ranks);
  *  comm), plus LOOM_MPI_MODEL_CALL_NS, at least LOOM_MPI_MODEL_MARGIN percent faster than
  *  MPI's own algorithm
  *  (mpiAlgorithm) on the same model. A pure function of the communicator's model, which
- *  every rank holds alike, and of the size, so every rank decides alike; kept per thread,
- *  communicator, call and size. Where the model cannot price one of them, loom runs the call
+ *  every rank holds alike, and of the size, so every rank decides alike; kept per
+ *  communicator, call and size until forgetDecisions. Where the model cannot price one of them, loom runs the call
  *  from the old default threshold (4 KiB) up. */
 bool modelPrefersLoom(loomComm_t comm, Call call, size_t bytes, const Issue& issue);
+/** Drops comm's decisions (before comm is destroyed). */
+void forgetDecisions(loomComm_t comm);
 /** Counts the call and logs (LOOM_DEBUG=INFO) its first of each (call, route). */
 void note(Call call, Route route);
 /** A loom call's result as MPI's error code; on failure loom's message goes to stderr. */

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 
@@ -159,16 +161,36 @@ bool decide(loomComm_t comm, Call call, size_t bytes, const Issue& issue) {
 
 }  // namespace
 
+namespace {
+
+// The decisions made, by communicator, call and size; a communicator's go before it is
+// destroyed (forgetDecisions), so that one made later at its address decides afresh, as its
+// peers, whose addresses differ, do.
+std::mutex gDecidedMutex;
+std::unordered_map<DecisionKey, bool, DecisionHash>& gDecided =
+    *new std::unordered_map<DecisionKey, bool, DecisionHash>;
+
+}  // namespace
+
 bool modelPrefersLoom(loomComm_t comm, Call call, size_t bytes, const Issue& issue) {
-  thread_local std::unordered_map<DecisionKey, bool, DecisionHash> decided;
   const DecisionKey key{comm, call, bytes};
-  const auto it = decided.find(key);
-  if (it != decided.end()) return it->second;
+  {
+    std::lock_guard<std::mutex> lock(gDecidedMutex);
+    const auto it = gDecided.find(key);
+    if (it != gDecided.end()) return it->second;
+  }
   // The model is the communicator's, which its queued non-blocking calls may be using now.
   awaitQueue(comm);
   const bool onLoom = decide(comm, call, bytes, issue);
-  decided.emplace(key, onLoom);
+  std::lock_guard<std::mutex> lock(gDecidedMutex);
+  gDecided.emplace(key, onLoom);
   return onLoom;
+}
+
+void forgetDecisions(loomComm_t comm) {
+  std::lock_guard<std::mutex> lock(gDecidedMutex);
+  for (auto it = gDecided.begin(); it != gDecided.end();)
+    it = it->first.comm == comm ? gDecided.erase(it) : std::next(it);
 }
 
 void note(Call call, Route route) {
