@@ -112,7 +112,8 @@ const Entry kEntries[] = {
      "TCP pacing by the kernel. -1: every socket to a peer at the slowest network link on the "
      "way there, from the topology (measured at init, or LOOM_TOPO_FILE's), so that no flow "
      "bursts past the line rate into a short queue; 0: unpaced; a rate: the most bytes per "
-     "second one connection (a peer and lane) sends, shared by its sockets. Where switch queues "
+     "second one connection (a peer and lane) sends, shared by its sockets. Sends of up to "
+     "32 KiB at once (of messages of up to 32 KiB) go unpaced either way. Where switch queues "
      "are very short, the host's network rate divided by its ranks keeps even concurrent flows "
      "from overflowing them (README.md, the incast measurements)."},
     // Collectives.

@@ -762,13 +762,23 @@ Status Comm::exchangeP2P(const std::vector<P2PCall>& calls) {
 
 namespace loom {
 
-Status Comm::predict(CallDesc& call, double* seconds) {
+Status Comm::predict(CallDesc& call, std::string_view algorithm, double* seconds) {
   completeArgs(&call);
   const collectives::CollArgs& a = call.args;
   if (!tuner_.modelOff().empty())
     return errorf(loomInvalidUsage, "no cost model to simulate the call with: %s",
                   tuner_.modelOff().c_str());
   const collectives::Builder* builder = forcedBuilders_[size_t(a.coll)];
+  if (!algorithm.empty()) {
+    builder = collectives::findBuilder(a.coll, algorithm);
+    const std::string why = builder == nullptr      ? std::string("no such algorithm")
+                            : builder->refuse == nullptr ? std::string()
+                                                         : builder->refuse(a);
+    if (!why.empty())
+      return errorf(loomInvalidArgument, "cannot price %s as %.*s: %s",
+                    collectives::collectiveName(a.coll), int(algorithm.size()),
+                    algorithm.data(), why.c_str());
+  }
   tuner::AlgoParams params = tuner_.config().fixed;
   if (builder == nullptr) {
     tuner::Decision d;

@@ -103,8 +103,9 @@ class Comm final : public collectives::ExecHost {
   void leave();
   void abortPeers(const std::string& reason);
   // The model's prediction of a call (loomGroupSimulateEnd), in seconds, as the tuner or
-  // LOOM_ALGO would run it; no measurement, no exchange with the ranks.
-  Status predict(CallDesc& call, double* seconds);
+  // LOOM_ALGO would run it, or as `algorithm` (a builder's name) would where one is given;
+  // no measurement, no exchange with the ranks.
+  Status predict(CallDesc& call, std::string_view algorithm, double* seconds);
   Status predictP2P(const std::vector<P2PCall>& calls, double* seconds) const;
 
   // ExecHost.

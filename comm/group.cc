@@ -99,7 +99,7 @@ Status runGroup(std::vector<GroupItem>& items, const Status& inits) {
 
 // What the model predicts for the group's calls: per communicator the sum of its calls (they
 // run one after another), the group the slowest communicator (they run side by side).
-Status predictGroup(std::vector<GroupItem>& items, double* seconds) {
+Status predictGroup(std::vector<GroupItem>& items, std::string_view algorithm, double* seconds) {
   *seconds = 0;
   for (const GroupItem& it : items)
     if (it.kind == GroupItem::Kind::Init)
@@ -118,7 +118,7 @@ Status predictGroup(std::vector<GroupItem>& items, double* seconds) {
         p2p.push_back(it.p2pCall);
         continue;
       }
-      LOOM_TRY(c->impl->predict(it.coll, &t));
+      LOOM_TRY(c->impl->predict(it.coll, algorithm, &t));
       total += t;
     }
     LOOM_TRY(c->impl->predictP2P(p2p, &t));
@@ -199,6 +199,10 @@ loomResult_t loomGroupEnd(void) {
 }
 
 loomResult_t loomGroupSimulateEnd(float* estimatedUs) {
+  return loomGroupSimulateEndAs(nullptr, estimatedUs);
+}
+
+loomResult_t loomGroupSimulateEndAs(const char* algorithm, float* estimatedUs) {
   Status st;
   std::vector<GroupItem>* items = endGroup("loomGroupSimulateEnd", &st);
   if (items == nullptr) {
@@ -209,7 +213,7 @@ loomResult_t loomGroupSimulateEnd(float* estimatedUs) {
   double seconds = 0;
   if (estimatedUs == nullptr)
     st = errorf(loomInvalidArgument, "loomGroupSimulateEnd: estimatedUs is NULL");
-  else st = predictGroup(*items, &seconds);
+  else st = predictGroup(*items, algorithm == nullptr ? "" : algorithm, &seconds);
   // The queued inits are dropped with the group; their handles stay unusable until destroyed.
   // Stream-ordered calls are not simulated.
   giveBack(items);

@@ -3,11 +3,12 @@
 # without libloom-mpi-preload.so, side by side: K runs of each, interleaved, and each size's
 # median out-of-place time.
 #
-#   perf/mpi_preload_compare.sh BUILD_DIR NRANKS [K] [MAXBYTES] [COLLECTIVE] [STEPFACTOR]
+#   perf/mpi_preload_compare.sh BUILD_DIR NRANKS [K] [MAXBYTES] [COLLECTIVE] [STEPFACTOR] [MIN]
 #
-# The preloaded runs set LOOM_MPI_MIN_BYTES=0, so that every size runs on loom (the default
-# threshold is chosen from this table). Prints: size (B), MPI's median (us), loom's median
-# (us), and MPI's time over loom's (above 1: the preload is faster).
+# The preloaded runs set LOOM_MPI_MIN_BYTES=MIN (default 0: every size runs on loom); MIN
+# "model" sets none, and loom's model decides which sizes run on loom (docs/MPI.md). Prints:
+# size (B), MPI's median (us), the preloaded run's median (us), and MPI's time over the
+# preloaded run's (above 1: the preload is faster).
 set -euo pipefail
 build="$1"
 nranks="$2"
@@ -15,6 +16,8 @@ repeats="${3:-5}"
 maxbytes="${4:-64M}"
 collective="${5:-all_reduce}"
 factor="${6:-2}"
+threshold=(-x LOOM_MPI_MIN_BYTES="${7:-0}")
+[[ ${7:-0} == model ]] && threshold=()
 preload="$build/bindings/mpi/libloom-mpi-preload.so"
 bench="$build/perf/loom-mpi-perf"
 out="$(mktemp -d)"
@@ -23,7 +26,7 @@ mpirun_=(mpirun --allow-run-as-root --oversubscribe --timeout 600 -np "$nranks")
 for ((k = 0; k < repeats; ++k)); do
   "${mpirun_[@]}" "$bench" "$collective" -b 8 -e "$maxbytes" -f "$factor" -n 20 -w 5 \
     > "$out/mpi.$k"
-  "${mpirun_[@]}" -x LD_PRELOAD="$preload" -x LOOM_MPI_MIN_BYTES=0 "$bench" "$collective" \
+  "${mpirun_[@]}" -x LD_PRELOAD="$preload" ${threshold[@]+"${threshold[@]}"} "$bench" "$collective" \
     -b 8 -e "$maxbytes" -f "$factor" -n 20 -w 5 > "$out/loom.$k"
 done
 /usr/bin/python3 - "$out" "$repeats" <<'PY'

@@ -130,7 +130,7 @@ def main():
     ap.add_argument("-R", "--rounds", type=int, default=1)
     ap.add_argument("--programs", default="hpcc,lammps,mpi4py")
     ap.add_argument("--min-bytes", help="LOOM_MPI_MIN_BYTES for the preloaded runs (0: every "
-                    "call loom can run goes to loom; default: the library's threshold)")
+                    "call loom can run goes to loom; default: loom's model decides, docs/MPI.md)")
     ap.add_argument("--timeout", type=int, default=300, help="seconds one run may take")
     ap.add_argument("--markdown", action="store_true", help="print the table as markdown")
     args = ap.parse_args()

@@ -201,6 +201,11 @@ class Transport {
   // which returns on any event for this rank on this transport, or after timeoutMs.
   virtual uint64_t armSleep() { return 0; }
   virtual void sleep(uint64_t token, int timeoutMs) = 0;
+  // sleep() for at most timeoutUs microseconds, for a caller that takes turns among several
+  // transports (an event on one wakes no other); the default rounds up to a millisecond.
+  virtual void sleepUs(uint64_t token, int64_t timeoutUs) {
+    sleep(token, int((timeoutUs + 999) / 1000));
+  }
   virtual void disarmSleep() {}
 
   // Link cost the tuner reads: latency in seconds, inverse bandwidth in seconds per byte.

@@ -10,15 +10,29 @@ namespace loom::mpi {
 namespace {
 
 // The loom communicator a call runs on, or NULL when it falls through; notes the route.
-// bytes is the call's size as LOOM_MPI_MIN_BYTES measures it: the same on every rank. A
-// blocking call runs after the communicator's queued non-blocking ones; a non-blocking call
-// never makes a loom communicator (see madeLoomCommOf).
-loomComm_t admit(Call call, MPI_Comm comm, Route route, size_t bytes, bool blocking = true) {
+// bytes is the call's size as LOOM_MPI_MIN_BYTES measures it: the same on every rank (SIZE_MAX:
+// no size, loom whatever the threshold). Without a threshold set, loom's model decides
+// (modelPrefersLoom), pricing run(loomComm), the loom call that runs it. A blocking call runs
+// after the communicator's queued non-blocking ones; a non-blocking call never makes a loom
+// communicator (see madeLoomCommOf).
+template <typename Run>
+loomComm_t admit(Call call, MPI_Comm comm, Route route, size_t bytes, const Run& run,
+                 bool blocking = true) {
   loomComm_t loomComm = nullptr;
+  const size_t threshold = minBytes(call);
   if (!interposing()) route = Route::Disabled;
-  else if (route == Route::Loom && bytes < minBytes(call)) route = Route::Small;
+  else if (route == Route::Loom && threshold != SIZE_MAX && bytes < threshold) route = Route::Small;
   if (route == Route::Loom) {
     loomComm = blocking ? loomCommOf(comm, &route) : madeLoomCommOf(comm, &route);
+  }
+  const Issue issue{[](const void* context, loomComm_t c) {
+                      return (*static_cast<const Run*>(context))(c);
+                    },
+                    &run};
+  if (loomComm != nullptr && threshold == SIZE_MAX && bytes != SIZE_MAX &&
+      !modelPrefersLoom(loomComm, call, bytes, issue)) {
+    route = Route::Model;
+    loomComm = nullptr;
   }
   if (loomComm != nullptr && blocking) awaitQueue(loomComm);
   note(call, route);
@@ -80,12 +94,13 @@ LOOM_MPI_ENTRY int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count,
   Reduction r{};
   const Route route = count < 0 ? Route::BadArgument
                                 : unaliased(sendbuf, recvbuf, reduction(datatype, op, &r));
-  loomComm_t lc = admit(Call::Allreduce, comm, route, size_t(count) * r.elementBytes);
-  if (lc == nullptr) return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
   const void* in = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
-  return finish(Call::Allreduce, comm, lc,
-                loomAllReduce(in, recvbuf, size_t(count) * r.perElement, r.type, r.op, lc,
-                              nullptr));
+  const auto run = [&](loomComm_t c) {
+    return loomAllReduce(in, recvbuf, size_t(count) * r.perElement, r.type, r.op, c, nullptr);
+  };
+  loomComm_t lc = admit(Call::Allreduce, comm, route, size_t(count) * r.elementBytes, run);
+  if (lc == nullptr) return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+  return finish(Call::Allreduce, comm, lc, run(lc));
 }
 
 LOOM_MPI_ENTRY int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
@@ -95,13 +110,15 @@ LOOM_MPI_ENTRY int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MPI
   if (comm != MPI_COMM_NULL) PMPI_Comm_rank(comm, &rank);
   Route route = count < 0 ? Route::BadArgument : rooted(comm, root, reduction(datatype, op, &r));
   if (rank == root) route = unaliased(sendbuf, recvbuf, route);  // recvbuf is the root's alone
-  loomComm_t lc = admit(Call::Reduce, comm, route, size_t(count) * r.elementBytes);
-  if (lc == nullptr) return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
   // MPI_IN_PLACE is the root's: its input is already in recvbuf.
   const void* in = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
-  return finish(Call::Reduce, comm, lc,
-                loomReduce(in, recvbuf, size_t(count) * r.perElement, r.type, r.op, root, lc,
-                           nullptr));
+  const auto run = [&](loomComm_t c) {
+    return loomReduce(in, recvbuf, size_t(count) * r.perElement, r.type, r.op, root, c,
+                      nullptr);
+  };
+  loomComm_t lc = admit(Call::Reduce, comm, route, size_t(count) * r.elementBytes, run);
+  if (lc == nullptr) return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
+  return finish(Call::Reduce, comm, lc, run(lc));
 }
 
 LOOM_MPI_ENTRY int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, int root,
@@ -111,10 +128,12 @@ LOOM_MPI_ENTRY int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, int
                           : rooted(comm, root, dense(datatype, &element) ? Route::Loom
                                                                          : Route::Datatype);
   const size_t bytes = size_t(count) * element;
-  loomComm_t lc = admit(Call::Bcast, comm, route, bytes);
+  const auto run = [&](loomComm_t c) {
+    return loomBroadcast(buffer, buffer, bytes, loomUint8, root, c, nullptr);
+  };
+  loomComm_t lc = admit(Call::Bcast, comm, route, bytes, run);
   if (lc == nullptr) return PMPI_Bcast(buffer, count, datatype, root, comm);
-  return finish(Call::Bcast, comm, lc,
-                loomBroadcast(buffer, buffer, bytes, loomUint8, root, lc, nullptr));
+  return finish(Call::Bcast, comm, lc, run(lc));
 }
 
 LOOM_MPI_ENTRY int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
@@ -124,14 +143,16 @@ LOOM_MPI_ENTRY int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatyp
   size_t block = 0;
   const Route route = unaliased(
       sendbuf, recvbuf, moving(sendcount, sendtype, recvcount, recvtype, inPlace, &block));
-  loomComm_t lc = admit(Call::Allgather, comm, route, block * ranksOf(comm));
+  const auto run = [&](loomComm_t c) {
+    // In place, this rank's block is already where loom's in-place allgather expects it.
+    const void* in = inPlace ? static_cast<char*>(recvbuf) + size_t(rankIn(c)) * block : sendbuf;
+    return loomAllGather(in, recvbuf, block, loomUint8, c, nullptr);
+  };
+  loomComm_t lc = admit(Call::Allgather, comm, route, block * ranksOf(comm), run);
   if (lc == nullptr) {
     return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
   }
-  // In place, this rank's block is already where loom's in-place allgather expects it.
-  const void* in = inPlace ? static_cast<char*>(recvbuf) + size_t(rankIn(lc)) * block : sendbuf;
-  return finish(Call::Allgather, comm, lc,
-                loomAllGather(in, recvbuf, block, loomUint8, lc, nullptr));
+  return finish(Call::Allgather, comm, lc, run(lc));
 }
 
 LOOM_MPI_ENTRY int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount,
@@ -140,20 +161,23 @@ LOOM_MPI_ENTRY int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, 
   const Route route = recvcount < 0 ? Route::BadArgument
                                     : unaliased(sendbuf, recvbuf, reduction(datatype, op, &r));
   const size_t block = size_t(recvcount) * r.elementBytes;
-  loomComm_t lc = admit(Call::ReduceScatterBlock, comm, route, block * ranksOf(comm));
+  const size_t count = size_t(recvcount) * r.perElement;
+  // MPI's in place reduces all of recvbuf and leaves this rank's block at its start; loom's
+  // leaves it where it was in the input, from where it moves down (below).
+  const bool inPlace = sendbuf == MPI_IN_PLACE;
+  const auto mine = [&](loomComm_t c) {
+    return static_cast<char*>(recvbuf) + (inPlace ? size_t(rankIn(c)) * block : 0);
+  };
+  const auto run = [&](loomComm_t c) {
+    return loomReduceScatter(inPlace ? recvbuf : sendbuf, mine(c), count, r.type, r.op, c,
+                             nullptr);
+  };
+  loomComm_t lc = admit(Call::ReduceScatterBlock, comm, route, block * ranksOf(comm), run);
   if (lc == nullptr) {
     return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
   }
-  const size_t count = size_t(recvcount) * r.perElement;
-  if (sendbuf != MPI_IN_PLACE) {
-    return finish(Call::ReduceScatterBlock, comm, lc,
-                  loomReduceScatter(sendbuf, recvbuf, count, r.type, r.op, lc, nullptr));
-  }
-  // MPI's in place reduces all of recvbuf and leaves this rank's block at its start; loom's
-  // leaves it where it was in the input, from where it moves down.
-  char* mine = static_cast<char*>(recvbuf) + size_t(rankIn(lc)) * block;
-  const loomResult_t result = loomReduceScatter(recvbuf, mine, count, r.type, r.op, lc, nullptr);
-  if (result == loomSuccess && mine != recvbuf) std::memmove(recvbuf, mine, block);
+  const loomResult_t result = run(lc);
+  if (result == loomSuccess && mine(lc) != recvbuf) std::memmove(recvbuf, mine(lc), block);
   return finish(Call::ReduceScatterBlock, comm, lc, result);
 }
 
@@ -166,12 +190,14 @@ LOOM_MPI_ENTRY int MPI_Alltoall(const void* sendbuf, int sendcount, MPI_Datatype
           ? Route::InPlace
           : unaliased(sendbuf, recvbuf,
                       moving(sendcount, sendtype, recvcount, recvtype, false, &block));
-  loomComm_t lc = admit(Call::Alltoall, comm, route, block * ranksOf(comm));
+  const auto run = [&](loomComm_t c) {
+    return loomAlltoAll(sendbuf, recvbuf, block, loomUint8, c, nullptr);
+  };
+  loomComm_t lc = admit(Call::Alltoall, comm, route, block * ranksOf(comm), run);
   if (lc == nullptr) {
     return PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
   }
-  return finish(Call::Alltoall, comm, lc,
-                loomAlltoAll(sendbuf, recvbuf, block, loomUint8, lc, nullptr));
+  return finish(Call::Alltoall, comm, lc, run(lc));
 }
 
 namespace loom::mpi {
@@ -210,23 +236,27 @@ LOOM_MPI_ENTRY int MPI_Alltoallv(const void* sendbuf, const int sendcounts[], co
   else if (!inBytes(sendcounts, sdispls, n, sendElement, &sc, &sd) ||
            !inBytes(recvcounts, rdispls, n, recvElement, &rc, &rd))
     route = Route::BadArgument;
-  loomComm_t lc = admit(Call::Alltoallv, comm, route, SIZE_MAX);
+  const auto run = [&](loomComm_t c) {
+    return loomAlltoAllv(sendbuf, sc.data(), sd.data(), recvbuf, rc.data(), rd.data(),
+                         loomUint8, c, nullptr);
+  };
+  loomComm_t lc = admit(Call::Alltoallv, comm, route, SIZE_MAX, run);
   if (lc == nullptr) {
     return PMPI_Alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls,
                           recvtype, comm);
   }
-  return finish(Call::Alltoallv, comm, lc,
-                loomAlltoAllv(sendbuf, sc.data(), sd.data(), recvbuf, rc.data(), rd.data(),
-                              loomUint8, lc, nullptr));
+  return finish(Call::Alltoallv, comm, lc, run(lc));
 }
 
 LOOM_MPI_ENTRY int MPI_Barrier(MPI_Comm comm) {
   // No rank leaves an allreduce before every rank has entered it.
-  loomComm_t lc = admit(Call::Barrier, comm, Route::Loom, 0);
-  if (lc == nullptr) return PMPI_Barrier(comm);
   uint8_t token = 0;
-  return finish(Call::Barrier, comm, lc,
-                loomAllReduce(&token, &token, 1, loomUint8, loomSum, lc, nullptr));
+  const auto run = [&](loomComm_t c) {
+    return loomAllReduce(&token, &token, 1, loomUint8, loomSum, c, nullptr);
+  };
+  loomComm_t lc = admit(Call::Barrier, comm, Route::Loom, 0, run);
+  if (lc == nullptr) return PMPI_Barrier(comm);
+  return finish(Call::Barrier, comm, lc, run(lc));
 }
 
 LOOM_MPI_ENTRY int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count,
@@ -236,12 +266,14 @@ LOOM_MPI_ENTRY int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count,
   Route route = count < 0 || request == nullptr
                     ? Route::BadArgument
                     : unaliased(sendbuf, recvbuf, reduction(datatype, op, &r));
-  loomComm_t lc = admit(Call::Iallreduce, comm, route, size_t(count) * r.elementBytes, false);
+  const void* in = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
+  const Pending args{in, recvbuf, size_t(count) * r.perElement, r.type, r.op, 0};
+  const auto priced = [&](loomComm_t c) { return runPending(c, Call::Iallreduce, args); };
+  loomComm_t lc =
+      admit(Call::Iallreduce, comm, route, size_t(count) * r.elementBytes, priced, false);
   if (lc == nullptr) {
     return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
   }
-  const void* in = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
-  const Pending args{in, recvbuf, size_t(count) * r.perElement, r.type, r.op, 0};
   return enqueue(lc, Call::Iallreduce, args, request);
 }
 
@@ -253,9 +285,10 @@ LOOM_MPI_ENTRY int MPI_Ibcast(void* buffer, int count, MPI_Datatype datatype, in
                     : rooted(comm, root, dense(datatype, &element) ? Route::Loom
                                                                    : Route::Datatype);
   const size_t bytes = size_t(count) * element;
-  loomComm_t lc = admit(Call::Ibcast, comm, route, bytes, false);
-  if (lc == nullptr) return PMPI_Ibcast(buffer, count, datatype, root, comm, request);
   const Pending args{nullptr, buffer, bytes, loomUint8, loomSum, root};
+  const auto priced = [&](loomComm_t c) { return runPending(c, Call::Ibcast, args); };
+  loomComm_t lc = admit(Call::Ibcast, comm, route, bytes, priced, false);
+  if (lc == nullptr) return PMPI_Ibcast(buffer, count, datatype, root, comm, request);
   return enqueue(lc, Call::Ibcast, args, request);
 }
 

@@ -33,6 +33,7 @@ std::list<std::future<void>>& gPending = *new std::list<std::future<void>>;
 
 void destroy(loomComm_t comm) {
   endQueue(comm);  // its non-blocking calls first: they belong to the communicator
+  forgetDecisions(comm);
   loomCommDestroy(comm);
   gLive.fetch_sub(1, std::memory_order_relaxed);
 }

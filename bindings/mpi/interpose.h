@@ -31,6 +31,7 @@ enum class Route {
   Datatype,    // not a predefined type loom reduces, or not dense (derived, with holes)
   Op,          // an op loom lacks (user-defined, MAXLOC, logical, bitwise)
   Small,       // below LOOM_MPI_MIN_BYTES
+  Model,       // loom's model prices MPI's own algorithm for it no slower than loom's plan
   InPlace,     // an MPI_IN_PLACE form loom has no counterpart for
   Mismatch,    // send and receive sides of different sizes (MPI reports what is wrong)
   BadArgument, // a negative count or a root out of range (MPI reports it)
@@ -42,8 +43,29 @@ enum class Route {
 
 /** LOOM_MPI_INTERPOSE (default 1), read once. */
 bool interposing();
-/** The threshold of call: LOOM_MPI_MIN_BYTES_<CALL>, else LOOM_MPI_MIN_BYTES, read once. */
+/** The threshold of call: LOOM_MPI_MIN_BYTES_<CALL>, else LOOM_MPI_MIN_BYTES, read once;
+ *  SIZE_MAX where neither is set, and loom's model decides (modelPrefersLoom). */
 size_t minBytes(Call call);
+
+/** The call a model decision prices: `call` issued on a loom communicator, which routing
+ *  queues in a simulated group (loomGroupSimulateEnd), never runs. */
+struct Issue {
+  loomResult_t (*fn)(const void* context, loomComm_t comm);
+  const void* context;
+};
+/** Open MPI's own algorithm (its tuned component's fixed decision, 4.1) for call of `bytes`
+ *  (as admit counts them) on `ranks` ranks, by the name of loom's plan that runs it. */
+const char* mpiAlgorithm(Call call, size_t bytes, int ranks);
+/** Whether call, of `bytes`, runs on loom: loom's model prices loom's plan for it (issue on
+ *  comm), plus LOOM_MPI_MODEL_CALL_NS, at least LOOM_MPI_MODEL_MARGIN percent faster than
+ *  MPI's own algorithm
+ *  (mpiAlgorithm) on the same model. A pure function of the communicator's model, which
+ *  every rank holds alike, and of the size, so every rank decides alike; kept per
+ *  communicator, call and size until forgetDecisions. Where the model cannot price one of them, loom runs the call
+ *  from the old default threshold (4 KiB) up. */
+bool modelPrefersLoom(loomComm_t comm, Call call, size_t bytes, const Issue& issue);
+/** Drops comm's decisions (before comm is destroyed). */
+void forgetDecisions(loomComm_t comm);
 /** Counts the call and logs (LOOM_DEBUG=INFO) its first of each (call, route). */
 void note(Call call, Route route);
 /** A loom call's result as MPI's error code; on failure loom's message goes to stderr. */
@@ -89,6 +111,8 @@ struct Pending {
   loomRedOp_t op;
   int root;
 };
+/** Runs call (Iallreduce or Ibcast) with args on comm, in the calling thread. */
+loomResult_t runPending(loomComm_t comm, Call call, const Pending& args);
 /** Runs call (Iallreduce or Ibcast) on comm's own thread, after the non-blocking calls queued
  *  before it, and then completes request, a generalized request of MPI's, with its result.
  *  MPI_SUCCESS, or MPI's error code where no request could be made. */

@@ -95,13 +95,7 @@ class Queue {
     }
   }
 
-  loomResult_t execute(const Job& job) const {
-    const Pending& a = job.args;
-    if (job.call == Call::Ibcast) {
-      return loomBroadcast(a.out, a.out, a.count, loomUint8, a.root, comm_, nullptr);
-    }
-    return loomAllReduce(a.in, a.out, a.count, a.type, a.op, comm_, nullptr);
-  }
+  loomResult_t execute(const Job& job) const { return runPending(comm_, job.call, job.args); }
 
   const loomComm_t comm_;
   std::mutex mutex_;
@@ -126,6 +120,12 @@ Queue* queueOf(loomComm_t comm, bool make) {
 }
 
 }  // namespace
+
+loomResult_t runPending(loomComm_t comm, Call call, const Pending& a) {
+  if (call == Call::Ibcast)
+    return loomBroadcast(a.out, a.out, a.count, loomUint8, a.root, comm, nullptr);
+  return loomAllReduce(a.in, a.out, a.count, a.type, a.op, comm, nullptr);
+}
 
 int enqueue(loomComm_t comm, Call call, const Pending& args, MPI_Request* request) {
   auto* state = new RequestState;

@@ -219,6 +219,12 @@ loomResult_t loomGroupEnd(void);
 /** Ends the group like loomGroupEnd but runs nothing: *estimatedUs is what loom's cost
  *  model predicts the group's calls take, in microseconds, as the tuner would run them. */
 loomResult_t loomGroupSimulateEnd(float* estimatedUs);
+/** Ends the group like loomGroupSimulateEnd, but prices each collective call as `algorithm`
+ *  (a name LOOM_ALGO takes for that collective, e.g. "rd" or "ring" for an allreduce) would
+ *  run it, not as the tuner chooses: what another library's algorithm would take on loom's
+ *  model. An algorithm the collective lacks, or one that cannot serve the call, is
+ *  loomInvalidArgument. NULL or "": loomGroupSimulateEnd. */
+loomResult_t loomGroupSimulateEndAs(const char* algorithm, float* estimatedUs);
 
 #ifdef __cplusplus
 }

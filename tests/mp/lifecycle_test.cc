@@ -12,6 +12,7 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "loom/loom.h"
@@ -391,6 +392,23 @@ TEST(GroupSimulateEnd, EstimatesWithoutRunning) {
     RANK_LOOM(loomGroupSimulateEnd(&tP2P));
     RANK_CHECK(tP2P > 0 && out[0] == -1, "send/recv estimate %g us", tP2P);
     RANK_CHECK(loomGroupSimulateEnd(&tP2P) == loomInvalidUsage, "end without a start");
+    // Priced as named algorithms: on 4 MiB of floats recursive doubling (the whole buffer in
+    // one exchange) and the ring (two halves in turn) are priced apart, and an algorithm the
+    // collective lacks is refused without running anything.
+    float tRd = -1, tRing = -1, tNone = -1;
+    for (auto [name, t] : {std::pair{"rd", &tRd}, std::pair{"ring", &tRing}}) {
+      RANK_LOOM(loomGroupStart());
+      RANK_LOOM(loomAllReduce(big.data(), out.data(), big.size(), loomFloat32, loomSum, comm,
+                              nullptr));
+      RANK_LOOM(loomGroupSimulateEndAs(name, t));
+    }
+    RANK_CHECK(tRd > 0 && tRing > 0 && tRd != tRing, "rd %g us, ring %g us", tRd, tRing);
+    RANK_LOOM(loomGroupStart());
+    RANK_LOOM(loomAllReduce(big.data(), out.data(), big.size(), loomFloat32, loomSum, comm,
+                            nullptr));
+    RANK_CHECK(loomGroupSimulateEndAs("pairwise", &tNone) == loomInvalidArgument && tNone == -1,
+               "an allreduce priced as pairwise: %g us", tNone);
+    RANK_CHECK(out[0] == -1, "a simulated group ran");
     // The communicator still works: nothing was left queued.
     if (checkAllReduce(comm)) return 1;
     RANK_LOOM(loomCommDestroy(comm));

@@ -198,13 +198,22 @@ std::vector<uint64_t> pacedSockets() {
 }
 
 // LOOM_TCP_PACING=-1, the default: each rank paces its sockets to the other host at the
-// slowest network link of the communicator's model on the way (here the measured link). After
-// an allreduce, which connects the ranks, each rank reports its sockets' pacing.
+// slowest network link of the communicator's model on the way (here the measured link), once
+// it sends more at once than a burst that needs none. After an allreduce of one float, which
+// connects the ranks, no socket is paced; after one of 1 MiB, each rank reports its sockets'
+// pacing.
 TEST_F(TwoHosts, SocketsToTheOtherHostArePacedAtTheModelsLink) {
   topology::Topology model;
   auto results = initDumpingTheModel(hostA_, hostB_, nullptr, &model, [](int, loomComm_t comm) {
     float in = 1, out = 0;
     RANK_LOOM(loomAllReduce(&in, &out, 1, loomFloat32, loomSum, comm, nullptr));
+    RANK_CHECK(pacedSockets().empty(), "%zu sockets paced after an allreduce of 4 bytes",
+               pacedSockets().size());
+    std::vector<float> big(size_t(1) << 18, 1.0f), sum(big.size(), 0.0f);
+    RANK_LOOM(loomAllReduce(big.data(), sum.data(), big.size(), loomFloat32, loomSum, comm,
+                            nullptr));
+    RANK_CHECK(out == 2 && sum.front() == 2 && sum.back() == 2, "allreduce gave %g, %g", out,
+               double(sum.back()));
     for (uint64_t rate : pacedSockets())  // into the rank's output, which the test reads
       fprintf(stderr, "socket paced at %llu B/s\n", (unsigned long long)rate);
     return 0;

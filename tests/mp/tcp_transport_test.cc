@@ -211,9 +211,11 @@ TEST(TcpTransport, TinyChunksOverThreeSockets) {
 }
 
 // LOOM_TCP_PACING: both ends of a connection pace each of its sockets at its share of the
-// rate (the kernel reports it back), and data still arrives intact; unpaced sockets are not.
-// Per peer (LOOM_TCP_PACING=-1): every socket at the rate setTcpPeerPacing gave for the peer,
-// which overrides the fixed one; a transport that takes no per-peer rates ignores them.
+// rate (the kernel reports it back) once it sends a large message, and data still arrives
+// intact; unpaced sockets are not. Small messages (up to 32 KiB, several at once included)
+// leave every socket unpaced, whatever the rate. Per peer (LOOM_TCP_PACING=-1): every socket at
+// the rate setTcpPeerPacing gave for the peer, which overrides the fixed one; a transport that
+// takes no per-peer rates ignores them.
 TEST(TcpTransport, PacingSharesTheRateOverTheSockets) {
   expectPass(runRanks(
       2,
@@ -242,7 +244,13 @@ TEST(TcpTransport, PacingSharesTheRateOverTheSockets) {
           setTcpPeerPacing(*r.transport, rates);
           std::unique_ptr<Connection> c;
           RANK_OK(r.transport->connect(peer, 0, Deadline(kTimeoutMs), &c));
-          if (exchange(rc, r, c.get(), peer, kMiB + 5, 0, 0) != 0) return 1;
+          for (int k = 0; k < 4; ++k)
+            if (exchange(rc, r, c.get(), peer, (size_t(8) << 10) + 3 + size_t(k), 0, k) != 0)
+              return 1;
+          for (uint64_t p : tcp::tcpSocketPacing(*c))
+            RANK_CHECK(p > (uint64_t(1) << 40), "a socket paced at %llu bytes/s for 8 KiB",
+                       (unsigned long long)p);
+          if (exchange(rc, r, c.get(), peer, kMiB + 5, 0, 4) != 0) return 1;
           const std::vector<uint64_t> paced = tcp::tcpSocketPacing(*c);
           RANK_CHECK(paced.size() == 3, "%zu sockets", paced.size());
           for (uint64_t p : paced)

@@ -733,9 +733,11 @@ class ShmTransport final : public Transport {
     return token;
   }
 
-  void sleep(uint64_t token, int timeoutMs) override {
-    if (timeoutMs <= 0) return;
-    timespec timeout{timeoutMs / 1000, long(timeoutMs % 1000) * 1000000L};
+  void sleep(uint64_t token, int timeoutMs) override { sleepUs(token, int64_t(timeoutMs) * 1000); }
+
+  void sleepUs(uint64_t token, int64_t timeoutUs) override {
+    if (timeoutUs <= 0) return;
+    timespec timeout{time_t(timeoutUs / 1000000), long(timeoutUs % 1000000) * 1000L};
     // Returns at once if any ring came after armSleep (seq moved past the token).
     futex(&doorbell_->seq, FUTEX_WAIT, uint32_t(token), &timeout);
   }

@@ -34,6 +34,14 @@ constexpr int kMaxIov = 64;
 // 32 B – 2 KiB calls 25–30% slower on netns hosts. 16 KiB takes ~130 us at 1 Gbit/s and ~8 us
 // over loopback, so pipelining large messages loses little.
 constexpr size_t kMinEarlyPieceBytes = size_t(16) << 10;
+// The most a socket sends unpaced at once (TcpOptions pacing). Pacing keeps the large bursts of
+// many sockets from overflowing a short queue together; a burst of at most this much does not
+// need it (16 sockets of a host together send 512 KiB, half the netns testbed's queue), and a
+// paced one pays a pacing-timer wake-up per few packets: on a busy host that timer's softirq
+// waits for a CPU, and a netns 2 x 2-rank alltoall of 32 KiB (8 KiB messages) took 2.1-2.4 ms
+// paced against 0.18-0.53 ms unpaced. A socket is paced while what it sends now (the memory
+// one sendmsg covers) or the message it belongs to is larger.
+constexpr size_t kUnpacedBurstBytes = size_t(32) << 10;
 
 // A file descriptor that closes itself.
 class UniqueFd {
@@ -126,14 +134,16 @@ class Stream {
   // Describes in iov (at most maxIov entries) the memory socket s may move next, in stream
   // order, stopping at an op's limit; returns the number of entries, 0 when nothing may move.
   // A RecvReduce chunk's bytes land in the socket's bounce buffer, and the chunk always comes
-  // alone (its header, where it has one, before them).
-  int gather(int s, iovec* iov, int maxIov) {
+  // alone (its header, where it has one, before them). *largestOp, where given, becomes the
+  // size of the largest message the entries belong to.
+  int gather(int s, iovec* iov, int maxIov, uint64_t* largestOp = nullptr) {
     Pos p = pos_[s];
     int n = 0;
     while (n < maxIov) {
       Entry* e = entry(p.seq);
       if (e == nullptr) break;
       const TransferOp* op = e->op;
+      if (largestOp != nullptr) *largestOp = std::max<uint64_t>(*largestOp, op->bytes);
       const bool reduceOp = op->kind == TransferOp::Kind::RecvReduce;
       if (reduceOp && n > 0) break;
       size_t start = chunkStart(*e, p.chunk);
@@ -329,6 +339,9 @@ class TcpConnection final : public Connection {
   Status continueDial(bool* progressed);
   // Moves what socket s can move in one direction now, until the kernel pushes back.
   Status pump(Stream* stream, int s, bool sending, bool* progressed);
+  // Paces socket s (at pacing_) for a send of `burst` bytes of messages of up to `largestOp`
+  // bytes, or leaves it unpaced (kUnpacedBurstBytes); a system call only where that changes.
+  void paceFor(int s, size_t burst, uint64_t largestOp);
   Status fail(Status status);
 
   TcpTransportImpl* transport_;
@@ -336,6 +349,8 @@ class TcpConnection final : public Connection {
   int lane_;
   Deadline deadline_;  // for the peer's sockets to arrive (the higher rank)
   std::vector<UniqueFd> fds_;
+  uint64_t pacing_ = 0;        // each socket's rate while it sends a large burst; 0: unpaced
+  std::vector<char> paced_;    // whether socket s is paced now
   std::vector<TransferOp*> early_;  // posted before the sockets arrived
   std::vector<UniqueFd> dialing_;   // startDial's sockets while they connect
   std::vector<bool> dialed_;
@@ -368,7 +383,8 @@ class TcpTransportImpl final : public Transport {
   bool canConnect(int) const override { return true; }
   Status connect(int peer, int lane, const Deadline& deadline,
                  std::unique_ptr<Connection>* out) override;
-  void sleep(uint64_t token, int timeoutMs) override;
+  void sleep(uint64_t token, int timeoutMs) override { sleepUs(token, int64_t(timeoutMs) * 1000); }
+  void sleepUs(uint64_t token, int64_t timeoutUs) override;
   // Loopback as measured by perf/bench_tcp (one way: ~15 us for 8 bytes, ~2 GB/s streaming);
   // real networks come from topology probing.
   Cost cost() const override { return {15e-6, 1.0 / 2e9}; }
@@ -581,7 +597,7 @@ bool TcpTransportImpl::takeSockets(int peer, int lane, std::vector<UniqueFd>* fd
   return true;
 }
 
-void TcpTransportImpl::sleep(uint64_t, int timeoutMs) {
+void TcpTransportImpl::sleepUs(uint64_t, int64_t timeoutUs) {
   pollFds_.clear();
   bool accepting = false;
   for (TcpConnection* c : connections_) accepting = c->addPollFds(&pollFds_) || accepting;
@@ -590,7 +606,9 @@ void TcpTransportImpl::sleep(uint64_t, int timeoutMs) {
     for (const Handshake& h : handshakes_) pollFds_.push_back({h.fd.get(), POLLIN, 0});
   }
   // EINTR or an event: either way the caller polls its connections again.
-  poll(pollFds_.data(), pollFds_.size(), timeoutMs);
+  const int64_t us = std::max<int64_t>(timeoutUs, 0);
+  const timespec timeout{time_t(us / 1000000), long(us % 1000000) * 1000L};
+  ppoll(pollFds_.data(), pollFds_.size(), &timeout, nullptr);
 }
 
 // ---- TcpConnection ----
@@ -605,13 +623,8 @@ TcpConnection::~TcpConnection() { transport_->detach(this); }
 
 void TcpConnection::establish(std::vector<UniqueFd> fds, int sockets, size_t chunkBytes) {
   fds_ = std::move(fds);
-  if (const uint64_t rate = transport_->socketPacing(peer_, fds_.size()); rate > 0) {
-    const unsigned long perSocket = std::max<unsigned long>(1, rate);
-    for (const UniqueFd& fd : fds_)
-      if (setsockopt(fd.get(), SOL_SOCKET, SO_MAX_PACING_RATE, &perSocket, sizeof(perSocket)) != 0)
-        LOOM_WARN("TCP", "LOOM_TCP_PACING: cannot pace a socket to %s: %s",
-                  transport_->peerName(peer_).c_str(), strerror(errno));
-  }
+  pacing_ = transport_->socketPacing(peer_, fds_.size());
+  paced_.assign(fds_.size(), 0);
   send_.init(sockets, chunkBytes);
   recv_.init(sockets, chunkBytes);
   for (TransferOp* op : early_) (op->kind == TransferOp::Kind::Send ? send_ : recv_).push(op);
@@ -688,13 +701,29 @@ Status TcpConnection::continueDial(bool* progressed) {
   return Status::ok();
 }
 
+void TcpConnection::paceFor(int s, size_t burst, uint64_t largestOp) {
+  const bool pace = pacing_ > 0 && (burst > kUnpacedBurstBytes || largestOp > kUnpacedBurstBytes);
+  if (pace == bool(paced_[size_t(s)])) return;
+  // ~0: no limit (the kernel's own pacing, far above the link's rate, is all that remains).
+  const unsigned long rate = pace ? std::max<unsigned long>(1, pacing_) : ~0UL;
+  if (setsockopt(fds_[size_t(s)].get(), SOL_SOCKET, SO_MAX_PACING_RATE, &rate, sizeof(rate)) != 0) {
+    LOOM_WARN("TCP", "LOOM_TCP_PACING: cannot pace a socket to %s: %s",
+              transport_->peerName(peer_).c_str(), strerror(errno));
+    pacing_ = 0;  // warn once; the socket sends unpaced
+    return;
+  }
+  paced_[size_t(s)] = pace;
+}
+
 Status TcpConnection::pump(Stream* stream, int s, bool sending, bool* progressed) {
   iovec iov[kMaxIov];
   for (;;) {
-    int n = stream->gather(s, iov, kMaxIov);
+    uint64_t largestOp = 0;
+    int n = stream->gather(s, iov, kMaxIov, &largestOp);
     if (n == 0) return Status::ok();
     size_t want = 0;
     for (int i = 0; i < n; ++i) want += iov[i].iov_len;
+    if (sending) paceFor(s, want, largestOp);
     msghdr msg = {};
     msg.msg_iov = iov;
     msg.msg_iovlen = size_t(n);
