@@ -7,6 +7,7 @@
 #include <uct/api/uct.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -52,11 +53,21 @@ Status ucsError(loomResult_t code, ucs_status_t st, const std::string& what) {
 }
 
 // A context with the tag API and wake-ups (the event fd). Its workers are the communicator's
-// one; mt_workers_shared makes ucp_mem_unmap safe from loomMemFree's thread.
+// one; mt_workers_shared makes ucp_mem_unmap safe from loomMemFree's thread. UCX's posix shared
+// memory is told to offer peer error handling (UCX_POSIX_ERROR_HANDLING, off by default in
+// 1.13; the user's setting stands): every endpoint asks for it, and without it UCX would leave
+// posix out of them, keeping only sysv, which can never offer it.
 Status createContext(ucp_context_h* out) {
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) return ucsError(loomSystemError, st, "reading UCX's settings (UCX_*)");
+  if (getenv("UCX_POSIX_ERROR_HANDLING") == nullptr && getenv("UCX_MM_ERROR_HANDLING") == nullptr) {
+    // The shared-memory transports' setting (posix's, sysv's); sysv ignores it.
+    st = ucp_config_modify(config, "MM_ERROR_HANDLING", "y");
+    if (st != UCS_OK)
+      LOOM_INFO("UCX", "cannot ask posix shared memory for peer error handling: %s",
+                ucs_status_string(st));
+  }
   ucp_params_t params = {};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
   params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
@@ -386,32 +397,32 @@ Status UcxConnection::createEndpoint(const ucp_address_t* address, ucp_err_handl
 }
 
 Status UcxConnection::open(const ucp_address_t* address) {
-  // A peer of this machine and pid namespace: loom sees its exit at once (checkAlive). On this
-  // host its endpoint then needs no error handling of UCX's, which would rule out UCX's shared
-  // memory and CMA (1.13 cannot detect a failed peer over them: "Destination is unreachable").
-  // Every other peer's endpoint has it (UCP_ERR_HANDLING_MODE_PEER): its failure fails the
-  // endpoint.
+  // Every endpoint asks for UCX's peer error handling (UCP_ERR_HANDLING_MODE_PEER), which
+  // restricts it to transports that report a failed peer (tcp, cma, posix; not sysv). Without
+  // it UCX 1.13 aborts the process when a transfer with a failed peer fails (a CMA read of a dead
+  // process, a reset TCP connection: "will not be handled since no error callback is
+  // installed", logged as fatal), so it is given up only where UCX_TLS leaves no such transport,
+  // and said so. A peer of this machine and pid namespace is watched by loom too (a pidfd;
+  // checkAlive), which sees its exit at once, before any transfer with it fails.
   const CommContext& comm = transport_->comm();
   const PeerInfo& me = comm.peers[size_t(comm.rank)];
   const PeerInfo& them = comm.peers[size_t(peer_)];
   if (them.machineId == me.machineId && them.pidNamespace != 0 &&
       them.pidNamespace == me.pidNamespace)
     pidfd_ = pidfdOpen(them.pid);
-  const bool watched = pidfd_ >= 0 && them.hostId == me.hostId;
-  Status st = createEndpoint(address, watched ? UCP_ERR_HANDLING_MODE_NONE
-                                              : UCP_ERR_HANDLING_MODE_PEER);
-  if (!st.isOk() && !watched) {
-    // Transports UCX_TLS allows that cannot detect a failed peer: without that, and said so.
-    LOOM_WARN("UCX", "%s; connecting without UCX's peer error handling: a failed %s is seen "
-              "only by the deadline (LOOM_TIMEOUT_MS)", st.message().c_str(),
-              transport_->peerName(peer_).c_str());
+  Status st = createEndpoint(address, UCP_ERR_HANDLING_MODE_PEER);
+  if (!st.isOk()) {
+    LOOM_WARN("UCX", "%s; connecting without UCX's peer error handling (UCX_TLS offers no "
+              "transport with it): UCX aborts this process if %s fails mid-transfer",
+              st.message().c_str(), transport_->peerName(peer_).c_str());
     st = createEndpoint(address, UCP_ERR_HANDLING_MODE_NONE);
   }
   LOOM_TRY(st);
-  LOOM_INFO("UCX", "endpoint to %s lane %d: %zu-byte chunks, %s", transport_->peerName(peer_).c_str(),
-            lane_, chunkBytes_,
+  LOOM_INFO("UCX", "endpoint to %s lane %d: %zu-byte chunks, %s%s",
+            transport_->peerName(peer_).c_str(), lane_, chunkBytes_,
             errMode_ == UCP_ERR_HANDLING_MODE_PEER ? "UCX's peer error handling"
-                                                   : "its process watched by loom");
+                                                   : "no peer error handling",
+            pidfd_ >= 0 ? ", its process watched by loom" : "");
   return Status::ok();
 }
 
@@ -423,29 +434,52 @@ UcxConnection::~UcxConnection() {
 void UcxConnection::closeEndpoint() {
   ucp_worker_h worker = transport_->worker();
   // Receives still waiting (after an error) are cancelled; sends finish or fail with the flush.
+  for (auto& s : recv_.ops())
+    for (auto& c : s.inFlight)
+      if (c.request != nullptr) ucp_request_cancel(worker, c.request);
+  // Flushing sends what is still queued, so a peer's last message is not lost when this rank
+  // destroys its communicator first. Where UCX allows it (peer error handling on the endpoint)
+  // the endpoint is closed at once instead when nothing is left to deliver: the peer failed or
+  // exited, or ops are still unfinished (the communicator goes down mid-call, after an error
+  // or an abort), whose transfers are lost either way and which a dead peer never flushes.
+  void* close = nullptr;
+  if (ep_ != nullptr) {
+    const bool abandoned =
+        !error_.isOk() || !send_.idle() || !recv_.idle() ||
+        (pidfd_ >= 0 && processExited(pidfd_, transport_->comm().peers[size_t(peer_)].pid));
+    ucp_request_param_t p = {};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = abandoned && errMode_ == UCP_ERR_HANDLING_MODE_PEER ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    close = ucp_ep_close_nbx(ep_, &p);
+    ep_ = nullptr;
+    if (!UCS_PTR_IS_PTR(close)) close = nullptr;
+  }
+  // Then the close and every request of this connection run to their end (within a bound): UCX
+  // ends a failed endpoint's requests, with an error, only once it has discarded its lanes in
+  // the worker's progress, and destroying the worker while an endpoint still holds requests
+  // fails an assertion of UCX's (an abort).
+  auto pending = [](void* request) {
+    return request != nullptr && ucp_request_check_status(request) == UCS_INPROGRESS;
+  };
+  auto anyPending = [&] {
+    if (pending(close)) return true;
+    for (Direction* d : {&recv_, &send_})
+      for (auto& s : d->ops())
+        for (auto& c : s.inFlight)
+          if (pending(c.request)) return true;
+    return false;
+  };
+  const int64_t timeout = transport_->comm().timeoutMs;
+  Deadline deadline(timeout < 0 ? 2000 : std::min<int64_t>(timeout, 2000));
+  while (anyPending() && !deadline.expired()) transport_->progressWorker();
+  if (close != nullptr) ucp_request_free(close);
   for (Direction* d : {&recv_, &send_})
     for (auto& s : d->ops())
       for (auto& c : s.inFlight)
         if (c.request != nullptr) {
-          if (d == &recv_) ucp_request_cancel(worker, c.request);
           ucp_request_free(c.request);
           c.request = nullptr;
         }
-  if (ep_ == nullptr) return;
-  // Flushing sends what is still queued, so a peer's last message is not lost when this rank
-  // destroys its communicator first; a failed peer is closed at once where UCX allows that
-  // (peer error handling on the endpoint), else the flush gives up at the bound below.
-  ucp_request_param_t p = {};
-  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  p.flags = !error_.isOk() && errMode_ == UCP_ERR_HANDLING_MODE_PEER ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-  void* request = ucp_ep_close_nbx(ep_, &p);
-  ep_ = nullptr;
-  if (!UCS_PTR_IS_PTR(request)) return;
-  const int64_t timeout = transport_->comm().timeoutMs;
-  Deadline deadline(timeout < 0 ? 2000 : std::min<int64_t>(timeout, 2000));
-  while (ucp_request_check_status(request) == UCS_INPROGRESS && !deadline.expired())
-    transport_->progressWorker();
-  ucp_request_free(request);
 }
 
 Status UcxConnection::post(TransferOp* op) {
