@@ -151,6 +151,7 @@ class UcxTransportImpl final : public Transport {
   const std::string& published() const { return published_; }
   ucp_worker_h worker() const { return worker_; }
   const CommContext& comm() const { return *ctx_; }
+  const UcxOptions& options() const { return options_; }
   // Runs the worker until it has nothing more to do (or a few rounds); true when it did work.
   bool progressWorker() {
     bool any = false;
@@ -202,6 +203,20 @@ class Direction {
   bool idle() const { return ops_.empty(); }
   std::deque<OpState>& ops() { return ops_; }
 
+  // A RecvReduce chunk's bounce buffer (`bytes`: the connection's chunk size, which every chunk
+  // fits), reused from earlier chunks: a fresh allocation of a chunk per chunk costs the
+  // kernel's page faults each time (glibc returns blocks this large to the kernel), and
+  // zeroing it a pass over memory that the receive overwrites anyway.
+  std::unique_ptr<char[]> takeBounce(size_t bytes) {
+    if (spare_.empty()) return std::make_unique_for_overwrite<char[]>(bytes);
+    std::unique_ptr<char[]> b = std::move(spare_.back());
+    spare_.pop_back();
+    return b;
+  }
+  void giveBounce(std::unique_ptr<char[]> b) {
+    if (spare_.size() < kMaxBounceChunks) spare_.push_back(std::move(b));
+  }
+
   // Moves `done` of the leading ops and retires the complete ones, in order; true if any moved.
   bool updateDone() {
     bool moved = false;
@@ -224,6 +239,7 @@ class Direction {
  private:
   std::deque<OpState> ops_;
   uint64_t nextChunk_ = 0;
+  std::vector<std::unique_ptr<char[]>> spare_;  // bounce buffers of finished chunks
 };
 
 class UcxConnection final : public Connection {
@@ -410,8 +426,12 @@ Status UcxConnection::open(const ucp_address_t* address) {
   if (them.machineId == me.machineId && them.pidNamespace != 0 &&
       them.pidNamespace == me.pidNamespace)
     pidfd_ = pidfdOpen(them.pid);
-  Status st = createEndpoint(address, UCP_ERR_HANDLING_MODE_PEER);
-  if (!st.isOk()) {
+  const bool watched = pidfd_ >= 0 && them.hostId == me.hostId;
+  // LOOM_UCX_PEER_ERRORS=0: CMA for ranks of this host, whose exit loom still sees itself.
+  const bool peerErrors = transport_->options().peerErrors || !watched;
+  Status st = createEndpoint(address, peerErrors ? UCP_ERR_HANDLING_MODE_PEER
+                                                 : UCP_ERR_HANDLING_MODE_NONE);
+  if (!st.isOk() && peerErrors) {
     LOOM_WARN("UCX", "%s; connecting without UCX's peer error handling (UCX_TLS offers no "
               "transport with it): UCX aborts this process if %s fails mid-transfer",
               st.message().c_str(), transport_->peerName(peer_).c_str());
@@ -501,7 +521,7 @@ Status UcxConnection::postChunk(Direction::OpState* s, bool sending, size_t end)
   if (sending) {
     where = static_cast<char*>(const_cast<void*>(op->src)) + begin;
   } else if (op->kind == TransferOp::Kind::RecvReduce) {
-    c.bounce = std::make_unique<char[]>(end - begin);
+    c.bounce = recv_.takeBounce(chunkBytes_);
     where = c.bounce.get();
   } else {
     where = static_cast<char*>(op->dst) + begin;
@@ -587,7 +607,7 @@ Status UcxConnection::collect(Direction* d, bool* progressed) {
                static_cast<const char*>(op->src) + c.begin, c.bounce.get(),
                (c.end - c.begin) / elt, op->dtype, op->op);
         c.received = false;
-        c.bounce.reset();
+        d->giveBounce(std::move(c.bounce));
         *progressed = true;
       }
     }

@@ -47,6 +47,11 @@ struct UcxOptions {
   // Bytes per tagged message. Large enough that a chunk's rendezvous handshake costs little
   // against its bytes, small enough that a ring's steps pipeline.
   size_t chunkBytes = size_t(4) << 20;
+  // UCX's peer error handling on endpoints to ranks of this host too (LOOM_UCX_PEER_ERRORS).
+  // Off, UCX may use CMA for them (1.13 offers no CMA under peer error handling: it asks for
+  // memory invalidation, which CMA lacks), but aborts this process when a transfer with a peer
+  // that died fails.
+  bool peerErrors = true;
 };
 
 inline constexpr size_t kChunkAlign = 64;  // keeps chunk boundaries on element boundaries
