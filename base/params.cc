@@ -105,6 +105,11 @@ const Entry kEntries[] = {
      "The UCX transport cuts messages in tagged messages of this size (a pair uses the smaller "
      "of its two settings); UCX sends each above its rendezvous threshold (UCX_RNDV_THRESH) "
      "zero-copy."},
+    {"LOOM_UCX_PEER_ERRORS", Type::Bool, "1",
+     "1: every UCX endpoint uses UCX's peer error handling, so a rank that dies is an error on "
+     "the others. 0: endpoints to ranks of this host go without it, which lets UCX move large "
+     "messages by CMA (zero-copy; UCX 1.13 offers no CMA under peer error handling), but UCX "
+     "aborts a rank whose transfer with a rank that died fails."},
     {"LOOM_TCP_SOCKETS", Type::Int, "2", "TCP sockets per peer and lane."},
     {"LOOM_TCP_CHUNK_BYTES", Type::Bytes, "128K",
      "Messages are striped over a peer's sockets in chunks of this size."},

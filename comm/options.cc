@@ -196,6 +196,7 @@ transports::tcp::TcpOptions readTcpOptions() { return transports::tcp::tcpOption
 transports::ucx::UcxOptions readUcxOptions() {
   transports::ucx::UcxOptions o;
   o.chunkBytes = size_t(nonNegative(params::getInt("LOOM_UCX_CHUNK_BYTES")));
+  o.peerErrors = params::getBool("LOOM_UCX_PEER_ERRORS");
   return o;
 }
 

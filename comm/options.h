@@ -65,7 +65,7 @@ WaitPolicy readWaitPolicy();
 transports::ShmOptions readShmOptions();
 // LOOM_TCP_SOCKETS, LOOM_TCP_CHUNK_BYTES, LOOM_TCP_PACING.
 transports::tcp::TcpOptions readTcpOptions();
-// LOOM_UCX_CHUNK_BYTES.
+// LOOM_UCX_CHUNK_BYTES, LOOM_UCX_PEER_ERRORS.
 transports::ucx::UcxOptions readUcxOptions();
 // LOOM_TUNE's rules, LOOM_TUNER's mode, as `fixed` the parameters the user set (LOOM_LANES,
 // LOOM_TORUS_DIMS, LOOM_ALLTOALL_FANIN; 0 = the tuner's to choose), what callSettings takes

@@ -25,6 +25,7 @@
 #include "loom/loom.h"
 #include "tests/support/comm_harness.h"
 #include "tests/support/fork_ranks.h"
+#include "tests/support/rank_sets.h"
 #include "tests/support/two_hosts.h"
 
 namespace loom::testing {
@@ -116,6 +117,7 @@ struct Case {
   int nranks;
   Fault fault;
   bool underLoad;
+  const char* ucxTls = nullptr;  // for ucx: UCX_TLS (null: UCX's default choice)
 };
 
 // A rank's run: allreduces of 4 MiB until one fails; the victim's fault strikes 300 ms in
@@ -175,13 +177,16 @@ int runRank(RankContext& ctx, const Case& c, int victim, Shared* shared,
 }
 
 void PrintTo(const Case& c, std::ostream* os) {
-  *os << (c.transport == nullptr ? "netns" : c.transport) << " " << c.nranks << " ranks "
+  *os << (c.transport == nullptr ? "netns" : c.transport)
+      << (c.ucxTls == nullptr ? "" : std::string(" UCX_TLS=") + c.ucxTls) << " " << c.nranks
+      << " ranks "
       << faultName(c.fault) << (c.underLoad ? " underLoad" : "");
 }
 
 std::string caseName(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
-  return std::string(c.transport) + "_" + std::to_string(c.nranks) + "ranks_" +
+  const std::string tls = c.ucxTls == nullptr ? "" : std::string("_") + c.ucxTls;
+  return std::string(c.transport) + tls + "_" + std::to_string(c.nranks) + "ranks_" +
          faultName(c.fault) + (c.underLoad ? "_underLoad" : "");
 }
 
@@ -199,6 +204,7 @@ TEST_P(FaultAttribution, EverySurvivorNamesTheVictim) {
   const int signal = c.fault == Fault::Kill ? SIGKILL : SIGSTOP;
   std::vector<RankResult> results;
   {
+    RankSetEnvironment environment(RankSet{c.nranks, c.transport, c.ucxTls});
     BusyCores busy(c.underLoad ? 2 : 0);
     results = runRanks(c.nranks, [&](RankContext& ctx) {
       return runRank(ctx, c, victim, shared, [signal, mismatch, shared] {
@@ -210,11 +216,13 @@ TEST_P(FaultAttribution, EverySurvivorNamesTheVictim) {
   printAttributions(results);
   EXPECT_EQ(describeFailures(results, options), "");
   EXPECT_EQ(shared->named.load(), c.nranks - 1) << "survivors that named the victim";
-  if (!mismatch) EXPECT_EQ(results[victim].signal, SIGKILL);
+  if (!mismatch) {
+    EXPECT_EQ(results[victim].signal, SIGKILL);
+  }
   munmap(shared, sizeof(Shared));
 }
 
-// Kills and stops over both transports and several sizes (a stop is seen by the timeout
+// Kills and stops over every transport and several sizes (a stop is seen by the timeout
 // only); the same under load where the ranks outnumber the free cores most; mismatches under
 // load.
 INSTANTIATE_TEST_SUITE_P(
@@ -227,7 +235,12 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"tcp", 8, Fault::Kill, true}, Case{"tcp", 4, Fault::Stop, true},
                       Case{"shm", 2, Fault::Mismatch, true}, Case{"shm", 4, Fault::Mismatch, true},
                       Case{"tcp", 2, Fault::Mismatch, true},
-                      Case{"tcp", 4, Fault::Mismatch, true}),
+                      Case{"tcp", 4, Fault::Mismatch, true},
+                      // UCX (label ucx): over its TCP, its shared memory and its default.
+                      Case{"ucx", 4, Fault::Kill, false, "tcp"},
+                      Case{"ucx", 4, Fault::Kill, false, "sm"}, Case{"ucx", 4, Fault::Kill, false},
+                      Case{"ucx", 4, Fault::Stop, false, "tcp"},
+                      Case{"ucx", 4, Fault::Stop, false, "sm"}, Case{"ucx", 4, Fault::Stop, false}),
     caseName);
 
 // A host's link goes down under a rank: the others, on the other host, see only silence.
@@ -244,6 +257,7 @@ TEST_P(LinkDownTwoHosts, TheOtherHostNamesTheCutOffRank) {
   const std::string a = hostA_, b = hostB_, downB = "ip link set " + veths_[1] + " down";
   std::vector<RankResult> results;
   {
+    RankSetEnvironment environment(RankSet{c.nranks, c.transport, c.ucxTls});
     BusyCores busy(c.underLoad ? 2 : 0);
     results = runRanks(c.nranks, [&](RankContext& ctx) {
       RANK_CHECK(enter(ctx.rank() == victim ? b : a) == 0, "setns failed");

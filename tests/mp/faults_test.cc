@@ -52,6 +52,8 @@ int killedPeerRank(RankContext& ctx, const char* transport, int victim,
   std::string msg = loomGetLastError(comm);
   RANK_CHECK(msg.find("allreduce #") != std::string::npos, "message lacks context: %s",
              msg.c_str());
+  RANK_CHECK(msg.find("rank " + std::to_string(victim) + " ") != std::string::npos,
+             "message does not name rank %d: %s", victim, msg.c_str());
   fprintf(stderr, "rank %d after %.2f s: %s\n", ctx.rank(), seconds, msg.c_str());
   loomResult_t async = loomSuccess;
   RANK_LOOM(loomCommGetAsyncError(comm, &async));
@@ -97,14 +99,14 @@ TEST_F(UcxFaultsTwoHosts, AKilledPeerIsAnErrorOnEveryRank) {
   EXPECT_EQ(results[victim].signal, SIGKILL);
 }
 
-// Over UCX within a host: its shared memory without CMA (loom watching the peer's process). Not
-// with CMA or UCX's TCP: on endpoints without UCX's error handling (those within a host: UCX
-// 1.13 has none over shared memory) UCX aborts the process whose CMA read of a dead peer fails,
-// or asserts in its TCP rendezvous (docs/ARCHITECTURE.md, "The UCX transport"); across hosts,
-// UcxFaultsTwoHosts above.
+// Over UCX within a host: its TCP, its shared memory (posix and CMA: UCX_TLS=sm; posix alone:
+// posix,sysv) and its default choice, all with UCX's peer error handling, under which a CMA read
+// of the dead rank or a reset TCP connection fails the endpoint instead of aborting the reader
+// (docs/ARCHITECTURE.md, "The UCX transport"); across hosts, UcxFaultsTwoHosts above.
 INSTANTIATE_TEST_SUITE_P(Transports, KillMidAllreduce,
                          ::testing::Values(RankSet{4, "shm"}, RankSet{4, "tcp"},
-                                           RankSet{4, "ucx", "posix,sysv"}),
+                                           RankSet{4, "ucx", "tcp"}, RankSet{4, "ucx", "sm"},
+                                           RankSet{4, "ucx", "posix,sysv"}, RankSet{4, "ucx"}),
                          rankSetName);
 
 // A rank that stops answering mid-collective (SIGSTOP: alive, its sockets and shared memory
@@ -150,6 +152,8 @@ TEST_P(StoppedPeer, EveryOtherRankGetsAnErrorWithinTheDeadline) {
     RANK_CHECK(seconds < timeoutMs / 1e3 + 3, "the error took %.1f s", seconds);
     RANK_CHECK(msg.find("allreduce #") != std::string::npos, "message lacks context: %s",
                msg.c_str());
+    RANK_CHECK(msg.find("rank " + std::to_string(victim) + " ") != std::string::npos,
+               "message does not name rank %d: %s", victim, msg.c_str());
     // Before the abort: rank 0's process serves the bootstrap, and its abort waits for every
     // rank to leave it, which the stopped rank never does.
     if (ctx.rank() == 0) {

@@ -1,6 +1,6 @@
 // The UCX transport beyond the collective suites' UCX rank sets: what loom-info says of UCX,
 // loomMemAlloc buffers (registered once per segment, released by loomMemFree) moving over it,
-// ranks with different chunk sizes, and a bad chunk size refused.
+// ranks with different chunk sizes, a bad chunk size refused, and LOOM_UCX_PEER_ERRORS=0.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -93,6 +93,28 @@ TEST(UcxChunks, RanksWithDifferentChunkSizesAgree) {
     RANK_LOOM(loomCommDestroy(comm));
     return 0;
   }, ForkOptions::timeout(120));
+  EXPECT_EQ(describeFailures(results), "");
+}
+
+// LOOM_UCX_PEER_ERRORS=0: endpoints within the host go without UCX's peer error handling, so
+// UCX may move the rendezvous chunks by CMA; results stay exact over UCX's shared memory, and
+// the communicator closes cleanly.
+TEST(UcxPeerErrors, OffWithinAHostResultsAreExact) {
+  const int n = 3;
+  setenv("UCX_TLS", "sm", 1);
+  setenv("LOOM_UCX_PEER_ERRORS", "0", 1);
+  auto results = runRanks(n, [&](RankContext& ctx) {
+    loomComm_t comm = nullptr;
+    RANK_LOOM(initUcxComm(ctx, "1M", &comm));
+    std::vector<float> buf((size_t(5) << 20) / sizeof(float) + 3);
+    for (int round = 0; round < 2; ++round)
+      if (allReduceInPlace(comm, buf.data(), buf.size(), ctx.rank(), n, round) != 0) return 1;
+    RANK_LOOM(loomCommDestroy(comm));
+    return 0;
+  }, ForkOptions::timeout(120));
+  unsetenv("LOOM_UCX_PEER_ERRORS");
+  unsetenv("UCX_TLS");
+  params::reloadFromEnvironment();
   EXPECT_EQ(describeFailures(results), "");
 }
 

@@ -7,6 +7,7 @@
 #include <uct/api/uct.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -52,11 +53,21 @@ Status ucsError(loomResult_t code, ucs_status_t st, const std::string& what) {
 }
 
 // A context with the tag API and wake-ups (the event fd). Its workers are the communicator's
-// one; mt_workers_shared makes ucp_mem_unmap safe from loomMemFree's thread.
+// one; mt_workers_shared makes ucp_mem_unmap safe from loomMemFree's thread. UCX's posix shared
+// memory is told to offer peer error handling (UCX_POSIX_ERROR_HANDLING, off by default in
+// 1.13; the user's setting stands): every endpoint asks for it, and without it UCX would leave
+// posix out of them, keeping only sysv, which can never offer it.
 Status createContext(ucp_context_h* out) {
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) return ucsError(loomSystemError, st, "reading UCX's settings (UCX_*)");
+  if (getenv("UCX_POSIX_ERROR_HANDLING") == nullptr && getenv("UCX_MM_ERROR_HANDLING") == nullptr) {
+    // The shared-memory transports' setting (posix's, sysv's); sysv ignores it.
+    st = ucp_config_modify(config, "MM_ERROR_HANDLING", "y");
+    if (st != UCS_OK)
+      LOOM_INFO("UCX", "cannot ask posix shared memory for peer error handling: %s",
+                ucs_status_string(st));
+  }
   ucp_params_t params = {};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
   params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
@@ -140,6 +151,7 @@ class UcxTransportImpl final : public Transport {
   const std::string& published() const { return published_; }
   ucp_worker_h worker() const { return worker_; }
   const CommContext& comm() const { return *ctx_; }
+  const UcxOptions& options() const { return options_; }
   // Runs the worker until it has nothing more to do (or a few rounds); true when it did work.
   bool progressWorker() {
     bool any = false;
@@ -150,6 +162,9 @@ class UcxTransportImpl final : public Transport {
   // other memory (UCX registers that itself where it must).
   ucp_mem_h memoryHandle(const void* p, size_t bytes);
   std::string peerName(int rank) const { return describePeer(*ctx_, rank); }
+  // Transfers handed to UCX and not yet finished, over all connections (sleep()).
+  void requestStarted() { ++requestsInFlight_; }
+  void requestEnded() { --requestsInFlight_; }
 
  private:
   void segmentFreed(uint64_t serial);
@@ -165,6 +180,7 @@ class UcxTransportImpl final : public Transport {
   std::mutex memMutex_;
   std::map<uint64_t, ucp_mem_h> memory_;
   uint64_t freeHook_ = 0;
+  size_t requestsInFlight_ = 0;
 };
 
 // One direction of a connection. Ops are cut in chunks of chunkBytes; chunk numbers run on
@@ -191,6 +207,20 @@ class Direction {
   bool idle() const { return ops_.empty(); }
   std::deque<OpState>& ops() { return ops_; }
 
+  // A RecvReduce chunk's bounce buffer (`bytes`: the connection's chunk size, which every chunk
+  // fits), reused from earlier chunks: a fresh allocation of a chunk per chunk costs the
+  // kernel's page faults each time (glibc returns blocks this large to the kernel), and
+  // zeroing it a pass over memory that the receive overwrites anyway.
+  std::unique_ptr<char[]> takeBounce(size_t bytes) {
+    if (spare_.empty()) return std::make_unique_for_overwrite<char[]>(bytes);
+    std::unique_ptr<char[]> b = std::move(spare_.back());
+    spare_.pop_back();
+    return b;
+  }
+  void giveBounce(std::unique_ptr<char[]> b) {
+    if (spare_.size() < kMaxBounceChunks) spare_.push_back(std::move(b));
+  }
+
   // Moves `done` of the leading ops and retires the complete ones, in order; true if any moved.
   bool updateDone() {
     bool moved = false;
@@ -213,6 +243,7 @@ class Direction {
  private:
   std::deque<OpState> ops_;
   uint64_t nextChunk_ = 0;
+  std::vector<std::unique_ptr<char[]>> spare_;  // bounce buffers of finished chunks
 };
 
 class UcxConnection final : public Connection {
@@ -358,8 +389,12 @@ void UcxTransportImpl::sleep(uint64_t, int timeoutMs) {
     poll(nullptr, 0, std::min(timeoutMs, 1));
     return;
   }
+  // With transfers in flight, the wait is cut to 1 ms: over UCX's TCP with peer error handling
+  // (rendezvous through active messages) a transfer was seen to move on only when a wait ran
+  // out, with no event on the fd (two ranks sleeping out 100 ms waits for minutes in a 16 MiB
+  // all_reduce); an idle communicator still sleeps in full.
   pollfd p = {efd_, POLLIN, 0};
-  poll(&p, 1, timeoutMs);  // an event, EINTR or the time: the caller polls again
+  poll(&p, 1, requestsInFlight_ > 0 ? std::min(timeoutMs, 1) : timeoutMs);
 }
 
 // ---- UcxConnection ----
@@ -386,11 +421,13 @@ Status UcxConnection::createEndpoint(const ucp_address_t* address, ucp_err_handl
 }
 
 Status UcxConnection::open(const ucp_address_t* address) {
-  // A peer of this machine and pid namespace: loom sees its exit at once (checkAlive). On this
-  // host its endpoint then needs no error handling of UCX's, which would rule out UCX's shared
-  // memory and CMA (1.13 cannot detect a failed peer over them: "Destination is unreachable").
-  // Every other peer's endpoint has it (UCP_ERR_HANDLING_MODE_PEER): its failure fails the
-  // endpoint.
+  // Every endpoint asks for UCX's peer error handling (UCP_ERR_HANDLING_MODE_PEER), which
+  // restricts it to transports that report a failed peer (tcp, cma, posix; not sysv). Without
+  // it UCX 1.13 aborts the process when a transfer with a failed peer fails (a CMA read of a dead
+  // process, a reset TCP connection: "will not be handled since no error callback is
+  // installed", logged as fatal), so it is given up only where UCX_TLS leaves no such transport,
+  // and said so. A peer of this machine and pid namespace is watched by loom too (a pidfd;
+  // checkAlive), which sees its exit at once, before any transfer with it fails.
   const CommContext& comm = transport_->comm();
   const PeerInfo& me = comm.peers[size_t(comm.rank)];
   const PeerInfo& them = comm.peers[size_t(peer_)];
@@ -398,20 +435,22 @@ Status UcxConnection::open(const ucp_address_t* address) {
       them.pidNamespace == me.pidNamespace)
     pidfd_ = pidfdOpen(them.pid);
   const bool watched = pidfd_ >= 0 && them.hostId == me.hostId;
-  Status st = createEndpoint(address, watched ? UCP_ERR_HANDLING_MODE_NONE
-                                              : UCP_ERR_HANDLING_MODE_PEER);
-  if (!st.isOk() && !watched) {
-    // Transports UCX_TLS allows that cannot detect a failed peer: without that, and said so.
-    LOOM_WARN("UCX", "%s; connecting without UCX's peer error handling: a failed %s is seen "
-              "only by the deadline (LOOM_TIMEOUT_MS)", st.message().c_str(),
-              transport_->peerName(peer_).c_str());
+  // LOOM_UCX_PEER_ERRORS=0: CMA for ranks of this host, whose exit loom still sees itself.
+  const bool peerErrors = transport_->options().peerErrors || !watched;
+  Status st = createEndpoint(address, peerErrors ? UCP_ERR_HANDLING_MODE_PEER
+                                                 : UCP_ERR_HANDLING_MODE_NONE);
+  if (!st.isOk() && peerErrors) {
+    LOOM_WARN("UCX", "%s; connecting without UCX's peer error handling (UCX_TLS offers no "
+              "transport with it): UCX aborts this process if %s fails mid-transfer",
+              st.message().c_str(), transport_->peerName(peer_).c_str());
     st = createEndpoint(address, UCP_ERR_HANDLING_MODE_NONE);
   }
   LOOM_TRY(st);
-  LOOM_INFO("UCX", "endpoint to %s lane %d: %zu-byte chunks, %s", transport_->peerName(peer_).c_str(),
-            lane_, chunkBytes_,
+  LOOM_INFO("UCX", "endpoint to %s lane %d: %zu-byte chunks, %s%s",
+            transport_->peerName(peer_).c_str(), lane_, chunkBytes_,
             errMode_ == UCP_ERR_HANDLING_MODE_PEER ? "UCX's peer error handling"
-                                                   : "its process watched by loom");
+                                                   : "no peer error handling",
+            pidfd_ >= 0 ? ", its process watched by loom" : "");
   return Status::ok();
 }
 
@@ -423,29 +462,53 @@ UcxConnection::~UcxConnection() {
 void UcxConnection::closeEndpoint() {
   ucp_worker_h worker = transport_->worker();
   // Receives still waiting (after an error) are cancelled; sends finish or fail with the flush.
+  for (auto& s : recv_.ops())
+    for (auto& c : s.inFlight)
+      if (c.request != nullptr) ucp_request_cancel(worker, c.request);
+  // Flushing sends what is still queued, so a peer's last message is not lost when this rank
+  // destroys its communicator first. Where UCX allows it (peer error handling on the endpoint)
+  // the endpoint is closed at once instead when nothing is left to deliver: the peer failed or
+  // exited, or ops are still unfinished (the communicator goes down mid-call, after an error
+  // or an abort), whose transfers are lost either way and which a dead peer never flushes.
+  void* close = nullptr;
+  if (ep_ != nullptr) {
+    const bool abandoned =
+        !error_.isOk() || !send_.idle() || !recv_.idle() ||
+        (pidfd_ >= 0 && processExited(pidfd_, transport_->comm().peers[size_t(peer_)].pid));
+    ucp_request_param_t p = {};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = abandoned && errMode_ == UCP_ERR_HANDLING_MODE_PEER ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    close = ucp_ep_close_nbx(ep_, &p);
+    ep_ = nullptr;
+    if (!UCS_PTR_IS_PTR(close)) close = nullptr;
+  }
+  // Then the close and every request of this connection run to their end (within a bound): UCX
+  // ends a failed endpoint's requests, with an error, only once it has discarded its lanes in
+  // the worker's progress, and destroying the worker while an endpoint still holds requests
+  // fails an assertion of UCX's (an abort).
+  auto pending = [](void* request) {
+    return request != nullptr && ucp_request_check_status(request) == UCS_INPROGRESS;
+  };
+  auto anyPending = [&] {
+    if (pending(close)) return true;
+    for (Direction* d : {&recv_, &send_})
+      for (auto& s : d->ops())
+        for (auto& c : s.inFlight)
+          if (pending(c.request)) return true;
+    return false;
+  };
+  const int64_t timeout = transport_->comm().timeoutMs;
+  Deadline deadline(timeout < 0 ? 2000 : std::min<int64_t>(timeout, 2000));
+  while (anyPending() && !deadline.expired()) transport_->progressWorker();
+  if (close != nullptr) ucp_request_free(close);
   for (Direction* d : {&recv_, &send_})
     for (auto& s : d->ops())
       for (auto& c : s.inFlight)
         if (c.request != nullptr) {
-          if (d == &recv_) ucp_request_cancel(worker, c.request);
           ucp_request_free(c.request);
           c.request = nullptr;
+          transport_->requestEnded();
         }
-  if (ep_ == nullptr) return;
-  // Flushing sends what is still queued, so a peer's last message is not lost when this rank
-  // destroys its communicator first; a failed peer is closed at once where UCX allows that
-  // (peer error handling on the endpoint), else the flush gives up at the bound below.
-  ucp_request_param_t p = {};
-  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  p.flags = !error_.isOk() && errMode_ == UCP_ERR_HANDLING_MODE_PEER ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-  void* request = ucp_ep_close_nbx(ep_, &p);
-  ep_ = nullptr;
-  if (!UCS_PTR_IS_PTR(request)) return;
-  const int64_t timeout = transport_->comm().timeoutMs;
-  Deadline deadline(timeout < 0 ? 2000 : std::min<int64_t>(timeout, 2000));
-  while (ucp_request_check_status(request) == UCS_INPROGRESS && !deadline.expired())
-    transport_->progressWorker();
-  ucp_request_free(request);
 }
 
 Status UcxConnection::post(TransferOp* op) {
@@ -467,7 +530,7 @@ Status UcxConnection::postChunk(Direction::OpState* s, bool sending, size_t end)
   if (sending) {
     where = static_cast<char*>(const_cast<void*>(op->src)) + begin;
   } else if (op->kind == TransferOp::Kind::RecvReduce) {
-    c.bounce = std::make_unique<char[]>(end - begin);
+    c.bounce = recv_.takeBounce(chunkBytes_);
     where = c.bounce.get();
   } else {
     where = static_cast<char*>(op->dst) + begin;
@@ -488,6 +551,7 @@ Status UcxConnection::postChunk(Direction::OpState* s, bool sending, size_t end)
                               end - begin, sending ? "to" : "from",
                               transport_->peerName(peer_).c_str(), lane_));
   c.request = request;  // null: finished already
+  if (request != nullptr) transport_->requestStarted();
   c.received = request == nullptr && c.bounce != nullptr;
   s->inFlight.push_back(std::move(c));
   s->posted = end;
@@ -523,6 +587,7 @@ Status UcxConnection::finish(const Direction::OpState& s, Direction::Chunk* c) {
   }
   ucp_request_free(c->request);
   c->request = nullptr;
+  transport_->requestEnded();
   const bool sending = s.op->kind == TransferOp::Kind::Send;
   if (st != UCS_OK)
     return ucsError(st == UCS_ERR_MESSAGE_TRUNCATED ? loomInvalidUsage : loomRemoteError, st,
@@ -553,7 +618,7 @@ Status UcxConnection::collect(Direction* d, bool* progressed) {
                static_cast<const char*>(op->src) + c.begin, c.bounce.get(),
                (c.end - c.begin) / elt, op->dtype, op->op);
         c.received = false;
-        c.bounce.reset();
+        d->giveBounce(std::move(c.bounce));
         *progressed = true;
       }
     }

@@ -16,12 +16,13 @@
 //
 // Progress is the executor's (ucp_worker_progress in each connection's progress(); no thread
 // of UCX's own is asked for), and an idle wait arms the worker and polls its event fd
-// (ucp_worker_arm, ucp_worker_get_efd), so an idle rank uses no CPU. Endpoints to other hosts
-// use UCX's peer error handling: a peer that dies fails the endpoint, and the connection's next
-// progress() returns loomRemoteError naming the rank. Endpoints within a host go without it
-// (UCX 1.13 has none over shared memory) and loom watches the peer's process instead
-// (docs/ARCHITECTURE.md, "The UCX transport", for what UCX itself still does when such a peer
-// dies mid-transfer). A peer that merely stops answering runs into the executor's deadline.
+// (ucp_worker_arm, ucp_worker_get_efd; 1 ms at a time while transfers are in flight), so an
+// idle rank uses no CPU. Every endpoint uses UCX's peer error handling (without it UCX 1.13
+// aborts the process when a transfer with a failed peer fails; LOOM_UCX_PEER_ERRORS=0 gives it
+// up within a host for CMA): a peer that dies fails the endpoint, and the connection's next
+// progress() returns loomRemoteError naming the rank; loom also watches the process of a peer
+// on this machine, which sees its exit at once (docs/ARCHITECTURE.md, "The UCX transport"). A
+// peer that merely stops answering runs into the executor's deadline.
 //
 // Buffers from loomMemAlloc are registered with ucp_mem_map once per segment, on first use,
 // and the handle goes with every transfer from or into it; loomMemFree and the communicator's
@@ -47,6 +48,11 @@ struct UcxOptions {
   // Bytes per tagged message. Large enough that a chunk's rendezvous handshake costs little
   // against its bytes, small enough that a ring's steps pipeline.
   size_t chunkBytes = size_t(4) << 20;
+  // UCX's peer error handling on endpoints to ranks of this host too (LOOM_UCX_PEER_ERRORS).
+  // Off, UCX may use CMA for them (1.13 offers no CMA under peer error handling: it asks for
+  // memory invalidation, which CMA lacks), but aborts this process when a transfer with a peer
+  // that died fails.
+  bool peerErrors = true;
 };
 
 inline constexpr size_t kChunkAlign = 64;  // keeps chunk boundaries on element boundaries
