@@ -106,8 +106,9 @@ const Entry kEntries[] = {
      "of its two settings); UCX sends each above its rendezvous threshold (UCX_RNDV_THRESH) "
      "zero-copy."},
     {"LOOM_UCX_PEER_ERRORS", Type::Bool, "1",
-     "1: every UCX endpoint uses UCX's peer error handling, so a rank that dies is an error on "
-     "the others. 0: endpoints to ranks of this host go without it, which lets UCX move large "
+     "1: UCX endpoints use UCX's peer error handling, so a rank that dies is an error on the "
+     "others (within a host only where UCX_TLS lets UCX read peers by CMA, whose failure UCX "
+     "otherwise turns into an abort; over tcp loom's own watch of the peer suffices). 0: endpoints to ranks of this host go without it, which lets UCX move large "
      "messages by CMA (zero-copy; UCX 1.13 offers no CMA under peer error handling), but UCX "
      "aborts a rank whose transfer with a rank that died fails."},
     {"LOOM_TCP_SOCKETS", Type::Int, "2", "TCP sockets per peer and lane."},

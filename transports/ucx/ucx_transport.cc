@@ -399,6 +399,23 @@ void UcxTransportImpl::sleep(uint64_t, int timeoutMs) {
 
 // ---- UcxConnection ----
 
+// Whether UCX_TLS lets UCX use CMA between ranks of a host: unset, "all", "sm", "shm" or
+// "cma" among what it names, or an exclusion ("^...") that leaves cma in.
+bool ucxMayUseCma() {
+  const char* tls = getenv("UCX_TLS");
+  if (tls == nullptr || *tls == '\0') return true;
+  const bool excluding = tls[0] == '^';
+  std::string list = excluding ? tls + 1 : tls;
+  bool named = false;
+  for (size_t at = 0; at <= list.size();) {
+    const size_t end = std::min(list.find(',', at), list.size());
+    const std::string t = list.substr(at, end - at);
+    named = named || t == "all" || t == "sm" || t == "shm" || t == "cma";
+    at = end + 1;
+  }
+  return excluding ? !named : named;
+}
+
 Status UcxConnection::createEndpoint(const ucp_address_t* address, ucp_err_handling_mode_t mode) {
   ucp_ep_params_t p = {};
   p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
@@ -435,8 +452,11 @@ Status UcxConnection::open(const ucp_address_t* address) {
       them.pidNamespace == me.pidNamespace)
     pidfd_ = pidfdOpen(them.pid);
   const bool watched = pidfd_ >= 0 && them.hostId == me.hostId;
-  // LOOM_UCX_PEER_ERRORS=0: CMA for ranks of this host, whose exit loom still sees itself.
-  const bool peerErrors = transport_->options().peerErrors || !watched;
+  // A watched rank of this host needs UCX's own handling only where UCX may read it by CMA:
+  // over tcp alone loom's watch sees its exit, and UCX 1.13's tcp under peer error handling
+  // fails healthy endpoints of 8 ranks of one host ("Endpoint timeout"). LOOM_UCX_PEER_ERRORS=0:
+  // CMA for ranks of this host, whose exit loom still sees itself.
+  const bool peerErrors = !watched || (transport_->options().peerErrors && ucxMayUseCma());
   Status st = createEndpoint(address, peerErrors ? UCP_ERR_HANDLING_MODE_PEER
                                                  : UCP_ERR_HANDLING_MODE_NONE);
   if (!st.isOk() && peerErrors) {
