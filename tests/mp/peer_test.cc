@@ -364,6 +364,7 @@ TEST(PeerMemory, AFailedAgreementNamesTheCall) {
   ASSERT_NO_FATAL_FAILURE(writePeerModel(file));
   auto results = runRanks(kRanks, [&](RankContext& ctx) {
     setenv("LOOM_TOPO_FILE", file.c_str(), 1);
+    params::reloadFromEnvironment();
     loomConfig_t config = LOOM_CONFIG_INITIALIZER;
     config.timeoutMs = 1500;
     loomComm_t comm = nullptr;
