@@ -85,7 +85,7 @@ void run(Rank& r, std::initializer_list<TransferOp*> ops,
     }
     uint64_t token = r.transport->armSleep();
     st = r.conn->progress(&progressed);
-    if (!progressed && st.isOk()) r.transport->sleep(token, 100);
+    if (!progressed && st.isOk()) r.transport->sleepUs(token, 100000);
     r.transport->disarmSleep();
   }
 }

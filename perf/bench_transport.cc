@@ -89,7 +89,7 @@ void run(Rank& r, int path, std::initializer_list<TransferOp*> ops,
     if (!st.isOk()) die("checkAlive", st);
     uint64_t token = transport.armSleep();
     st = conn.progress(&progressed);
-    if (st.isOk() && !progressed) transport.sleep(token, 10);
+    if (st.isOk() && !progressed) transport.sleepUs(token, 10000);
     transport.disarmSleep();
     idle = 0;
   }

@@ -197,15 +197,12 @@ class Transport {
                          std::unique_ptr<Connection>* out) = 0;
 
   // Sleeping while nothing progresses: armSleep() announces the intent and returns a token,
-  // the caller then polls its connections once more, and only if still idle calls sleep(),
-  // which returns on any event for this rank on this transport, or after timeoutMs.
+  // the caller then polls its connections once more, and only if still idle calls sleepUs(),
+  // which returns on any event for this rank on this transport, or after timeoutUs
+  // microseconds (a caller taking turns among several transports, where an event on one wakes
+  // no other, sleeps on each briefly).
   virtual uint64_t armSleep() { return 0; }
-  virtual void sleep(uint64_t token, int timeoutMs) = 0;
-  // sleep() for at most timeoutUs microseconds, for a caller that takes turns among several
-  // transports (an event on one wakes no other); the default rounds up to a millisecond.
-  virtual void sleepUs(uint64_t token, int64_t timeoutUs) {
-    sleep(token, int((timeoutUs + 999) / 1000));
-  }
+  virtual void sleepUs(uint64_t token, int64_t timeoutUs) = 0;
   virtual void disarmSleep() {}
 
   // Link cost the tuner reads: latency in seconds, inverse bandwidth in seconds per byte.

@@ -143,7 +143,7 @@ struct Driver {
       uint64_t token = transport->armSleep();
       progressed = false;
       Status st = poll(&progressed);
-      if (st.isOk() && !progressed) transport->sleep(token, deadline.remainingMs(sleepCapMs));
+      if (st.isOk() && !progressed) transport->sleepUs(token, int64_t(deadline.remainingMs(sleepCapMs)) * 1000);
       transport->disarmSleep();
       LOOM_TRY(st);
     }

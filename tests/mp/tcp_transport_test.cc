@@ -143,7 +143,7 @@ Status drive(Transport& t, const std::vector<Connection*>& conns,
     if (++idleRounds < 100) continue;
     uint64_t token = t.armSleep();
     LOOM_TRY(progressAll(&progressed));
-    if (!progressed) t.sleep(token, 100);
+    if (!progressed) t.sleepUs(token, 100000);
     t.disarmSleep();
   }
 }

@@ -733,8 +733,6 @@ class ShmTransport final : public Transport {
     return token;
   }
 
-  void sleep(uint64_t token, int timeoutMs) override { sleepUs(token, int64_t(timeoutMs) * 1000); }
-
   void sleepUs(uint64_t token, int64_t timeoutUs) override {
     if (timeoutUs <= 0) return;
     timespec timeout{time_t(timeoutUs / 1000000), long(timeoutUs % 1000000) * 1000L};

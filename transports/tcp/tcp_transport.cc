@@ -383,7 +383,6 @@ class TcpTransportImpl final : public Transport {
   bool canConnect(int) const override { return true; }
   Status connect(int peer, int lane, const Deadline& deadline,
                  std::unique_ptr<Connection>* out) override;
-  void sleep(uint64_t token, int timeoutMs) override { sleepUs(token, int64_t(timeoutMs) * 1000); }
   void sleepUs(uint64_t token, int64_t timeoutUs) override;
   // Loopback as measured by perf/bench_tcp (one way: ~15 us for 8 bytes, ~2 GB/s streaming);
   // real networks come from topology probing.

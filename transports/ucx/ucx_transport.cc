@@ -143,7 +143,7 @@ class UcxTransportImpl final : public Transport {
   bool canConnect(int) const override { return true; }
   Status connect(int peer, int lane, const Deadline& deadline,
                  std::unique_ptr<Connection>* out) override;
-  void sleep(uint64_t token, int timeoutMs) override;
+  void sleepUs(uint64_t token, int64_t timeoutUs) override;
   // Until the probe measures the link: UCX's shared memory on one host as ucx_perftest shows
   // it here (~0.5 us, ~4 GB/s); other links come from topology probing.
   Cost cost() const override { return {1e-6, 1.0 / 4e9}; }
@@ -377,7 +377,10 @@ Status UcxTransportImpl::connect(int peer, int lane, const Deadline&,
   return Status::ok();
 }
 
-void UcxTransportImpl::sleep(uint64_t, int timeoutMs) {
+void UcxTransportImpl::sleepUs(uint64_t, int64_t timeoutUs) {
+  // poll() counts milliseconds: a shorter turn rounds up to one.
+  const int timeoutMs = int(std::min<int64_t>((std::max<int64_t>(timeoutUs, 0) + 999) / 1000,
+                                              INT32_MAX));
   if (efd_ < 0) {
     poll(nullptr, 0, std::min(timeoutMs, 1));
     return;
@@ -438,13 +441,14 @@ Status UcxConnection::createEndpoint(const ucp_address_t* address, ucp_err_handl
 }
 
 Status UcxConnection::open(const ucp_address_t* address) {
-  // Every endpoint asks for UCX's peer error handling (UCP_ERR_HANDLING_MODE_PEER), which
+  // An endpoint asks for UCX's peer error handling (UCP_ERR_HANDLING_MODE_PEER), which
   // restricts it to transports that report a failed peer (tcp, cma, posix; not sysv). Without
   // it UCX 1.13 aborts the process when a transfer with a failed peer fails (a CMA read of a dead
   // process, a reset TCP connection: "will not be handled since no error callback is
-  // installed", logged as fatal), so it is given up only where UCX_TLS leaves no such transport,
-  // and said so. A peer of this machine and pid namespace is watched by loom too (a pidfd;
-  // checkAlive), which sees its exit at once, before any transfer with it fails.
+  // installed", logged as fatal). A peer of this machine and pid namespace is watched by loom
+  // too (a pidfd; checkAlive), which sees its exit at once; to such a peer the endpoint goes
+  // without it where UCX cannot use CMA (below). Where UCX_TLS leaves no transport that offers
+  // it, the endpoint goes without it, and says so.
   const CommContext& comm = transport_->comm();
   const PeerInfo& me = comm.peers[size_t(comm.rank)];
   const PeerInfo& them = comm.peers[size_t(peer_)];
