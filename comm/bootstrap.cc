@@ -407,21 +407,29 @@ class Root {
     return got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
   }
 
-  // The held failures' first cause: from the first one, who waited on whom, to a rank that
-  // reported nothing while its connection stays open: stopped, hung, or cut off. Where the
-  // chain loops back, the first report stands.
+  // The held failures' first cause: a rank that reported nothing while its connection stays
+  // open (stopped, hung, or cut off), reached from a held failure by who waited on whom. Each
+  // held failure's chain is followed in the order they came; one that loops back (ranks that
+  // wait on each other, which a transport stalled by the silent rank can leave behind) is
+  // passed over for the next. Where no chain ends in a silent rank, the first report stands.
   void relayHeld() {
-    std::vector<bool> seen(size_t(nranks_), false);
-    int waiter = held_[0].rank, suspect = held_[0].suspect;
-    while (suspect >= 0 && !seen[size_t(suspect)]) {
-      auto next = std::find_if(held_.begin(), held_.end(),
-                               [&](const Held& h) { return h.rank == suspect; });
-      if (next == held_.end()) break;
-      seen[size_t(suspect)] = true;
-      waiter = suspect;
-      suspect = next->suspect;
+    int waiter = -1, suspect = -1;
+    bool silent = false;
+    for (size_t first = 0; first < held_.size() && !silent; ++first) {
+      std::vector<bool> seen(size_t(nranks_), false);
+      waiter = held_[first].rank;
+      suspect = held_[first].suspect;
+      seen[size_t(waiter)] = true;
+      while (suspect >= 0 && !seen[size_t(suspect)]) {
+        auto next = std::find_if(held_.begin(), held_.end(),
+                                 [&](const Held& h) { return h.rank == suspect; });
+        if (next == held_.end()) break;
+        seen[size_t(suspect)] = true;
+        waiter = suspect;
+        suspect = next->suspect;
+      }
+      silent = suspect >= 0 && !seen[size_t(suspect)] && fds_[size_t(suspect)] >= 0;
     }
-    const bool silent = suspect >= 0 && !seen[size_t(suspect)] && fds_[size_t(suspect)] >= 0;
     if (!causeSent_)
       broadcastAbort(silent ? strprintf("rank %d stopped responding: rank %d waited on it until "
                                         "LOOM_TIMEOUT_MS, and it reported no timeout of its own "
