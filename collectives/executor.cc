@@ -574,40 +574,35 @@ class Run {
     return compareWaits();
   }
 
-  // Over a transport that cannot see the peer's call (Connection::seesPeersCall), a receive
-  // that nothing of its message has reached by a check is reported to the host, once per call
-  // and connection; where the peer waits for this rank's message on that connection in its call
-  // of the same number there, stamped otherwise, the two called different things and would
-  // wait for each other until the deadline. Only the same number is conclusive: a peer a call
-  // ahead may have sent what this rank waits for, still on its way.
+  // Ranks whose calls differ wait for messages their peers never send, until the deadline:
+  // the call of a receive that nothing of its message has reached by a check is reported to
+  // the host, once per call, and fails where the host finds another rank's call of the same
+  // number that differs (ExecHost::callDiffers), however the ranks wait on each other (a
+  // cycle of ranks in calls by messages, which no peer's arena call shows, included).
   Status compareWaits() {
+    bool waits = false;
     for (size_t c = 0; c < conns_.size(); ++c) {
       const StepState* waiting = firstWaitingReceive(c);
       if (waiting == nullptr) continue;
-      const int peer = peerOf(c), lane = int(connLane_[c]);
-      const transports::CallStamp& mine = waiting->op.stamp;
-      if (conns_[c]->seesPeersCall()) {
-        LOOM_TRY(checkPeerInArenaCall(c, *waiting, peer));
-        continue;
-      }
-      if (std::find(waitsReported_.begin(), waitsReported_.end(), conns_[c]) ==
-          waitsReported_.end()) {
-        host_.reportWait(peer, lane, mine);
-        waitsReported_.push_back(conns_[c]);
-        continue;
-      }
-      transports::CallStamp theirs;
-      if (!host_.peerWaiting(peer, lane, &theirs) || theirs.sequence() != mine.sequence() ||
-          theirs == mine)
-        continue;
-      const Status what = errorf(loomInvalidUsage,
-                                 "rank %d and this rank each wait for the other's message on "
-                                 "lane %d",
-                                 peer, lane);
-      return messageMismatch(what, peer, {mine, theirs, waiting->op.bytes, 0, true, true})
-          .withContext(connectionContext(c));
+      if (conns_[c]->seesPeersCall())
+        LOOM_TRY(checkPeerInArenaCall(c, *waiting, peerOf(c)));
+      waits = true;
     }
-    return Status::ok();
+    if (!waits) return Status::ok();
+    if (!waitReported_) {
+      host_.reportWait(call_.stamp);
+      waitReported_ = true;
+      return Status::ok();
+    }
+    int rank = -1;
+    transports::CallStamp theirs;
+    if (!host_.callDiffers(&rank, &theirs)) return Status::ok();
+    return errorf(loomInvalidUsage,
+                  "%s: the ranks' calls do not match: rank %d is in %s, and this rank in %s, "
+                  "as the communicator's collective of that number (each rank waited for "
+                  "messages that its peers' calls do not send)",
+                  firstUnfinishedContext().c_str(), rank, describeStamp(theirs).c_str(),
+                  describeStamp(call_.stamp).c_str());
   }
 
   // A peer of the host that has entered a call through the arena which this rank has not
@@ -752,7 +747,7 @@ class Run {
   std::vector<uint64_t>& tokens_;
   std::vector<transports::ShmArena::PeerView>& peers_;
   std::vector<char>& bounce_;
-  std::vector<Connection*> waitsReported_;  // compareWaits: connections reported this call
+  bool waitReported_ = false;  // compareWaits: this call's wait was reported
   const Step* barrierWaiting_ = nullptr;  // the Barrier this pass found not yet passed
   uint64_t barrierTicket_ = 0;            // and its ticket
 };

@@ -66,15 +66,13 @@ class ExecHost {
                             transports::Transport** transport) = 0;
   // Errors that arrive outside the data path (a peer's abort through the bootstrap).
   virtual Status pollAsyncErrors() = 0;
-  // A receive from peer on lane that waits long, over a transport that cannot see the peer's
-  // call (transports::Connection::seesPeersCall): `awaited` is the call of the message it
-  // waits for. The host tells the peer's side, and peerWaiting then returns, where the peer
-  // has said the same of this rank's message on that lane, the call the peer waits in (once
-  // pollAsyncErrors has read it). A host that cannot leaves both as they are here.
-  virtual void reportWait(int /*peer*/, int /*lane*/, const transports::CallStamp& /*awaited*/) {}
-  virtual bool peerWaiting(int /*peer*/, int /*lane*/, transports::CallStamp* /*theirs*/) {
-    return false;
-  }
+  // A call with a receive that waits long: `mine` is the call's stamp. The host compares it
+  // with the calls other ranks report so, and callDiffers then returns, where another rank's
+  // call of the same number among the communicator's collectives differs, that rank and its
+  // call's stamp (once pollAsyncErrors has read it). A host that cannot leaves both as they are
+  // here.
+  virtual void reportWait(const transports::CallStamp& /*mine*/) {}
+  virtual bool callDiffers(int* /*rank*/, transports::CallStamp* /*theirs*/) { return false; }
 };
 
 struct ExecCall {

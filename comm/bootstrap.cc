@@ -35,8 +35,8 @@ enum MessageType : uint32_t {
   kGetResult = 7,  // value
   kJoinTimeout = 8,  // why the communicator was not made: the ranks that never joined
   kTake = 9,         // key; as kGet, and the root forgets the key once it answered
-  kWaiting = 10,     // BootstrapWait: this rank waits for the peer's message
-  kPeerWaiting = 11, // BootstrapWait: the peer waits for this rank's (Bootstrap::reportWait)
+  kWaiting = 10,      // BootstrapCall: this rank's call, in which it waits for a message
+  kCallDiffers = 11,  // BootstrapCall: another rank's call of that number, which differs
 };
 
 
@@ -321,24 +321,27 @@ class Root {
     if (!taken) store_[key] = value;
   }
 
-  // Keeps r's latest wait for each peer and lane; where that peer waits for r's message on the
-  // same lane, tells each of the two the other's call. Which of them is in the wrong call, if
-  // either, they tell themselves (their calls' numbers on the link say whether the two waits
-  // are of one call).
+  // Keeps r's latest call with a receive that waits long; where another rank's call of the
+  // same number differs, tells each of the two the other's. Ranks that made different calls
+  // wait for messages no peer sends, however they wait on each other (two each on the other,
+  // or a cycle of any length); two of them found in calls of the same number that differ
+  // suffice to name the mismatch.
   void serveWait(int r, const std::string& payload) {
-    BootstrapWait w;
-    if (!unpackWait(payload, r, nranks_, &w)) {
+    BootstrapCall w;
+    if (!unpackCall(payload, nranks_, &w) || w.rank != r) {
       LOOM_WARN("BOOT", "bootstrap root: rank %d sent a malformed wait", r);
       drop(r);
       return;
     }
-    waits_[{r, w.peer, w.lane}] = w;
-    auto theirs = waits_.find({w.peer, r, w.lane});
-    if (theirs == waits_.end()) return;
-    const BootstrapWait toR = {w.peer, w.lane, {theirs->second.call[0], theirs->second.call[1]}};
-    const BootstrapWait toPeer = {r, w.lane, {w.call[0], w.call[1]}};
-    tell(r, kPeerWaiting, std::string(reinterpret_cast<const char*>(&toR), sizeof(toR)));
-    tell(w.peer, kPeerWaiting, std::string(reinterpret_cast<const char*>(&toPeer), sizeof(toPeer)));
+    waitingCalls_.resize(size_t(nranks_), BootstrapCall{});
+    waitingCalls_[size_t(r)] = w;
+    for (const BootstrapCall& theirs : waitingCalls_) {
+      if (theirs.rank == r || theirs.number != w.number ||
+          (theirs.call[0] == w.call[0] && theirs.call[1] == w.call[1]))
+        continue;
+      tell(r, kCallDiffers, std::string(reinterpret_cast<const char*>(&theirs), sizeof(theirs)));
+      tell(theirs.rank, kCallDiffers, std::string(reinterpret_cast<const char*>(&w), sizeof(w)));
+    }
   }
 
   void tell(int r, uint32_t type, const std::string& payload) {
@@ -490,7 +493,7 @@ class Root {
   };
   std::vector<Waiting> waiting_;
   // Each rank's latest wait for a peer's message, by (rank, peer, lane): serveWait.
-  std::map<std::tuple<int, int, int>, BootstrapWait> waits_;
+  std::vector<BootstrapCall> waitingCalls_;  // each rank's latest (serveWait; number 0: none)
   // Failures held back until their first cause is known (relayAbort), for kSilenceMs from
   // the first.
   struct Held {
@@ -619,11 +622,10 @@ std::string packKeyed(const std::string& key, const std::string& value) {
   return std::string(reinterpret_cast<const char*>(&len), sizeof(len)) + key + value;
 }
 
-bool unpackWait(const std::string& payload, int self, int nranks, BootstrapWait* out) {
-  if (payload.size() != sizeof(BootstrapWait)) return false;
+bool unpackCall(const std::string& payload, int nranks, BootstrapCall* out) {
+  if (payload.size() != sizeof(BootstrapCall)) return false;
   memcpy(out, payload.data(), sizeof(*out));
-  return out->peer >= 0 && out->peer < nranks && out->peer != self && out->lane >= 0 &&
-         out->lane < kMaxBootstrapWaitLane;
+  return out->rank >= 0 && out->rank < nranks && out->number > 0;
 }
 
 bool unpackKeyed(const std::string& payload, std::string* key, std::string* value) {
@@ -784,7 +786,7 @@ Status Bootstrap::allgather(const std::string& mine, std::vector<std::string>* a
     // comes when this rank's deadline passes.
     LOOM_TRY(readMessage(&type, &payload, joined_ ? deadline : deadline.extended(kJoinVerdictMs)));
     if (stopped(type, payload)) return Status(abortCode_, abortReason_);
-    if (notedPeerWait(type, payload)) continue;
+    if (notedCallDiffers(type, payload)) continue;
     if (type != kGatherResult)
       return errorf(loomInternalError, "bootstrap: unexpected message %u", type);
     if (Status st = unpackGather(payload, size_t(nranks_), all); !st.isOk())
@@ -829,7 +831,7 @@ Status Bootstrap::fetchKey(uint32_t request, const std::string& key, std::string
       if (abortReason_.empty()) abortReason_ = "aborted by a peer: " + *value;
       continue;
     }
-    if (notedPeerWait(type, *value)) continue;
+    if (notedCallDiffers(type, *value)) continue;
     if (type != kGetResult)
       return errorf(loomInternalError, "bootstrap: unexpected message %u", type);
     return Status::ok();
@@ -861,46 +863,38 @@ Status Bootstrap::pollAbort(int waitMs) {
       return st;
     }
     if (stopped(type, payload)) return Status(abortCode_, abortReason_);
-    if (!notedPeerWait(type, payload))
+    if (!notedCallDiffers(type, payload))
       return errorf(loomInternalError, "bootstrap: unexpected message %u outside an exchange",
                     type);
     waitMs = 0;  // only what else has arrived
   }
 }
 
-bool Bootstrap::notedPeerWait(uint32_t type, const std::string& payload) {
-  if (type != kPeerWaiting) return false;
-  BootstrapWait w;
-  if (!unpackWait(payload, rank_, nranks_, &w)) return true;  // the root's own: never malformed
-  std::lock_guard<std::mutex> g(waitsMutex_);
-  auto same = std::find_if(peerWaits_.begin(), peerWaits_.end(), [&](const BootstrapWait& k) {
-    return k.peer == w.peer && k.lane == w.lane;
-  });
-  if (same == peerWaits_.end())
-    peerWaits_.push_back(w);
-  else
-    *same = w;
+bool Bootstrap::notedCallDiffers(uint32_t type, const std::string& payload) {
+  if (type != kCallDiffers) return false;
+  BootstrapCall c;
+  if (!unpackCall(payload, nranks_, &c)) return true;  // the root's own: never malformed
+  std::lock_guard<std::mutex> g(differsMutex_);
+  differs_ = c;
   return true;
 }
 
-void Bootstrap::reportWait(int peer, int lane, const uint64_t call[2]) {
-  const BootstrapWait w = {peer, lane, {call[0], call[1]}};
+void Bootstrap::reportCall(uint64_t number, const uint64_t call[2]) {
+  const BootstrapCall c = {rank_, 0, number, {call[0], call[1]}};
   std::lock_guard<std::mutex> g(sendMutex_);
   if (fd_ >= 0)
-    sendMessage(fd_, kWaiting, std::string(reinterpret_cast<const char*>(&w), sizeof(w)),
+    sendMessage(fd_, kWaiting, std::string(reinterpret_cast<const char*>(&c), sizeof(c)),
                 Deadline(1000))
         .ignore();
 }
 
-bool Bootstrap::peerWaiting(int peer, int lane, uint64_t call[2]) const {
-  std::lock_guard<std::mutex> g(waitsMutex_);
-  for (const BootstrapWait& w : peerWaits_)
-    if (w.peer == peer && w.lane == lane) {
-      call[0] = w.call[0];
-      call[1] = w.call[1];
-      return true;
-    }
-  return false;
+bool Bootstrap::callDiffers(uint64_t number, int* rank, uint64_t call[2]) const {
+  std::lock_guard<std::mutex> g(differsMutex_);
+  if (differs_.number != number) return false;
+  *rank = differs_.rank;
+  call[0] = differs_.call[0];
+  call[1] = differs_.call[1];
+  return true;
 }
 
 void Bootstrap::sendAbort(const std::string& reason) {

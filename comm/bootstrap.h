@@ -21,19 +21,19 @@
 
 namespace loom {
 
-// A rank's wait for a peer's message, as it tells the root (kWaiting: this rank waits for
-// `peer`'s) and as the root tells it back (kPeerWaiting: `peer` waits for this rank's): on
-// which lane, in which call (transports::CallStamp's two words).
-struct BootstrapWait {
-  int32_t peer;
-  int32_t lane;
+// A rank's call, as it tells the root when a receive of the call waits long (kWaiting: `rank`
+// is the sender) and as the root tells a rank another's that differs (kCallDiffers: `rank` is
+// that other): the call's number among the communicator's collectives (from 1), and its stamp
+// (transports::CallStamp's two words, without a message number).
+struct BootstrapCall {
+  int32_t rank;
+  uint32_t reserved;
+  uint64_t number;
   uint64_t call[2];
 };
-// The most lanes a wait may name (a communicator has a handful).
-constexpr int32_t kMaxBootstrapWaitLane = 1024;
-// A wait from a payload that holds exactly one, of a peer in 0..nranks-1 other than `self` and
-// a lane in range; false otherwise.
-bool unpackWait(const std::string& payload, int self, int nranks, BootstrapWait* out);
+// A call from a payload that holds exactly one, of a rank in 0..nranks-1 and a number from 1;
+// false otherwise.
+bool unpackCall(const std::string& payload, int nranks, BootstrapCall* out);
 
 // The contents of loomUniqueId.
 struct UniqueIdData {
@@ -144,13 +144,14 @@ class Bootstrap final : public RankExchange {
   // timeout within that window, a stopped one cannot.
   void sendAbort(const std::string& reason);
   static constexpr int kSilenceMs = 500;
-  // Two ranks that each wait for the other's message over a transport that cannot see the
-  // peer's call (tcp, UCX) would wait until their deadline: a rank whose receive waits long
-  // says so (reportWait: for `peer`'s message on `lane`, in call `call`), and where the peer has
-  // said the same of this rank's, the root tells each the other's call, which peerWaiting then
-  // returns (the latest such word about that peer and lane, read by pollAbort; false if none).
-  void reportWait(int peer, int lane, const uint64_t call[2]);
-  bool peerWaiting(int peer, int lane, uint64_t call[2]) const;
+  // Ranks whose calls differ wait, over a transport that cannot see the peer's call (tcp,
+  // UCX), for messages their peers never send, until their deadline. A rank whose receive
+  // waits long reports its call (reportCall: `number` among the communicator's collectives,
+  // and its stamp); the root compares it with the calls other ranks reported waiting in, and
+  // tells each of two whose calls of the same number differ the other's, which callDiffers
+  // then returns (read by pollAbort; false if none for that number).
+  void reportCall(uint64_t number, const uint64_t call[2]);
+  bool callDiffers(uint64_t number, int* rank, uint64_t call[2]) const;
   // A clean goodbye, so the root does not report this rank as lost. In the process that runs
   // the root, it returns once every rank has left (or died), or after timeoutMs (< 0: never).
   void leave(int64_t timeoutMs);
@@ -162,9 +163,9 @@ class Bootstrap final : public RankExchange {
   // Records an abort, or the root's word that not every rank joined, as what every later call
   // reports; false for any other message.
   bool stopped(uint32_t type, const std::string& payload);
-  // Keeps the root's word that a peer waits for this rank's message (kPeerWaiting); false for
-  // any other message.
-  bool notedPeerWait(uint32_t type, const std::string& payload);
+  // Keeps the root's word that another rank's call differs from this rank's (kCallDiffers);
+  // false for any other message.
+  bool notedCallDiffers(uint32_t type, const std::string& payload);
   int fd_ = -1;
   int rank_ = 0;
   int nranks_ = 0;
@@ -173,8 +174,8 @@ class Bootstrap final : public RankExchange {
   std::string abortReason_;  // first abort seen, kept so every later call reports it
   loomResult_t abortCode_ = loomRemoteError;
   bool joined_ = false;  // the first exchange ended: every rank had joined
-  mutable std::mutex waitsMutex_;
-  std::vector<BootstrapWait> peerWaits_;  // kPeerWaiting's latest word per peer and lane
+  mutable std::mutex differsMutex_;
+  BootstrapCall differs_ = {};  // the latest kCallDiffers (number 0: none)
 };
 
 // The first rank that `text` names ("rank N") other than `except`; -1 where it names none.

@@ -217,14 +217,17 @@ Status Comm::pollAsyncErrors() {
   return boot_.pollAbort();
 }
 
-void Comm::reportWait(int peer, int lane, const transports::CallStamp& awaited) {
-  const uint64_t call[2] = {awaited.word, awaited.count};
-  boot_.reportWait(peer, lane, call);
+// A send/receive group has no number among the collectives (its calls concern only its
+// peers), and is not compared.
+void Comm::reportWait(const transports::CallStamp& mine) {
+  if (stampedCall_ == nullptr) return;
+  const uint64_t call[2] = {mine.word, mine.count};
+  boot_.reportCall(collectiveCalls_, call);
 }
 
-bool Comm::peerWaiting(int peer, int lane, transports::CallStamp* theirs) {
+bool Comm::callDiffers(int* rank, transports::CallStamp* theirs) {
   uint64_t call[2];
-  if (!boot_.peerWaiting(peer, lane, call)) return false;
+  if (stampedCall_ == nullptr || !boot_.callDiffers(collectiveCalls_, rank, call)) return false;
   *theirs = {call[0], call[1]};
   return true;
 }
@@ -386,6 +389,7 @@ Status Comm::agreeBuffersMapped(const CallDesc& call, const collectives::Builder
 
 Status Comm::runCollective(CallDesc& call) {
   LOOM_TRY(usable());
+  ++collectiveCalls_;
   if (call.recorded != 0) {
     recordedCall_ = call.recorded;
     recorder_.setState(recordedCall_, FlightRecorder::State::Running);

@@ -112,8 +112,8 @@ class Comm final : public collectives::ExecHost {
   Status connection(int peer, int lane, transports::Connection** out,
                     transports::Transport** transport) override;
   Status pollAsyncErrors() override;
-  void reportWait(int peer, int lane, const transports::CallStamp& awaited) override;
-  bool peerWaiting(int peer, int lane, transports::CallStamp* theirs) override;
+  void reportWait(const transports::CallStamp& mine) override;
+  bool callDiffers(int* rank, transports::CallStamp* theirs) override;
 
  private:
   Comm() = default;
@@ -259,6 +259,9 @@ class Comm final : public collectives::ExecHost {
   std::vector<char> scratch_;
   std::vector<char> inputCopy_;  // an in-place alltoall's input, see resolve
   uint64_t sequence_ = 0;
+  // The collectives begun (runCollective): every rank of a program that matches numbers its
+  // calls alike, unlike sequence_, which counts send/receive groups too (reportWait).
+  uint64_t collectiveCalls_ = 0;
   FlightRecorder recorder_;
   uint64_t recordedCall_ = 0;  // the flight recorder's entry of the call running (0: none)
   // The call being run (runCollective; null for a send/receive group), and the stamp execute

@@ -162,8 +162,9 @@ class Connection {
   // a mismatch).
   virtual Status checkAlive() { return Status::ok(); }
   // Whether checkAlive sees the peer's call (a transport that shares memory with the peer
-  // publishes it there); where not, the executor compares long waits through its host
-  // (collectives::ExecHost::reportWait).
+  // publishes it there), which tells a pair apart at once; the executor also compares the
+  // calls of long waits through its host (collectives::ExecHost::reportWait), which finds
+  // ranks that wait on each other in a cycle.
   virtual bool seesPeersCall() const { return false; }
   // Wakes the peer if progress() published something it may be asleep waiting for. A
   // transport may leave that to the start of its next progress() call, so that the wake-up's

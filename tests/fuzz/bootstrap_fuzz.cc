@@ -43,12 +43,12 @@ void readPayload(uint32_t type, const std::string& payload, int nranks) {
       LOOM_FUZZ_CHECK(blobs.size() == n && loom::packGather(blobs) == payload,
                       "a gather of %zu ranks does not pack back", n);
   }
-  // As a rank's wait (kWaiting), from rank 0 of the hello's ranks.
-  loom::BootstrapWait w;
-  if (loom::unpackWait(payload, 0, nranks, &w))
-    LOOM_FUZZ_CHECK(w.peer > 0 && w.peer < nranks && w.lane >= 0 &&
-                        w.lane < loom::kMaxBootstrapWaitLane,
-                    "accepted a wait for rank %d of %d on lane %d", w.peer, nranks, w.lane);
+  // As a rank's call (kWaiting, kCallDiffers), among the hello's ranks.
+  loom::BootstrapCall c;
+  if (loom::unpackCall(payload, nranks, &c))
+    LOOM_FUZZ_CHECK(c.rank >= 0 && c.rank < nranks && c.number > 0,
+                    "accepted a call of rank %d of %d numbered %llu", c.rank, nranks,
+                    (unsigned long long)c.number);
 }
 
 }  // namespace
