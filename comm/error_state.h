@@ -14,16 +14,20 @@ namespace loom {
 
 class ErrorState {
  public:
+  // Any thread: a stream's worker records a failure while the API's thread checks whether
+  // the communicator is usable before enqueueing on it.
   Status usable() const {
     if (revoked()) return revokedStatus();
-    if (failed_.isOk()) return Status::ok();
+    if (code() == loomSuccess) return Status::ok();
+    std::lock_guard<std::mutex> g(mutex_);
     return errorf(failed_.code(),
                   "the communicator failed earlier and can only be destroyed or aborted: %s",
                   failed_.message().c_str());
   }
-  bool failed() const { return !failed_.isOk(); }
+  bool failed() const { return code() != loomSuccess; }
   // Records st as the failure; false where one was recorded before (which stays).
   bool record(const Status& st) {
+    std::lock_guard<std::mutex> g(mutex_);
     if (!failed_.isOk()) return false;
     failed_ = st;
     asyncError_.store(st.code());
@@ -60,7 +64,7 @@ class ErrorState {
   }
 
  private:
-  Status failed_;
+  Status failed_;  // under mutex_
   std::atomic<int> asyncError_{loomSuccess};
   std::atomic<bool> revoked_{false};
   std::string revokeReason_;
