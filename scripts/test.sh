@@ -7,9 +7,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/build.sh
-# One test at a time: the multi-process tests fork up to 8 ranks each on a 2-core machine, and
-# their fault tests measure detection time.
-(cd "${LOOM_BUILD_DIR:-build}" && ctest --output-on-failure --timeout 600 "$@")
+# The unit tier two at a time (each test one process, on the CPU alone); the other tiers one
+# test at a time: the multi-process tests fork up to 8 ranks each on a 2-core machine, and their
+# fault tests measure detection time.
+(cd "${LOOM_BUILD_DIR:-build}" && ctest --output-on-failure --timeout 600 -L '^unit$' -j2 "$@" &&
+  ctest --output-on-failure --timeout 600 -LE '^unit$' "$@")
 if [[ "${LOOM_FUZZ_SECONDS:-20}" != 0 ]]; then
   start=$SECONDS
   scripts/fuzz.sh

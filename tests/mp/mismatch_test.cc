@@ -2,8 +2,8 @@
 // (transports::CallStamp) and the host's arena stamps the calls through it, so a mismatch ends
 // the call with an error on every rank that could otherwise return another call's data, naming
 // the ranks and what differed, within seconds; the communicator then refuses every call. Over
-// tcp, over shm by messages (forced ring and tree algorithms) and over shm's arena (the
-// default choice for these sizes: direct and peer), 2 and 4 ranks.
+// tcp, over shm by messages (forced ring and tree algorithms), over shm's arena (the default
+// choice for these sizes: direct and peer) and over UCX, 2 and 4 ranks.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -37,6 +37,7 @@ const Setup kSetups[] = {
     {"tcp", "tcp", nullptr},
     {"shmMessages", "shm", "allreduce=ring,allgather=ring,broadcast=tree,reduce=tree"},
     {"shmArena", "shm", nullptr},
+    {"ucx", "ucx", nullptr},  // ucx.* in ctest, where UCX is built
 };
 
 // One mismatched call as a rank makes it: its result, and whether that rank may return success

@@ -31,16 +31,26 @@ struct AddressHeader {
 };
 constexpr size_t kMaxChunkBytes = size_t(1) << 30;
 
-// A chunk's tag: lane (24 bits: the probe's lanes lie past 2^20), sending rank (20), the
-// chunk's number in its direction (20, wrapping: far more than are ever in flight at once).
-// Matching is exact.
-constexpr int kSeqBits = 20, kRankBits = 20;
+// A chunk's tag: lane (24 bits: the probe's lanes lie past 2^20), sending rank (20), whether
+// it is an op's header (1, below), the chunk's number in its direction (19, wrapping: far more
+// than are ever in flight at once). Matching is exact.
+constexpr int kSeqBits = 19, kRankBits = 20;
 constexpr int kMaxRanks = 1 << kRankBits;
 constexpr int kMaxLanes = 1 << 24;
+constexpr uint64_t kHeaderTag = uint64_t(1) << kSeqBits;
 uint64_t tagOf(int lane, int rank, uint64_t seq) {
-  return (uint64_t(lane) << (kRankBits + kSeqBits)) | (uint64_t(rank) << kSeqBits) |
-         (seq & ((uint64_t(1) << kSeqBits) - 1));
+  return (uint64_t(lane) << (kRankBits + 1 + kSeqBits)) | (uint64_t(rank) << (kSeqBits + 1)) |
+         (seq & (kHeaderTag - 1));
 }
+
+// What goes before each op's first chunk, tagged as its header: the call's stamp and the op's
+// size, which the receive compares with its own before it counts a byte of the chunks as
+// received or reduces one (a message of another call is an error naming both calls, not data). UCX's own headers cannot carry it,
+// so it is a message of its own, sent back to back with the first chunk.
+struct MessageHeader {
+  CallStamp stamp;
+  uint64_t bytes = 0;
+};
 
 // RecvReduce chunks in flight per direction (each lands in a bounce buffer of its own).
 constexpr size_t kMaxBounceChunks = 4;
@@ -187,21 +197,28 @@ class UcxTransportImpl final : public Transport {
 // from the first op, so both ends name every chunk alike whatever order they post them in.
 class Direction {
  public:
+  // A chunk of the op's bytes [begin, end), or (begin = end = 0, first in flight) its header.
   struct Chunk {
     size_t begin, end;
     void* request;  // UCX's; null once finished
     std::unique_ptr<char[]> bounce;  // RecvReduce: where the chunk lands
     bool received = false;           // RecvReduce: landed, waiting for the limit to reduce
+    bool header() const { return end == 0; }
   };
   struct OpState {
     TransferOp* op;
     uint64_t firstChunk;
     size_t posted = 0;  // bytes handed to UCX
     std::deque<Chunk> inFlight;
+    MessageHeader header;  // a send's, or where a receive's lands
+    // Until its header has arrived and matched, a receive takes no byte of its chunks.
+    bool headerPending() const {
+      return !inFlight.empty() && inFlight.front().header() && inFlight.front().request != nullptr;
+    }
   };
 
   void push(TransferOp* op, size_t chunkBytes) {
-    ops_.push_back({op, nextChunk_, 0, {}});
+    ops_.push_back({op, nextChunk_, 0, {}, {op->stamp, op->bytes}});
     nextChunk_ += (op->bytes + chunkBytes - 1) / chunkBytes;
   }
   bool idle() const { return ops_.empty(); }
@@ -268,9 +285,13 @@ class UcxConnection final : public Connection {
   // Hands UCX the chunks the ops' limits allow; true if any.
   Status postChunks(Direction* d, bool sending, bool* progressed);
   Status postChunk(Direction::OpState* s, bool sending, size_t end);
+  Status postHeader(Direction::OpState* s, bool sending);
   // Collects finished chunks (RecvReduce: reduces those the limit allows); true if any.
   Status collect(Direction* d, bool* progressed);
   Status finish(const Direction::OpState& s, Direction::Chunk* c);
+  // Fails where a receive's header (arrived) is not that of the message it expects. Only
+  // headers are sent with the header tag, all of one size, so one arrived whole.
+  Status checkHeader(const Direction::OpState& s);
   Status createEndpoint(const ucp_address_t* address, ucp_err_handling_mode_t mode);
   void closeEndpoint();
 
@@ -544,9 +565,43 @@ Status UcxConnection::post(TransferOp* op) {
   return Status::ok();
 }
 
+Status UcxConnection::postHeader(Direction::OpState* s, bool sending) {
+  const CommContext& comm = transport_->comm();
+  ucp_request_param_t p = {};
+  void* request =
+      sending ? ucp_tag_send_nbx(ep_, &s->header, sizeof(s->header),
+                                 tagOf(lane_, comm.rank, s->firstChunk) | kHeaderTag, &p)
+              : ucp_tag_recv_nbx(transport_->worker(), &s->header, sizeof(s->header),
+                                 tagOf(lane_, peer_, s->firstChunk) | kHeaderTag, ~uint64_t(0),
+                                 &p);
+  if (UCS_PTR_IS_ERR(request))
+    return ucsError(loomRemoteError, UCS_PTR_STATUS(request),
+                    strprintf("%s a message header %s %s (lane %d)",
+                              sending ? "sending" : "receiving", sending ? "to" : "from",
+                              transport_->peerName(peer_).c_str(), lane_));
+  if (request == nullptr) {  // finished already
+    if (!sending) LOOM_TRY(checkHeader(*s));
+    return Status::ok();
+  }
+  transport_->requestStarted();
+  s->inFlight.push_back({0, 0, request, nullptr, false});
+  return Status::ok();
+}
+
+Status UcxConnection::checkHeader(const Direction::OpState& s) {
+  const TransferOp& op = *s.op;
+  const MessageHeader& h = s.header;
+  if (h.stamp == op.stamp && h.bytes == op.bytes) return Status::ok();
+  recordMismatch({op.stamp, h.stamp, op.bytes, h.bytes});
+  return errorf(loomInvalidUsage,
+                "ucx: %s sent on lane %d a message that is not the one this rank receives",
+                transport_->peerName(peer_).c_str(), lane_);
+}
+
 Status UcxConnection::postChunk(Direction::OpState* s, bool sending, size_t end) {
   TransferOp* op = s->op;
   const size_t begin = s->posted;
+  if (begin == 0) LOOM_TRY(postHeader(s, sending));
   const uint64_t seq = s->firstChunk + begin / chunkBytes_;
   const CommContext& comm = transport_->comm();
   Direction::Chunk c{begin, end, nullptr, nullptr, false};
@@ -604,6 +659,17 @@ Status UcxConnection::postChunks(Direction* d, bool sending, bool* progressed) {
 Status UcxConnection::finish(const Direction::OpState& s, Direction::Chunk* c) {
   const ucs_status_t st = ucp_request_check_status(c->request);
   if (st == UCS_INPROGRESS) return Status::ok();
+  if (c->header()) {
+    ucp_request_free(c->request);
+    c->request = nullptr;
+    transport_->requestEnded();
+    if (st != UCS_OK)
+      return ucsError(loomRemoteError, st,
+                      strprintf("a message header %s %s (lane %d)",
+                                s.op->kind == TransferOp::Kind::Send ? "to" : "from",
+                                transport_->peerName(peer_).c_str(), lane_));
+    return s.op->kind == TransferOp::Kind::Send ? Status::ok() : checkHeader(s);
+  }
   size_t length = c->end - c->begin;
   if (st == UCS_OK && s.op->kind != TransferOp::Kind::Send) {
     ucp_tag_recv_info_t info = {};
@@ -636,7 +702,7 @@ Status UcxConnection::collect(Direction* d, bool* progressed) {
         if (c.request == nullptr) *progressed = true;
       }
       // dst = src ⊕ received, once the executor lets this chunk of dst and src be touched.
-      if (c.received && c.end <= op->limit) {
+      if (c.received && c.end <= op->limit && !s.headerPending()) {
         const size_t elt = dtypeSize(op->dtype);
         reduce(static_cast<char*>(op->dst) + c.begin,
                static_cast<const char*>(op->src) + c.begin, c.bounce.get(),
