@@ -22,7 +22,9 @@
 # N from the script's pid (so that two testbeds never share a subnet); the bridge itself gets
 # 10.215.N.254 in the root namespace, for mpirun's own channel. At the end it prints how many
 # packets each link's queue dropped (incast shows there). Everything is torn down on exit,
-# Ctrl-C included. Exits 77 where it cannot build a testbed (not root, no iproute2).
+# Ctrl-C included. Exits 77 where it cannot build a testbed (not root, no iproute2). Host i's
+# namespace is named $LOOM_NETNS_PREFIX (default lmh), i, "n" and the script's pid: a prefix of
+# one's own keeps testbeds apart by name, and away from other tools' namespaces.
 #
 #   sudo perf/netns-cluster.sh -H 2 -R 2 --mpi -- mpirun -np 4 -x LD_PRELOAD=... ./app
 set -euo pipefail
@@ -69,7 +71,10 @@ fi
 # interface names stay within Linux's 15 characters.
 tag=$$
 bridge=lmbr$tag
-ns() { echo "lmh${1}n$tag"; }    # host i's namespace (no dot: mpirun reads one as a domain)
+prefix=${LOOM_NETNS_PREFIX:-lmh}
+[[ $prefix =~ ^[A-Za-z][A-Za-z0-9-]*$ ]] ||
+  { echo "netns-cluster.sh: LOOM_NETNS_PREFIX takes letters, digits and '-'" >&2; exit 2; }
+ns() { echo "$prefix${1}n$tag"; }  # host i's namespace (no dot: mpirun reads one as a domain)
 inner() { echo "lmh$1"; }       # host i's end of its link, inside its namespace
 outer() { echo "lmo$1.$tag"; }  # the bridge's end
 net=10.215.$((tag % 250))

@@ -1,5 +1,6 @@
 // The interposed MPI calls: each runs on loom when it can (interpose.h says how that is
 // decided), and is handed to PMPI_* unchanged when it cannot.
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -9,34 +10,78 @@
 namespace loom::mpi {
 namespace {
 
-// The loom communicator a call runs on, or NULL when it falls through; notes the route.
-// bytes is the call's size as LOOM_MPI_MIN_BYTES measures it: the same on every rank (SIZE_MAX:
-// no size, loom whatever the threshold). Without a threshold set, loom's model decides
-// (modelPrefersLoom), pricing run(loomComm), the loom call that runs it. A blocking call runs
-// after the communicator's queued non-blocking ones; a non-blocking call never makes a loom
-// communicator (see madeLoomCommOf).
+// Where a call runs: on loom (comm, its loom communicator) or on MPI; timed: a trial call
+// (measuredRoute), whose time goes to recordTrial.
+struct Admission {
+  loomComm_t comm = nullptr;
+  bool onLoom = false;
+  bool timed = false;
+};
+
+// Where a call runs, noting its route. bytes is the call's size as LOOM_MPI_MIN_BYTES measures
+// it: the same on every rank (SIZE_MAX: no size, loom whatever the threshold). Without a
+// threshold set, loom's model decides (modelPrefersLoom), pricing run(loomComm), the loom call
+// that runs it, and a blocking call the model sends to loom is timed against MPI's on its
+// size's first calls (measuredRoute). A blocking call on loom runs after the communicator's
+// queued non-blocking ones; a non-blocking call never makes a loom communicator (see
+// madeLoomCommOf), nor is timed (it must not wait for the other ranks, as the verdict does).
 template <typename Run>
-loomComm_t admit(Call call, MPI_Comm comm, Route route, size_t bytes, const Run& run,
-                 bool blocking = true) {
-  loomComm_t loomComm = nullptr;
+Admission admit(Call call, MPI_Comm comm, Route route, size_t bytes, const Run& run,
+                bool blocking = true) {
+  Admission a;
   const size_t threshold = minBytes(call);
   if (!interposing()) route = Route::Disabled;
   else if (route == Route::Loom && threshold != SIZE_MAX && bytes < threshold) route = Route::Small;
   if (route == Route::Loom) {
-    loomComm = blocking ? loomCommOf(comm, &route) : madeLoomCommOf(comm, &route);
+    a.comm = blocking ? loomCommOf(comm, &route) : madeLoomCommOf(comm, &route);
   }
+  a.onLoom = a.comm != nullptr;
   const Issue issue{[](const void* context, loomComm_t c) {
                       return (*static_cast<const Run*>(context))(c);
                     },
                     &run};
-  if (loomComm != nullptr && threshold == SIZE_MAX && bytes != SIZE_MAX &&
-      !modelPrefersLoom(loomComm, call, bytes, issue)) {
-    route = Route::Model;
-    loomComm = nullptr;
+  if (a.onLoom && threshold == SIZE_MAX && bytes != SIZE_MAX) {
+    if (!modelPrefersLoom(a.comm, call, bytes, issue)) {
+      route = Route::Model;
+      a.onLoom = false;
+    } else if (blocking) {
+      const Measured m = measuredRoute(a.comm, call, bytes);
+      a.onLoom = m.onLoom;
+      a.timed = m.timed;
+      if (!m.onLoom) route = m.trial ? Route::Trial : Route::Measured;
+    }
   }
-  if (loomComm != nullptr && blocking) awaitQueue(loomComm);
+  if (a.onLoom && blocking) awaitQueue(a.comm);
   note(call, route);
-  return loomComm;
+  return a;
+}
+
+// Runs a blocking call where admit sends it: run(loomComm) on loom, then after(loomComm) where
+// it succeeded; or fallback(), MPI's own call. A trial call's time goes to recordTrial.
+template <typename Run, typename Fallback, typename After>
+int dispatch(Call call, MPI_Comm comm, Route route, size_t bytes, const Run& run,
+             const Fallback& fallback, const After& after) {
+  const Admission a = admit(call, comm, route, bytes, run);
+  const auto start = std::chrono::steady_clock::now();
+  int rc = MPI_SUCCESS;
+  if (a.onLoom) {
+    const loomResult_t result = run(a.comm);
+    if (result == loomSuccess) after(a.comm);
+    rc = finish(call, comm, a.comm, result);
+  } else {
+    rc = fallback();
+  }
+  if (a.timed) {
+    const auto elapsed = std::chrono::steady_clock::now() - start;
+    recordTrial(a.comm, comm, call, bytes, a.onLoom,
+                std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count());
+  }
+  return rc;
+}
+template <typename Run, typename Fallback>
+int dispatch(Call call, MPI_Comm comm, Route route, size_t bytes, const Run& run,
+             const Fallback& fallback) {
+  return dispatch(call, comm, route, bytes, run, fallback, [](loomComm_t) {});
 }
 
 // comm's size; 0 for MPI_COMM_NULL and intercommunicators, which fall through (an
@@ -98,9 +143,8 @@ LOOM_MPI_ENTRY int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count,
   const auto run = [&](loomComm_t c) {
     return loomAllReduce(in, recvbuf, size_t(count) * r.perElement, r.type, r.op, c, nullptr);
   };
-  loomComm_t lc = admit(Call::Allreduce, comm, route, size_t(count) * r.elementBytes, run);
-  if (lc == nullptr) return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
-  return finish(Call::Allreduce, comm, lc, run(lc));
+  return dispatch(Call::Allreduce, comm, route, size_t(count) * r.elementBytes, run,
+                  [&] { return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm); });
 }
 
 LOOM_MPI_ENTRY int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
@@ -116,9 +160,9 @@ LOOM_MPI_ENTRY int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MPI
     return loomReduce(in, recvbuf, size_t(count) * r.perElement, r.type, r.op, root, c,
                       nullptr);
   };
-  loomComm_t lc = admit(Call::Reduce, comm, route, size_t(count) * r.elementBytes, run);
-  if (lc == nullptr) return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
-  return finish(Call::Reduce, comm, lc, run(lc));
+  return dispatch(Call::Reduce, comm, route, size_t(count) * r.elementBytes, run, [&] {
+    return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
+  });
 }
 
 LOOM_MPI_ENTRY int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, int root,
@@ -131,9 +175,8 @@ LOOM_MPI_ENTRY int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, int
   const auto run = [&](loomComm_t c) {
     return loomBroadcast(buffer, buffer, bytes, loomUint8, root, c, nullptr);
   };
-  loomComm_t lc = admit(Call::Bcast, comm, route, bytes, run);
-  if (lc == nullptr) return PMPI_Bcast(buffer, count, datatype, root, comm);
-  return finish(Call::Bcast, comm, lc, run(lc));
+  return dispatch(Call::Bcast, comm, route, bytes, run,
+                  [&] { return PMPI_Bcast(buffer, count, datatype, root, comm); });
 }
 
 LOOM_MPI_ENTRY int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
@@ -148,11 +191,9 @@ LOOM_MPI_ENTRY int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatyp
     const void* in = inPlace ? static_cast<char*>(recvbuf) + size_t(rankIn(c)) * block : sendbuf;
     return loomAllGather(in, recvbuf, block, loomUint8, c, nullptr);
   };
-  loomComm_t lc = admit(Call::Allgather, comm, route, block * ranksOf(comm), run);
-  if (lc == nullptr) {
+  return dispatch(Call::Allgather, comm, route, block * ranksOf(comm), run, [&] {
     return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
-  }
-  return finish(Call::Allgather, comm, lc, run(lc));
+  });
 }
 
 LOOM_MPI_ENTRY int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount,
@@ -172,13 +213,12 @@ LOOM_MPI_ENTRY int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, 
     return loomReduceScatter(inPlace ? recvbuf : sendbuf, mine(c), count, r.type, r.op, c,
                              nullptr);
   };
-  loomComm_t lc = admit(Call::ReduceScatterBlock, comm, route, block * ranksOf(comm), run);
-  if (lc == nullptr) {
-    return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
-  }
-  const loomResult_t result = run(lc);
-  if (result == loomSuccess && mine(lc) != recvbuf) std::memmove(recvbuf, mine(lc), block);
-  return finish(Call::ReduceScatterBlock, comm, lc, result);
+  return dispatch(
+      Call::ReduceScatterBlock, comm, route, block * ranksOf(comm), run,
+      [&] { return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm); },
+      [&](loomComm_t c) {
+        if (mine(c) != recvbuf) std::memmove(recvbuf, mine(c), block);
+      });
 }
 
 LOOM_MPI_ENTRY int MPI_Alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
@@ -193,11 +233,9 @@ LOOM_MPI_ENTRY int MPI_Alltoall(const void* sendbuf, int sendcount, MPI_Datatype
   const auto run = [&](loomComm_t c) {
     return loomAlltoAll(sendbuf, recvbuf, block, loomUint8, c, nullptr);
   };
-  loomComm_t lc = admit(Call::Alltoall, comm, route, block * ranksOf(comm), run);
-  if (lc == nullptr) {
+  return dispatch(Call::Alltoall, comm, route, block * ranksOf(comm), run, [&] {
     return PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
-  }
-  return finish(Call::Alltoall, comm, lc, run(lc));
+  });
 }
 
 namespace loom::mpi {
@@ -240,12 +278,10 @@ LOOM_MPI_ENTRY int MPI_Alltoallv(const void* sendbuf, const int sendcounts[], co
     return loomAlltoAllv(sendbuf, sc.data(), sd.data(), recvbuf, rc.data(), rd.data(),
                          loomUint8, c, nullptr);
   };
-  loomComm_t lc = admit(Call::Alltoallv, comm, route, SIZE_MAX, run);
-  if (lc == nullptr) {
+  return dispatch(Call::Alltoallv, comm, route, SIZE_MAX, run, [&] {
     return PMPI_Alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls,
                           recvtype, comm);
-  }
-  return finish(Call::Alltoallv, comm, lc, run(lc));
+  });
 }
 
 LOOM_MPI_ENTRY int MPI_Barrier(MPI_Comm comm) {
@@ -254,9 +290,7 @@ LOOM_MPI_ENTRY int MPI_Barrier(MPI_Comm comm) {
   const auto run = [&](loomComm_t c) {
     return loomAllReduce(&token, &token, 1, loomUint8, loomSum, c, nullptr);
   };
-  loomComm_t lc = admit(Call::Barrier, comm, Route::Loom, 0, run);
-  if (lc == nullptr) return PMPI_Barrier(comm);
-  return finish(Call::Barrier, comm, lc, run(lc));
+  return dispatch(Call::Barrier, comm, Route::Loom, 0, run, [&] { return PMPI_Barrier(comm); });
 }
 
 LOOM_MPI_ENTRY int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count,
@@ -269,12 +303,10 @@ LOOM_MPI_ENTRY int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count,
   const void* in = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
   const Pending args{in, recvbuf, size_t(count) * r.perElement, r.type, r.op, 0};
   const auto priced = [&](loomComm_t c) { return runPending(c, Call::Iallreduce, args); };
-  loomComm_t lc =
+  const Admission a =
       admit(Call::Iallreduce, comm, route, size_t(count) * r.elementBytes, priced, false);
-  if (lc == nullptr) {
-    return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
-  }
-  return enqueue(lc, Call::Iallreduce, args, request);
+  if (!a.onLoom) return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
+  return enqueue(a.comm, Call::Iallreduce, args, request);
 }
 
 LOOM_MPI_ENTRY int MPI_Ibcast(void* buffer, int count, MPI_Datatype datatype, int root,
@@ -287,9 +319,9 @@ LOOM_MPI_ENTRY int MPI_Ibcast(void* buffer, int count, MPI_Datatype datatype, in
   const size_t bytes = size_t(count) * element;
   const Pending args{nullptr, buffer, bytes, loomUint8, loomSum, root};
   const auto priced = [&](loomComm_t c) { return runPending(c, Call::Ibcast, args); };
-  loomComm_t lc = admit(Call::Ibcast, comm, route, bytes, priced, false);
-  if (lc == nullptr) return PMPI_Ibcast(buffer, count, datatype, root, comm, request);
-  return enqueue(lc, Call::Ibcast, args, request);
+  const Admission a = admit(Call::Ibcast, comm, route, bytes, priced, false);
+  if (!a.onLoom) return PMPI_Ibcast(buffer, count, datatype, root, comm, request);
+  return enqueue(a.comm, Call::Ibcast, args, request);
 }
 
 LOOM_MPI_ENTRY int MPI_Finalize(void) {

@@ -103,6 +103,29 @@ LOOM_FORTRAN mpi_barrier_(MPI_Fint* comm, MPI_Fint* ierr) {
 }
 LOOM_FORTRAN_ALIASES(mpi_barrier, MPI_BARRIER)
 
+// The non-blocking calls hand MPI's request back as a Fortran handle (MPI_Request_c2f), which
+// Fortran's mpi_wait and the rest turn back into the C request, generalized or MPI's own.
+LOOM_FORTRAN mpi_iallreduce_(const void* sendbuf, void* recvbuf, MPI_Fint* count,
+                             MPI_Fint* datatype, MPI_Fint* op, MPI_Fint* comm, MPI_Fint* request,
+                             MPI_Fint* ierr) {
+  MPI_Request r = MPI_REQUEST_NULL;
+  const int rc = MPI_Iallreduce(fromFortran(sendbuf), recvbuf, *count, PMPI_Type_f2c(*datatype),
+                                PMPI_Op_f2c(*op), PMPI_Comm_f2c(*comm), &r);
+  if (rc == MPI_SUCCESS) *request = PMPI_Request_c2f(r);
+  done(ierr, rc);
+}
+LOOM_FORTRAN_ALIASES(mpi_iallreduce, MPI_IALLREDUCE)
+
+LOOM_FORTRAN mpi_ibcast_(void* buffer, MPI_Fint* count, MPI_Fint* datatype, MPI_Fint* root,
+                         MPI_Fint* comm, MPI_Fint* request, MPI_Fint* ierr) {
+  MPI_Request r = MPI_REQUEST_NULL;
+  const int rc =
+      MPI_Ibcast(buffer, *count, PMPI_Type_f2c(*datatype), *root, PMPI_Comm_f2c(*comm), &r);
+  if (rc == MPI_SUCCESS) *request = PMPI_Request_c2f(r);
+  done(ierr, rc);
+}
+LOOM_FORTRAN_ALIASES(mpi_ibcast, MPI_IBCAST)
+
 LOOM_FORTRAN mpi_finalize_(MPI_Fint* ierr) { done(ierr, MPI_Finalize()); }
 LOOM_FORTRAN_ALIASES(mpi_finalize, MPI_FINALIZE)
 

@@ -32,6 +32,8 @@ enum class Route {
   Op,          // an op loom lacks (user-defined, MAXLOC, logical, bitwise)
   Small,       // below LOOM_MPI_MIN_BYTES
   Model,       // loom's model prices MPI's own algorithm for it no slower than loom's plan
+  Trial,       // one of the size's timed calls on MPI, against loom's (measuredRoute)
+  Measured,    // the size's timed calls were no faster on loom than on MPI
   InPlace,     // an MPI_IN_PLACE form loom has no counterpart for
   Mismatch,    // send and receive sides of different sizes (MPI reports what is wrong)
   BadArgument, // a negative count or a root out of range (MPI reports it)
@@ -56,14 +58,32 @@ struct Issue {
 /** Open MPI's own algorithm (its tuned component's fixed decision, 4.1) for call of `bytes`
  *  (as admit counts them) on `ranks` ranks, by the name of loom's plan that runs it. */
 const char* mpiAlgorithm(Call call, size_t bytes, int ranks);
-/** Whether call, of `bytes`, runs on loom: loom's model prices loom's plan for it (issue on
- *  comm), plus LOOM_MPI_MODEL_CALL_NS, at least LOOM_MPI_MODEL_MARGIN percent faster than
- *  MPI's own algorithm
- *  (mpiAlgorithm) on the same model. A pure function of the communicator's model, which
- *  every rank holds alike, and of the size, so every rank decides alike; kept per
- *  communicator, call and size until forgetDecisions. Where the model cannot price one of them, loom runs the call
- *  from the old default threshold (4 KiB) up. */
+/** Whether call, of `bytes`, runs on loom by loom's model: loom's model prices loom's plan for
+ *  it (issue on comm), plus LOOM_MPI_MODEL_CALL_NS, at least LOOM_MPI_MODEL_MARGIN percent
+ *  faster than MPI's own algorithm (mpiAlgorithm) on the same model. A pure function of the
+ *  communicator's model, which every rank holds alike, and of the size, so every rank decides
+ *  alike; kept per communicator, call and size until forgetDecisions. Where the model cannot
+ *  price one of them, loom runs the call from the old default threshold (4 KiB) up. */
 bool modelPrefersLoom(loomComm_t comm, Call call, size_t bytes, const Issue& issue);
+
+/** Where a blocking call that the model sends to loom runs: the first calls of each
+ *  communicator, call and size take turns on loom and on MPI (LOOM_MPI_TRIALS timed calls on
+ *  each, after one untimed call on each), and the last of them agrees with the other ranks on
+ *  the verdict from the times (recordTrial); every later call takes the verdict. The turn is a
+ *  function of how many calls of that size the communicator has had, which every rank counts
+ *  alike, so every rank takes the same route on every call. */
+struct Measured {
+  bool onLoom;
+  bool trial;  // one of the size's calls before its verdict
+  bool timed;  // a trial call to time and hand to recordTrial (not the untimed first ones)
+};
+Measured measuredRoute(loomComm_t comm, Call call, size_t bytes);
+/** Records a trial call's time (ran on loom or on MPI); on the last trial call, collective over
+ *  mpiComm (every rank makes it on the same call): sums the ranks' median times of each side
+ *  with PMPI_Allreduce and keeps the verdict, loom where MPI's sum is at least
+ *  LOOM_MPI_TRIAL_MARGIN percent above loom's. */
+void recordTrial(loomComm_t comm, MPI_Comm mpiComm, Call call, size_t bytes, bool onLoom,
+                 long long nanoseconds);
 /** Drops comm's decisions (before comm is destroyed). */
 void forgetDecisions(loomComm_t comm);
 /** Counts the call and logs (LOOM_DEBUG=INFO) its first of each (call, route). */

@@ -1,4 +1,5 @@
 // The interposer's knobs, its record of where calls went, and loom's errors as MPI's.
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cctype>
@@ -10,6 +11,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "bindings/mpi/interpose.h"
 
@@ -28,6 +30,12 @@ constexpr size_t kDefaultMarginPercent = 10;
 // allreduce took 0.5-0.7 us where the model priced loom's plan and MPI's alike at ~0.4 us, and
 // Open MPI took 0.4 us.
 constexpr size_t kDefaultCallNs = 300;
+// LOOM_MPI_TRIALS's default: timed calls on each side before a size's verdict. Each side's
+// median of three, summed over the ranks, outlasts one descheduled call on a loaded host.
+constexpr size_t kDefaultTrials = 3;
+// LOOM_MPI_TRIAL_MARGIN's default, in percent: where the two measure within it, MPI keeps the
+// call (the model's margin does the same for its prices).
+constexpr size_t kDefaultTrialMarginPercent = 5;
 
 const char* const kCallNames[] = {"MPI_Allreduce", "MPI_Reduce", "MPI_Bcast", "MPI_Allgather",
                                   "MPI_Reduce_scatter_block", "MPI_Alltoall", "MPI_Alltoallv",
@@ -42,6 +50,9 @@ const char* const kRouteReasons[] = {
     "falls through to MPI: below LOOM_MPI_MIN_BYTES (or the call's LOOM_MPI_MIN_BYTES_<CALL>)",
     "falls through to MPI: loom's model prices MPI's own algorithm within "
     "LOOM_MPI_MODEL_MARGIN of loom's plan",
+    "falls through to MPI: a trial call, timed against loom's (LOOM_MPI_TRIALS)",
+    "falls through to MPI: its size's trial calls were not LOOM_MPI_TRIAL_MARGIN faster on "
+    "loom",
     "falls through to MPI: an MPI_IN_PLACE form loom does not have",
     "falls through to MPI: send and receive sides of different sizes",
     "falls through to MPI: a negative count or a root out of range",
@@ -163,12 +174,31 @@ bool decide(loomComm_t comm, Call call, size_t bytes, const Issue& issue) {
 
 namespace {
 
+// A size's routing on a communicator: the model's decision, and where it sent the size to
+// loom, the trial calls so far and their verdict.
+struct Decision {
+  bool model;     // the model's: loom
+  int calls = 0;  // calls of this size the model sent to loom, up to the verdict
+  std::vector<long long> loomNs, mpiNs;  // the timed trial calls' times
+  int verdict = -1;  // -1: trials still running; else 1: loom, 0: MPI
+};
+
 // The decisions made, by communicator, call and size; a communicator's go before it is
 // destroyed (forgetDecisions), so that one made later at its address decides afresh, as its
 // peers, whose addresses differ, do.
 std::mutex gDecidedMutex;
-std::unordered_map<DecisionKey, bool, DecisionHash>& gDecided =
-    *new std::unordered_map<DecisionKey, bool, DecisionHash>;
+std::unordered_map<DecisionKey, Decision, DecisionHash>& gDecided =
+    *new std::unordered_map<DecisionKey, Decision, DecisionHash>;
+
+size_t trials() {
+  static const size_t n = knob("LOOM_MPI_TRIALS", kDefaultTrials);
+  return n;
+}
+
+long long median(std::vector<long long> v) {
+  std::nth_element(v.begin(), v.begin() + ptrdiff_t(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
 
 }  // namespace
 
@@ -177,14 +207,55 @@ bool modelPrefersLoom(loomComm_t comm, Call call, size_t bytes, const Issue& iss
   {
     std::lock_guard<std::mutex> lock(gDecidedMutex);
     const auto it = gDecided.find(key);
-    if (it != gDecided.end()) return it->second;
+    if (it != gDecided.end()) return it->second.model;
   }
   // The model is the communicator's, which its queued non-blocking calls may be using now.
   awaitQueue(comm);
   const bool onLoom = decide(comm, call, bytes, issue);
   std::lock_guard<std::mutex> lock(gDecidedMutex);
-  gDecided.emplace(key, onLoom);
+  gDecided.emplace(key, Decision{onLoom});
   return onLoom;
+}
+
+Measured measuredRoute(loomComm_t comm, Call call, size_t bytes) {
+  std::lock_guard<std::mutex> lock(gDecidedMutex);
+  Decision& d = gDecided.at(DecisionKey{comm, call, bytes});  // modelPrefersLoom made it
+  if (trials() == 0) return {true, false, false};
+  if (d.verdict >= 0) return {d.verdict == 1, false, false};
+  // Turns: loom, MPI, loom, MPI...; the first of each untimed (a size's first call on loom
+  // plans it, and either side's may set up connections).
+  const int turn = d.calls++;
+  return {turn % 2 == 0, true, turn >= 2};
+}
+
+void recordTrial(loomComm_t comm, MPI_Comm mpiComm, Call call, size_t bytes, bool onLoom,
+                 long long nanoseconds) {
+  static const size_t margin = knob("LOOM_MPI_TRIAL_MARGIN", kDefaultTrialMarginPercent);
+  long long mine[2] = {0, 0};
+  {
+    std::lock_guard<std::mutex> lock(gDecidedMutex);
+    Decision& d = gDecided.at(DecisionKey{comm, call, bytes});
+    (onLoom ? d.loomNs : d.mpiNs).push_back(nanoseconds);
+    if (d.mpiNs.size() < trials()) return;
+    mine[0] = median(d.loomNs);
+    mine[1] = median(d.mpiNs);
+  }
+  // Every rank reaches here on the same call of this size, so the sum (of integers: the same
+  // on every rank, whatever order MPI adds them in) gives every rank the same verdict.
+  long long sums[2] = {0, 0};
+  const bool agreed =
+      PMPI_Allreduce(mine, sums, 2, MPI_LONG_LONG, MPI_SUM, mpiComm) == MPI_SUCCESS;
+  const bool loomWins = agreed && sums[1] * 100 >= sums[0] * (100 + (long long)margin);
+  int ranks = 1;
+  PMPI_Comm_size(mpiComm, &ranks);
+  char line[256];
+  std::snprintf(line, sizeof(line), "%s of %zu B on %d ranks: measured loom %.1f us, MPI %.1f us "
+                "(the ranks' mean of each one's median of %zu calls): %s", kCallNames[int(call)],
+                bytes, ranks, double(sums[0]) * 1e-3 / ranks, double(sums[1]) * 1e-3 / ranks,
+                trials(), loomWins ? "loom" : "MPI");
+  loomLogInfo("MPI", line);
+  std::lock_guard<std::mutex> lock(gDecidedMutex);
+  gDecided.at(DecisionKey{comm, call, bytes}).verdict = loomWins ? 1 : 0;
 }
 
 void forgetDecisions(loomComm_t comm) {

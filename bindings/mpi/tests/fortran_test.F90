@@ -1,7 +1,8 @@
 ! The interposed calls from Fortran (`use mpi`; `use mpi_f08` built with LOOM_F08 defined),
-! against Open MPI's own Fortran PMPI_* entry points, in place and out of place; and that each
-! ran on loom (argument "loom") or that no preload is there (argument "none"). The calls read
-! the same in both bindings; only the module differs.
+! against Open MPI's own Fortran PMPI_* entry points, in place and out of place, the
+! non-blocking mpi_iallreduce and mpi_ibcast under MPI_THREAD_MULTIPLE too; and that each ran
+! on loom (argument "loom") or that no preload is there (argument "none"). The calls read the
+! same in both bindings; only the module differs.
 !
 !   mpirun -np 4 [-x LD_PRELOAD=libloom-mpi-preload.so] loom_mpi_fortran_test loom|none
 program fortran_test
@@ -12,14 +13,23 @@ program fortran_test
 #endif
   implicit none
   integer, parameter :: n = 4099
-  integer :: ierr, rank, nranks, i, fails, total, expected
+  integer :: ierr, rank, nranks, i, fails, total, expected, provided
   integer(kind=8) :: before, after
   character(len=8) :: mode
-  double precision :: x(n), y(n), ref(n)
-  integer :: ix(n * 8), iy(n * 8), iref(n * 8)
+  ! y and iy: the buffers of the non-blocking calls, written while they are in flight.
+  double precision :: x(n), ref(n)
+  double precision, asynchronous :: y(n)
+  integer :: ix(n * 8), iref(n * 8)
+  integer, asynchronous :: iy(n * 8)
   integer :: counts(8), displs(8)
+#ifdef LOOM_F08
+  type(MPI_Request) :: requests(2)
+#else
+  integer :: requests(2)
+#endif
 
-  call mpi_init(ierr)
+  ! MPI_THREAD_MULTIPLE: the preload runs non-blocking calls on loom only then.
+  call mpi_init_thread(MPI_THREAD_MULTIPLE, provided, ierr)
   call mpi_comm_rank(MPI_COMM_WORLD, rank, ierr)
   call mpi_comm_size(MPI_COMM_WORLD, nranks, ierr)
   call get_command_argument(1, mode)
@@ -72,9 +82,25 @@ program fortran_test
                      MPI_COMM_WORLD, ierr)
   call expect(all(iy(1:n * nranks) == iref(1:n * nranks)), 'mpi_alltoallv')
 
-  ! Eight calls of at least 4096 bytes with types and ops loom has.
+  ! Non-blocking, both in flight at once (the blocking calls above made the world's loom
+  ! communicator, which they need).
+  y = x
+  iy(1:n) = ix(1:n)
+  iref(1:n) = ix(1:n)
+  call pmpi_bcast(iref, n, MPI_INTEGER, 0, MPI_COMM_WORLD, ierr)
+  call pmpi_allreduce(x, ref, n, MPI_DOUBLE_PRECISION, MPI_SUM, MPI_COMM_WORLD, ierr)
+  call mpi_iallreduce(MPI_IN_PLACE, y, n, MPI_DOUBLE_PRECISION, MPI_SUM, MPI_COMM_WORLD, &
+                      requests(1), ierr)
+  call mpi_ibcast(iy, n, MPI_INTEGER, 0, MPI_COMM_WORLD, requests(2), ierr)
+  call mpi_waitall(2, requests, MPI_STATUSES_IGNORE, ierr)
+  call expect(ierr == MPI_SUCCESS, 'mpi_waitall')
+  call expect(all(y == ref), 'mpi_iallreduce sum in place')
+  call expect(all(iy(1:n) == iref(1:n)), 'mpi_ibcast')
+
+  ! Ten calls of at least 4096 bytes with types and ops loom has.
   call loom_calls_on_loom(after)
-  expected = 8
+  expected = 10
+  call expect(provided == MPI_THREAD_MULTIPLE, 'MPI_THREAD_MULTIPLE was not provided')
   if (trim(mode) == 'none') then
     call expect(after == -1, 'no preload, yet loomMpiCounts is there')
   else

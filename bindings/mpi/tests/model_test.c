@@ -1,12 +1,19 @@
-/* The interposer's decision by loom's model (docs/MPI.md, "Which sizes run on loom"): with no
- * LOOM_MPI_MIN_BYTES set, an MPI_Allreduce runs on loom where the model prices loom's plan for
- * it at least LOOM_MPI_MODEL_MARGIN percent faster than MPI's own algorithm, and falls through
- * to PMPI where not. Each argument is a size and where it must go:
+/* The interposer's decision with no LOOM_MPI_MIN_BYTES set (docs/MPI.md, "Which sizes run on
+ * loom"): loom's model sends an MPI_Allreduce to loom where it prices loom's plan at least
+ * LOOM_MPI_MODEL_MARGIN percent faster than MPI's own algorithm, else to PMPI; and a size the
+ * model sends to loom takes turns on loom and MPI for its first 2 * (LOOM_MPI_TRIALS + 1)
+ * calls, after which every call takes the verdict the ranks agreed on from the times. Each
+ * argument is a size and where its calls go in the end (tried-mpi: to MPI, after the model
+ * sent them to loom and the trial calls found MPI faster):
  *
- *   model_test BYTES:loom|mpi|any ...
+ *   model_test BYTES:loom|mpi|any|tried-mpi ...
  *
- * Each size runs twice (the second call takes the decision the first one made), its result
- * compared bit for bit with PMPI_Allreduce's, and where it went read from loomMpiCounts. */
+ * Each size runs 2 * (LOOM_MPI_TRIALS + 1) + 3 times (LOOM_MPI_TRIALS must be set; with 0 the
+ * calls after the first take the decision it made), two calls out of place and two in place
+ * by turns (so that each side of the trials gets both), each result compared bit for bit with
+ * PMPI_Allreduce's, and where each call went read from loomMpiCounts: every rank's the same on
+ * every call; where the first went to loom, the trial calls take turns; after them, one
+ * route, as the argument says. */
 #include <dlfcn.h>
 #include <mpi.h>
 #include <stdlib.h>
@@ -16,6 +23,26 @@
 
 typedef void (*CountsFn)(long*, long*, int*);
 
+/* One MPI_Allreduce of `count` floats (in place or not) checked against ref; 1 where it ran on
+ * loom, 0 where it fell through, -1 where the counts say neither. */
+static int allreduce(CountsFn counts, const float* in, float* out, const float* ref, int count,
+                     int inPlace, int round) {
+  long loom0 = 0, other0 = 0, loom1 = 0, other1 = 0;
+  const size_t bytes = (size_t)count * sizeof(float);
+  counts(&loom0, &other0, NULL);
+  if (inPlace) memcpy(out, in, bytes);
+  else memset(out, 0xff, bytes);
+  CHECK(MPI_Allreduce(inPlace ? MPI_IN_PLACE : in, out, count, MPI_FLOAT, MPI_SUM,
+                      MPI_COMM_WORLD) == MPI_SUCCESS,
+        "%zu B (round %d): MPI_Allreduce failed", bytes, round);
+  CHECK(memcmp(out, ref, bytes) == 0, "%zu B (round %d, in place %d): not PMPI_Allreduce's result",
+        bytes, round, inPlace);
+  counts(&loom1, &other1, NULL);
+  const long onLoom = loom1 - loom0, through = other1 - other0;
+  CHECK(onLoom + through == 1, "%zu B: %ld calls counted", bytes, onLoom + through);
+  return onLoom + through == 1 ? (int)onLoom : -1;
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int rank = 0;
@@ -23,12 +50,18 @@ int main(int argc, char** argv) {
   const CountsFn counts = (CountsFn)dlsym(RTLD_DEFAULT, "loomMpiCounts");
   CHECK(counts != NULL, "not preloaded: no loomMpiCounts");
   CHECK(getenv("LOOM_MPI_MIN_BYTES") == NULL, "LOOM_MPI_MIN_BYTES is set: no model decision");
-  CHECK(argc > 1, "no BYTES:loom|mpi|any argument");
+  const char* trialsText = getenv("LOOM_MPI_TRIALS");
+  CHECK(trialsText != NULL, "LOOM_MPI_TRIALS is not set");
+  const int trials = trialsText == NULL ? 0 : atoi(trialsText);
+  const int trialCalls = 2 * (trials + 1); /* the last of them decides */
+  const int rounds = trialCalls + 3;
+  CHECK(argc > 1, "no BYTES:loom|mpi|any|tried-mpi argument");
   for (int a = 1; a < argc && counts != NULL; ++a) {
     const size_t bytes = (size_t)strtoull(argv[a], NULL, 0);
     const char* want = strchr(argv[a], ':');
     CHECK(bytes >= sizeof(float) && want != NULL &&
-              (!strcmp(want, ":loom") || !strcmp(want, ":mpi") || !strcmp(want, ":any")),
+              (!strcmp(want, ":loom") || !strcmp(want, ":mpi") || !strcmp(want, ":any") ||
+               !strcmp(want, ":tried-mpi")),
           "bad argument '%s'", argv[a]);
     if (want == NULL) continue;
     const int count = (int)(bytes / sizeof(float));
@@ -37,22 +70,35 @@ int main(int argc, char** argv) {
     float* ref = malloc((size_t)count * sizeof(float));
     for (int i = 0; i < count; ++i) in[i] = (float)((rank * 7 + i * 3) % 11 - 5);
     PMPI_Allreduce(in, ref, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    for (int round = 0; round < 2; ++round) {
-      long loom0 = 0, other0 = 0, loom1 = 0, other1 = 0;
-      counts(&loom0, &other0, NULL);
-      memset(out, 0xff, (size_t)count * sizeof(float));
-      CHECK(MPI_Allreduce(in, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS,
-            "%zu B: MPI_Allreduce failed", bytes);
-      CHECK(memcmp(out, ref, (size_t)count * sizeof(float)) == 0,
-            "%zu B (round %d): not PMPI_Allreduce's result", bytes, round);
-      counts(&loom1, &other1, NULL);
-      const long onLoom = loom1 - loom0, through = other1 - other0;
-      CHECK(onLoom + through == 1, "%zu B: %ld calls counted", bytes, onLoom + through);
-      if (!strcmp(want, ":loom"))
-        CHECK(onLoom == 1, "%zu B (round %d): fell through, expected on loom", bytes, round);
-      if (!strcmp(want, ":mpi"))
-        CHECK(through == 1, "%zu B (round %d): ran on loom, expected on MPI", bytes, round);
+    int first = -1, tried = 0, verdict = -1;
+    for (int round = 0; round < rounds; ++round) {
+      const int onLoom = allreduce(counts, in, out, ref, count, round / 2 % 2, round);
+      int lowest = 0, highest = 0;
+      PMPI_Allreduce(&onLoom, &lowest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+      PMPI_Allreduce(&onLoom, &highest, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+      CHECK(lowest == highest, "%zu B (round %d): the ranks took different routes", bytes, round);
+      /* The model's MPI is final; its loom is tried in turns (loom, MPI, loom, MPI...), and
+       * the call after the last trial call shows the verdict. */
+      if (round == 0) {
+        first = onLoom;
+        tried = trials > 0 && first == 1;
+      }
+      if (!tried) {
+        CHECK(onLoom == first, "%zu B (round %d): not the first call's route", bytes, round);
+      } else if (round < trialCalls) {
+        CHECK(onLoom == (round % 2 == 0), "%zu B (round %d): not the trial's turn", bytes, round);
+      } else {
+        if (round == trialCalls) verdict = onLoom;
+        CHECK(onLoom == verdict, "%zu B (round %d): left the verdict", bytes, round);
+      }
     }
+    const int final = tried ? verdict : first;
+    if (!strcmp(want, ":loom")) CHECK(final == 1, "%zu B: ends on MPI, expected loom", bytes);
+    if (!strcmp(want, ":mpi")) CHECK(final == 0, "%zu B: ends on loom, expected MPI", bytes);
+    if (!strcmp(want, ":tried-mpi"))
+      CHECK(tried && final == 0,
+            "%zu B: not tried on loom and then sent to MPI (first call on %s, last on %s)", bytes,
+            first == 1 ? "loom" : "MPI", final == 1 ? "loom" : "MPI");
     free(in);
     free(out);
     free(ref);
