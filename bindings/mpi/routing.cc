@@ -177,7 +177,7 @@ namespace {
 // A size's routing on a communicator: the model's decision, and where it sent the size to
 // loom, the trial calls so far and their verdict.
 struct Decision {
-  bool model;     // the model's: loom
+  bool model = false;  // the model's: loom
   int calls = 0;  // calls of this size the model sent to loom, up to the verdict
   std::vector<long long> loomNs, mpiNs;  // the timed trial calls' times
   int verdict = -1;  // -1: trials still running; else 1: loom, 0: MPI
@@ -213,7 +213,9 @@ bool modelPrefersLoom(loomComm_t comm, Call call, size_t bytes, const Issue& iss
   awaitQueue(comm);
   const bool onLoom = decide(comm, call, bytes, issue);
   std::lock_guard<std::mutex> lock(gDecidedMutex);
-  gDecided.emplace(key, Decision{onLoom});
+  Decision decision;
+  decision.model = onLoom;
+  gDecided.emplace(key, std::move(decision));
   return onLoom;
 }
 
