@@ -11,6 +11,7 @@
 #include <cmath>
 #include <deque>
 #include <map>
+#include <memory>
 #include <memory_resource>
 #include <queue>
 #include <unordered_map>
@@ -581,7 +582,7 @@ class Simulator {
   Status addLane(int rank, int lane, const Lane& steps) {
     // Conflicts are per lane (lanes disjoint). The lane's segments are allocated from one
     // arena, dropped with them: a plan's lane makes thousands of them, one at a time.
-    std::pmr::monotonic_buffer_resource arena(laneArena_.data(), laneArena_.size());
+    std::pmr::monotonic_buffer_resource arena(laneArena_.get(), kLaneArenaBytes);
     LaneBuffers buffers(&arena);
     uint32_t lastBarrier = kNone, barriers = 0;
     const std::vector<uint8_t> finals = collectives::finalCopies(steps.steps);
@@ -1349,7 +1350,10 @@ class Simulator {
   std::vector<Connection> conns_;
   std::unordered_map<uint64_t, uint32_t> connIndex_;
   std::vector<SegmentMap::iterator> covered_;  // cover()'s answer, one vector for every call
-  std::vector<std::byte> laneArena_ = std::vector<std::byte>(64 << 10);  // addLane's first block
+  // addLane's first block, left uninitialized (a Simulator is made for every prediction).
+  static constexpr size_t kLaneArenaBytes = 64 << 10;
+  std::unique_ptr<std::byte[]> laneArena_ =
+      std::make_unique_for_overwrite<std::byte[]>(kLaneArenaBytes);
   std::vector<Route> routes_;
   std::unordered_map<uint64_t, uint32_t> routeIndex_;
   std::pair<int32_t, int32_t> missingRoute_{-1, -1};
