@@ -133,7 +133,7 @@ struct Accessor {
 struct Segment {
   uint64_t end = 0;
   Accessor writer{kNone, 0};
-  std::vector<Accessor> readers;
+  uint32_t lastReader = kNone;  // the newest of its readers in LaneBuffers' list, kNone: none
 };
 // By start; segments never overlap. Their nodes come from the lane's arena (Simulator::addLane).
 using SegmentMap = std::pmr::map<uint64_t, Segment>;
@@ -146,10 +146,30 @@ class LaneBuffers {
       if (b == buf) return m;
     return maps_.emplace_back(buf, SegmentMap(arena_)).second;
   }
+  void addReader(Segment* s, Accessor a) {
+    readers_.push_back({a, s->lastReader});
+    s->lastReader = uint32_t(readers_.size() - 1);
+  }
+  // Calls f on each reader of s, the oldest first.
+  template <typename F>
+  void forEachReader(const Segment& s, F&& f) {
+    order_.clear();
+    for (uint32_t i = s.lastReader; i != kNone; i = readers_[i].previous) order_.push_back(i);
+    for (auto i = order_.rbegin(); i != order_.rend(); ++i) f(readers_[*i].accessor);
+  }
 
  private:
+  // A segment's readers are a list through this vector, newest first. Splitting a segment
+  // shares its list between the halves: a reader added to one half goes before the shared part
+  // of that half's list only.
+  struct Reader {
+    Accessor accessor;
+    uint32_t previous;  // the reader before it, kNone: none
+  };
   std::pmr::memory_resource* arena_;
   std::deque<std::pair<uint32_t, SegmentMap>> maps_;  // a deque: references stay valid
+  std::pmr::vector<Reader> readers_{arena_};
+  std::vector<uint32_t> order_;  // forEachReader's
 };
 
 // Makes sure a segment starts at pos, splitting the one that covers it.
@@ -174,7 +194,7 @@ void cover(SegmentMap& m, uint64_t begin, uint64_t end, std::vector<SegmentMap::
   while (pos < end) {
     if (it == m.end() || it->first > pos) {
       uint64_t gapEnd = it == m.end() ? end : std::min(end, it->first);
-      it = m.emplace_hint(it, pos, Segment{gapEnd, {kNone, 0}, {}});
+      it = m.emplace_hint(it, pos, Segment{gapEnd, {kNone, 0}, kNone});
     }
     out->push_back(it);
     pos = it->second.end;
@@ -876,7 +896,7 @@ class Simulator {
         const uint64_t ob = it->first, oe = it->second.end;
         need(it->second.writer, r.offset, ob, oe);
         if (acc[i].write)
-          for (const Accessor& a : it->second.readers) need(a, r.offset, ob, oe);
+          bufs.forEachReader(it->second, [&](const Accessor& a) { need(a, r.offset, ob, oe); });
       }
     }
     for (int i = 0; i < n; ++i) {
@@ -887,9 +907,9 @@ class Simulator {
       if (acc[i].write) {
         // One writer now owns the whole range: merge it into one segment.
         for (auto it : covered_) m.erase(it);
-        m.emplace(r.offset, Segment{r.offset + r.count, {g, r.offset}, {}});
+        m.emplace(r.offset, Segment{r.offset + r.count, {g, r.offset}, kNone});
       } else {
-        for (auto it : covered_) it->second.readers.push_back({g, r.offset});
+        for (auto it : covered_) bufs.addReader(&it->second, {g, r.offset});
       }
     }
   }
