@@ -749,8 +749,8 @@ class Simulator {
     const uint64_t key = fold_ != nullptr || cores
                              ? (uint64_t(uint32_t(a)) << 32) | uint32_t(b)
                              : (uint64_t(uint32_t(from)) << 32) | uint32_t(to);
-    auto [it, added] =
-        routeIndex_.try_emplace(key | (cores && singleCopy ? 1ull << 63 : 0), uint32_t(routes_.size()));
+    auto [it, added] = routeIndex_.try_emplace(key | (cores && singleCopy ? 1ull << 63 : 0),
+                                               uint32_t(routes_.size()));
     if (added) {
       Route r;
       if (fold_ != nullptr) {
