@@ -11,6 +11,8 @@
 #include <cmath>
 #include <deque>
 #include <map>
+#include <memory>
+#include <memory_resource>
 #include <queue>
 #include <unordered_map>
 
@@ -131,9 +133,44 @@ struct Accessor {
 struct Segment {
   uint64_t end = 0;
   Accessor writer{kNone, 0};
-  std::vector<Accessor> readers;
+  uint32_t lastReader = kNone;  // the newest of its readers in LaneBuffers' list, kNone: none
 };
-using SegmentMap = std::map<uint64_t, Segment>;  // by start; segments never overlap
+// By start; segments never overlap. Their nodes come from the lane's arena (Simulator::addLane).
+using SegmentMap = std::pmr::map<uint64_t, Segment>;
+// The segments of each buffer a lane touches: a handful, searched in turn.
+class LaneBuffers {
+ public:
+  explicit LaneBuffers(std::pmr::memory_resource* arena) : arena_(arena) {}
+  SegmentMap& operator[](uint32_t buf) {
+    for (auto& [b, m] : maps_)
+      if (b == buf) return m;
+    return maps_.emplace_back(buf, SegmentMap(arena_)).second;
+  }
+  void addReader(Segment* s, Accessor a) {
+    readers_.push_back({a, s->lastReader});
+    s->lastReader = uint32_t(readers_.size() - 1);
+  }
+  // Calls f on each reader of s, the oldest first.
+  template <typename F>
+  void forEachReader(const Segment& s, F&& f) {
+    order_.clear();
+    for (uint32_t i = s.lastReader; i != kNone; i = readers_[i].previous) order_.push_back(i);
+    for (auto i = order_.rbegin(); i != order_.rend(); ++i) f(readers_[*i].accessor);
+  }
+
+ private:
+  // A segment's readers are a list through this vector, newest first. Splitting a segment
+  // shares its list between the halves: a reader added to one half goes before the shared part
+  // of that half's list only.
+  struct Reader {
+    Accessor accessor;
+    uint32_t previous;  // the reader before it, kNone: none
+  };
+  std::pmr::memory_resource* arena_;
+  std::deque<std::pair<uint32_t, SegmentMap>> maps_;  // a deque: references stay valid
+  std::pmr::vector<Reader> readers_{arena_};
+  std::vector<uint32_t> order_;  // forEachReader's
+};
 
 // Makes sure a segment starts at pos, splitting the one that covers it.
 void splitAt(SegmentMap& m, uint64_t pos) {
@@ -146,23 +183,23 @@ void splitAt(SegmentMap& m, uint64_t pos) {
   m.emplace(pos, std::move(tail));
 }
 
-// Segments covering exactly [begin, end), with gaps filled by untouched segments.
-std::vector<SegmentMap::iterator> cover(SegmentMap& m, uint64_t begin, uint64_t end) {
+// Segments covering exactly [begin, end), with gaps filled by untouched segments, into *out
+// (cleared first: the caller keeps one vector for every call, which allocates once).
+void cover(SegmentMap& m, uint64_t begin, uint64_t end, std::vector<SegmentMap::iterator>* out) {
   splitAt(m, begin);
   splitAt(m, end);
-  std::vector<SegmentMap::iterator> out;
+  out->clear();
   uint64_t pos = begin;
   auto it = m.lower_bound(begin);
   while (pos < end) {
     if (it == m.end() || it->first > pos) {
       uint64_t gapEnd = it == m.end() ? end : std::min(end, it->first);
-      it = m.emplace_hint(it, pos, Segment{gapEnd, {kNone, 0}, {}});
+      it = m.emplace_hint(it, pos, Segment{gapEnd, {kNone, 0}, kNone});
     }
-    out.push_back(it);
+    out->push_back(it);
     pos = it->second.end;
     ++it;
   }
-  return out;
 }
 
 class Simulator {
@@ -184,12 +221,18 @@ class Simulator {
       laneBegin_.push_back(uint32_t(steps_.size()));
       LOOM_TRY(addLane(rank, int(l), plan.lanes[l]));
     }
-    // The rank's working set: the extent of every buffer its plan touches.
-    std::unordered_map<uint32_t, uint64_t> extent;
+    // The rank's working set: the extent of every buffer its plan touches (a plan names a
+    // handful of buffers: a list searched in turn; the sum is of whole bytes, exact in any order).
+    std::vector<std::pair<uint32_t, uint64_t>> extent;
     for (const Lane& lane : plan.lanes)
       for (const Step& s : lane.steps)
-        for (const Region* r : {&s.src, &s.dst})
-          if (r->count > 0) extent[r->buf] = std::max(extent[r->buf], r->offset + r->count);
+        for (const Region* r : {&s.src, &s.dst}) {
+          if (r->count == 0) continue;
+          auto it = std::find_if(extent.begin(), extent.end(),
+                                 [&](const auto& e) { return e.first == r->buf; });
+          if (it == extent.end()) it = extent.insert(it, {r->buf, 0});
+          it->second = std::max(it->second, r->offset + r->count);
+        }
     const int32_t host = rankCpu_[size_t(rank)].host;
     for (const auto& [buf, elems] : extent)
       if (host >= 0) hostWorkingSet_[machineOf_[size_t(host)]] += double(elems) * opt_.elemSize;
@@ -441,7 +484,7 @@ class Simulator {
       owner = -1 - int64_t(host);
     }
     const uint64_t key = (uint64_t(uint32_t(int32_t(owner))) << 32) | buf;
-    auto [it, added] = cacheBufferIndex_.emplace(key, uint32_t(cacheBuffers_.size()));
+    auto [it, added] = cacheBufferIndex_.try_emplace(key, uint32_t(cacheBuffers_.size()));
     if (added) cacheBuffers_.push_back({host >= 0 ? machineOf_[size_t(host)] : 0});
     return it->second;
   }
@@ -557,7 +600,10 @@ class Simulator {
   // ---- Compilation ----------------------------------------------------------------------------
 
   Status addLane(int rank, int lane, const Lane& steps) {
-    std::unordered_map<uint32_t, SegmentMap> buffers;  // conflicts are per lane (lanes disjoint)
+    // Conflicts are per lane (lanes disjoint). The lane's segments are allocated from one
+    // arena, dropped with them: a plan's lane makes thousands of them, one at a time.
+    std::pmr::monotonic_buffer_resource arena(laneArena_.get(), kLaneArenaBytes);
+    LaneBuffers buffers(&arena);
     uint32_t lastBarrier = kNone, barriers = 0;
     const std::vector<uint8_t> finals = collectives::finalCopies(steps.steps);
     for (size_t i = 0; i < steps.steps.size(); ++i) {
@@ -638,10 +684,11 @@ class Simulator {
   }
 
   // Elements of region r that an earlier step of the lane wrote.
-  static uint64_t writtenElems(SegmentMap& m, const Region& r) {
+  uint64_t writtenElems(SegmentMap& m, const Region& r) {
     uint64_t n = 0;
     if (r.count == 0) return 0;
-    for (auto it : cover(m, r.offset, r.offset + r.count))
+    cover(m, r.offset, r.offset + r.count, &covered_);
+    for (auto it : covered_)
       if (it->second.writer.step != kNone) n += it->second.end - it->first;
     return n;
   }
@@ -667,7 +714,7 @@ class Simulator {
     uint64_t key = fold_ == nullptr ? (uint64_t(src) << 40) | (uint64_t(dst) << 16) | uint64_t(lane)
                                     : (uint64_t(src) << 48) | (uint64_t(dst) << 32) |
                                           (uint64_t(element) << 8) | uint64_t(lane);
-    auto [it, added] = connIndex_.emplace(key, uint32_t(conns_.size()));
+    auto [it, added] = connIndex_.try_emplace(key, uint32_t(conns_.size()));
     if (added) {
       const int realDst = fold_ == nullptr ? dst : fold_->act(element, dst);
       Connection c;
@@ -702,8 +749,8 @@ class Simulator {
     const uint64_t key = fold_ != nullptr || cores
                              ? (uint64_t(uint32_t(a)) << 32) | uint32_t(b)
                              : (uint64_t(uint32_t(from)) << 32) | uint32_t(to);
-    auto [it, added] =
-        routeIndex_.emplace(key | (cores && singleCopy ? 1ull << 63 : 0), uint32_t(routes_.size()));
+    auto [it, added] = routeIndex_.try_emplace(key | (cores && singleCopy ? 1ull << 63 : 0),
+                                               uint32_t(routes_.size()));
     if (added) {
       Route r;
       if (fold_ != nullptr) {
@@ -810,7 +857,7 @@ class Simulator {
 
   // Records, for step g, the earlier steps of its lane it conflicts with and, for each of its
   // slices, how many slices of that step must be done first (the executor's prefix rule).
-  void addDependencies(uint32_t g, const Step& s, std::unordered_map<uint32_t, SegmentMap>& bufs) {
+  void addDependencies(uint32_t g, const Step& s, LaneBuffers& bufs) {
     struct Access {
       Region region;
       bool write;
@@ -844,24 +891,25 @@ class Simulator {
     for (int i = 0; i < n; ++i) {
       const Region& r = acc[i].region;
       if (r.count == 0) continue;
-      for (auto it : cover(bufs[r.buf], r.offset, r.offset + r.count)) {
+      cover(bufs[r.buf], r.offset, r.offset + r.count, &covered_);
+      for (auto it : covered_) {
         const uint64_t ob = it->first, oe = it->second.end;
         need(it->second.writer, r.offset, ob, oe);
         if (acc[i].write)
-          for (const Accessor& a : it->second.readers) need(a, r.offset, ob, oe);
+          bufs.forEachReader(it->second, [&](const Accessor& a) { need(a, r.offset, ob, oe); });
       }
     }
     for (int i = 0; i < n; ++i) {
       const Region& r = acc[i].region;
       if (r.count == 0) continue;
       SegmentMap& m = bufs[r.buf];
-      auto segs = cover(m, r.offset, r.offset + r.count);
+      cover(m, r.offset, r.offset + r.count, &covered_);
       if (acc[i].write) {
         // One writer now owns the whole range: merge it into one segment.
-        for (auto it : segs) m.erase(it);
-        m.emplace(r.offset, Segment{r.offset + r.count, {g, r.offset}, {}});
+        for (auto it : covered_) m.erase(it);
+        m.emplace(r.offset, Segment{r.offset + r.count, {g, r.offset}, kNone});
       } else {
-        for (auto it : segs) it->second.readers.push_back({g, r.offset});
+        for (auto it : covered_) bufs.addReader(&it->second, {g, r.offset});
       }
     }
   }
@@ -1321,6 +1369,11 @@ class Simulator {
   std::vector<int> barrierArrived_;
   std::vector<Connection> conns_;
   std::unordered_map<uint64_t, uint32_t> connIndex_;
+  std::vector<SegmentMap::iterator> covered_;  // cover()'s answer, one vector for every call
+  // addLane's first block, left uninitialized (a Simulator is made for every prediction).
+  static constexpr size_t kLaneArenaBytes = 64 << 10;
+  std::unique_ptr<std::byte[]> laneArena_ =
+      std::make_unique_for_overwrite<std::byte[]>(kLaneArenaBytes);
   std::vector<Route> routes_;
   std::unordered_map<uint64_t, uint32_t> routeIndex_;
   std::pair<int32_t, int32_t> missingRoute_{-1, -1};

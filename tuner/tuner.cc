@@ -106,7 +106,7 @@ SimOptions Tuner::simOptions(const AlgoParams& params, bool buffersMapped, bool 
   SimOptions sim = config_.sim;
   if (params.slices > 0) sim.slices = params.slices;
   sim.peersMapped = buffersMapped;
-  sim.fast = fast;
+  sim.fast = fast && topo_.ranks.size() >= size_t(kFoldRanks);
   return sim;
 }
 

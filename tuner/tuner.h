@@ -100,6 +100,11 @@ constexpr double kLaneMargin = 0.05;
 // the fast path decides alone (a full simulation of ring at 1024 ranks takes seconds).
 constexpr double kFastWindow = 1.11;
 constexpr int kRefinedRanks = 64;
+// Below this many ranks the model simulates in full even with the fast path on: there the fast
+// path folds 2 or 4 hosts, and simulating the closest candidates again in full costs more than
+// folding saved (a new bucket of 2 x 4 or 4 x 2 ranks: 15-70% more CPU than the full
+// simulation; from 16 ranks on the two are level or the fast path saves, docs/TUNING.md).
+constexpr int kFoldRanks = 16;
 // Up to this many ranks decide() bounds each candidate (building every rank's plan); beyond, it
 // simulates them all.
 constexpr int kBoundRanks = 64;

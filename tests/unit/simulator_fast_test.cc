@@ -240,7 +240,7 @@ std::vector<TunerModel> tunerModels() {
   return {
       {uniformTopology({2, 1}), 8},          {uniformTopology({1, 4}), 8},
       {uniformTopology({2, 4}), 8},          {cores, 8},
-      {fatTreeOf("fattree-8x2", 8, 2, 2), 8},
+      {fatTreeOf("fattree-8x2", 8, 2, 2), 8}, {uniformTopology({8, 2}), 8},
       {uniformTopology({16, 4}), 64},
   };
 }
@@ -253,7 +253,8 @@ bool sweeps(size_t ranks, Collective coll) {
 
 // The tuner with the fast path decides as with the full simulation (it simulates the
 // candidates the fast path puts within kFastWindow of the fastest again in full): every tabled
-// collective, sizes 8 B to 64 MiB, on models of 2 to 64 ranks.
+// collective, sizes 8 B to 64 MiB, on models of 2 to 64 ranks (below kFoldRanks the tuner
+// simulates in full either way; the three models of 16 ranks and the one of 64 fold).
 TEST(TunerFast, ChoosesAsTheFullSimulationDoes) {
   int decisions = 0;
   for (const TunerModel& m : tunerModels()) {
