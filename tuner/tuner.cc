@@ -197,7 +197,9 @@ std::vector<Tuner::Listed> Tuner::listCandidates(const CollArgs& a, bool withBou
           const size_t used = first.lanes.size();
           if (std::find(laneCounts.begin(), laneCounts.end(), used) != laneCounts.end()) continue;
           laneCounts.push_back(used);
-          Listed l{{&b, p, 0}, first.readByPeers};
+          Listed l;
+          l.candidate = {&b, p, 0};
+          l.readByPeers = first.readByPeers;
           if (withBounds) {
             std::vector<collectives::RankPlan> plans;
             l.bound = byteBoundWithPlans(a, b, p, &plans);
