@@ -43,14 +43,16 @@ uint64_t tagOf(int lane, int rank, uint64_t seq) {
          (seq & (kHeaderTag - 1));
 }
 
-// What goes before each op's first chunk, tagged as its header: the call's stamp and the op's
-// size, which the receive compares with its own before it counts a byte of the chunks as
-// received or reduces one (a message of another call is an error naming both calls, not data). UCX's own headers cannot carry it,
-// so it is a message of its own, sent back to back with the first chunk.
+// What begins each op's header message (tagged apart): the call's stamp and the op's size,
+// which the receive compares with its own before it counts a byte of the op as received or
+// reduces one (a message of another call is an error naming both calls, not data). UCX's own
+// headers cannot carry it. An op of up to kInlineBytes travels inside its header message, so a
+// small op is still one message; a larger one's chunks follow its header.
 struct MessageHeader {
   CallStamp stamp;
   uint64_t bytes = 0;
 };
+constexpr size_t kInlineBytes = 1024;
 
 // RecvReduce chunks in flight per direction (each lands in a bounce buffer of its own).
 constexpr size_t kMaxBounceChunks = 4;
@@ -197,7 +199,8 @@ class UcxTransportImpl final : public Transport {
 // from the first op, so both ends name every chunk alike whatever order they post them in.
 class Direction {
  public:
-  // A chunk of the op's bytes [begin, end), or (begin = end = 0, first in flight) its header.
+  // A chunk of the op's bytes [begin, end), or (begin = end = 0, first in flight) its header
+  // message.
   struct Chunk {
     size_t begin, end;
     void* request;  // UCX's; null once finished
@@ -206,11 +209,15 @@ class Direction {
     bool header() const { return end == 0; }
   };
   struct OpState {
-    TransferOp* op;
-    uint64_t firstChunk;
-    size_t posted = 0;  // bytes handed to UCX
+    TransferOp* op = nullptr;
+    uint64_t firstChunk = 0;
+    size_t posted = 0;  // bytes handed to UCX (an inline receive's: taken)
     std::deque<Chunk> inFlight;
-    MessageHeader header;  // a send's, or where a receive's lands
+    bool headerPosted = false;
+    bool inlineArrived = false;  // an inline receive's bytes wait in `message` for the limit
+    // The header message: a MessageHeader, then an inline op's bytes.
+    alignas(8) char message[sizeof(MessageHeader) + kInlineBytes];
+    bool isInline() const { return op->bytes <= kInlineBytes; }
     // Until its header has arrived and matched, a receive takes no byte of its chunks.
     bool headerPending() const {
       return !inFlight.empty() && inFlight.front().header() && inFlight.front().request != nullptr;
@@ -218,8 +225,11 @@ class Direction {
   };
 
   void push(TransferOp* op, size_t chunkBytes) {
-    ops_.push_back({op, nextChunk_, 0, {}, {op->stamp, op->bytes}});
-    nextChunk_ += (op->bytes + chunkBytes - 1) / chunkBytes;
+    OpState& s = ops_.emplace_back();
+    s.op = op;
+    s.firstChunk = nextChunk_;
+    // An inline op takes a number too: its header message's tag must be its own.
+    nextChunk_ += op->bytes > kInlineBytes ? (op->bytes + chunkBytes - 1) / chunkBytes : 1;
   }
   bool idle() const { return ops_.empty(); }
   std::deque<OpState>& ops() { return ops_; }
@@ -288,10 +298,14 @@ class UcxConnection final : public Connection {
   Status postHeader(Direction::OpState* s, bool sending);
   // Collects finished chunks (RecvReduce: reduces those the limit allows); true if any.
   Status collect(Direction* d, bool* progressed);
-  Status finish(const Direction::OpState& s, Direction::Chunk* c);
-  // Fails where a receive's header (arrived) is not that of the message it expects. Only
-  // headers are sent with the header tag, all of one size, so one arrived whole.
-  Status checkHeader(const Direction::OpState& s);
+  Status finish(Direction::OpState& s, Direction::Chunk* c);
+  // Fails where a receive's header (arrived) is not that of the message it expects; else marks
+  // an inline op's bytes arrived. A header message that matches is of the op's own size, so
+  // it arrived whole.
+  Status checkHeader(Direction::OpState& s);
+  // An inline receive's bytes, once arrived, into dst when the limit lets them all be written
+  // (RecvReduce: reduced); true if taken.
+  bool takeInline(Direction::OpState& s);
   Status createEndpoint(const ucp_address_t* address, ucp_err_handling_mode_t mode);
   void closeEndpoint();
 
@@ -567,11 +581,24 @@ Status UcxConnection::post(TransferOp* op) {
 
 Status UcxConnection::postHeader(Direction::OpState* s, bool sending) {
   const CommContext& comm = transport_->comm();
+  TransferOp* op = s->op;
+  size_t length = sizeof(s->message);  // a receive's room: a header and the most inline bytes
+  if (sending) {
+    const MessageHeader h{op->stamp, op->bytes};
+    std::memcpy(s->message, &h, sizeof(h));
+    length = sizeof(h);
+    if (s->isInline()) {
+      std::memcpy(s->message + sizeof(h), op->src, op->bytes);
+      length += op->bytes;
+      s->posted = op->bytes;
+    }
+  }
+  s->headerPosted = true;
   ucp_request_param_t p = {};
   void* request =
-      sending ? ucp_tag_send_nbx(ep_, &s->header, sizeof(s->header),
+      sending ? ucp_tag_send_nbx(ep_, s->message, length,
                                  tagOf(lane_, comm.rank, s->firstChunk) | kHeaderTag, &p)
-              : ucp_tag_recv_nbx(transport_->worker(), &s->header, sizeof(s->header),
+              : ucp_tag_recv_nbx(transport_->worker(), s->message, length,
                                  tagOf(lane_, peer_, s->firstChunk) | kHeaderTag, ~uint64_t(0),
                                  &p);
   if (UCS_PTR_IS_ERR(request))
@@ -588,20 +615,36 @@ Status UcxConnection::postHeader(Direction::OpState* s, bool sending) {
   return Status::ok();
 }
 
-Status UcxConnection::checkHeader(const Direction::OpState& s) {
+Status UcxConnection::checkHeader(Direction::OpState& s) {
   const TransferOp& op = *s.op;
-  const MessageHeader& h = s.header;
-  if (h.stamp == op.stamp && h.bytes == op.bytes) return Status::ok();
+  MessageHeader h;
+  std::memcpy(&h, s.message, sizeof(h));
+  if (h.stamp == op.stamp && h.bytes == op.bytes) {
+    s.inlineArrived = s.isInline();
+    return Status::ok();
+  }
   recordMismatch({op.stamp, h.stamp, op.bytes, h.bytes});
   return errorf(loomInvalidUsage,
                 "ucx: %s sent on lane %d a message that is not the one this rank receives",
                 transport_->peerName(peer_).c_str(), lane_);
 }
 
+bool UcxConnection::takeInline(Direction::OpState& s) {
+  TransferOp* op = s.op;
+  if (!s.inlineArrived || op->limit < op->bytes) return false;
+  const char* in = s.message + sizeof(MessageHeader);
+  if (op->kind == TransferOp::Kind::RecvReduce)
+    reduce(op->dst, op->src, in, op->bytes / dtypeSize(op->dtype), op->dtype, op->op);
+  else
+    std::memcpy(op->dst, in, op->bytes);
+  s.inlineArrived = false;
+  s.posted = op->bytes;
+  return true;
+}
+
 Status UcxConnection::postChunk(Direction::OpState* s, bool sending, size_t end) {
   TransferOp* op = s->op;
   const size_t begin = s->posted;
-  if (begin == 0) LOOM_TRY(postHeader(s, sending));
   const uint64_t seq = s->firstChunk + begin / chunkBytes_;
   const CommContext& comm = transport_->comm();
   Direction::Chunk c{begin, end, nullptr, nullptr, false};
@@ -642,6 +685,14 @@ Status UcxConnection::postChunks(Direction* d, bool sending, bool* progressed) {
   for (Direction::OpState& s : d->ops()) {
     TransferOp* op = s.op;
     const bool reduce = op->kind == TransferOp::Kind::RecvReduce;
+    if (!s.headerPosted) {
+      // A receive's header message is awaited at once (it lands aside); a send's goes first,
+      // once an inline op's bytes may all be read.
+      if (sending && s.isInline() && op->limit < op->bytes) continue;
+      LOOM_TRY(postHeader(&s, sending));
+      *progressed = true;
+    }
+    if (s.isInline()) continue;
     if (reduce) bounces += s.inFlight.size();
     while (s.posted < op->bytes) {
       const size_t end = std::min(s.posted + chunkBytes_, op->bytes);
@@ -656,7 +707,7 @@ Status UcxConnection::postChunks(Direction* d, bool sending, bool* progressed) {
   return Status::ok();
 }
 
-Status UcxConnection::finish(const Direction::OpState& s, Direction::Chunk* c) {
+Status UcxConnection::finish(Direction::OpState& s, Direction::Chunk* c) {
   const ucs_status_t st = ucp_request_check_status(c->request);
   if (st == UCS_INPROGRESS) return Status::ok();
   if (c->header()) {
@@ -712,6 +763,7 @@ Status UcxConnection::collect(Direction* d, bool* progressed) {
         *progressed = true;
       }
     }
+    if (takeInline(s)) *progressed = true;
   }
   return Status::ok();
 }
