@@ -52,7 +52,7 @@ struct MessageHeader {
   CallStamp stamp;
   uint64_t bytes = 0;
 };
-constexpr size_t kInlineBytes = 1024;
+constexpr size_t kInlineBytes = 8192;
 
 // RecvReduce chunks in flight per direction (each lands in a bounce buffer of its own).
 constexpr size_t kMaxBounceChunks = 4;
