@@ -16,7 +16,6 @@
 #include <map>
 #include <set>
 #include <thread>
-#include <tuple>
 
 #include "base/fork_safe.h"
 #include "base/log.h"
@@ -228,6 +227,7 @@ class Root {
       fds_.assign(nranks_, -1);
       gathers_.assign(nranks_, std::string());
       hasGather_.assign(nranks_, false);
+      waitingCalls_.assign(size_t(nranks_), BootstrapCall{});
     }
     net::sendAll(fd, &reply, 1, Deadline(kHelloMs)).ignore();
     if (reply == kWrongSize)
@@ -333,7 +333,6 @@ class Root {
       drop(r);
       return;
     }
-    waitingCalls_.resize(size_t(nranks_), BootstrapCall{});
     waitingCalls_[size_t(r)] = w;
     for (const BootstrapCall& theirs : waitingCalls_) {
       if (theirs.rank == r || theirs.number != w.number ||
@@ -492,8 +491,8 @@ class Root {
     bool take;
   };
   std::vector<Waiting> waiting_;
-  // Each rank's latest wait for a peer's message, by (rank, peer, lane): serveWait.
-  std::vector<BootstrapCall> waitingCalls_;  // each rank's latest (serveWait; number 0: none)
+  // Each rank's latest call with a receive that waits long (serveWait; number 0: none).
+  std::vector<BootstrapCall> waitingCalls_;
   // Failures held back until their first cause is known (relayAbort), for kSilenceMs from
   // the first.
   struct Held {

@@ -144,8 +144,8 @@ class Bootstrap final : public RankExchange {
   // timeout within that window, a stopped one cannot.
   void sendAbort(const std::string& reason);
   static constexpr int kSilenceMs = 500;
-  // Ranks whose calls differ wait, over a transport that cannot see the peer's call (tcp,
-  // UCX), for messages their peers never send, until their deadline. A rank whose receive
+  // Ranks whose calls differ wait for messages their peers never send, until their deadline
+  // (a pair over tcp or UCX, or a cycle of ranks over any transport). A rank whose receive
   // waits long reports its call (reportCall: `number` among the communicator's collectives,
   // and its stamp); the root compares it with the calls other ranks reported waiting in, and
   // tells each of two whose calls of the same number differ the other's, which callDiffers
