@@ -53,6 +53,7 @@ struct MessageHeader {
   uint64_t bytes = 0;
 };
 constexpr size_t kInlineBytes = 8192;
+constexpr size_t kMessageBytes = sizeof(MessageHeader) + kInlineBytes;
 
 // RecvReduce chunks in flight per direction (each lands in a bounce buffer of its own).
 constexpr size_t kMaxBounceChunks = 4;
@@ -215,8 +216,9 @@ class Direction {
     std::deque<Chunk> inFlight;
     bool headerPosted = false;
     bool inlineArrived = false;  // an inline receive's bytes wait in `message` for the limit
-    // The header message: a MessageHeader, then an inline op's bytes.
-    alignas(8) char message[sizeof(MessageHeader) + kInlineBytes];
+    // The header message (kMessageBytes, from the direction's spares once posted): a
+    // MessageHeader, then an inline op's bytes.
+    std::unique_ptr<char[]> message;
     bool isInline() const { return op->bytes <= kInlineBytes; }
     // Until its header has arrived and matched, a receive takes no byte of its chunks.
     bool headerPending() const {
@@ -234,19 +236,31 @@ class Direction {
   bool idle() const { return ops_.empty(); }
   std::deque<OpState>& ops() { return ops_; }
 
-  // A RecvReduce chunk's bounce buffer (`bytes`: the connection's chunk size, which every chunk
-  // fits), reused from earlier chunks: a fresh allocation of a chunk per chunk costs the
-  // kernel's page faults each time (glibc returns blocks this large to the kernel), and
-  // zeroing it a pass over memory that the receive overwrites anyway.
-  std::unique_ptr<char[]> takeBounce(size_t bytes) {
-    if (spare_.empty()) return std::make_unique_for_overwrite<char[]>(bytes);
-    std::unique_ptr<char[]> b = std::move(spare_.back());
-    spare_.pop_back();
-    return b;
-  }
-  void giveBounce(std::unique_ptr<char[]> b) {
-    if (spare_.size() < kMaxBounceChunks) spare_.push_back(std::move(b));
-  }
+  // Buffers of one size, reused from earlier ops or chunks: a fresh allocation each time costs
+  // the allocator's work on the path of every op (and for chunks, the kernel's page faults:
+  // glibc returns blocks this large to the kernel), and zeroing it a pass over memory that a
+  // receive overwrites anyway.
+  class Spares {
+   public:
+    explicit Spares(size_t bytes) : bytes_(bytes) {}
+    std::unique_ptr<char[]> take() {
+      if (spare_.empty()) return std::make_unique_for_overwrite<char[]>(bytes_);
+      std::unique_ptr<char[]> b = std::move(spare_.back());
+      spare_.pop_back();
+      return b;
+    }
+    void give(std::unique_ptr<char[]> b) {  // keeps up to kMaxBounceChunks
+      if (b != nullptr && spare_.size() < kMaxBounceChunks) spare_.push_back(std::move(b));
+    }
+
+   private:
+    size_t bytes_;
+    std::vector<std::unique_ptr<char[]>> spare_;
+  };
+
+  // `chunkBytes`: the connection's chunk size, which every RecvReduce chunk's bounce fits.
+  explicit Direction(size_t chunkBytes) : bounces(chunkBytes), messages(kMessageBytes) {}
+  Spares bounces, messages;
 
   // Moves `done` of the leading ops and retires the complete ones, in order; true if any moved.
   bool updateDone() {
@@ -262,6 +276,7 @@ class Direction {
         moved = true;
       }
       if (!s.op->complete()) break;
+      messages.give(std::move(s.message));
       ops_.pop_front();
     }
     return moved;
@@ -270,13 +285,13 @@ class Direction {
  private:
   std::deque<OpState> ops_;
   uint64_t nextChunk_ = 0;
-  std::vector<std::unique_ptr<char[]>> spare_;  // bounce buffers of finished chunks
 };
 
 class UcxConnection final : public Connection {
  public:
   UcxConnection(UcxTransportImpl* transport, int peer, int lane, size_t chunkBytes)
-      : transport_(transport), peer_(peer), lane_(lane), chunkBytes_(chunkBytes) {}
+      : transport_(transport), peer_(peer), lane_(lane), chunkBytes_(chunkBytes),
+        send_(chunkBytes), recv_(chunkBytes) {}
   ~UcxConnection() override;
 
   Status open(const ucp_address_t* address);
@@ -582,13 +597,14 @@ Status UcxConnection::post(TransferOp* op) {
 Status UcxConnection::postHeader(Direction::OpState* s, bool sending) {
   const CommContext& comm = transport_->comm();
   TransferOp* op = s->op;
-  size_t length = sizeof(s->message);  // a receive's room: a header and the most inline bytes
+  s->message = (sending ? send_ : recv_).messages.take();
+  size_t length = kMessageBytes;  // a receive's room: a header and the most inline bytes
   if (sending) {
     const MessageHeader h{op->stamp, op->bytes};
-    std::memcpy(s->message, &h, sizeof(h));
+    std::memcpy(s->message.get(), &h, sizeof(h));
     length = sizeof(h);
     if (s->isInline()) {
-      std::memcpy(s->message + sizeof(h), op->src, op->bytes);
+      std::memcpy(s->message.get() + sizeof(h), op->src, op->bytes);
       length += op->bytes;
       s->posted = op->bytes;
     }
@@ -596,9 +612,9 @@ Status UcxConnection::postHeader(Direction::OpState* s, bool sending) {
   s->headerPosted = true;
   ucp_request_param_t p = {};
   void* request =
-      sending ? ucp_tag_send_nbx(ep_, s->message, length,
+      sending ? ucp_tag_send_nbx(ep_, s->message.get(), length,
                                  tagOf(lane_, comm.rank, s->firstChunk) | kHeaderTag, &p)
-              : ucp_tag_recv_nbx(transport_->worker(), s->message, length,
+              : ucp_tag_recv_nbx(transport_->worker(), s->message.get(), length,
                                  tagOf(lane_, peer_, s->firstChunk) | kHeaderTag, ~uint64_t(0),
                                  &p);
   if (UCS_PTR_IS_ERR(request))
@@ -618,7 +634,7 @@ Status UcxConnection::postHeader(Direction::OpState* s, bool sending) {
 Status UcxConnection::checkHeader(Direction::OpState& s) {
   const TransferOp& op = *s.op;
   MessageHeader h;
-  std::memcpy(&h, s.message, sizeof(h));
+  std::memcpy(&h, s.message.get(), sizeof(h));
   if (h.stamp == op.stamp && h.bytes == op.bytes) {
     s.inlineArrived = s.isInline();
     return Status::ok();
@@ -632,7 +648,7 @@ Status UcxConnection::checkHeader(Direction::OpState& s) {
 bool UcxConnection::takeInline(Direction::OpState& s) {
   TransferOp* op = s.op;
   if (!s.inlineArrived || op->limit < op->bytes) return false;
-  const char* in = s.message + sizeof(MessageHeader);
+  const char* in = s.message.get() + sizeof(MessageHeader);
   if (op->kind == TransferOp::Kind::RecvReduce)
     reduce(op->dst, op->src, in, op->bytes / dtypeSize(op->dtype), op->dtype, op->op);
   else
@@ -652,7 +668,7 @@ Status UcxConnection::postChunk(Direction::OpState* s, bool sending, size_t end)
   if (sending) {
     where = static_cast<char*>(const_cast<void*>(op->src)) + begin;
   } else if (op->kind == TransferOp::Kind::RecvReduce) {
-    c.bounce = recv_.takeBounce(chunkBytes_);
+    c.bounce = recv_.bounces.take();
     where = c.bounce.get();
   } else {
     where = static_cast<char*>(op->dst) + begin;
@@ -759,7 +775,7 @@ Status UcxConnection::collect(Direction* d, bool* progressed) {
                static_cast<const char*>(op->src) + c.begin, c.bounce.get(),
                (c.end - c.begin) / elt, op->dtype, op->op);
         c.received = false;
-        d->giveBounce(std::move(c.bounce));
+        d->bounces.give(std::move(c.bounce));
         *progressed = true;
       }
     }
