@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of tests/fuzz/ with clang, AddressSanitizer and
 # UndefinedBehaviorSanitizer in build-fuzz/ (or $LOOM_FUZZ_BUILD_DIR), then runs each for
-# $LOOM_FUZZ_SECONDS seconds (default 20) from its seeds (tests/fuzz/seeds/<target>/) and the
+# $LOOM_FUZZ_SECONDS seconds (default 10) from its seeds (tests/fuzz/seeds/<target>/) and the
 # corpus earlier runs grew (build-fuzz/corpus/<target>/). Fails on any crash, sanitizer report,
 # leak, failed property, slow input or memory blow-up, and keeps the input that caused it.
 #   scripts/fuzz.sh                       every target
@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build="${LOOM_FUZZ_BUILD_DIR:-build-fuzz}"
-seconds="${LOOM_FUZZ_SECONDS:-20}"
+seconds="${LOOM_FUZZ_SECONDS:-10}"
 launcher=()
 command -v ccache > /dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 # -O1 with line tables: what libFuzzer's documentation advises, and quicker to build than -O2 -g.

@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages loom builds, tests and benchmarks with. Skips apt entirely
 # when everything is already there (CI machines are reused), so it is cheap to call always.
 set -euo pipefail
-packages=(cmake g++ make pkg-config libgtest-dev libgmock-dev libbenchmark-dev iproute2
+packages=(cmake g++ make ccache pkg-config libgtest-dev libgmock-dev libbenchmark-dev iproute2
           openmpi-bin libopenmpi-dev libgloo-dev nlohmann-json3-dev libhwloc-dev python3
           python3-dev pybind11-dev python3-pytest python3-numpy python3-torch libtorch-dev python3-pip
           python3-setuptools python3-wheel hpcc lammps python3-mpi4py gfortran libucx-dev

@@ -6,13 +6,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
+# ccache (installed above) keyed on paths relative to each compile's folder, and not on the
+# folder itself: the test of `pip install` (install.python) builds libloom again from a copy of
+# the tree, in a folder as deep as build/, and finds build/'s objects instead of compiling them.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 scripts/build.sh
 # The unit tier two at a time (each test one process, on the CPU alone); the other tiers one
 # test at a time: the multi-process tests fork up to 8 ranks each on a 2-core machine, and their
 # fault tests measure detection time.
 (cd "${LOOM_BUILD_DIR:-build}" && ctest --output-on-failure --timeout 600 -L '^unit$' -j2 "$@" &&
   ctest --output-on-failure --timeout 600 -LE '^unit$' "$@")
-if [[ "${LOOM_FUZZ_SECONDS:-20}" != 0 ]]; then
+if [[ "${LOOM_FUZZ_SECONDS:-10}" != 0 ]]; then
   start=$SECONDS
   scripts/fuzz.sh
   echo "fuzz stage: $((SECONDS - start)) s (build and every target)"

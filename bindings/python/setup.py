@@ -1,7 +1,10 @@
 """Builds the package for pip: the project's CMake (two folders up) configures with
 LOOM_PYTHON_BUNDLE_LIBLOOM, builds the extension and libloom, and installs its python component
 into the wheel's folder: loom/ with _loom*.so, libloom.so.N beside it (found by $ORIGIN) and the
-Python files. CMAKE_ARGS adds configure arguments; ccache is used where installed."""
+Python files. CMAKE_ARGS adds configure arguments; ccache is used where installed.
+The CMake build folder is build-pip/ at the project's root: as deep as scripts/build.sh's build/,
+so that ccache with a base_dir above the project (and hash_dir off) finds the objects build/
+compiled, whose compile lines are then the same."""
 import os
 import re
 import shutil
@@ -25,7 +28,7 @@ def version():
 class CMakeBuild(build_ext):
     def build_extension(self, ext):
         prefix = Path(self.get_ext_fullpath(ext.name)).resolve().parent.parent
-        build = Path(self.build_temp).resolve() / "cmake"
+        build = ROOT / "build-pip"
         configure = ["-DLOOM_BUILD_TESTS=OFF", "-DLOOM_BUILD_PERF=OFF",
                      "-DLOOM_PYTHON_BUNDLE_LIBLOOM=ON", "-DLOOM_PYTHON_INSTALL_DIR=.",
                      f"-DPython3_EXECUTABLE={sys.executable}"]

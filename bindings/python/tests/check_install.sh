@@ -41,8 +41,10 @@ if ! { "$python" -c "import setuptools, wheel" && "$python" -m pip --version; } 
        "python3-setuptools python3-wheel)"
   exit 77
 fi
-# pip builds in the folder it installs from: a copy, at a fixed place in the build tree (so that
-# ccache, where installed, finds the same paths when this runs again).
+# pip builds in the folder it installs from: a copy, in the build tree. setup.py's CMake builds
+# in the copy's build-pip/, as deep in the copy as build/ is in the tree, so that ccache (where
+# installed, with CCACHE_BASEDIR above both and CCACHE_NOHASHDIR=1, as scripts/test.sh sets)
+# finds the objects build/ compiled rather than compiling libloom a second time.
 copy="$build/python-pip-test"
 rm -rf "$copy"
 mkdir -p "$copy"
