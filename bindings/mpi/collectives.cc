@@ -24,7 +24,9 @@ struct Admission {
 // that runs it, and a blocking call the model sends to loom is timed against MPI's on its
 // size's first calls (measuredRoute). A blocking call on loom runs after the communicator's
 // queued non-blocking ones; a non-blocking call never makes a loom communicator (see
-// madeLoomCommOf), nor is timed (it must not wait for the other ranks, as the verdict does).
+// madeLoomCommOf), nor is timed (it must not wait for the other ranks, as the verdict does):
+// where the model sends it to loom, it follows its blocking counterpart's verdict of the same
+// size (blockingVerdict) once there is one.
 template <typename Run>
 Admission admit(Call call, MPI_Comm comm, Route route, size_t bytes, const Run& run,
                 bool blocking = true) {
@@ -49,6 +51,9 @@ Admission admit(Call call, MPI_Comm comm, Route route, size_t bytes, const Run& 
       a.onLoom = m.onLoom;
       a.timed = m.timed;
       if (!m.onLoom) route = m.trial ? Route::Trial : Route::Measured;
+    } else if (blockingVerdict(a.comm, call, bytes) == 0) {
+      route = Route::Measured;
+      a.onLoom = false;
     }
   }
   if (a.onLoom && blocking) awaitQueue(a.comm);

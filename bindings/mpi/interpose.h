@@ -33,7 +33,8 @@ enum class Route {
   Small,       // below LOOM_MPI_MIN_BYTES
   Model,       // loom's model prices MPI's own algorithm for it no slower than loom's plan
   Trial,       // one of the size's timed calls on MPI, against loom's (measuredRoute)
-  Measured,    // the size's timed calls were no faster on loom than on MPI
+  Measured,    // the size's timed calls (a non-blocking call's: its blocking counterpart's)
+               // were no faster on loom than on MPI
   InPlace,     // an MPI_IN_PLACE form loom has no counterpart for
   Mismatch,    // send and receive sides of different sizes (MPI reports what is wrong)
   BadArgument, // a negative count or a root out of range (MPI reports it)
@@ -78,6 +79,13 @@ struct Measured {
   bool timed;  // a trial call to time and hand to recordTrial (not the untimed first ones)
 };
 Measured measuredRoute(loomComm_t comm, Call call, size_t bytes);
+/** A non-blocking call's verdict from its blocking counterpart's trials of the same size on
+ *  comm (MPI_Iallreduce's from MPI_Allreduce's, MPI_Ibcast's from MPI_Bcast's): 1 loom, 0 MPI,
+ *  -1 none yet, where the model's decision stands. A non-blocking call is never timed itself: its
+ *  time includes whatever the program overlaps with it, and the verdict's agreement waits for
+ *  the other ranks. Every rank issues a communicator's collectives in one order and reaches a
+ *  verdict within the same blocking call, so every rank finds the same one here. */
+int blockingVerdict(loomComm_t comm, Call call, size_t bytes);
 /** Records a trial call's time (ran on loom or on MPI); on the last trial call, collective over
  *  mpiComm (every rank makes it on the same call): sums the ranks' median times of each side
  *  with PMPI_Allreduce and keeps the verdict, loom where MPI's sum is at least

@@ -51,8 +51,8 @@ const char* const kRouteReasons[] = {
     "falls through to MPI: loom's model prices MPI's own algorithm within "
     "LOOM_MPI_MODEL_MARGIN of loom's plan",
     "falls through to MPI: a trial call, timed against loom's (LOOM_MPI_TRIALS)",
-    "falls through to MPI: its size's trial calls were not LOOM_MPI_TRIAL_MARGIN faster on "
-    "loom",
+    "falls through to MPI: its size's trial calls (a non-blocking call's: its blocking "
+    "counterpart's) were not LOOM_MPI_TRIAL_MARGIN faster on loom",
     "falls through to MPI: an MPI_IN_PLACE form loom does not have",
     "falls through to MPI: send and receive sides of different sizes",
     "falls through to MPI: a negative count or a root out of range",
@@ -228,6 +228,16 @@ Measured measuredRoute(loomComm_t comm, Call call, size_t bytes) {
   // plans it, and either side's may set up connections).
   const int turn = d.calls++;
   return {turn % 2 == 0, true, turn >= 2};
+}
+
+int blockingVerdict(loomComm_t comm, Call call, size_t bytes) {
+  const Call blocking = call == Call::Iallreduce ? Call::Allreduce
+                        : call == Call::Ibcast   ? Call::Bcast
+                                                 : Call::Count;
+  if (blocking == Call::Count || trials() == 0) return -1;
+  std::lock_guard<std::mutex> lock(gDecidedMutex);
+  const auto it = gDecided.find(DecisionKey{comm, blocking, bytes});
+  return it == gDecided.end() ? -1 : it->second.verdict;
 }
 
 void recordTrial(loomComm_t comm, MPI_Comm mpiComm, Call call, size_t bytes, bool onLoom,

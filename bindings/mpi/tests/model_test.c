@@ -13,7 +13,9 @@
  * by turns (so that each side of the trials gets both), each result compared bit for bit with
  * PMPI_Allreduce's, and where each call went read from loomMpiCounts: every rank's the same on
  * every call; where the first went to loom, the trial calls take turns; after them, one
- * route, as the argument says. */
+ * route, as the argument says. Then one MPI_Iallreduce of the size (under MPI_THREAD_MULTIPLE,
+ * which the non-blocking calls need to run on loom), which is never timed itself and must go
+ * where its blocking counterpart's calls ended. */
 #include <dlfcn.h>
 #include <mpi.h>
 #include <stdlib.h>
@@ -43,8 +45,28 @@ static int allreduce(CountsFn counts, const float* in, float* out, const float* 
   return onLoom + through == 1 ? (int)onLoom : -1;
 }
 
+/* One MPI_Iallreduce of `count` floats, waited for and checked against ref; as allreduce. */
+static int iallreduce(CountsFn counts, const float* in, float* out, const float* ref, int count) {
+  long loom0 = 0, other0 = 0, loom1 = 0, other1 = 0;
+  const size_t bytes = (size_t)count * sizeof(float);
+  counts(&loom0, &other0, NULL);
+  memset(out, 0xff, bytes);
+  MPI_Request request = MPI_REQUEST_NULL;
+  CHECK(MPI_Iallreduce(in, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &request) ==
+            MPI_SUCCESS && MPI_Wait(&request, MPI_STATUS_IGNORE) == MPI_SUCCESS,
+        "%zu B: MPI_Iallreduce failed", bytes);
+  CHECK(memcmp(out, ref, bytes) == 0, "%zu B: MPI_Iallreduce's is not PMPI_Allreduce's result",
+        bytes);
+  counts(&loom1, &other1, NULL);
+  const long onLoom = loom1 - loom0, through = other1 - other0;
+  CHECK(onLoom + through == 1, "%zu B: %ld non-blocking calls counted", bytes, onLoom + through);
+  return onLoom + through == 1 ? (int)onLoom : -1;
+}
+
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  CHECK(provided == MPI_THREAD_MULTIPLE, "MPI_THREAD_MULTIPLE was not provided");
   int rank = 0;
   PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
   const CountsFn counts = (CountsFn)dlsym(RTLD_DEFAULT, "loomMpiCounts");
@@ -99,6 +121,9 @@ int main(int argc, char** argv) {
       CHECK(tried && final == 0,
             "%zu B: not tried on loom and then sent to MPI (first call on %s, last on %s)", bytes,
             first == 1 ? "loom" : "MPI", final == 1 ? "loom" : "MPI");
+    const int nonBlocking = iallreduce(counts, in, out, ref, count);
+    CHECK(nonBlocking == final, "%zu B: MPI_Iallreduce went to %s, its blocking calls to %s",
+          bytes, nonBlocking == 1 ? "loom" : "MPI", final == 1 ? "loom" : "MPI");
     free(in);
     free(out);
     free(ref);
