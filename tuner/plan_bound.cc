@@ -157,22 +157,33 @@ struct Graph {
   std::vector<double> own;
 };
 
+// Per buffer, a lane's accesses to it so far, in order: the lists of the first `used` entries,
+// the others kept with their capacity for the next lane (a bound adds every rank's lanes).
+struct Touch {
+  uint32_t step;
+  Access access;
+};
+struct LaneTouches {
+  std::vector<std::pair<uint32_t, std::vector<Touch>>> byBuffer;
+  size_t used = 0;
+  std::vector<Touch>& of(uint32_t buf) {
+    for (size_t i = 0; i < used; ++i)
+      if (byBuffer[i].first == buf) return byBuffer[i].second;
+    if (used == byBuffer.size()) byBuffer.emplace_back();
+    auto& [b, list] = byBuffer[used++];
+    b = buf;
+    list.clear();
+    return list;
+  }
+};
+
 // Adds one lane's steps (global indices from `first`): each waits for the earlier steps that
 // touch an element of its first piece, one of the two writing it (scanning back to a writer
 // that covers the piece: the steps before it are left out, which only loosens the bound), and
 // a Barrier for every earlier step.
-void addLane(const collectives::Lane& lane, uint32_t first, int slices, Graph* g) {
-  // Per buffer, the lane's accesses to it so far, in order.
-  struct Touch {
-    uint32_t step;
-    Access access;
-  };
-  std::vector<std::pair<uint32_t, std::vector<Touch>>> byBuffer;
-  auto touches = [&](uint32_t buf) -> std::vector<Touch>& {
-    for (auto& [b, list] : byBuffer)
-      if (b == buf) return list;
-    return byBuffer.emplace_back(buf, std::vector<Touch>{}).second;
-  };
+void addLane(const collectives::Lane& lane, uint32_t first, int slices, LaneTouches* touched,
+             Graph* g) {
+  touched->used = 0;
   const auto& steps = lane.steps;
   uint32_t lastBarrier = UINT32_MAX;
   for (size_t i = 0; i < steps.size(); ++i) {
@@ -192,7 +203,7 @@ void addLane(const collectives::Lane& lane, uint32_t first, int slices, Graph* g
     for (int k = 0; k < n; ++k) {
       Region piece = mine[k].region;
       piece.count = std::min(piece.count, firstPiece);
-      const std::vector<Touch>& list = touches(piece.buf);
+      const std::vector<Touch>& list = touched->of(piece.buf);
       for (size_t j = list.size(); j-- > 0;) {
         const Access& t = list[j].access;
         if (!(mine[k].write || t.write) || !collectives::overlaps(piece, t.region)) continue;
@@ -202,7 +213,7 @@ void addLane(const collectives::Lane& lane, uint32_t first, int slices, Graph* g
           break;
       }
     }
-    for (int k = 0; k < n; ++k) touches(mine[k].region.buf).push_back({me, mine[k]});
+    for (int k = 0; k < n; ++k) touched->of(mine[k].region.buf).push_back({me, mine[k]});
   }
 }
 
@@ -253,10 +264,11 @@ double latencyBound(const std::vector<RankPlan>& plans, const topology::Topology
   std::vector<End> sends, recvs;
   const uint64_t n = plans.size();
   uint32_t next = 0;
+  LaneTouches touched;
   for (size_t r = 0; r < plans.size(); ++r)
     for (size_t l = 0; l < plans[r].lanes.size(); ++l) {
       const collectives::Lane& lane = plans[r].lanes[l];
-      addLane(lane, next, slices, &g);
+      addLane(lane, next, slices, &touched, &g);
       for (const Step& s : lane.steps) {
         const uint32_t v = next++;
         if (s.peer < 0 || uint64_t(s.peer) >= n) continue;
@@ -300,12 +312,11 @@ double planByteBound(const std::vector<RankPlan>& plans, const topology::Topolog
   return kRounding * byteBound(plans, topo, links, elemSize);
 }
 
-double planLowerBound(const std::vector<RankPlan>& plans, const topology::Topology& topo,
-                      const NodeLinks& links, uint32_t elemSize, int slices) {
+double planLatencyBound(const std::vector<RankPlan>& plans, const topology::Topology& topo,
+                        const NodeLinks& links, int slices) {
   if (plans.size() > topo.ranks.size()) return 0;
-  slices = std::clamp(slices, 1, SimOptions::kMaxSlices);
-  return std::max(planByteBound(plans, topo, links, elemSize),
-                  kRounding * latencyBound(plans, topo, links, slices));
+  return kRounding *
+         latencyBound(plans, topo, links, std::clamp(slices, 1, SimOptions::kMaxSlices));
 }
 
 }  // namespace loom::tuner

@@ -41,16 +41,15 @@ struct NodeLinks {
 // steps); the byte bound still holds.
 constexpr size_t kBoundLaneSteps = 512;
 
-// The byte bound alone, which costs a pass over the plans' steps (the latency bound's search
-// costs more): planLowerBound is never below it.
+// The bound is the larger of two, each in seconds for plans[r] (rank r's plan) of
+// elemSize-byte elements, and 0 where plans do not match (the simulation reports why). The byte
+// bound costs a pass over the plans' steps, so the tuner orders its candidates by it first.
 double planByteBound(const std::vector<collectives::RankPlan>& plans,
                      const topology::Topology& topo, const NodeLinks& links, uint32_t elemSize);
 
-// The bound, in seconds, for plans[r] (rank r's plan) of elemSize-byte elements cut into
-// `slices` pieces per step as the simulator cuts them. 0 where plans do not match (the
-// simulation reports why).
-double planLowerBound(const std::vector<collectives::RankPlan>& plans,
-                      const topology::Topology& topo, const NodeLinks& links, uint32_t elemSize,
-                      int slices);
+// The latency bound, its steps cut into `slices` pieces as the simulator cuts them; its search
+// costs more, so the tuner draws it for a candidate only when that one comes next.
+double planLatencyBound(const std::vector<collectives::RankPlan>& plans,
+                        const topology::Topology& topo, const NodeLinks& links, int slices);
 
 }  // namespace loom::tuner

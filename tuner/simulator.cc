@@ -1278,8 +1278,12 @@ class Simulator {
     // Progressive filling: the link with the smallest fair share fixes its flows at that
     // share; their bandwidth leaves every other link they cross. On a CPU resource a flow
     // uses its cpuWeight per byte, so the share there is the capacity over the flows' weights.
-    using Share = std::pair<double, int32_t>;
-    std::priority_queue<Share, std::vector<Share>, std::greater<Share>> heap;
+    std::vector<Share>& heap = shares_;  // a min-heap, kept with its capacity across calls
+    heap.clear();
+    auto pushShare = [&](Share s) {
+      heap.push_back(s);
+      std::push_heap(heap.begin(), heap.end(), std::greater<Share>());
+    };
     for (int32_t l : compLinks_) {
       capLeft_[size_t(l)] = capacity_[size_t(l)];
       unfixed_[size_t(l)] = uint32_t(linkFlows_[size_t(l)].size());
@@ -1288,12 +1292,13 @@ class Simulator {
         weightLeft_[size_t(l)] = 0;
         for (uint32_t f : linkFlows_[size_t(l)]) weightLeft_[size_t(l)] += weightOn(flows_[f], l);
       }
-      if (unfixed_[size_t(l)]) heap.push({capLeft_[size_t(l)] / weightLeft_[size_t(l)], l});
+      if (unfixed_[size_t(l)]) pushShare({capLeft_[size_t(l)] / weightLeft_[size_t(l)], l});
     }
     for (uint32_t f : compFlows_) flows_[f].newRate = -1;
     while (!heap.empty()) {
-      auto [share, l] = heap.top();
-      heap.pop();
+      std::pop_heap(heap.begin(), heap.end(), std::greater<Share>());
+      const auto [share, l] = heap.back();
+      heap.pop_back();
       if (unfixed_[size_t(l)] == 0 ||
           share != std::max(0.0, capLeft_[size_t(l)]) / weightLeft_[size_t(l)])
         continue;  // stale
@@ -1307,7 +1312,7 @@ class Simulator {
           capLeft_[size_t(o)] -= share * w;
           weightLeft_[size_t(o)] -= w;
           if (--unfixed_[size_t(o)] && o != l)
-            heap.push({std::max(0.0, capLeft_[size_t(o)]) / weightLeft_[size_t(o)], o});
+            pushShare({std::max(0.0, capLeft_[size_t(o)]) / weightLeft_[size_t(o)], o});
         }
       }
     }
@@ -1414,6 +1419,9 @@ class Simulator {
   std::vector<uint32_t> unfixed_;   // flows not yet given a rate
   std::vector<double> weightLeft_;  // their weights (their count, except on CPU resources)
   std::vector<int32_t> dirty_, compLinks_;
+  // rebalance's heap of links by their fair share.
+  using Share = std::pair<double, int32_t>;
+  std::vector<Share> shares_;
   std::vector<uint32_t> compFlows_;
   uint32_t epoch_ = 0;
 };

@@ -126,7 +126,7 @@ double Tuner::predictWith(const CollArgs& a, const Builder& b, const AlgoParams&
 double Tuner::lowerBound(const CollArgs& a, const Builder& b, const AlgoParams& params) const {
   std::vector<collectives::RankPlan> plans;
   const double bytes = byteBoundWithPlans(a, b, params, &plans);
-  return plans.empty() ? bytes : fullBound(params, plans);
+  return plans.empty() ? bytes : std::max(bytes, latencyBound(params, plans));
 }
 
 double Tuner::byteBoundWithPlans(const CollArgs& a, const Builder& b, const AlgoParams& params,
@@ -140,10 +140,9 @@ double Tuner::byteBoundWithPlans(const CollArgs& a, const Builder& b, const Algo
   return planByteBound(*plans, topo_, *nodeLinks_, simOptions(params, false, false).elemSize);
 }
 
-double Tuner::fullBound(const AlgoParams& params,
-                        const std::vector<collectives::RankPlan>& plans) const {
-  const SimOptions sim = simOptions(params, false, false);
-  return planLowerBound(plans, topo_, *nodeLinks_, sim.elemSize, sim.slices);
+double Tuner::latencyBound(const AlgoParams& params,
+                           const std::vector<collectives::RankPlan>& plans) const {
+  return planLatencyBound(plans, topo_, *nodeLinks_, simOptions(params, false, false).slices);
 }
 
 namespace {
@@ -224,7 +223,7 @@ std::vector<Candidate> Tuner::refinedTimes(const std::vector<Listed>& listed,
   double best = -1;
   for (double t : fast)
     if (t >= 0 && (best < 0 || t < best)) best = t;
-  const bool refine = config_.sim.fast && nranks <= kRefinedRanks;
+  const bool refine = refines(nranks);
   std::vector<Candidate> out;
   for (size_t i = 0; i < listed.size(); ++i) {
     if (fast[i] < 0) continue;
@@ -233,6 +232,10 @@ std::vector<Candidate> Tuner::refinedTimes(const std::vector<Listed>& listed,
     if (c.time >= 0) out.push_back(c);
   }
   return out;
+}
+
+bool Tuner::refines(int nranks) const {
+  return config_.sim.fast && nranks >= kFoldRanks && nranks <= kRefinedRanks;
 }
 
 Decision Tuner::decisionOver(std::vector<Candidate> times) {
@@ -320,14 +323,16 @@ bool Tuner::settled(const std::vector<Listed>& listed, const std::vector<double>
                     const std::vector<char>& folded, int nranks,
                     const std::function<double(size_t)>& full,
                     const std::vector<size_t>& left) const {
-  // First whether a candidate left could lower the fastest fast-path time, which decides what
-  // is simulated again in full: until none can, a full simulation might be one refinedTimes
-  // need not have run.
-  double fastest = std::numeric_limits<double>::infinity();
-  for (double t : fast)
-    if (t >= 0) fastest = std::min(fastest, t);
-  for (size_t i : left)
-    if (listed[i].bound < fastest) return false;
+  // First, where the model refines, whether a candidate left could lower the fastest fast-path
+  // time, which decides what is simulated again in full: until none can, a full simulation
+  // might be one refinedTimes need not have run.
+  if (refines(nranks)) {
+    double fastest = std::numeric_limits<double>::infinity();
+    for (double t : fast)
+      if (t >= 0) fastest = std::min(fastest, t);
+    for (size_t i : left)
+      if (listed[i].bound < fastest) return false;
+  }
   const std::vector<Candidate> times = refinedTimes(listed, fast, folded, nranks, full);
   if (times.empty()) return false;
   const Decision d = decisionOver(times);
@@ -390,7 +395,11 @@ std::optional<Decision> Tuner::decideByBounds(const CollArgs& a, bool buffersMap
   auto fullOf = [&](size_t i) { return memo(full, fullDone, i, buffersMapped, false); };
   std::vector<size_t> left(n);  // not simulated yet
   for (size_t i = 0; i < n; ++i) left[i] = i;
+  bool simulated = false;
   while (!left.empty()) {
+    // Before each step, bound or simulation: a bound drawn may have settled the decision, and
+    // the candidates not bounded yet take at least their byte bound, which may settle it too.
+    if (simulated && settled(listed, fast, folded, a.nranks, fullOf, left)) break;
     // The least bound next (the first of equals in registry order).
     auto next = std::min_element(left.begin(), left.end(), [&](size_t x, size_t y) {
       return listed[x].bound < listed[y].bound;
@@ -398,7 +407,8 @@ std::optional<Decision> Tuner::decideByBounds(const CollArgs& a, bool buffersMap
     const size_t i = *next, r = root(i);
     if (!listed[i].bounded) {
       if (!listed[r].bounded && !listed[r].plans.empty())
-        listed[r].bound = fullBound(listed[r].candidate.params, listed[r].plans);
+        listed[r].bound =
+            std::max(listed[r].bound, latencyBound(listed[r].candidate.params, listed[r].plans));
       listed[r].bounded = true;
       for (size_t j = 0; j < n; ++j)
         if (root(j) == r) listed[j].bound = listed[r].bound, listed[j].bounded = true;
@@ -412,7 +422,7 @@ std::optional<Decision> Tuner::decideByBounds(const CollArgs& a, bool buffersMap
     } else {
       fast[i] = fast[r], folded[i] = folded[r];
     }
-    if (settled(listed, fast, folded, a.nranks, fullOf, left)) break;
+    simulated = true;
   }
   const std::vector<Candidate> times = refinedTimes(listed, fast, folded, a.nranks, fullOf);
   if (times.empty() || std::isinf(decisionOver(times).choice.time)) return std::nullopt;

@@ -147,7 +147,7 @@ class Tuner {
   // decisions are cached per (collective, power-of-two size bucket, element size,
   // buffersMapped), so after the first call of a bucket this is a hash lookup (plus the user's
   // rules, when any). A new bucket simulates its candidates in order of their lower bound
-  // (planLowerBound) and stops where no candidate left can change the decision: the same
+  // (tuner/plan_bound.h) and stops where no candidate left can change the decision: the same
   // decision as candidates() makes simulating them all. Errors only when no rule of the
   // built-in table serves the call (a bug).
   Status decide(const collectives::CollArgs& a, Decision* out, bool buffersMapped = false);
@@ -155,8 +155,8 @@ class Tuner {
   // Every candidate of the model for the size bucket of `a`, fastest first (ties keep registry
   // order, then fewer lanes); empty without a model or for alltoallv (no shared size).
   std::vector<Candidate> candidates(const collectives::CollArgs& a, bool buffersMapped = false);
-  // The lower bound (planLowerBound) decide() orders that choice by at a's size bucket: 0 beyond
-  // kBoundRanks ranks; negative when the builder refuses the call.
+  // The lower bound (tuner/plan_bound.h) decide() orders that choice by at a's size bucket: 0
+  // beyond kBoundRanks ranks; negative when the builder refuses the call.
   double lowerBound(const collectives::CollArgs& a, const collectives::Builder& b,
                     const AlgoParams& params) const;
   // The model's prediction for one choice at a's size bucket; negative when it cannot simulate.
@@ -182,9 +182,10 @@ class Tuner {
   double byteBoundWithPlans(const collectives::CollArgs& a, const collectives::Builder& b,
                             const AlgoParams& params,
                             std::vector<collectives::RankPlan>* plans) const;
-  // lowerBound of built plans.
-  double fullBound(const AlgoParams& params,
-                   const std::vector<collectives::RankPlan>& plans) const;
+  // The latency bound (planLatencyBound) of built plans: lowerBound is the larger of it and
+  // the byte bound.
+  double latencyBound(const AlgoParams& params,
+                      const std::vector<collectives::RankPlan>& plans) const;
   static constexpr size_t kNone = SIZE_MAX;
   // One candidate as the model lists it: whether its plans read peers' buffers, its bound (the
   // byte bound until decide() draws the whole, `bounded`), and (with bounds) an earlier
@@ -209,6 +210,9 @@ class Tuner {
                                       const std::vector<double>& fast,
                                       const std::vector<char>& folded, int nranks,
                                       const std::function<double(size_t)>& full) const;
+  // Whether refinedTimes simulates candidates again in full at nranks: with the fast path on,
+  // from kFoldRanks (below, nothing is folded) up to kRefinedRanks ranks.
+  bool refines(int nranks) const;
   // The model's decision over `times` (refinedTimes), whenMapped left empty.
   static Decision decisionOver(std::vector<Candidate> times);
   // Whether simulating the candidates `left` (indices of listed, not simulated yet: +inf in
@@ -220,7 +224,7 @@ class Tuner {
   double predictListed(const collectives::CollArgs& a, const Listed& l, bool buffersMapped,
                        bool fast, bool* folded) const;
   // decide()'s model decision for a new bucket: the candidate of the least bound next, its
-  // bound made whole first (planLowerBound, over the byte bound it was listed with).
+  // latency bound drawn first (planLatencyBound, over the byte bound it was listed with).
   std::optional<Decision> decideByBounds(const collectives::CollArgs& a, bool buffersMapped);
   // Decision::whenMapped for `choice` over the candidates that read peers (mapped(i): the
   // prediction of listed[i] with every rank's buffers mapped), in order of their bounds when
