@@ -20,6 +20,11 @@
 namespace loom::topology {
 namespace {
 
+// Another network transport than the rule's replaces it where it is "clearly" cheaper: by
+// more than a short measurement's noise on a busy host (20%), so that two transports over the
+// same wire (UCX's TCP and loom's) do not trade places from run to run.
+constexpr double kClearlyCheaper = 0.8;
+
 // The records' figures: one slot per link kind within a host, and one per candidate transport
 // for the network (the last kind).
 constexpr int kNetworkTransports = 2;  // at most: tcp and ucx
@@ -395,9 +400,10 @@ class Detector {
     description_.rankNuma = numaOf_;
   }
 
-  // The network's figures over each candidate; the one that moves an 8-byte and a 1 MiB
-  // message in less time carries the links between hosts where every candidate has figures,
-  // else the default. From the allgathered records and results: the same on every rank.
+  // The network's figures over each candidate; where every candidate has figures, the default
+  // (the rule without figures) carries the links between hosts unless another moves an 8-byte
+  // and a 1 MiB message in clearly less time; else the default. From the allgathered records
+  // and results: the same on every rank.
   void chooseNetwork() {
     const std::vector<std::string>& names = networkTransports_;
     bool allKnown = true;
@@ -417,13 +423,15 @@ class Detector {
         times += strprintf("%s%s %.4g us (%s)", times.empty() ? "" : ", ", names[size_t(c)].c_str(),
                            t * 1e6, figureSourceName(networkSources_[size_t(c)]));
       }
-      chosen = 0;
-      for (int c = 1; c < int(names.size()); ++c)
+      const int byRule = chosen;
+      for (int c = 0; c < int(names.size()); ++c)
         if (networkMessagesTime(networkFigures_[size_t(c)]) <
-            networkMessagesTime(networkFigures_[size_t(chosen)]))
+            kClearlyCheaper * networkMessagesTime(networkFigures_[size_t(chosen)]))
           chosen = c;
       networkChoice_.reason =
-          "the cheaper for an 8-byte and a 1 MiB message by the network link's figures: " + times;
+          (chosen == byRule ? "not beaten by 20% or more" : "the cheaper by 20% or more") +
+          std::string(" for an 8-byte and a 1 MiB message by the network link's figures: ") +
+          times;
     }
     networkChoice_.transport = names[size_t(chosen)];
     description_.network = networkFigures_[size_t(chosen)];

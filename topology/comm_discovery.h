@@ -40,9 +40,9 @@ struct DiscoverySetup {
   std::function<transports::Transport*(const std::string& name)> transportNamed;
 };
 
-// The transport of the links between hosts, the same on every rank: of the candidates, the one
-// under which the model's network link moves an 8-byte and a 1 MiB message in less time
-// (networkMessagesTime), where every candidate has figures; else the default.
+// The transport of the links between hosts, the same on every rank: where every candidate has
+// figures, the default unless another moves an 8-byte and a 1 MiB message over the model's
+// network link in at least 20% less time (networkMessagesTime); else the default.
 struct NetworkChoice {
   std::string transport;
   std::string reason;  // for the init log

@@ -331,6 +331,8 @@ std::vector<uint64_t> pacedSockets() {
 // connects the ranks, no socket is paced; after one of 1 MiB, each rank reports its sockets'
 // pacing.
 TEST_F(TwoHosts, SocketsToTheOtherHostArePacedAtTheModelsLink) {
+  // TCP between the hosts whatever auto's figures say (one rank per host: tcp is auto's path).
+  setenv("LOOM_TRANSPORT", "tcp", 1);
   topology::Topology model;
   auto results = initDumpingTheModel(hostA_, hostB_, nullptr, &model, [](int, loomComm_t comm) {
     float in = 1, out = 0;
@@ -346,6 +348,7 @@ TEST_F(TwoHosts, SocketsToTheOtherHostArePacedAtTheModelsLink) {
       fprintf(stderr, "socket paced at %llu B/s\n", (unsigned long long)rate);
     return 0;
   });
+  unsetenv("LOOM_TRANSPORT");
   ASSERT_EQ(describeFailures(results), "");
   const uint64_t rate = uint64_t(topology::slowestNetworkLink(model, 0, 1));
   ASSERT_GT(rate, 0u);
@@ -365,9 +368,11 @@ TEST_F(TwoHosts, TheModelsNetworkLinksHaveTheShapersBurst) {
   constexpr int kBurst = 24000;
   if (!shapeLinks("200mbit", kBurst)) GTEST_SKIP() << "tc cannot shape the links (no htb?)";
   setenv("LOOM_TOPO_MEASURE", "2", 1);  // measured, not a cached figure of an unshaped link
+  setenv("LOOM_TRANSPORT", "tcp", 1);    // the figures of tcp, whatever auto would choose
   topology::Topology model;
   auto results = initDumpingTheModel(hostA_, hostB_, nullptr, &model);
   unsetenv("LOOM_TOPO_MEASURE");
+  unsetenv("LOOM_TRANSPORT");
   ASSERT_EQ(describeFailures(results), "");
   int shaped = 0;
   for (const topology::Link& l : model.links) {
