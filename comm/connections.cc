@@ -29,9 +29,10 @@ Status Connections::open(const transports::CommContext* ctx, const std::string& 
 std::string autoNetworkRule() {
   if (!transports::ucx::ucxBuilt()) return "tcp (loom is built without UCX)";
   const std::vector<std::string> rdma = topology::rdmaDevices();
-  return "tcp or ucx, the cheaper by the network link's measured or cached figures; without "
-         "figures ucx where every host has an RDMA device (this host: " +
-         (rdma.empty() ? std::string("none") : rdma.front()) + ")";
+  return "ucx where every host has an RDMA device (this host: " +
+         (rdma.empty() ? std::string("none") : rdma.front()) +
+         "), else tcp, unless the network link's measured or cached figures make the other at "
+         "least 20% cheaper";
 }
 
 std::string Connections::openNetworkCandidate(const transports::ucx::UcxOptions& ucx,

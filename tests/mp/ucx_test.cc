@@ -36,10 +36,11 @@ TEST(UcxInfo, LoomInfoListsUcxTransportsAndMemoryTypes) {
   EXPECT_NE(out.find(" posix/memory"), std::string::npos) << out;
   EXPECT_NE(out.find("ucx memory types: host"), std::string::npos) << out;
   const std::vector<std::string> rdma = topology::rdmaDevices();
-  EXPECT_NE(out.find("links between hosts under LOOM_TRANSPORT=auto: tcp or ucx, the cheaper by "
-                     "the network link's measured or cached figures; without figures ucx where "
-                     "every host has an RDMA device (this host: " +
-                     (rdma.empty() ? std::string("none") : rdma.front()) + ")\n"),
+  EXPECT_NE(out.find("links between hosts under LOOM_TRANSPORT=auto: ucx where every host has "
+                     "an RDMA device (this host: " +
+                     (rdma.empty() ? std::string("none") : rdma.front()) +
+                     "), else tcp, unless the network link's measured or cached figures make the "
+                     "other at least 20% cheaper\n"),
             std::string::npos)
       << out;
 }
