@@ -72,6 +72,7 @@ Status Comm::init(int nranks, const loomUniqueId& id, int rank, const loomConfig
   LOOM_TRY(exchangePeers(id, deadline, options, &me));
   recorder_.configure(options.flightRecorder, ctx_.commHash, rank, nranks);
   numberHosts();
+  LOOM_TRY(exchangeNetworkCandidates(options, deadline));
   cpu_set_t machineCpus;
   shareMachine(me, &machineCpus);
   LOOM_TRY(discoverTopology(options.discovery, deadline));
@@ -157,6 +158,14 @@ void Comm::numberHosts() {
     if (pos == hostIds.end()) hostIds.push_back(p.hostId);
   }
   hostCount_ = int(hostIds.size());
+}
+
+Status Comm::exchangeNetworkCandidates(const CommOptions& options, const Deadline& deadline) {
+  if (transportMode_ != "auto" || hostCount_ < 2) return Status::ok();
+  std::vector<std::string> all;
+  LOOM_TRY(boot_.allgather(connections_.openNetworkCandidate(options.ucx, hostCount_), &all,
+                           deadline));
+  return connections_.learnNetworkCandidates(all, &ctx_.ucxAddresses);
 }
 
 void Comm::shareMachine(const transports::PeerInfo& me, cpu_set_t* machineCpus) {

@@ -127,6 +127,10 @@ class Comm final : public collectives::ExecHost {
                        const CommOptions& options, transports::PeerInfo* me);
   // Numbers the hosts by first appearance (hostOf_, hostCount_), for hierarchical plans.
   void numberHosts();
+  // Under auto on several hosts: opens UCX beside tcp as a candidate for the links between
+  // hosts, and learns which ranks have it (Connections::openNetworkCandidate); discovery then
+  // chooses one. Every rank runs it (an allgather) where hostCount_ > 1.
+  Status exchangeNetworkCandidates(const CommOptions& options, const Deadline& deadline);
   // The ranks of this rank's machine (machineRanks_), the CPUs they may run on together
   // (*machineCpus, machineCores_ their count), and whether they spin while they wait (wait_).
   void shareMachine(const transports::PeerInfo& me, cpu_set_t* machineCpus);
@@ -136,7 +140,8 @@ class Comm final : public collectives::ExecHost {
 
   // Topology (comm/topology_discovery.cc: topology::discoverCommTopology over the bootstrap and
   // the transports). discoverTopology fills topo_: LOOM_TOPO_FILE, or the probe, the per-host
-  // cache and a short measurement, exchanged so that every rank builds the same model.
+  // cache and a short measurement, exchanged so that every rank builds the same model; and
+  // the transport of the links between hosts that the figures make cheaper.
   Status discoverTopology(const topology::DiscoveryOptions& options, const Deadline& deadline);
   Status spreadOverCores(const cpu_set_t& machineCpus, int usableCores);
   // The transport the measurement uses to reach peer: the one its connections will use.

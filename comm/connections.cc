@@ -19,19 +19,87 @@ Status Connections::open(const transports::CommContext* ctx, const std::string& 
     LOOM_TRY(transports::tcp::createTcpTransport(ctx_, tcp, &tcp_));
     transports::tcpListenAddress(*tcp_, me);
   }
-  bool withUcx = mode_ == "ucx";
-  if (mode_ == "auto" && transports::ucx::ucxBuilt()) {
-    const std::vector<std::string> rdma = topology::rdmaDevices();
-    withUcx = !rdma.empty();
-    if (withUcx)
-      LOOM_INFO("INIT", "RDMA device %s found: UCX carries the links to hosts that have one too",
-                rdma.front().c_str());
-  }
-  if (withUcx) {
+  if (mode_ == "ucx") {
     LOOM_TRY(transports::ucx::createUcxTransport(ctx_, ucx, &ucx_));
     *ucxAddress = transports::ucx::ucxAddress(*ucx_);
   }
   return Status::ok();
+}
+
+std::string autoNetworkRule() {
+  if (!transports::ucx::ucxBuilt()) return "tcp (loom is built without UCX)";
+  const std::vector<std::string> rdma = topology::rdmaDevices();
+  return "ucx where every host has an RDMA device (this host: " +
+         (rdma.empty() ? std::string("none") : rdma.front()) +
+         "), else tcp, unless the network link's measured or cached figures make the other at "
+         "least 20% cheaper";
+}
+
+std::string Connections::openNetworkCandidate(const transports::ucx::UcxOptions& ucx,
+                                              int hostCount) {
+  if (mode_ != "auto" || hostCount < 2 || !transports::ucx::ucxBuilt()) return "";
+  transports::ucx::UcxOptions betweenHosts = ucx;
+  betweenHosts.betweenHostsOnly = true;
+  if (Status st = transports::ucx::createUcxTransport(ctx_, betweenHosts, &ucx_); !st.isOk()) {
+    LOOM_WARN("INIT", "UCX cannot start (%s): tcp carries the links between hosts",
+              st.message().c_str());
+    return "";
+  }
+  const std::vector<std::string> rdma = topology::rdmaDevices();
+  if (!rdma.empty()) LOOM_INFO("INIT", "RDMA device %s found", rdma.front().c_str());
+  return (rdma.empty() ? "-" : "r") + transports::ucx::ucxAddress(*ucx_);
+}
+
+Status Connections::learnNetworkCandidates(const std::vector<std::string>& records,
+                                           std::vector<std::string>* ucxAddresses) {
+  ucxEverywhere_ = rdmaEverywhere_ = !records.empty();
+  for (size_t r = 0; r < records.size(); ++r) {
+    const std::string& record = records[r];
+    if (!record.empty() && record[0] != 'r' && record[0] != '-')
+      return errorf(loomInternalError, "bootstrap: rank %zu sent a malformed UCX record", r);
+    ucxEverywhere_ = ucxEverywhere_ && !record.empty();
+    rdmaEverywhere_ = rdmaEverywhere_ && !record.empty() && record[0] == 'r';
+    (*ucxAddresses)[r] = record.empty() ? "" : record.substr(1);
+  }
+  // A rank without UCX leaves tcp the only candidate: UCX closes at useNetworkTransport.
+  return Status::ok();
+}
+
+std::vector<std::string> Connections::networkCandidates() const {
+  if (mode_ != "auto") return {mode_};
+  if (ucx_ && ucxEverywhere_) return {"tcp", "ucx"};
+  return {"tcp"};
+}
+
+std::string Connections::defaultNetworkTransport(std::string* why) const {
+  if (mode_ != "auto") {
+    *why = "LOOM_TRANSPORT=" + mode_;
+    return mode_;
+  }
+  if (!ucx_ || !ucxEverywhere_) {
+    *why = transports::ucx::ucxBuilt() ? "not every rank has UCX" : "loom is built without UCX";
+    return "tcp";
+  }
+  *why = rdmaEverywhere_ ? "no figures of both transports; every rank has an RDMA device"
+                         : "no figures of both transports; not every rank has an RDMA device";
+  return rdmaEverywhere_ ? "ucx" : "tcp";
+}
+
+transports::Transport* Connections::transportNamed(const std::string& name) const {
+  if (name == "tcp") return tcp_.get();
+  if (name == "ucx") return ucx_.get();
+  if (name == "shm") return shm_.get();
+  return nullptr;
+}
+
+void Connections::useNetworkTransport(const std::string& name) {
+  if (mode_ != "auto") return;
+  if (name == "ucx") {
+    network_ = ucx_.get();
+    return;
+  }
+  network_ = tcp_.get();
+  ucx_.reset();  // no connection uses it: the probe's closed with its measurement
 }
 
 transports::Transport* Connections::transportFor(int peer) const {
@@ -39,18 +107,11 @@ transports::Transport* Connections::transportFor(int peer) const {
   if (mode_ == "shm") return shm_.get();
   if (mode_ == "ucx") return ucx_.get();
   if (shm_->canConnect(peer)) return shm_.get();
-  const bool theyHaveUcx =
-      size_t(peer) < ctx_->ucxAddresses.size() && !ctx_->ucxAddresses[size_t(peer)].empty();
-  return ucx_ && theyHaveUcx ? ucx_.get() : tcp_.get();
+  return network_ != nullptr ? network_ : tcp_.get();
 }
 
 std::string Connections::hostTransportName() const {
   return mode_ == "auto" ? "shm" : mode_;
-}
-
-std::string Connections::networkTransportName() const {
-  if (mode_ != "auto") return mode_;
-  return ucx_ ? "ucx" : "tcp";
 }
 
 Status Connections::get(int peer, int lane, int64_t timeoutMs, transports::Connection** out,

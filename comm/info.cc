@@ -6,6 +6,7 @@
 #include "base/reduce_kernels.h"
 #include "base/status.h"
 #include "collectives/builders.h"
+#include "comm/connections.h"
 #include "loom/loom.h"
 #include "transports/ucx/ucx_transport.h"
 
@@ -62,7 +63,7 @@ std::string infoJson() {
   return strprintf("{\"version\": \"%d.%d.%d\", \"version_code\": %d, ", LOOM_MAJOR,
                    LOOM_MINOR, LOOM_PATCH, LOOM_VERSION_CODE) +
          "\"transports\": [\"shm\", \"tcp\"" + (transports::ucx::ucxBuilt() ? ", \"ucx\"" : "") +
-         "], \"ucx\": " + ucxJson() + ", \"reduction_kernels\": " + jsonString(reduceIsa()) +
+         "], \"auto_network\": " + jsonString(autoNetworkRule()) + ", \"ucx\": " + ucxJson() + ", \"reduction_kernels\": " + jsonString(reduceIsa()) +
          ", \"algorithms\": " + algorithmsJson() + ", \"parameters\": " + parametersJson() + "}";
 }
 

@@ -7,7 +7,8 @@
 
 namespace loom {
 
-// {"version": "0.1.0", "version_code": 100, "transports": [...], "ucx": {"version", "transports",
+// {"version": "0.1.0", "version_code": 100, "transports": [...], "auto_network": "tcp or ucx,
+//  ..." (autoNetworkRule), "ucx": {"version", "transports",
 //  "memory_types", "rdma", "cuda_memory"} (or {"error"}), "reduction_kernels": "avx2",
 //  "algorithms": {"allreduce": ["ring", ...], ...},
 //  "parameters": {"LOOM_TIMEOUT_MS": {"value", "default", "source", "description"}, ...}}

@@ -17,7 +17,11 @@
 # placed in the namespaces by an rsh agent doing `ip netns exec`), --port P (bootstrap port,
 # default 29517), --mpi (run no loom-perf: the arguments after -- are a command, run in the
 # root namespace with an `mpirun` first on its PATH that places its ranks on the hosts, -R
-# slots each, and takes every other mpirun option; the script exits with the command's code).
+# slots each, and takes every other mpirun option; the script exits with the command's code),
+# --exec (run no loom-perf: the arguments after -- are a command, run in the root namespace
+# with NETNS_HOSTS, NETNS_ADDRS and NETNS_IFNAMES exported: the hosts' namespaces, addresses
+# and link interfaces, space-separated in host order, for a script that places its own
+# processes; the script exits with the command's code).
 # Arguments after -- go to loom-perf (and the peer). Hosts get 10.215.N.1..H on the bridge,
 # N from the script's pid (so that two testbeds never share a subnet); the bridge itself gets
 # 10.215.N.254 in the root namespace, for mpirun's own channel. At the end it prints how many
@@ -29,9 +33,9 @@
 #   sudo perf/netns-cluster.sh -H 2 -R 2 --mpi -- mpirun -np 4 -x LD_PRELOAD=... ./app
 set -euo pipefail
 
-usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 
-hosts=2 per=1 rate=10gbit queue=1000000 peers=0 port=29517 mapby=host mtu=1500 mpi=0
+hosts=2 per=1 rate=10gbit queue=1000000 peers=0 port=29517 mapby=host mtu=1500 mpi=0 exec=0
 build=${LOOM_BUILD:-$(cd "$(dirname "$0")/.." && pwd)/build}
 args=()
 while [[ $# -gt 0 ]]; do
@@ -46,6 +50,7 @@ while [[ $# -gt 0 ]]; do
     --peers) peers=1; shift ;;
     --port) port=$2; shift 2 ;;
     --mpi) mpi=1; shift ;;
+    --exec) exec=1; shift ;;
     --) shift; args=("$@"); break ;;
     -h|--help) usage 0 ;;
     *) echo "netns-cluster.sh: unknown argument '$1'" >&2; usage 2 ;;
@@ -58,8 +63,13 @@ command -v ip > /dev/null && command -v tc > /dev/null ||
 ((mtu >= 576 && mtu <= 65535)) || { echo "netns-cluster.sh: --mtu takes 576..65535" >&2; exit 2; }
 [[ $mapby == host || $mapby == node ]] ||
   { echo "netns-cluster.sh: --map-by takes host or node, not '$mapby'" >&2; exit 2; }
-if ((mpi)); then
-  [[ ${#args[@]} -gt 0 ]] || { echo "netns-cluster.sh: --mpi needs a command after --" >&2; exit 2; }
+if ((mpi || exec)); then
+  [[ ${#args[@]} -gt 0 ]] ||
+    { echo "netns-cluster.sh: --mpi and --exec need a command after --" >&2; exit 2; }
+fi
+if ((exec)); then
+  :
+elif ((mpi)); then
   mpirun_path=$(command -v mpirun) || { echo "netns-cluster.sh: --mpi: no mpirun" >&2; exit 77; }
 else
   [[ ${#args[@]} -gt 0 ]] || args=(all_reduce -b 8 -e 1M -f 4)
@@ -166,6 +176,17 @@ exec $1 --allow-run-as-root --mca plm_rsh_agent $agent $2 \\
 EOF
   chmod +x "$agent" "$mpibin/mpirun"
 }
+
+if ((exec)); then
+  NETNS_HOSTS=$(for ((i = 0; i < hosts; i++)); do printf '%s ' "$(ns $i)"; done)
+  NETNS_ADDRS=$(for ((i = 0; i < hosts; i++)); do printf '%s ' "$net.$((i + 1))"; done)
+  NETNS_IFNAMES=$(for ((i = 0; i < hosts; i++)); do printf '%s ' "$(inner $i)"; done)
+  export NETNS_HOSTS NETNS_ADDRS NETNS_IFNAMES
+  rc=0
+  "${args[@]}" || rc=$?
+  report_drops
+  exit $rc
+fi
 
 if ((mpi)); then
   # Ranks on one host share memory (vader), hosts talk TCP; and they yield when idle, since the

@@ -8,6 +8,7 @@
 #include "base/params.h"
 #include "base/reduce_kernels.h"
 #include "collectives/builders.h"
+#include "comm/connections.h"
 #include "loom/loom.h"
 #include "transports/ucx/ucx_transport.h"
 
@@ -41,6 +42,7 @@ void printBuild() {
          version % 100, version);
   printf("transports: shm (POSIX shared memory + process_vm_readv), tcp%s\n",
          loom::transports::ucx::ucxBuilt() ? ", ucx" : "");
+  printf("links between hosts under LOOM_TRANSPORT=auto: %s\n", loom::autoNetworkRule().c_str());
   printUcx();
   printf("reduction kernels: %s\n", loom::reduceIsa());
   printf("algorithms:\n");

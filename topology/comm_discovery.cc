@@ -20,6 +20,17 @@
 namespace loom::topology {
 namespace {
 
+// Another network transport than the rule's replaces it where it is "clearly" cheaper: by
+// more than a short measurement's noise on a busy host (20%), so that two transports over the
+// same wire (UCX's TCP and loom's) do not trade places from run to run.
+constexpr double kClearlyCheaper = 0.8;
+
+// The records' figures: one slot per link kind within a host, and one per candidate transport
+// for the network (the last kind).
+constexpr int kNetworkTransports = 2;  // at most: tcp and ucx
+constexpr int kFigureSlots = kLinkKinds - 1 + kNetworkTransports;
+int slotOf(LinkKind k, int candidate) { return int(k) + (k == LinkKind::Network ? candidate : 0); }
+
 // What every rank tells the others before the measurement (fixed size: it is copied raw).
 struct ProbeRecord {
   int32_t numa = -1;  // the NUMA node it is bound to, -1: none
@@ -28,11 +39,11 @@ struct ProbeRecord {
   int32_t machineRanks = 0;  // ranks on its machine (several hosts' when they share it)
   uint64_t privateCacheBytes = 0;  // of its host's cores
   uint64_t cacheBytes = 0;         // its host's last-level caches, all of them
-  LinkFigures cached[kLinkKinds];  // from its host's cache, zero when absent
+  LinkFigures cached[kFigureSlots];  // from its host's cache, zero when absent
   MemoryFigures cachedMemory;      // likewise
 };
 struct MeasureRecord {
-  LinkFigures measured[kLinkKinds];  // by the pairs it initiated, zero otherwise
+  LinkFigures measured[kFigureSlots];  // by the pairs it initiated, zero otherwise
   MemoryFigures memory;              // where it measured its machine's memory
 };
 struct FileRecord {  // LOOM_TOPO_FILE: whether the rank could use it, and what it loaded
@@ -170,7 +181,7 @@ class Detector {
         myHost_(setup.hostOf[size_t(me_)]),
         budget_(double(std::max<int64_t>(0, options.measureMs)) / 1e3),
         transport_(setup.hostTransport),
-        networkTransport_(setup.networkTransport),
+        networkTransports_(setup.networkTransports),
         firstRank_(size_t(hosts_), -1),
         hostRanks_(size_t(hosts_), 0) {
     for (int r = n_ - 1; r >= 0; --r) {
@@ -185,12 +196,16 @@ class Detector {
                     "LOOM_TOPO_MEASURE=%lld: expected 0 (never measure), 1 (when not cached) or "
                     "2 (always)",
                     (long long)options_.measureMode);
+    if (networkTransports_.empty() || networkTransports_.size() > size_t(kNetworkTransports))
+      return errorf(loomInternalError, "topology: %zu candidate network transports (a bug)",
+                    networkTransports_.size());
     readThisHost();
     LOOM_TRY(allgatherRecords(ranks_, probeRecord(), n_, deadline_, &records_));
     for (const ProbeRecord& r : records_) numaOf_.push_back(r.numa);
     pairs_ = measurementPairs(setup_.hostOf, numaOf_, wantedLinks().data());
     LOOM_TRY(measure());
     describe();
+    if (hosts_ > 1) chooseNetwork();
     *out = buildCommTopology(strprintf("comm-%dr-%dh", n_, hosts_), description_);
     if (Status st = out->validate(); !st.isOk())
       return st.withContext("topology: the communicator's model is inconsistent (a bug)");
@@ -198,6 +213,8 @@ class Detector {
     fileNewFigures();
     return Status::ok();
   }
+
+  const NetworkChoice& networkChoice() const { return networkChoice_; }
 
  private:
   const transports::PeerInfo& peer(int r) const { return setup_.comm->peers[size_t(r)]; }
@@ -207,12 +224,19 @@ class Detector {
     return options_.measureMode == 2 || (options_.measureMode == 1 && !cached);
   }
 
-  // Cache keys; the network figures are those between hosts 0 and 1, filed on both.
-  std::string cacheKey(LinkKind k, int host) const {
+  // The transports a link kind is measured over: the network's candidates, else one.
+  int transportsOf(LinkKind k) const {
+    return k == LinkKind::Network ? int(networkTransports_.size()) : 1;
+  }
+
+  // Cache keys; the network figures are those between hosts 0 and 1, filed on both, one entry
+  // per candidate transport.
+  std::string cacheKey(LinkKind k, int host, int candidate) const {
     if (k != LinkKind::Network)
       return linkCacheKey(k, transport_) + (sharedCore_ ? "/shared-core" : "");
     if (hosts_ < 2 || host > 1) return "";
-    return linkCacheKey(k, networkTransport_, peer(firstRank_[size_t(1 - host)]).hostId);
+    return linkCacheKey(k, networkTransports_[size_t(candidate)],
+                        peer(firstRank_[size_t(1 - host)]).hostId);
   }
 
   // This host's cache entry, and its probe where the entry has none.
@@ -241,21 +265,26 @@ class Detector {
     mine.cachedMemory = cache_.memory;
     mine.numaNodes = std::max(1, int(cache_.numaCpus.size()));
     for (int k = 0; k < kLinkKinds; ++k)
-      if (std::string key = cacheKey(LinkKind(k), myHost_); !key.empty() && cache_.links.count(key))
-        mine.cached[k] = cache_.links.at(key);
+      for (int c = 0; c < transportsOf(LinkKind(k)); ++c)
+        if (std::string key = cacheKey(LinkKind(k), myHost_, c);
+            !key.empty() && cache_.links.count(key))
+          mine.cached[slotOf(LinkKind(k), c)] = cache_.links.at(key);
     return mine;
   }
 
   // Every rank decides the same measurements from the same records: a host's cache is what
-  // its first rank read; the network's is what rank 0 read.
-  std::array<std::vector<bool>, kLinkKinds> wantedLinks() const {
+  // its first rank read; the network's is what rank 0 read (networkWanted_: per candidate).
+  std::array<std::vector<bool>, kLinkKinds> wantedLinks() {
     std::array<std::vector<bool>, kLinkKinds> wanted;
-    for (int k = 0; k < kLinkKinds; ++k) {
-      int hosts = LinkKind(k) == LinkKind::Network ? 1 : hosts_;
-      for (int h = 0; h < hosts; ++h)
+    for (int k = 0; k < kLinkKinds - 1; ++k)
+      for (int h = 0; h < hosts_; ++h)
         wanted[size_t(k)].push_back(
             measures(records_[size_t(firstRank_[size_t(h)])].cached[k].known()));
-    }
+    networkWanted_.clear();
+    for (int c = 0; c < transportsOf(LinkKind::Network); ++c)
+      networkWanted_.push_back(measures(records_[0].cached[slotOf(LinkKind::Network, c)].known()));
+    wanted[int(LinkKind::Network)].push_back(
+        std::find(networkWanted_.begin(), networkWanted_.end(), true) != networkWanted_.end());
     return wanted;
   }
 
@@ -276,16 +305,24 @@ class Detector {
       how.shaper = p.kind == LinkKind::Network;
       how.budgetSeconds = budget_;
       how.timeoutMs = setup_.comm->timeoutMs;
-      LinkFigures figures;
-      Status st = measureLinkPair(setup_.transportTo(peerRank), peerRank, how, &figures);
-      if (!st.isOk())
-        LOOM_WARN("INIT",
-                  "topology: measuring the %s link with rank %d failed (%s); using %s figures",
-                  linkKindName(p.kind), peerRank, st.message().c_str(),
-                  records_[size_t(firstRank_[size_t(p.host)])].cached[int(p.kind)].known()
-                      ? "cached"
-                      : "default");
-      measured.measured[int(p.kind)] = figures;
+      for (int c = 0; c < transportsOf(p.kind); ++c) {
+        if (p.kind == LinkKind::Network && !networkWanted_[size_t(c)]) continue;
+        const int slot = slotOf(p.kind, c);
+        transports::Transport* transport =
+            p.kind == LinkKind::Network ? setup_.transportNamed(networkTransports_[size_t(c)])
+                                        : setup_.transportTo(peerRank);
+        LinkFigures figures;
+        Status st = measureLinkPair(transport, peerRank, how, &figures);
+        if (!st.isOk())
+          LOOM_WARN("INIT",
+                    "topology: measuring the %s link (%s) with rank %d failed (%s); using %s "
+                    "figures",
+                    linkKindName(p.kind), transport->name(), peerRank, st.message().c_str(),
+                    records_[size_t(firstRank_[size_t(p.host)])].cached[slot].known()
+                        ? "cached"
+                        : "default");
+        measured.measured[slot] = figures;
+      }
     }
     return measured;
   }
@@ -316,14 +353,15 @@ class Detector {
     return Status::ok();
   }
 
-  // Measured, else cached, else default, per host and kind.
-  LinkFigures resolve(LinkKind k, int host, FigureSource* source) const {
+  // Measured, else cached, else default, per host and kind (and the network's candidate).
+  LinkFigures resolve(LinkKind k, int host, FigureSource* source, int candidate = 0) const {
+    const int slot = slotOf(k, candidate);
     for (const MeasurePair& p : pairs_)
-      if (p.kind == k && p.host == host && results_[size_t(p.initiator)].measured[int(k)].known()) {
+      if (p.kind == k && p.host == host && results_[size_t(p.initiator)].measured[slot].known()) {
         *source = FigureSource::Measured;
-        return results_[size_t(p.initiator)].measured[int(k)];
+        return results_[size_t(p.initiator)].measured[slot];
       }
-    const LinkFigures& cached = records_[size_t(firstRank_[size_t(host)])].cached[int(k)];
+    const LinkFigures& cached = records_[size_t(firstRank_[size_t(host)])].cached[slot];
     *source = cached.known() ? FigureSource::Cached : FigureSource::Default;
     return cached.known() ? cached : defaultFigures(k);
   }
@@ -358,9 +396,46 @@ class Detector {
       if (h == myHost_) sources_[0] = same, sources_[1] = cross;
       description_.hosts.push_back(host);
     }
-    if (hosts_ > 1) description_.network = resolve(LinkKind::Network, 0, &sources_[2]);
     description_.rankHost = setup_.hostOf;
     description_.rankNuma = numaOf_;
+  }
+
+  // The network's figures over each candidate; where every candidate has figures, the default
+  // (the rule without figures) carries the links between hosts unless another moves an 8-byte
+  // and a 1 MiB message in clearly less time; else the default. From the allgathered records
+  // and results: the same on every rank.
+  void chooseNetwork() {
+    const std::vector<std::string>& names = networkTransports_;
+    bool allKnown = true;
+    for (int c = 0; c < int(names.size()); ++c) {
+      FigureSource source;
+      networkFigures_.push_back(resolve(LinkKind::Network, 0, &source, c));
+      networkSources_.push_back(source);
+      allKnown = allKnown && source != FigureSource::Default;
+    }
+    auto named = std::find(names.begin(), names.end(), setup_.defaultNetworkTransport);
+    int chosen = named == names.end() ? 0 : int(named - names.begin());
+    networkChoice_.reason = setup_.defaultNetworkReason;
+    if (names.size() > 1 && allKnown) {
+      std::string times;
+      for (int c = 0; c < int(names.size()); ++c) {
+        const double t = networkMessagesTime(networkFigures_[size_t(c)]);
+        times += strprintf("%s%s %.4g us (%s)", times.empty() ? "" : ", ", names[size_t(c)].c_str(),
+                           t * 1e6, figureSourceName(networkSources_[size_t(c)]));
+      }
+      const int byRule = chosen;
+      for (int c = 0; c < int(names.size()); ++c)
+        if (networkMessagesTime(networkFigures_[size_t(c)]) <
+            kClearlyCheaper * networkMessagesTime(networkFigures_[size_t(chosen)]))
+          chosen = c;
+      networkChoice_.reason =
+          (chosen == byRule ? "not beaten by 20% or more" : "the cheaper by 20% or more") +
+          std::string(" for an 8-byte and a 1 MiB message by the network link's figures: ") +
+          times;
+    }
+    networkChoice_.transport = names[size_t(chosen)];
+    description_.network = networkFigures_[size_t(chosen)];
+    sources_[int(LinkKind::Network)] = networkSources_[size_t(chosen)];
   }
 
   // This host's figures (the links this communicator uses, with where each came from).
@@ -378,7 +453,8 @@ class Detector {
         LOOM_INFO("INIT",
                   "topology: %s link (%s) %.3g us (%.3g us more between ranks of one core), %s, "
                   "%.3g us per further message, %.0f bytes at once after idling (%s)",
-                  linkKindName(LinkKind(k)), (k == 2 ? networkTransport_ : transport_).c_str(),
+                  linkKindName(LinkKind(k)),
+                  (k == 2 ? networkChoice_.transport : transport_).c_str(),
                   shown.latency * 1e6, shown.sharedCore * 1e6, rateText(shown.bandwidth).c_str(),
                   shown.perMessage * 1e6, shown.burstBytes, figureSourceName(sources_[k]));
     }
@@ -397,9 +473,14 @@ class Detector {
       cache_.memory = description_.hosts[size_t(myHost_)].memory;
       fresh = true;
     }
-    for (int k = 0; k < kLinkKinds; ++k) {
-      if (sources_[k] != FigureSource::Measured || (k == 2 && myHost_ > 1)) continue;
-      cache_.links[cacheKey(LinkKind(k), myHost_)] = shownFigures(k);
+    for (int k = 0; k < kLinkKinds - 1; ++k) {
+      if (sources_[k] != FigureSource::Measured) continue;
+      cache_.links[cacheKey(LinkKind(k), myHost_, 0)] = shownFigures(k);
+      fresh = true;
+    }
+    for (size_t c = 0; c < networkSources_.size() && myHost_ <= 1; ++c) {
+      if (networkSources_[c] != FigureSource::Measured) continue;
+      cache_.links[cacheKey(LinkKind::Network, myHost_, int(c))] = networkFigures_[c];
       fresh = true;
     }
     if (fresh && me_ == firstRank_[size_t(myHost_)] && !options_.cacheDir.empty()) {
@@ -419,7 +500,7 @@ class Detector {
   const int n_, me_, hosts_, myHost_;
   const double budget_;           // s, each measurement's (LOOM_TOPO_MEASURE_MS)
   const std::string transport_;   // within a host: shm, tcp or ucx
-  const std::string networkTransport_;  // between hosts: tcp or ucx
+  const std::vector<std::string> networkTransports_;  // between hosts: the candidates
   std::vector<int32_t> firstRank_;  // of each host
   std::vector<int> hostRanks_;      // ranks on each host
   std::string signature_;           // this host's (hostSignature)
@@ -433,20 +514,32 @@ class Detector {
   std::vector<MeasureRecord> results_;  // every rank's measurements
   CommDescription description_;
   FigureSource sources_[kLinkKinds] = {};  // of this rank's host's figures
+  std::vector<bool> networkWanted_;           // per candidate: whether it is measured
+  std::vector<LinkFigures> networkFigures_;   // per candidate (chooseNetwork)
+  std::vector<FigureSource> networkSources_;
+  NetworkChoice networkChoice_;
   FigureSource memorySource_ = FigureSource::Default;
 };
 
 }  // namespace
 
+double networkMessagesTime(const LinkFigures& f) {
+  return 2 * f.latency + (8.0 + double(1 << 20)) / f.bandwidth;
+}
+
 Status discoverCommTopology(const DiscoverySetup& setup, const DiscoveryOptions& options,
-                            RankExchange& ranks, const Deadline& deadline, Topology* out) {
+                            RankExchange& ranks, const Deadline& deadline, Topology* out,
+                            NetworkChoice* network) {
   const auto start = Clock::now();
   std::string how;
+  *network = {setup.defaultNetworkTransport, setup.defaultNetworkReason};
   if (!options.file.empty()) {
     LOOM_TRY(loadModelFile(setup, options.file, ranks, deadline, out));
     how = "loaded from " + options.file;
   } else {
-    LOOM_TRY(Detector(setup, options, ranks, deadline).run(out));
+    Detector detector(setup, options, ranks, deadline);
+    LOOM_TRY(detector.run(out));
+    if (setup.hostCount > 1) *network = detector.networkChoice();
     how = "detected";
   }
   if (!options.dump.empty() && setup.comm->rank == 0) {

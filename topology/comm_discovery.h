@@ -13,6 +13,7 @@
 #include "base/clock.h"
 #include "base/rank_exchange.h"
 #include "base/status.h"
+#include "topology/discover.h"
 #include "topology/topology.h"
 #include "transports/transport.h"
 
@@ -26,10 +27,28 @@ struct DiscoverySetup {
   int hostCount = 1;
   int machineRanks = 0;  // ranks on this rank's machine (several hosts' when they share it)
   std::string hostTransport = "shm";  // what ranks of one host connect over: shm, tcp or ucx
-  std::string networkTransport = "tcp";  // what ranks of two hosts connect over: tcp or ucx
-  // The transport a measurement's connection to rank `peer` uses.
+  // What ranks of two hosts may connect over ("tcp", "ucx"): discovery measures the network
+  // link over each and chooses (NetworkChoice).
+  std::vector<std::string> networkTransports = {"tcp"};
+  // The choice where the figures of some candidate are unknown (LOOM_TOPO_MEASURE=0 and not
+  // cached, a failed measurement, LOOM_TOPO_FILE), and why.
+  std::string defaultNetworkTransport = "tcp";
+  std::string defaultNetworkReason;
+  // The transport a measurement's connection to rank `peer` of this host uses.
   std::function<transports::Transport*(int peer)> transportTo;
+  // The transport of that name (one of networkTransports).
+  std::function<transports::Transport*(const std::string& name)> transportNamed;
 };
+
+// The transport of the links between hosts, the same on every rank: where every candidate has
+// figures, the default unless another moves an 8-byte and a 1 MiB message over the model's
+// network link in at least 20% less time (networkMessagesTime); else the default.
+struct NetworkChoice {
+  std::string transport;
+  std::string reason;  // for the init log
+};
+// The time that criterion weighs: latency + 8 B / bandwidth plus latency + 1 MiB / bandwidth.
+double networkMessagesTime(const LinkFigures& f);
 
 // What discovery does (docs/TOPOLOGY.md lists the settings).
 struct DiscoveryOptions {
@@ -43,6 +62,7 @@ struct DiscoveryOptions {
 // Fills *out with the communicator's model, identical on every rank. Every rank calls it at
 // the same point of init: it runs allgathers over `ranks` and measures over the transports.
 Status discoverCommTopology(const DiscoverySetup& setup, const DiscoveryOptions& options,
-                            RankExchange& ranks, const Deadline& deadline, Topology* out);
+                            RankExchange& ranks, const Deadline& deadline, Topology* out,
+                            NetworkChoice* network);
 
 }  // namespace loom::topology

@@ -24,6 +24,8 @@
 #include "tests/support/temp_dir.h"
 #include "tests/support/two_hosts.h"
 #include "tests/support/values.h"
+#include "topology/discover.h"
+#include "topology/probe.h"
 #include "topology/topology.h"
 
 namespace loom::testing {
@@ -88,6 +90,132 @@ TEST_F(UcxTwoHosts, EveryCollectiveOverUcxTcp) {
   const auto results = everyCollectiveOnTwoHosts(hostA_, hostB_, "ucx");
   unsetenv("UCX_TLS");
   EXPECT_EQ(describeFailures(results), "");
+}
+
+// Under LOOM_TRANSPORT=auto with UCX built, the links between hosts go over tcp or UCX, the one
+// the network link's figures make cheaper (topology::NetworkChoice). Four ranks, two per host,
+// with the per-host cache in cacheDir and LOOM_TOPO_MEASURE=measure; before init, the first rank
+// of each host applies `edit` (where set) to its host's cache entry. Each rank then runs an
+// allreduce and an allgather, exact, which connect it to every other rank, and logs at INFO.
+std::vector<RankResult> chooseNetworkOnTwoHosts(
+    const std::string& a, const std::string& b, const std::string& cacheDir, const char* measure,
+    const std::function<int(topology::HostCache*)>& edit = nullptr) {
+  const int n = 4;
+  return runRanks(n, [&](RankContext& ctx) {
+    RANK_CHECK(TwoHostsTest::enter(ctx.rank() < 2 ? a : b) == 0, "setns failed");
+    setenv("LOOM_CACHE_DIR", cacheDir.c_str(), 1);
+    setenv("LOOM_TOPO_MEASURE", measure, 1);
+    params::reloadFromEnvironment();
+    logInRank("INFO", "INIT");
+    if (edit && ctx.rank() % 2 == 0) {
+      std::string hostname;
+      const uint64_t hostId = topology::hostIdentity(&hostname);
+      topology::HostCache cache;
+      const std::string signature = topology::hostSignature(hostname, hostId);
+      RANK_CHECK(topology::loadHostCache(cacheDir, signature, &cache).isOk(), "no cache entry");
+      if (edit(&cache) != 0) return 1;
+      RANK_CHECK(topology::saveHostCache(cacheDir, cache).isOk(), "cannot save the cache");
+    }
+    loomComm_t comm = nullptr;
+    loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+    config.timeoutMs = 30000;
+    config.transport = "auto";
+    RANK_LOOM(initComm(ctx, &comm, &config));
+    for (uint64_t count : {uint64_t(1001), uint64_t(1) << 18}) {
+      std::vector<float> in(count), out(count);
+      fillInput(in.data(), count, loomSum, loomFloat32, n, ctx.rank());
+      RANK_LOOM(loomAllReduce(in.data(), out.data(), count, loomFloat32, loomSum, comm, nullptr));
+      const uint64_t bad = countReductionErrors(out.data(), count, loomSum, loomFloat32, n);
+      RANK_CHECK(bad == 0, "allreduce count %llu: %llu wrong", (unsigned long long)count,
+                 (unsigned long long)bad);
+      std::vector<int32_t> mine(count, ctx.rank() * 10 + 1), all(count * n);
+      RANK_LOOM(loomAllGather(mine.data(), all.data(), count, loomInt32, comm, nullptr));
+      for (uint64_t i = 0; i < count * n; ++i)
+        RANK_CHECK(all[i] == int32_t(i / count) * 10 + 1, "allgather element %llu",
+                   (unsigned long long)i);
+    }
+    RANK_LOOM(loomCommDestroy(comm));
+    return 0;
+  }, ForkOptions::timeout(120));
+}
+
+// The transport every rank chose for the links between hosts ("" where they differ or one did
+// not say), checking that the connections went over it across hosts and over shm within one,
+// and that there were some across (a test failure otherwise).
+std::string networkChosenByEveryRank(const std::vector<RankResult>& results) {
+  std::string chosen;
+  int acrossHosts = 0;
+  for (size_t r = 0; r < results.size(); ++r) {
+    const std::vector<std::string> said = linesWith(results[r].output, "links between hosts over ");
+    if (said.size() != 1) {
+      ADD_FAILURE() << "rank " << r << " said " << said.size() << " times: " << results[r].output;
+      return "";
+    }
+    const size_t at = said[0].find("over ") + 5;
+    const std::string mine = said[0].substr(at, said[0].find(':', at) - at);
+    if (r > 0 && mine != chosen) {
+      ADD_FAILURE() << "rank " << r << " chose " << mine << ", rank 0 " << chosen;
+      return "";
+    }
+    chosen = mine;
+    for (const std::string& line : linesWith(results[r].output, "connected to rank ")) {
+      const int peer = atoi(line.c_str() + line.find("connected to rank ") + 18);
+      const bool across = (peer < 2) != (r < 2);
+      acrossHosts += across;
+      EXPECT_TRUE(line.ends_with(across ? " over " + chosen : " over shm")) << "rank " << r
+                                                                              << ": " << line;
+    }
+  }
+  EXPECT_GT(acrossHosts, 0) << "no rank connected to the other host";
+  return chosen;
+}
+
+// Makes the network link's figures over `cheaper` those over the other transport with four
+// times the bandwidth and half the latency; 0, or non-zero with RANK_CHECK's message where the
+// cache lacks either.
+int makeCheaper(topology::HostCache* cache, const std::string& cheaper) {
+  const std::string other = cheaper == "ucx" ? "tcp" : "ucx";
+  int edited = 0;
+  for (auto& [key, figures] : cache->links) {
+    if (!key.starts_with("network/" + cheaper + "/")) continue;
+    const std::string otherKey = "network/" + other + key.substr(key.find('/', 8));
+    RANK_CHECK(cache->links.count(otherKey) == 1, "no %s figures", otherKey.c_str());
+    figures = cache->links.at(otherKey);
+    figures.bandwidth *= 4;
+    figures.latency /= 2;
+    ++edited;
+  }
+  RANK_CHECK(edited == 1, "%d network/%s figures in the cache", edited, cheaper.c_str());
+  return 0;
+}
+
+// Measured over both (LOOM_TOPO_MEASURE=2), every rank chooses the same and files both
+// transports' figures; from the cache, where those make one transport clearly cheaper, every
+// rank chooses that one, either way, and the collectives are exact over it.
+TEST_F(UcxTwoHosts, AutoCarriesTheLinksBetweenHostsOverTheCheaperTransport) {
+  TempDir cache("netns-choice");
+  auto results = chooseNetworkOnTwoHosts(hostA_, hostB_, cache.path(), "2");
+  ASSERT_EQ(describeFailures(results), "");
+  const std::string measured = networkChosenByEveryRank(results);
+  EXPECT_TRUE(measured == "tcp" || measured == "ucx") << measured;
+  EXPECT_FALSE(linesWith(results[0].output, "(measured), ucx ").empty()) << results[0].output;
+  for (const std::string cheaper : {"ucx", "tcp"}) {
+    results = chooseNetworkOnTwoHosts(hostA_, hostB_, cache.path(), "1",
+                                      [&](topology::HostCache* c) { return makeCheaper(c, cheaper); });
+    ASSERT_EQ(describeFailures(results), "");
+    EXPECT_EQ(networkChosenByEveryRank(results), cheaper);
+    EXPECT_FALSE(linesWith(results[0].output, "(cached), ucx ").empty()) << results[0].output;
+  }
+}
+
+// Without figures (LOOM_TOPO_MEASURE=0, nothing cached) UCX carries the links between hosts
+// only where every rank has an RDMA device.
+TEST_F(UcxTwoHosts, AutoWithoutFiguresTakesUcxOnlyWithRdmaDevices) {
+  TempDir cache("netns-choice");
+  const auto results = chooseNetworkOnTwoHosts(hostA_, hostB_, cache.path(), "0");
+  ASSERT_EQ(describeFailures(results), "");
+  EXPECT_EQ(networkChosenByEveryRank(results), topology::rdmaDevices().empty() ? "tcp" : "ucx");
+  EXPECT_FALSE(linesWith(results[0].output, "RDMA device").empty()) << results[0].output;
 }
 
 // What a rank does with its communicator before destroying it: 0, or non-zero with
@@ -203,6 +331,8 @@ std::vector<uint64_t> pacedSockets() {
 // connects the ranks, no socket is paced; after one of 1 MiB, each rank reports its sockets'
 // pacing.
 TEST_F(TwoHosts, SocketsToTheOtherHostArePacedAtTheModelsLink) {
+  // TCP between the hosts whatever auto's figures say (one rank per host: tcp is auto's path).
+  setenv("LOOM_TRANSPORT", "tcp", 1);
   topology::Topology model;
   auto results = initDumpingTheModel(hostA_, hostB_, nullptr, &model, [](int, loomComm_t comm) {
     float in = 1, out = 0;
@@ -218,6 +348,7 @@ TEST_F(TwoHosts, SocketsToTheOtherHostArePacedAtTheModelsLink) {
       fprintf(stderr, "socket paced at %llu B/s\n", (unsigned long long)rate);
     return 0;
   });
+  unsetenv("LOOM_TRANSPORT");
   ASSERT_EQ(describeFailures(results), "");
   const uint64_t rate = uint64_t(topology::slowestNetworkLink(model, 0, 1));
   ASSERT_GT(rate, 0u);
@@ -237,9 +368,11 @@ TEST_F(TwoHosts, TheModelsNetworkLinksHaveTheShapersBurst) {
   constexpr int kBurst = 24000;
   if (!shapeLinks("200mbit", kBurst)) GTEST_SKIP() << "tc cannot shape the links (no htb?)";
   setenv("LOOM_TOPO_MEASURE", "2", 1);  // measured, not a cached figure of an unshaped link
+  setenv("LOOM_TRANSPORT", "tcp", 1);    // the figures of tcp, whatever auto would choose
   topology::Topology model;
   auto results = initDumpingTheModel(hostA_, hostB_, nullptr, &model);
   unsetenv("LOOM_TOPO_MEASURE");
+  unsetenv("LOOM_TRANSPORT");
   ASSERT_EQ(describeFailures(results), "");
   int shaped = 0;
   for (const topology::Link& l : model.links) {

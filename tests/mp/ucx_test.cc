@@ -12,13 +12,15 @@
 #include "loom/loom.h"
 #include "tests/support/comm_harness.h"
 #include "tests/support/fork_ranks.h"
+#include "topology/probe.h"
 
 namespace loom::testing {
 namespace {
 
 #ifdef LOOM_INFO_BINARY
 // loom-info lists UCX with its transports (this machine has at least TCP on loopback and
-// shared memory) and the memory types its context moves (host at least).
+// shared memory) and the memory types its context moves (host at least), and says what auto
+// carries the links between hosts over.
 TEST(UcxInfo, LoomInfoListsUcxTransportsAndMemoryTypes) {
   FILE* p = popen(LOOM_INFO_BINARY " 2>&1", "r");
   ASSERT_NE(p, nullptr);
@@ -33,6 +35,14 @@ TEST(UcxInfo, LoomInfoListsUcxTransportsAndMemoryTypes) {
   EXPECT_NE(out.find(" tcp/lo"), std::string::npos) << out;
   EXPECT_NE(out.find(" posix/memory"), std::string::npos) << out;
   EXPECT_NE(out.find("ucx memory types: host"), std::string::npos) << out;
+  const std::vector<std::string> rdma = topology::rdmaDevices();
+  EXPECT_NE(out.find("links between hosts under LOOM_TRANSPORT=auto: ucx where every host has "
+                     "an RDMA device (this host: " +
+                     (rdma.empty() ? std::string("none") : rdma.front()) +
+                     "), else tcp, unless the network link's measured or cached figures make the "
+                     "other at least 20% cheaper\n"),
+            std::string::npos)
+      << out;
 }
 #endif
 

@@ -53,7 +53,8 @@ TEST(CommDiscovery, OneRankDetectsItsHostAndFilesTheProbe) {
   options.cacheDir = dir.path();
   OneRank ranks;
   Topology first;
-  ASSERT_TRUE(discoverCommTopology(one.setup, options, ranks, Deadline(5000), &first).isOk());
+  NetworkChoice network;
+  ASSERT_TRUE(discoverCommTopology(one.setup, options, ranks, Deadline(5000), &first, &network).isOk());
   EXPECT_EQ(first.ranks.size(), 1u);
   EXPECT_EQ(first.hostCount(), 1);
   EXPECT_TRUE(first.validate().isOk());
@@ -66,7 +67,7 @@ TEST(CommDiscovery, OneRankDetectsItsHostAndFilesTheProbe) {
   ASSERT_TRUE(loadHostCache(dir.path(), signature, &filed).isOk());
   EXPECT_GT(filed.cores, 0);
   Topology second;
-  ASSERT_TRUE(discoverCommTopology(one.setup, options, ranks, Deadline(5000), &second).isOk());
+  ASSERT_TRUE(discoverCommTopology(one.setup, options, ranks, Deadline(5000), &second, &network).isOk());
   EXPECT_EQ(topologySignature(second), topologySignature(first));
 }
 
@@ -76,7 +77,8 @@ TEST(CommDiscovery, BadMeasureSettingFailsBeforeAnyExchange) {
   options.measureMode = 3;
   OneRank ranks;
   Topology t;
-  const Status st = discoverCommTopology(one.setup, options, ranks, Deadline(5000), &t);
+  NetworkChoice network;
+  const Status st = discoverCommTopology(one.setup, options, ranks, Deadline(5000), &t, &network);
   EXPECT_EQ(st.code(), loomInvalidArgument);
   EXPECT_NE(st.message().find("LOOM_TOPO_MEASURE=3"), std::string::npos) << st.message();
   EXPECT_EQ(ranks.allgathers, 0);

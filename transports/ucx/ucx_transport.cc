@@ -69,12 +69,21 @@ Status ucsError(loomResult_t code, ucs_status_t st, const std::string& what) {
 // one; mt_workers_shared makes ucp_mem_unmap safe from loomMemFree's thread. UCX's posix shared
 // memory is told to offer peer error handling (UCX_POSIX_ERROR_HANDLING, off by default in
 // 1.13; the user's setting stands): every endpoint asks for it, and without it UCX would leave
-// posix out of them, keeping only sysv, which can never offer it.
-Status createContext(ucp_context_h* out) {
+// posix out of them, keeping only sysv, which can never offer it. betweenHostsOnly: see
+// UcxOptions.
+Status createContext(ucp_context_h* out, bool betweenHostsOnly = false) {
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) return ucsError(loomSystemError, st, "reading UCX's settings (UCX_*)");
-  if (getenv("UCX_POSIX_ERROR_HANDLING") == nullptr && getenv("UCX_MM_ERROR_HANDLING") == nullptr) {
+  const bool noSharedMemory = betweenHostsOnly && getenv("UCX_TLS") == nullptr;
+  if (noSharedMemory) {
+    st = ucp_config_modify(config, "TLS", "^sm");
+    if (st != UCS_OK) {
+      ucp_config_release(config);
+      return ucsError(loomSystemError, st, "leaving UCX's shared memory out (UCX_TLS=^sm)");
+    }
+  } else if (getenv("UCX_POSIX_ERROR_HANDLING") == nullptr &&
+             getenv("UCX_MM_ERROR_HANDLING") == nullptr) {
     // The shared-memory transports' setting (posix's, sysv's); sysv ignores it.
     st = ucp_config_modify(config, "MM_ERROR_HANDLING", "y");
     if (st != UCS_OK)
@@ -338,7 +347,7 @@ class UcxConnection final : public Connection {
 // ---- UcxTransportImpl ----
 
 Status UcxTransportImpl::init() {
-  LOOM_TRY(createContext(&context_));
+  LOOM_TRY(createContext(&context_, options_.betweenHostsOnly));
   ucp_worker_params_t wp = {};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   wp.thread_mode = UCS_THREAD_MODE_SINGLE;  // the executor's thread drives it

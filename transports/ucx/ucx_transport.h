@@ -53,6 +53,11 @@ struct UcxOptions {
   // memory invalidation, which CMA lacks), but aborts this process when a transfer with a peer
   // that died fails.
   bool peerErrors = true;
+  // It carries the links between hosts only (LOOM_TRANSPORT=auto's candidate beside tcp):
+  // where UCX_TLS is unset, UCX leaves its shared-memory transports out. Between two hosts they
+  // reach only where the hosts share a kernel (network namespaces, containers), and there they
+  // would stand in for the network the communicator takes the link for.
+  bool betweenHostsOnly = false;
 };
 
 inline constexpr size_t kChunkAlign = 64;  // keeps chunk boundaries on element boundaries
