@@ -22,8 +22,7 @@ void PrintTo(const Topology& t, std::ostream* os) {
 
 namespace {
 
-const std::filesystem::path kModelDir =
-    std::filesystem::path(__FILE__).parent_path() / "../../topology/models";
+const std::filesystem::path kModelDir = std::filesystem::path(LOOM_SOURCE_DIR) / "topology/models";
 
 double secondsSince(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();

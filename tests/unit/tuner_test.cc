@@ -180,7 +180,7 @@ TEST(Tuner, AllReduceChoiceIsTheArgminOnTheWholeDgxRail16) {
 TEST(Tuner, MoreLanesMustBePredictedFasterByTheMargin) {
   Topology netns;
   const std::string file =
-      (std::filesystem::path(__FILE__).parent_path() / "data/netns-own-model-stop21.json")
+      (std::filesystem::path(LOOM_SOURCE_DIR) / "tests/unit/data/netns-own-model-stop21.json")
           .string();
   ASSERT_TRUE(topology::loadTopology(file, &netns).isOk()) << file;
   Tuner tuner(netns, TunerConfig{});
