@@ -22,6 +22,7 @@
 #include "tests/support/comm_harness.h"
 #include "tests/support/fork_ranks.h"
 #include "tests/support/rank_sets.h"
+#include "tests/support/temp_dir.h"
 #include "tests/support/values.h"
 
 namespace loom::testing {
@@ -377,12 +378,14 @@ std::vector<std::pair<std::string, const char*>> soakVariants() {
 // once the plan caches are full, not grow by more than 8 MiB.
 TEST(Soak, RandomCallsStayExactWithMemoryAndDescriptorsFlat) {
   constexpr int kRanks = 4, kCalls = 20000, kSample = 1000;
+  TempDir cache("soak-cache");
   auto results = runRanks(kRanks, [&](RankContext& ctx) {
     const int n = ctx.nranks(), rank = ctx.rank();
-    // The links' default figures, not the probe's: which algorithm the tuned communicators run
-    // for a shape, and so which connections it opens, then depends on the calls alone, not on
-    // the machine's load while the probe measured.
+    // The links' default figures, not the probe's nor those other tests cached: which algorithm
+    // the tuned communicators run for a shape, and so which connections it opens, then depends
+    // on the calls alone, not on the machine's load while a probe measured.
     setenv("LOOM_TOPO_MEASURE", "0", 1);
+    setenv("LOOM_CACHE_DIR", cache.path().c_str(), 1);
     params::reloadFromEnvironment();
     std::vector<loomComm_t> comms;
     std::vector<std::string> names;

@@ -19,6 +19,7 @@
 #include "loom/loom.h"
 #include "tests/support/comm_harness.h"
 #include "tests/support/fork_ranks.h"
+#include "tests/support/temp_dir.h"
 
 namespace loom::testing {
 namespace {
@@ -370,11 +371,14 @@ TEST(PreMulSum, ScalesThenSumsInEveryType) {
   EXPECT_EQ(describeFailures(results), "");
 }
 
-// On the transports' default figures (no measurement at init): figures measured on a loaded
-// machine can price a small call's latency near a large one's transfer.
+// On the transports' default figures (no measurement at init, and an empty cache: figures that
+// other tests measured on a loaded machine can price a small call's latency near a large one's
+// transfer).
 TEST(GroupSimulateEnd, EstimatesWithoutRunning) {
-  auto results = runRanks(2, [](RankContext& ctx) {
+  TempDir cache("simulate-end-cache");
+  auto results = runRanks(2, [&](RankContext& ctx) {
     setenv("LOOM_TOPO_MEASURE", "0", 1);
+    setenv("LOOM_CACHE_DIR", cache.path().c_str(), 1);
     params::reloadFromEnvironment();
     loomComm_t comm = nullptr;
     RANK_LOOM(initComm(ctx, &comm));
