@@ -100,11 +100,13 @@ TEST(CommTopology, SameOnEveryRankMeasuredThenCached) {
         RANK_CHECK(f.bandwidth > 10e6, "bandwidth %g B/s", f.bandwidth);
         RANK_CHECK(f.latency != topology::defaultFigures(LinkKind::SameNuma).latency,
                    "the default latency: the measurement did not happen or failed");
-        // The burst of pings gives the host's CPU time per plan step: a fraction of a round
-        // trip (it can measure 0 when a loaded machine's noise hides the burst's extra
-        // messages), and the reload below must bring the same figure back.
+        // The burst of pings gives the host's CPU time per plan step: about a fraction of a
+        // round trip (it can measure 0 when a loaded machine's noise hides the burst's extra
+        // messages; under AddressSanitizer's instrumentation, whose cost falls on the steps'
+        // code more than on a ping's wait, it measured 15 us beside a 5 us latency), and the
+        // reload below must bring the same figure back. Sane: within tens of microseconds.
         const double step = first.nodes[size_t(first.hostNodes()[0])].cpu.stepOverhead;
-        RANK_CHECK(step >= 0 && step < 2 * f.latency + 1e-6, "stepOverhead %g s (latency %g s)",
+        RANK_CHECK(step >= 0 && step < 2 * f.latency + 50e-6, "stepOverhead %g s (latency %g s)",
                    step, f.latency);
         // One core's copy rates, measured once for the host, where hwloc names its last-level
         // cache (the model has no use for them without its size). A claim the measurement
