@@ -103,7 +103,8 @@ double nicLinkBandwidth(const std::string& ifname);
 
 // The host's RDMA devices (InfiniBand, RoCE, iWARP: /sys/class/infiniband, what hwloc reports
 // as OpenFabrics devices), by name ("mlx5_0"); empty where the kernel has none. Under
-// LOOM_TRANSPORT=auto a host with one carries its links to other such hosts over UCX.
+// LOOM_TRANSPORT=auto, hosts that all have one take UCX between them unless the measured
+// figures make tcp clearly cheaper (comm/connections.h).
 std::vector<std::string> rdmaDevices();
 
 // Figures for the local links; defaults are conservative guesses, overwritten by measurement.
