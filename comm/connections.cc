@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "base/log.h"
+#include "base/status.h"
+#include "topology/comm_discovery.h"
 #include "topology/probe.h"
 
 namespace loom {
@@ -29,10 +31,10 @@ Status Connections::open(const transports::CommContext* ctx, const std::string& 
 std::string autoNetworkRule() {
   if (!transports::ucx::ucxBuilt()) return "tcp (loom is built without UCX)";
   const std::vector<std::string> rdma = topology::rdmaDevices();
-  return "ucx where every host has an RDMA device (this host: " +
-         (rdma.empty() ? std::string("none") : rdma.front()) +
-         "), else tcp, unless the network link's measured or cached figures make the other at "
-         "least 20% cheaper";
+  return strprintf("ucx where every host has an RDMA device (this host: %s), else tcp, unless "
+                   "the network link's measured or cached figures make the other at least %d%% "
+                   "cheaper",
+                   rdma.empty() ? "none" : rdma.front().c_str(), topology::kNetworkMarginPercent);
 }
 
 std::string Connections::openNetworkCandidate(const transports::ucx::UcxOptions& ucx,

@@ -63,7 +63,8 @@ std::string infoJson() {
   return strprintf("{\"version\": \"%d.%d.%d\", \"version_code\": %d, ", LOOM_MAJOR,
                    LOOM_MINOR, LOOM_PATCH, LOOM_VERSION_CODE) +
          "\"transports\": [\"shm\", \"tcp\"" + (transports::ucx::ucxBuilt() ? ", \"ucx\"" : "") +
-         "], \"auto_network\": " + jsonString(autoNetworkRule()) + ", \"ucx\": " + ucxJson() + ", \"reduction_kernels\": " + jsonString(reduceIsa()) +
+         "], \"auto_network\": " + jsonString(autoNetworkRule()) + ", \"ucx\": " + ucxJson() +
+         ", \"reduction_kernels\": " + jsonString(reduceIsa()) +
          ", \"algorithms\": " + algorithmsJson() + ", \"parameters\": " + parametersJson() + "}";
 }
 

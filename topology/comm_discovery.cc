@@ -20,11 +20,6 @@
 namespace loom::topology {
 namespace {
 
-// Another network transport than the rule's replaces it where it is "clearly" cheaper: by
-// more than a short measurement's noise on a busy host (20%), so that two transports over the
-// same wire (UCX's TCP and loom's) do not trade places from run to run.
-constexpr double kClearlyCheaper = 0.8;
-
 // The records' figures: one slot per link kind within a host, and one per candidate transport
 // for the network (the last kind).
 constexpr int kNetworkTransports = 2;  // at most: tcp and ucx
@@ -407,31 +402,30 @@ class Detector {
   void chooseNetwork() {
     const std::vector<std::string>& names = networkTransports_;
     bool allKnown = true;
+    std::vector<double> time;  // networkMessagesTime, per candidate
+    std::string times;         // the same, for the log
     for (int c = 0; c < int(names.size()); ++c) {
       FigureSource source;
       networkFigures_.push_back(resolve(LinkKind::Network, 0, &source, c));
       networkSources_.push_back(source);
       allKnown = allKnown && source != FigureSource::Default;
+      time.push_back(networkMessagesTime(networkFigures_.back()));
+      times += strprintf("%s%s %.4g us (%s)", times.empty() ? "" : ", ", names[size_t(c)].c_str(),
+                         time.back() * 1e6, figureSourceName(source));
     }
     auto named = std::find(names.begin(), names.end(), setup_.defaultNetworkTransport);
     int chosen = named == names.end() ? 0 : int(named - names.begin());
     networkChoice_.reason = setup_.defaultNetworkReason;
     if (names.size() > 1 && allKnown) {
-      std::string times;
-      for (int c = 0; c < int(names.size()); ++c) {
-        const double t = networkMessagesTime(networkFigures_[size_t(c)]);
-        times += strprintf("%s%s %.4g us (%s)", times.empty() ? "" : ", ", names[size_t(c)].c_str(),
-                           t * 1e6, figureSourceName(networkSources_[size_t(c)]));
-      }
       const int byRule = chosen;
       for (int c = 0; c < int(names.size()); ++c)
-        if (networkMessagesTime(networkFigures_[size_t(c)]) <
-            kClearlyCheaper * networkMessagesTime(networkFigures_[size_t(chosen)]))
+        if (time[size_t(c)] * 100 < time[size_t(chosen)] * (100 - kNetworkMarginPercent))
           chosen = c;
       networkChoice_.reason =
-          (chosen == byRule ? "not beaten by 20% or more" : "the cheaper by 20% or more") +
-          std::string(" for an 8-byte and a 1 MiB message by the network link's figures: ") +
-          times;
+          strprintf("%s %d%% or more for an 8-byte and a 1 MiB message by the network link's "
+                    "figures: %s",
+                    chosen == byRule ? "not beaten by" : "the cheaper by", kNetworkMarginPercent,
+                    times.c_str());
     }
     networkChoice_.transport = names[size_t(chosen)];
     description_.network = networkFigures_[size_t(chosen)];

@@ -42,7 +42,10 @@ struct DiscoverySetup {
 
 // The transport of the links between hosts, the same on every rank: where every candidate has
 // figures, the default unless another moves an 8-byte and a 1 MiB message over the model's
-// network link in at least 20% less time (networkMessagesTime); else the default.
+// network link in at least kNetworkMarginPercent less time (networkMessagesTime); else the
+// default. The margin is more than a short measurement's noise on a busy host, so that two
+// transports over the same wire (UCX's TCP and loom's) do not trade places from run to run.
+constexpr int kNetworkMarginPercent = 20;
 struct NetworkChoice {
   std::string transport;
   std::string reason;  // for the init log

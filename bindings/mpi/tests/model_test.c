@@ -25,11 +25,21 @@
 
 typedef void (*CountsFn)(long*, long*, int*);
 
-/* One MPI_Allreduce of `count` floats (in place or not) checked against ref; 1 where it ran on
- * loom, 0 where it fell through, -1 where the counts say neither. */
+/* Where the one call since counts gave loom0 and other0 went: 1 loom, 0 fell through, -1 where
+ * the counts say neither. */
+static int routeSince(CountsFn counts, long loom0, long other0, size_t bytes) {
+  long loom1 = 0, other1 = 0;
+  counts(&loom1, &other1, NULL);
+  const long onLoom = loom1 - loom0, through = other1 - other0;
+  CHECK(onLoom + through == 1, "%zu B: %ld calls counted", bytes, onLoom + through);
+  return onLoom + through == 1 ? (int)onLoom : -1;
+}
+
+/* One MPI_Allreduce of `count` floats (in place or not) checked against ref; where it went
+ * (routeSince). */
 static int allreduce(CountsFn counts, const float* in, float* out, const float* ref, int count,
                      int inPlace, int round) {
-  long loom0 = 0, other0 = 0, loom1 = 0, other1 = 0;
+  long loom0 = 0, other0 = 0;
   const size_t bytes = (size_t)count * sizeof(float);
   counts(&loom0, &other0, NULL);
   if (inPlace) memcpy(out, in, bytes);
@@ -39,15 +49,12 @@ static int allreduce(CountsFn counts, const float* in, float* out, const float* 
         "%zu B (round %d): MPI_Allreduce failed", bytes, round);
   CHECK(memcmp(out, ref, bytes) == 0, "%zu B (round %d, in place %d): not PMPI_Allreduce's result",
         bytes, round, inPlace);
-  counts(&loom1, &other1, NULL);
-  const long onLoom = loom1 - loom0, through = other1 - other0;
-  CHECK(onLoom + through == 1, "%zu B: %ld calls counted", bytes, onLoom + through);
-  return onLoom + through == 1 ? (int)onLoom : -1;
+  return routeSince(counts, loom0, other0, bytes);
 }
 
-/* One MPI_Iallreduce of `count` floats, waited for and checked against ref; as allreduce. */
+/* One MPI_Iallreduce of `count` floats, waited for and checked against ref; where it went. */
 static int iallreduce(CountsFn counts, const float* in, float* out, const float* ref, int count) {
-  long loom0 = 0, other0 = 0, loom1 = 0, other1 = 0;
+  long loom0 = 0, other0 = 0;
   const size_t bytes = (size_t)count * sizeof(float);
   counts(&loom0, &other0, NULL);
   memset(out, 0xff, bytes);
@@ -57,10 +64,7 @@ static int iallreduce(CountsFn counts, const float* in, float* out, const float*
         "%zu B: MPI_Iallreduce failed", bytes);
   CHECK(memcmp(out, ref, bytes) == 0, "%zu B: MPI_Iallreduce's is not PMPI_Allreduce's result",
         bytes);
-  counts(&loom1, &other1, NULL);
-  const long onLoom = loom1 - loom0, through = other1 - other0;
-  CHECK(onLoom + through == 1, "%zu B: %ld non-blocking calls counted", bytes, onLoom + through);
-  return onLoom + through == 1 ? (int)onLoom : -1;
+  return routeSince(counts, loom0, other0, bytes);
 }
 
 int main(int argc, char** argv) {
