@@ -65,12 +65,29 @@ Status ucsError(loomResult_t code, ucs_status_t st, const std::string& what) {
   return errorf(code, "ucx: %s: %s", what.c_str(), ucs_status_string(st));
 }
 
+// Whether UCX_TLS lets UCX use posix shared memory: unset, or naming it or an alias of it
+// ("all", "sm", "shm", "mm", "posix"), or an exclusion ("^...") naming none of those.
+bool ucxMayUsePosix() {
+  const char* tls = getenv("UCX_TLS");
+  if (tls == nullptr || *tls == '\0') return true;
+  const bool excluding = tls[0] == '^';
+  const std::string list = excluding ? tls + 1 : tls;
+  bool named = false;
+  for (size_t at = 0; at <= list.size();) {
+    const size_t end = std::min(list.find(',', at), list.size());
+    const std::string t = list.substr(at, end - at);
+    named = named || t == "all" || t == "sm" || t == "shm" || t == "mm" || t == "posix";
+    at = end + 1;
+  }
+  return excluding ? !named : named;
+}
+
 // A context with the tag API and wake-ups (the event fd). Its workers are the communicator's
 // one; mt_workers_shared makes ucp_mem_unmap safe from loomMemFree's thread. UCX's posix shared
 // memory is told to offer peer error handling (UCX_POSIX_ERROR_HANDLING, off by default in
 // 1.13; the user's setting stands): every endpoint asks for it, and without it UCX would leave
-// posix out of them, keeping only sysv, which can never offer it. betweenHostsOnly: see
-// UcxOptions.
+// posix out of them, keeping only sysv, which can never offer it (where UCX_TLS leaves posix
+// out, UCX would only warn of the setting). betweenHostsOnly: see UcxOptions.
 Status createContext(ucp_context_h* out, bool betweenHostsOnly = false) {
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
@@ -83,7 +100,7 @@ Status createContext(ucp_context_h* out, bool betweenHostsOnly = false) {
       return ucsError(loomSystemError, st, "leaving UCX's shared memory out (UCX_TLS=^sm)");
     }
   } else if (getenv("UCX_POSIX_ERROR_HANDLING") == nullptr &&
-             getenv("UCX_MM_ERROR_HANDLING") == nullptr) {
+             getenv("UCX_MM_ERROR_HANDLING") == nullptr && ucxMayUsePosix()) {
     // The shared-memory transports' setting (posix's, sysv's); sysv ignores it.
     st = ucp_config_modify(config, "MM_ERROR_HANDLING", "y");
     if (st != UCS_OK)
@@ -309,12 +326,23 @@ class UcxConnection final : public Connection {
   Status checkAlive() override;
 
  private:
+  // UCX failing the endpoint is also what a healthy peer's close looks like: one that finished
+  // its part of the call and destroyed its communicator while this rank is still in it (over
+  // tcp, its close ends the socket). So the loss is kept aside (peerLost_), and fails the
+  // connection only where it still needs the peer (progress).
   static void onError(void* arg, ucp_ep_h, ucs_status_t status) {
     auto* c = static_cast<UcxConnection*>(arg);
-    if (c->error_.isOk())
-      c->error_ = ucsError(loomRemoteError, status,
-                           strprintf("lost the connection to %s (lane %d)",
-                                     c->transport_->peerName(c->peer_).c_str(), c->lane_));
+    if (c->peerLost_.isOk())
+      c->peerLost_ = ucsError(loomRemoteError, status,
+                              strprintf("lost the connection to %s (lane %d)",
+                                        c->transport_->peerName(c->peer_).c_str(), c->lane_));
+  }
+  // Whether a receive waits on UCX for bytes (a header or a chunk) it has not delivered yet.
+  bool receiveAwaitsPeer() {
+    for (const Direction::OpState& s : recv_.ops())
+      for (const Direction::Chunk& c : s.inFlight)
+        if (c.request != nullptr) return true;
+    return false;
   }
   // Hands UCX the chunks the ops' limits allow; true if any.
   Status postChunks(Direction* d, bool sending, bool* progressed);
@@ -341,6 +369,7 @@ class UcxConnection final : public Connection {
   ucp_err_handling_mode_t errMode_ = UCP_ERR_HANDLING_MODE_NONE;
   Direction send_, recv_;
   Status error_;
+  Status peerLost_;  // UCX's endpoint error (onError)
   int pidfd_ = -1;  // the peer's, where it runs on this machine in this pid namespace
 };
 
@@ -461,23 +490,6 @@ void UcxTransportImpl::sleepUs(uint64_t, int64_t timeoutUs) {
 
 // ---- UcxConnection ----
 
-// Whether UCX_TLS lets UCX use CMA between ranks of a host: unset, "all", "sm", "shm" or
-// "cma" among what it names, or an exclusion ("^...") that leaves cma in.
-bool ucxMayUseCma() {
-  const char* tls = getenv("UCX_TLS");
-  if (tls == nullptr || *tls == '\0') return true;
-  const bool excluding = tls[0] == '^';
-  std::string list = excluding ? tls + 1 : tls;
-  bool named = false;
-  for (size_t at = 0; at <= list.size();) {
-    const size_t end = std::min(list.find(',', at), list.size());
-    const std::string t = list.substr(at, end - at);
-    named = named || t == "all" || t == "sm" || t == "shm" || t == "cma";
-    at = end + 1;
-  }
-  return excluding ? !named : named;
-}
-
 Status UcxConnection::createEndpoint(const ucp_address_t* address, ucp_err_handling_mode_t mode) {
   ucp_ep_params_t p = {};
   p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
@@ -505,9 +517,8 @@ Status UcxConnection::open(const ucp_address_t* address) {
   // it UCX 1.13 aborts the process when a transfer with a failed peer fails (a CMA read of a dead
   // process, a reset TCP connection: "will not be handled since no error callback is
   // installed", logged as fatal). A peer of this machine and pid namespace is watched by loom
-  // too (a pidfd; checkAlive), which sees its exit at once; to such a peer the endpoint goes
-  // without it where UCX cannot use CMA (below). Where UCX_TLS leaves no transport that offers
-  // it, the endpoint goes without it, and says so.
+  // too (a pidfd; checkAlive), which sees its exit at once. Where UCX_TLS leaves no transport
+  // that offers it, the endpoint goes without it, and says so.
   const CommContext& comm = transport_->comm();
   const PeerInfo& me = comm.peers[size_t(comm.rank)];
   const PeerInfo& them = comm.peers[size_t(peer_)];
@@ -515,11 +526,8 @@ Status UcxConnection::open(const ucp_address_t* address) {
       them.pidNamespace == me.pidNamespace)
     pidfd_ = pidfdOpen(them.pid);
   const bool watched = pidfd_ >= 0 && them.hostId == me.hostId;
-  // A watched rank of this host needs UCX's own handling only where UCX may read it by CMA:
-  // over tcp alone loom's watch sees its exit, and UCX 1.13's tcp under peer error handling
-  // fails healthy endpoints of 8 ranks of one host ("Endpoint timeout"). LOOM_UCX_PEER_ERRORS=0:
-  // CMA for ranks of this host, whose exit loom still sees itself.
-  const bool peerErrors = !watched || (transport_->options().peerErrors && ucxMayUseCma());
+  // LOOM_UCX_PEER_ERRORS=0: CMA for ranks of this host, whose exit loom still sees itself.
+  const bool peerErrors = !watched || transport_->options().peerErrors;
   Status st = createEndpoint(address, peerErrors ? UCP_ERR_HANDLING_MODE_PEER
                                                  : UCP_ERR_HANDLING_MODE_NONE);
   if (!st.isOk() && peerErrors) {
@@ -556,7 +564,7 @@ void UcxConnection::closeEndpoint() {
   void* close = nullptr;
   if (ep_ != nullptr) {
     const bool abandoned =
-        !error_.isOk() || !send_.idle() || !recv_.idle() ||
+        !error_.isOk() || !peerLost_.isOk() || !send_.idle() || !recv_.idle() ||
         (pidfd_ >= 0 && processExited(pidfd_, transport_->comm().peers[size_t(peer_)].pid));
     ucp_request_param_t p = {};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -800,15 +808,20 @@ Status UcxConnection::progress(bool* progressed) {
   if (st.isOk()) st = postChunks(&recv_, false, progressed);
   if (st.isOk() && !send_.idle()) st = collect(&send_, progressed);
   if (st.isOk() && !recv_.idle()) st = collect(&recv_, progressed);
-  // The endpoint's error handler may have run in the worker's progress above.
-  if (st.isOk() && !error_.isOk()) return error_;
-  if (!st.isOk()) {
-    error_ = st;
-    LOOM_INFO("UCX", "%s", st.message().c_str());
-    return st;
+  if (st.isOk()) {
+    if (send_.updateDone()) *progressed = true;
+    if (recv_.updateDone()) *progressed = true;
   }
-  if (send_.updateDone()) *progressed = true;
-  if (recv_.updateDone()) *progressed = true;
+  // The endpoint's error handler may have run in the worker's progress above. By then UCX has
+  // taken in all the peer sent before (a socket's end comes after its bytes), matched to the
+  // receives posted or kept for those posted later; so the loss is this connection's error only
+  // where a send is left, or a receive that UCX has not finished.
+  if (st.isOk() && !peerLost_.isOk() && (!send_.idle() || receiveAwaitsPeer())) st = peerLost_;
+  if (!st.isOk()) {
+    error_ = peerLost_.isOk() ? st : peerLost_;
+    LOOM_INFO("UCX", "%s", error_.message().c_str());
+    return error_;
+  }
   return Status::ok();
 }
 
