@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -10,6 +11,17 @@
 #include "tests/support/verifier.h"
 
 namespace loom::test {
+
+namespace {
+bool smallSweep() {
+  const char* v = std::getenv("LOOM_VERIFY_SWEEP");
+  return v != nullptr && std::string(v) == "small";
+}
+}  // namespace
+
+int sweepRanksUpTo(int full) { return smallSweep() ? std::min(full, 32) : full; }
+
+bool sweepBigRanks() { return !smallSweep(); }
 
 std::vector<uint64_t> sweepCounts(int n) {
   std::vector<uint64_t> c = {

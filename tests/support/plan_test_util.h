@@ -21,6 +21,13 @@ inline constexpr uint64_t kLargeCount = uint64_t(1) << 20;
 // small arenas for many chunks.
 inline constexpr uint64_t kSweepSharedBytes = uint64_t(32) << 20;
 
+// How far the verifier's sweeps reach: every N up to `full` (64), then their big N (128 to
+// 1000). LOOM_VERIFY_SWEEP=small, which the sanitizer builds' runs set (the verifier runs several
+// times slower there), stops at 32 ranks, which hold every shape (odd, prime, powers of two and
+// their neighbours; 33..64 add breadth, not new kinds of case), and leaves the big N out.
+int sweepRanksUpTo(int full);
+bool sweepBigRanks();
+
 // The counts a sweep at N ranks verifies: none, one, fewer than ranks, exactly N, odd, prime
 // and large (cheap to verify, since the verifier stores runs of elements).
 std::vector<uint64_t> sweepCounts(int n);

@@ -105,9 +105,9 @@ std::vector<uint64_t> countsFor(int n) {
 void sweep(Collective c, const char* name, int largestN = kLargeRanks[std::size(kLargeRanks) - 1]) {
   const Builder& b = builderNamed(c, name);
   std::vector<int> ranks;
-  for (int n = 1; n <= kMaxRanks; ++n) ranks.push_back(n);
+  for (int n = 1; n <= sweepRanksUpTo(kMaxRanks); ++n) ranks.push_back(n);
   for (int n : kLargeRanks) {
-    if (n <= largestN) ranks.push_back(n);
+    if (n <= largestN && sweepBigRanks()) ranks.push_back(n);
   }
   std::vector<CollArgs> cases;
   for (int n : ranks) {

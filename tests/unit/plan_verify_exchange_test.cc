@@ -55,12 +55,12 @@ constexpr Sweep kThinSweepNoThousand{5, false};
 
 std::vector<int> ranksToSweep(const Sweep& sweep = kFullSweep) {
   std::vector<int> n;
-  for (int i = 1; i <= kMaxRanks; ++i) {
+  for (int i = 1; i <= sweepRanksUpTo(kMaxRanks); ++i) {
     if (i > 32 && i < kMaxRanks && (i - 33) % sweep.wideStride != 0) continue;
     n.push_back(i);
   }
   for (int big : kBigRanks) {
-    if (big == 1000 && !sweep.thousand) continue;
+    if ((big == 1000 && !sweep.thousand) || !sweepBigRanks()) continue;
     n.push_back(big);
   }
   return n;

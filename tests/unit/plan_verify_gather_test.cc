@@ -27,7 +27,7 @@ constexpr Collective kRooted[] = {Collective::Gather, Collective::Scatter};
 // smaller one is left out); then the big N, roots 0, N/2 and N−1, one count.
 std::vector<CollArgs> cases(const Builder& b) {
   std::vector<CollArgs> out;
-  for (int n = 1; n <= kMaxRanks; ++n) {
+  for (int n = 1; n <= sweepRanksUpTo(kMaxRanks); ++n) {
     for (uint64_t count : sweepCounts(n)) {
       for (int root = 0; root < n; ++root)
         addLaneHints(b, makeArgs(b.coll, n, count, 1, root), &out);
@@ -35,7 +35,7 @@ std::vector<CollArgs> cases(const Builder& b) {
   }
   for (int n : kBigRanks)
     for (int root : {0, n / 2, n - 1})
-      out.push_back(makeArgs(b.coll, n, uint64_t(n + 3), 2, root));
+      if (sweepBigRanks()) out.push_back(makeArgs(b.coll, n, uint64_t(n + 3), 2, root));
   return out;
 }
 

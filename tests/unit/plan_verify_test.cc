@@ -41,7 +41,7 @@ std::vector<int> rootsFor(Collective c, int n) {
 void sweep(Collective c, const char* name, int maxRanks = kMaxRanks) {
   const Builder& b = builderNamed(c, name);
   std::vector<CollArgs> cases;
-  for (int n = 1; n <= maxRanks; ++n) {
+  for (int n = 1; n <= sweepRanksUpTo(maxRanks); ++n) {
     for (uint64_t count : sweepCounts(n)) {
       for (int root : rootsFor(c, n)) addLaneHints(b, makeArgs(c, n, count, 1, root), &cases);
     }
@@ -61,7 +61,7 @@ TEST(PlanVerify, PairwiseAllGather) { sweep(Collective::AllGather, "pairwise"); 
 
 TEST(PlanVerify, PairwiseAlltoAllv) {
   const Builder& b = builderNamed(Collective::AlltoAllv, "pairwise");
-  for (int n = 1; n <= kMaxRanks; ++n) {
+  for (int n = 1; n <= sweepRanksUpTo(kMaxRanks); ++n) {
     std::vector<std::vector<uint64_t>> skewed(n, std::vector<uint64_t>(n));
     std::vector<std::vector<uint64_t>> hotspot = skewed;
     for (int i = 0; i < n; ++i) {
@@ -134,7 +134,7 @@ TEST(PlanVerify, P2PGroupsInAnyOrder) {
 TEST(PlanVerify, P2PSendsBeforeReceivesDoNotDeadlock) {
   // Every rank sends to both neighbours before receiving: a deadlock with blocking calls, fine
   // in a group.
-  for (int n = 1; n <= kMaxRanks; ++n) {
+  for (int n = 1; n <= sweepRanksUpTo(kMaxRanks); ++n) {
     std::vector<std::vector<P2POp>> ops(n);
     for (int r = 0; r < n; ++r) {
       const int next = (r + 1) % n, prev = (r + n - 1) % n;
