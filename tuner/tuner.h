@@ -17,8 +17,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -220,9 +222,18 @@ class Tuner {
   bool settled(const std::vector<Listed>& listed, const std::vector<double>& fast,
                const std::vector<char>& folded, int nranks,
                const std::function<double(size_t)>& full, const std::vector<size_t>& left) const;
-  // The prediction for a listed candidate, from its plans where it kept them.
+  // The prediction for a listed candidate, from its plans where it kept them, with what the
+  // simulator compiled for the candidate's plans at an earlier bucket (compiledSteps).
   double predictListed(const collectives::CollArgs& a, const Listed& l, bool buffersMapped,
-                       bool fast, bool* folded) const;
+                       bool fast, bool* folded);
+  // What the simulator compiled for a candidate's plans last (CompiledSteps), kept per
+  // candidate, buffersMapped and fast path across buckets: a new bucket of the same collective
+  // takes its steps' dependencies from it where its plans are those scaled.
+  CompiledSteps* compiledSteps(const Candidate& c, bool buffersMapped, bool fast);
+  // latencyBound of a candidate's plans, taken from its last plans where these are those scaled
+  // and those cut into their slices evenly: the bound compares only region boundaries, which
+  // then scale alike, and latencies.
+  double scaledLatencyBound(const Candidate& c, const std::vector<collectives::RankPlan>& plans);
   // decide()'s model decision for a new bucket: the candidate of the least bound next, its
   // latency bound drawn first (planLatencyBound, over the byte bound it was listed with).
   std::optional<Decision> decideByBounds(const collectives::CollArgs& a, bool buffersMapped);
@@ -243,6 +254,16 @@ class Tuner {
   std::optional<NodeLinks> nodeLinks_;  // up to kBoundRanks ranks
   std::string modelOff_;
   std::unordered_map<uint64_t, Decision> modelCache_;
+  // Per candidate (its builder and parameters), buffersMapped and fast path.
+  using CandidateKey =
+      std::tuple<const collectives::Builder*, int, int, int, int, int, bool, bool>;
+  static CandidateKey keyOf(const Candidate& c, bool buffersMapped, bool fast);
+  std::map<CandidateKey, CompiledSteps> compiledSteps_;
+  struct KeptBound {
+    std::vector<collectives::RankPlan> plans;  // evenly sliced; empty: none
+    double bound = 0;
+  };
+  std::map<CandidateKey, KeptBound> latencyBounds_;
   // The entry the last lookup found, kept beside the map: a loop of like calls skips the hash.
   const Decision* cached(uint64_t key);
   uint64_t lastKey_ = 0;
