@@ -105,6 +105,18 @@ struct Route {
   bool cpuCopy = false;  // the host's cores copy it (an shm message)
 };
 
+}  // namespace
+
+// CompiledSteps' connections (their messages in order, their routes) and the routes, the CPU
+// routes first, as the compilation left them before the call ran; per step, its owner.
+struct CompiledTransfers {
+  std::vector<Connection> conns;
+  std::vector<Route> routes;
+  std::vector<uint32_t> owner;
+};
+
+namespace {
+
 // Folded routes by (sender, receiver) rank, kept across the fast path's views of one call:
 // each route, and whether its orbit's routes differ (Simulator::foldedRoute).
 using FoldedRoutes = std::unordered_map<uint64_t, std::pair<Route, bool>>;
@@ -217,6 +229,10 @@ class Simulator {
     depBegin_.push_back(0);
     rankTime_.assign(size_t(nranks), 0.0);
     addCpuResources();
+    if (reused_ != nullptr) {  // the same CPU routes first, then the messages'
+      conns_ = reused_->transfers->conns;
+      routes_ = reused_->transfers->routes;
+    }
   }
 
   Status addRank(int rank, const RankPlan& plan) {
@@ -654,7 +670,9 @@ class Simulator {
                         lane, size_t(g - laneBegin_.back()),
                         collectives::stepKindName(s.kind), s.peer);
         const bool send = s.kind == StepKind::Send;
-        Connection& c = connectionOf(rank, s.peer, send, lane);
+        // Reused, the connections are there already, with their messages.
+        Connection& c = reused_ != nullptr ? conns_[reused_->transfers->owner[g]]
+                                           : connectionOf(rank, s.peer, send, lane);
         ss.owner = uint32_t(&c - conns_.data());
         ss.network = topo_.ranks[size_t(rank)].host != topo_.ranks[size_t(s.peer)].host;
         const bool oneCopyRoute = routes_[c.route].cpuCopy && opt_.singleCopyBytes > 0;
@@ -667,7 +685,7 @@ class Simulator {
         if (ss.singleCopy) ss.dirty = dirtyFraction(rank, ss.count, written);
         // The receiver reads the sender's buffer.
         if (!send && oneCopy) ss.kernelReads = pieces(ss.count, opt_.singleCopyPieceBytes);
-        (send ? c.sends : c.recvs).push_back(g);
+        if (reused_ == nullptr) (send ? c.sends : c.recvs).push_back(g);
         if (send) {
           ++messages_;
           bytes_ += ss.count * opt_.elemSize;
@@ -688,13 +706,19 @@ class Simulator {
   }
 
  public:
-  // Moves what the compilation found into *c (CompiledSteps): after run(), which only reads it.
-  void keepSteps(CompiledSteps* c) {
+  // Copies what the compilation found into *c (CompiledSteps): before run(), which changes the
+  // connections' state.
+  void keepSteps(CompiledSteps* c) const {
     if (reused_ != nullptr || fold_ != nullptr) return;
-    c->depBegin = std::move(depBegin_);
-    c->depStep = std::move(depStep_);
-    c->depNeed = std::move(depNeed_);
-    c->written = std::move(written_);
+    c->depBegin = depBegin_;
+    c->depStep = depStep_;
+    c->depNeed = depNeed_;
+    c->written = written_;
+    auto transfers = std::make_shared<CompiledTransfers>();
+    transfers->conns = conns_;
+    transfers->routes = routes_;
+    for (const SimStep& s : steps_) transfers->owner.push_back(s.owner);
+    c->transfers = std::move(transfers);
   }
 
  private:
@@ -1483,8 +1507,9 @@ SimResult runOnce(int nranks, int count, PlanOf plan, const topology::Topology& 
     Status st = sim.addRank(r, p);
     if (!st.isOk()) return failure(st.message());
   }
+  if (reuse != nullptr && reuse->keep != nullptr) sim.keepSteps(reuse->keep);
   SimResult res = sim.run();
-  if (res.ok && reuse != nullptr && reuse->keep != nullptr) sim.keepSteps(reuse->keep);
+  if (!res.ok && reuse != nullptr && reuse->keep != nullptr) *reuse->keep = CompiledSteps{};
   return res;
 }
 

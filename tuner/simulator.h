@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -108,6 +109,8 @@ struct SimResult {
 SimResult simulate(const std::vector<collectives::RankPlan>& plans,
                    const topology::Topology& topo, const SimOptions& options);
 
+struct CompiledTransfers;
+
 // What compiling plans found about the order of their steps: for each slice of each step, how
 // many slices of which earlier steps of its lane it waits for (most of the compilation's work).
 // Plans whose every region is those plans' times one integer (an algorithm's plans at a larger
@@ -123,6 +126,8 @@ struct CompiledSteps {
   // Per step: the elements of a Send's source that earlier steps of its lane wrote (for the
   // part a single-copy message finds in its sender's cache), where the Send could go by one copy.
   std::vector<uint64_t> written;
+  // The connections between the ranks, their messages and routes (simulator.cc).
+  std::shared_ptr<const CompiledTransfers> transfers;
 };
 
 // The integer k with every region (offset and count) of `plans` k times its counterpart in
