@@ -369,6 +369,18 @@ Tuner::CandidateKey Tuner::keyOf(const Candidate& c, bool buffersMapped, bool fa
   return {c.builder, p.lanes, p.torusX, p.torusY, p.fanIn, p.slices, buffersMapped, fast};
 }
 
+namespace {
+
+// Whether plans are small enough to keep across buckets (kKeptSteps).
+bool keptAcrossBuckets(const std::vector<collectives::RankPlan>& plans) {
+  size_t steps = 0;
+  for (const collectives::RankPlan& p : plans)
+    for (const collectives::Lane& lane : p.lanes) steps += lane.steps.size();
+  return steps <= kKeptSteps;
+}
+
+}  // namespace
+
 CompiledSteps* Tuner::compiledSteps(const Candidate& c, bool buffersMapped, bool fast) {
   return &compiledSteps_[keyOf(c, buffersMapped, fast)];
 }
@@ -379,7 +391,8 @@ double Tuner::scaledLatencyBound(const Candidate& c,
   if (!kept.plans.empty() && planScale(kept.plans, plans) > 0) return kept.bound;
   kept.bound = latencyBound(c.params, plans);
   kept.plans.clear();
-  if (slicesEvenly(plans, simOptions(c.params, false, false).slices)) kept.plans = plans;
+  if (keptAcrossBuckets(plans) && slicesEvenly(plans, simOptions(c.params, false, false).slices))
+    kept.plans = plans;
   return kept.bound;
 }
 
@@ -387,8 +400,9 @@ double Tuner::predictListed(const CollArgs& a, const Listed& l, bool buffersMapp
                             bool* folded) {
   if (l.plans.empty())
     return predictWith(a, *l.candidate.builder, l.candidate.params, buffersMapped, fast, folded);
-  const SimResult r = simulate(l.plans, topo_, simOptions(l.candidate.params, buffersMapped, fast),
-                               compiledSteps(l.candidate, buffersMapped, fast));
+  const SimResult r = simulate(
+      l.plans, topo_, simOptions(l.candidate.params, buffersMapped, fast),
+      keptAcrossBuckets(l.plans) ? compiledSteps(l.candidate, buffersMapped, fast) : nullptr);
   if (folded != nullptr) *folded = r.fast;
   return r.ok ? r.time : -1;
 }

@@ -110,6 +110,12 @@ constexpr int kFoldRanks = 16;
 // Up to this many ranks decide() bounds each candidate (building every rank's plan); beyond, it
 // simulates them all.
 constexpr int kBoundRanks = 64;
+// A candidate's plans of at most this many steps, all ranks' lanes together, are kept across
+// size buckets with what was compiled for them (Tuner::compiledSteps, scaledLatencyBound): a
+// handful of ranks' plans (a ring allreduce has about 4 steps a rank, lane and peer: 8 ranks on
+// 4 lanes about 900, 16 ranks about 3 800), at most about a MB each with what was compiled;
+// larger ones (64 ranks' ring, 16 000 a lane) are compiled afresh every bucket.
+constexpr size_t kKeptSteps = 8192;
 // The index to take among `candidates`: the fastest, a candidate on more lanes than another of
 // its algorithm (the same parameters but the lanes) counted kLaneMargin slower; the first of
 // equals. So extra lanes win only by the margin, and a fewer-lanes variant is never taken over
