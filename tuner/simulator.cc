@@ -105,6 +105,18 @@ struct Route {
   bool cpuCopy = false;  // the host's cores copy it (an shm message)
 };
 
+}  // namespace
+
+// CompiledSteps' connections (their messages in order, their routes) and the routes, the CPU
+// routes first, as the compilation left them before the call ran; per step, its owner.
+struct CompiledTransfers {
+  std::vector<Connection> conns;
+  std::vector<Route> routes;
+  std::vector<uint32_t> owner;
+};
+
+namespace {
+
 // Folded routes by (sender, receiver) rank, kept across the fast path's views of one call:
 // each route, and whether its orbit's routes differ (Simulator::foldedRoute).
 using FoldedRoutes = std::unordered_map<uint64_t, std::pair<Route, bool>>;
@@ -205,15 +217,22 @@ void cover(SegmentMap& m, uint64_t begin, uint64_t end, std::vector<SegmentMap::
 class Simulator {
  public:
   // With fold, only ranks 0..fold->period-1 are added: they stand for their orbits.
+  // With steps (not folded), the dependencies are taken from steps, whose plans are these
+  // divided by `scale` (CompiledSteps).
   Simulator(int nranks, const topology::Topology& topo, const SimOptions& o,
-            const RankSymmetry* fold = nullptr, FoldedRoutes* foldedRoutes = nullptr)
+            const RankSymmetry* fold = nullptr, FoldedRoutes* foldedRoutes = nullptr,
+            const CompiledSteps* steps = nullptr, uint64_t scale = 1)
       : nranks_(nranks), simRanks_(fold ? fold->period : nranks), topo_(topo), opt_(o),
-        fold_(fold), foldedRoutes_(foldedRoutes) {
+        fold_(fold), foldedRoutes_(foldedRoutes), reused_(steps), scale_(scale) {
     opt_.slices = std::clamp(opt_.slices, 1, SimOptions::kMaxSlices);
     rankLaneBegin_.push_back(0);
     depBegin_.push_back(0);
     rankTime_.assign(size_t(nranks), 0.0);
     addCpuResources();
+    if (reused_ != nullptr) {  // the same CPU routes first, then the messages'
+      conns_ = reused_->transfers->conns;
+      routes_ = reused_->transfers->routes;
+    }
   }
 
   Status addRank(int rank, const RankPlan& plan) {
@@ -259,6 +278,11 @@ class Simulator {
     laneBegin_.push_back(uint32_t(steps_.size()));
     Status st = checkMatching();
     if (!st.isOk()) return failure(st.message());
+    if (reused_ != nullptr) {
+      depBegin_ = reused_->depBegin;
+      depStep_ = reused_->depStep;
+      depNeed_ = reused_->depNeed;
+    }
     sizeCpuResources();
     buildReverseDeps();
     for (uint32_t g = 0; g < steps_.size(); ++g) advanceReady(g);
@@ -609,6 +633,7 @@ class Simulator {
     for (size_t i = 0; i < steps.steps.size(); ++i) {
       const Step& s = steps.steps[i];
       const uint32_t g = uint32_t(steps_.size());
+      uint64_t written = 0;
       SimStep ss;
       ss.kind = s.kind;
       ss.count = stepElems(s);
@@ -645,17 +670,22 @@ class Simulator {
                         lane, size_t(g - laneBegin_.back()),
                         collectives::stepKindName(s.kind), s.peer);
         const bool send = s.kind == StepKind::Send;
-        Connection& c = connectionOf(rank, s.peer, send, lane);
+        // Reused, the connections are there already, with their messages.
+        Connection& c = reused_ != nullptr ? conns_[reused_->transfers->owner[g]]
+                                           : connectionOf(rank, s.peer, send, lane);
         ss.owner = uint32_t(&c - conns_.data());
         ss.network = topo_.ranks[size_t(rank)].host != topo_.ranks[size_t(s.peer)].host;
-        const bool oneCopy = routes_[c.route].cpuCopy && opt_.singleCopyBytes > 0 &&
-                             ss.count * opt_.elemSize >= opt_.singleCopyBytes;
+        const bool oneCopyRoute = routes_[c.route].cpuCopy && opt_.singleCopyBytes > 0;
+        const bool oneCopy = oneCopyRoute && ss.count * opt_.elemSize >= opt_.singleCopyBytes;
         ss.singleCopy = send && oneCopy;
-        if (ss.singleCopy)
-          ss.dirty = dirtyFraction(rank, ss.count, writtenElems(buffers[s.src.buf], s.src));
+        // Kept for every Send that could go by one copy at some size (CompiledSteps::written).
+        if (send && oneCopyRoute)
+          written = reused_ != nullptr ? reused_->written[g] * scale_
+                                       : writtenElems(buffers[s.src.buf], s.src);
+        if (ss.singleCopy) ss.dirty = dirtyFraction(rank, ss.count, written);
         // The receiver reads the sender's buffer.
         if (!send && oneCopy) ss.kernelReads = pieces(ss.count, opt_.singleCopyPieceBytes);
-        (send ? c.sends : c.recvs).push_back(g);
+        if (reused_ == nullptr) (send ? c.sends : c.recvs).push_back(g);
         if (send) {
           ++messages_;
           bytes_ += ss.count * opt_.elemSize;
@@ -666,12 +696,32 @@ class Simulator {
                          ? kNeedsAdmission
                          : kAdmitted;
       steps_.push_back(ss);
+      if (reused_ != nullptr) continue;
+      written_.push_back(written);
       addDependencies(g, s, buffers);
       addBarrierDependencies(g, s.kind, &lastBarrier);
       depBegin_.push_back(uint32_t(depStep_.size()));
     }
     return Status::ok();
   }
+
+ public:
+  // Copies what the compilation found into *c (CompiledSteps): before run(), which changes the
+  // connections' state.
+  void keepSteps(CompiledSteps* c) const {
+    if (reused_ != nullptr || fold_ != nullptr) return;
+    c->depBegin = depBegin_;
+    c->depStep = depStep_;
+    c->depNeed = depNeed_;
+    c->written = written_;
+    auto transfers = std::make_shared<CompiledTransfers>();
+    transfers->conns = conns_;
+    transfers->routes = routes_;
+    for (const SimStep& s : steps_) transfers->owner.push_back(s.owner);
+    c->transfers = std::move(transfers);
+  }
+
+ private:
 
   // Of count elements that rank wrote `written` of earlier in the call, the part still in its
   // core's private cache: the last privateCacheBytes it wrote.
@@ -1360,6 +1410,9 @@ class Simulator {
   const RankSymmetry* fold_;  // the fast path's symmetry, or null
   FoldedRoutes* foldedRoutes_;  // folded: the routes of this call's views
   bool routesVary_ = false;     // folded: the routes of some connection's orbit differ
+  const CompiledSteps* reused_;  // where the dependencies come from, or null: compiled here
+  uint64_t scale_;               // this call's regions over reused_'s plans'
+  std::vector<uint64_t> written_;  // compiled here: CompiledSteps::written per step
 
   // Compiled plans.
   std::vector<SimStep> steps_;
@@ -1436,24 +1489,36 @@ constexpr double kFreeLinkFactor = 1e6;
 
 // One simulation of ranks 0..count-1 (all of them, or fold's representatives): plan(r) returns
 // rank r's plan (a reference or a temporary), which is compiled and then no longer needed.
+// With `reuse` (not folded): the dependencies from reuse->from (at reuse->scale) where it is
+// not null, else what the compilation found is kept in reuse->keep where it can be.
+struct Reuse {
+  const CompiledSteps* from = nullptr;
+  uint64_t scale = 1;
+  CompiledSteps* keep = nullptr;
+};
 template <typename PlanOf>
 SimResult runOnce(int nranks, int count, PlanOf plan, const topology::Topology& topo,
-                  const SimOptions& options, const RankSymmetry* fold, FoldedRoutes* routes) {
-  Simulator sim(nranks, topo, options, fold, routes);
+                  const SimOptions& options, const RankSymmetry* fold, FoldedRoutes* routes,
+                  const Reuse* reuse = nullptr) {
+  Simulator sim(nranks, topo, options, fold, routes, reuse ? reuse->from : nullptr,
+                reuse ? reuse->scale : 1);
   for (int r = 0; r < count; ++r) {
     const RankPlan& p = plan(r);
     Status st = sim.addRank(r, p);
     if (!st.isOk()) return failure(st.message());
   }
-  return sim.run();
+  if (reuse != nullptr && reuse->keep != nullptr) sim.keepSteps(reuse->keep);
+  SimResult res = sim.run();
+  if (!res.ok && reuse != nullptr && reuse->keep != nullptr) *reuse->keep = CompiledSteps{};
+  return res;
 }
 
 // runOnce, bounded where shaped links offered a burst.
 template <typename PlanOf>
 SimResult runBounded(int nranks, int count, PlanOf plan, const topology::Topology& topo,
                      const SimOptions& options, const RankSymmetry* fold = nullptr,
-                     FoldedRoutes* routes = nullptr) {
-  SimResult res = runOnce(nranks, count, plan, topo, options, fold, routes);
+                     FoldedRoutes* routes = nullptr, const Reuse* reuse = nullptr) {
+  SimResult res = runOnce(nranks, count, plan, topo, options, fold, routes, reuse);
   // A burst hides the shaped links' transmission (Simulator::run takes it off the call's time),
   // but no call can be faster than with that transmission free: run() takes the whole of it
   // off where it overlapped other work and was never on the call's critical path (2 netns
@@ -1525,6 +1590,68 @@ SimResult simulate(const std::vector<RankPlan>& plans, const topology::Topology&
   return simulateRanks(
       int(plans.size()), [&](int r) -> const RankPlan& { return plans[size_t(r)]; }, topo,
       options);
+}
+
+uint64_t planScale(const std::vector<RankPlan>& was, const std::vector<RankPlan>& plans) {
+  if (was.size() != plans.size()) return 0;
+  uint64_t k = 0;  // 0: not fixed yet
+  auto scaled = [&](uint64_t a, uint64_t b) {
+    if (a == 0) return b == 0;
+    if (b % a != 0 || b / a == 0) return false;
+    if (k == 0) k = b / a;
+    return b / a == k;
+  };
+  auto same = [&](const Region& a, const Region& b) {
+    return a.buf == b.buf && scaled(a.offset, b.offset) && scaled(a.count, b.count);
+  };
+  for (size_t r = 0; r < plans.size(); ++r) {
+    const std::vector<collectives::Lane>&lx = was[r].lanes, &ly = plans[r].lanes;
+    if (lx.size() != ly.size()) return 0;
+    for (size_t l = 0; l < lx.size(); ++l) {
+      const std::vector<Step>&sx = lx[l].steps, &sy = ly[l].steps;
+      if (sx.size() != sy.size()) return 0;
+      for (size_t i = 0; i < sx.size(); ++i)
+        if (sx[i].kind != sy[i].kind || sx[i].peer != sy[i].peer || !same(sx[i].src, sy[i].src) ||
+            !same(sx[i].dst, sy[i].dst))
+          return 0;
+    }
+  }
+  return k == 0 ? 1 : k;
+}
+
+bool slicesEvenly(const std::vector<RankPlan>& plans, int slices) {
+  const uint64_t pieces = uint64_t(std::clamp(slices, 1, SimOptions::kMaxSlices));
+  for (const RankPlan& p : plans)
+    for (const collectives::Lane& lane : p.lanes)
+      for (const Step& s : lane.steps)
+        if (stepElems(s) % pieces != 0) return false;
+  return true;
+}
+
+SimResult simulate(const std::vector<RankPlan>& plans, const topology::Topology& topo,
+                   const SimOptions& options, CompiledSteps* compiled) {
+  const int n = int(plans.size());
+  if (compiled == nullptr || options.fast || n > int(topo.ranks.size()))
+    return simulate(plans, topo, options);
+  auto planOf = [&](int r) -> const RankPlan& { return plans[size_t(r)]; };
+  Reuse reuse;
+  if (!compiled->plans.empty() && compiled->topo == &topo && compiled->options == options)
+    reuse.scale = planScale(compiled->plans, plans);
+  if (reuse.scale == 0 || compiled->plans.empty()) {
+    // Compiled afresh; kept where its steps divide evenly.
+    *compiled = CompiledSteps{};
+    reuse.scale = 1;
+    if (slicesEvenly(plans, options.slices)) reuse.keep = compiled;
+    SimResult res = runBounded(n, n, planOf, topo, options, nullptr, nullptr, &reuse);
+    if (!compiled->depBegin.empty()) {
+      compiled->plans = plans;
+      compiled->topo = &topo;
+      compiled->options = options;
+    }
+    return res;
+  }
+  reuse.from = compiled;
+  return runBounded(n, n, planOf, topo, options, nullptr, nullptr, &reuse);
 }
 
 }  // namespace loom::tuner

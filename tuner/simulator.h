@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,7 @@ struct SimOptions {
   // SimResult::fastRefusal says why.
   bool fast = false;
   static constexpr int kMaxSlices = 16;
+  bool operator==(const SimOptions&) const = default;
 };
 
 // Seconds a Barrier takes after its last rank arrives, on a host with CPU figures `cpu`: its
@@ -106,6 +108,42 @@ struct SimResult {
 // Simulates plans[r] (rank r's plan) over topo; topo.ranks must cover every rank of the plans.
 SimResult simulate(const std::vector<collectives::RankPlan>& plans,
                    const topology::Topology& topo, const SimOptions& options);
+
+struct CompiledTransfers;
+
+// What compiling plans found about the order of their steps: for each slice of each step, how
+// many slices of which earlier steps of its lane it waits for (most of the compilation's work).
+// Plans whose every region is those plans' times one integer (an algorithm's plans at a larger
+// size bucket, where its chunks divide evenly) have the same dependencies, provided every step
+// of the plans compiled cuts into its slices evenly: then every boundary the compilation
+// compares scales alike. The tuner keeps one per candidate across size buckets.
+struct CompiledSteps {
+  std::vector<collectives::RankPlan> plans;  // what was compiled; empty: nothing yet
+  const topology::Topology* topo = nullptr;
+  SimOptions options;
+  std::vector<uint32_t> depBegin, depStep;
+  std::vector<uint8_t> depNeed;
+  // Per step: the elements of a Send's source that earlier steps of its lane wrote (for the
+  // part a single-copy message finds in its sender's cache), where the Send could go by one copy.
+  std::vector<uint64_t> written;
+  // The connections between the ranks, their messages and routes (simulator.cc).
+  std::shared_ptr<const CompiledTransfers> transfers;
+};
+
+// The integer k with every region (offset and count) of `plans` k times its counterpart in
+// `was`, step for step, the steps otherwise the same; 0 where there is none.
+uint64_t planScale(const std::vector<collectives::RankPlan>& was,
+                   const std::vector<collectives::RankPlan>& plans);
+// Whether every step of `plans` cuts into `slices` pieces (SimOptions::slices) evenly.
+bool slicesEvenly(const std::vector<collectives::RankPlan>& plans, int slices);
+
+// simulate(), taking the dependencies from *compiled where `plans` are its plans scaled
+// (options.fast off, the same topology and options), and otherwise keeping in it what this
+// compilation found, where its steps cut into their slices evenly. The result is simulate()'s,
+// bit for bit.
+SimResult simulate(const std::vector<collectives::RankPlan>& plans,
+                   const topology::Topology& topo, const SimOptions& options,
+                   CompiledSteps* compiled);
 
 // As simulate(), but builds rank r's plan with build(r) one rank at a time and keeps only the
 // simulator's compact form of it, so that plans of thousands of ranks need not be held at once

@@ -364,11 +364,45 @@ bool Tuner::settled(const std::vector<Listed>& listed, const std::vector<double>
   return true;
 }
 
+Tuner::CandidateKey Tuner::keyOf(const Candidate& c, bool buffersMapped, bool fast) {
+  const AlgoParams& p = c.params;
+  return {c.builder, p.lanes, p.torusX, p.torusY, p.fanIn, p.slices, buffersMapped, fast};
+}
+
+namespace {
+
+// Whether plans are small enough to keep across buckets (kKeptSteps).
+bool keptAcrossBuckets(const std::vector<collectives::RankPlan>& plans) {
+  size_t steps = 0;
+  for (const collectives::RankPlan& p : plans)
+    for (const collectives::Lane& lane : p.lanes) steps += lane.steps.size();
+  return steps <= kKeptSteps;
+}
+
+}  // namespace
+
+CompiledSteps* Tuner::compiledSteps(const Candidate& c, bool buffersMapped, bool fast) {
+  return &compiledSteps_[keyOf(c, buffersMapped, fast)];
+}
+
+double Tuner::scaledLatencyBound(const Candidate& c,
+                                 const std::vector<collectives::RankPlan>& plans) {
+  KeptBound& kept = latencyBounds_[keyOf(c, false, false)];
+  if (!kept.plans.empty() && planScale(kept.plans, plans) > 0) return kept.bound;
+  kept.bound = latencyBound(c.params, plans);
+  kept.plans.clear();
+  if (keptAcrossBuckets(plans) && slicesEvenly(plans, simOptions(c.params, false, false).slices))
+    kept.plans = plans;
+  return kept.bound;
+}
+
 double Tuner::predictListed(const CollArgs& a, const Listed& l, bool buffersMapped, bool fast,
-                            bool* folded) const {
+                            bool* folded) {
   if (l.plans.empty())
     return predictWith(a, *l.candidate.builder, l.candidate.params, buffersMapped, fast, folded);
-  const SimResult r = simulate(l.plans, topo_, simOptions(l.candidate.params, buffersMapped, fast));
+  const SimResult r = simulate(
+      l.plans, topo_, simOptions(l.candidate.params, buffersMapped, fast),
+      keptAcrossBuckets(l.plans) ? compiledSteps(l.candidate, buffersMapped, fast) : nullptr);
   if (folded != nullptr) *folded = r.fast;
   return r.ok ? r.time : -1;
 }
@@ -407,8 +441,8 @@ std::optional<Decision> Tuner::decideByBounds(const CollArgs& a, bool buffersMap
     const size_t i = *next, r = root(i);
     if (!listed[i].bounded) {
       if (!listed[r].bounded && !listed[r].plans.empty())
-        listed[r].bound =
-            std::max(listed[r].bound, latencyBound(listed[r].candidate.params, listed[r].plans));
+        listed[r].bound = std::max(listed[r].bound,
+                                   scaledLatencyBound(listed[r].candidate, listed[r].plans));
       listed[r].bounded = true;
       for (size_t j = 0; j < n; ++j)
         if (root(j) == r) listed[j].bound = listed[r].bound, listed[j].bounded = true;

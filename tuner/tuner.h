@@ -17,8 +17,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -108,6 +110,12 @@ constexpr int kFoldRanks = 16;
 // Up to this many ranks decide() bounds each candidate (building every rank's plan); beyond, it
 // simulates them all.
 constexpr int kBoundRanks = 64;
+// A candidate's plans of at most this many steps, all ranks' lanes together, are kept across
+// size buckets with what was compiled for them (Tuner::compiledSteps, scaledLatencyBound): a
+// handful of ranks' plans (a ring allreduce has about 4 steps a rank, lane and peer: 8 ranks on
+// 4 lanes about 900, 16 ranks about 3 800), at most about a MB each with what was compiled;
+// larger ones (64 ranks' ring, 16 000 a lane) are compiled afresh every bucket.
+constexpr size_t kKeptSteps = 8192;
 // The index to take among `candidates`: the fastest, a candidate on more lanes than another of
 // its algorithm (the same parameters but the lanes) counted kLaneMargin slower; the first of
 // equals. So extra lanes win only by the margin, and a fewer-lanes variant is never taken over
@@ -220,9 +228,18 @@ class Tuner {
   bool settled(const std::vector<Listed>& listed, const std::vector<double>& fast,
                const std::vector<char>& folded, int nranks,
                const std::function<double(size_t)>& full, const std::vector<size_t>& left) const;
-  // The prediction for a listed candidate, from its plans where it kept them.
+  // The prediction for a listed candidate, from its plans where it kept them, with what the
+  // simulator compiled for the candidate's plans at an earlier bucket (compiledSteps).
   double predictListed(const collectives::CollArgs& a, const Listed& l, bool buffersMapped,
-                       bool fast, bool* folded) const;
+                       bool fast, bool* folded);
+  // What the simulator compiled for a candidate's plans last (CompiledSteps), kept per
+  // candidate, buffersMapped and fast path across buckets: a new bucket of the same collective
+  // takes its steps' dependencies from it where its plans are those scaled.
+  CompiledSteps* compiledSteps(const Candidate& c, bool buffersMapped, bool fast);
+  // latencyBound of a candidate's plans, taken from its last plans where these are those scaled
+  // and those cut into their slices evenly: the bound compares only region boundaries, which
+  // then scale alike, and latencies.
+  double scaledLatencyBound(const Candidate& c, const std::vector<collectives::RankPlan>& plans);
   // decide()'s model decision for a new bucket: the candidate of the least bound next, its
   // latency bound drawn first (planLatencyBound, over the byte bound it was listed with).
   std::optional<Decision> decideByBounds(const collectives::CollArgs& a, bool buffersMapped);
@@ -243,6 +260,16 @@ class Tuner {
   std::optional<NodeLinks> nodeLinks_;  // up to kBoundRanks ranks
   std::string modelOff_;
   std::unordered_map<uint64_t, Decision> modelCache_;
+  // Per candidate (its builder and parameters), buffersMapped and fast path.
+  using CandidateKey =
+      std::tuple<const collectives::Builder*, int, int, int, int, int, bool, bool>;
+  static CandidateKey keyOf(const Candidate& c, bool buffersMapped, bool fast);
+  std::map<CandidateKey, CompiledSteps> compiledSteps_;
+  struct KeptBound {
+    std::vector<collectives::RankPlan> plans;  // evenly sliced; empty: none
+    double bound = 0;
+  };
+  std::map<CandidateKey, KeptBound> latencyBounds_;
   // The entry the last lookup found, kept beside the map: a loop of like calls skips the hash.
   const Decision* cached(uint64_t key);
   uint64_t lastKey_ = 0;

@@ -893,6 +893,65 @@ TEST(Simulator, EveryAllReduceBuilderRuns) {
   }
 }
 
+// CompiledSteps: a sweep of sizes, each 4 times the last, through one CompiledSteps predicts
+// what compiling every size afresh does, bit for bit, for every builder of the four
+// collectives, on two hosts of 4 ranks and on one host of 4 ranks on 2 cores (its CPU
+// modelled, single-copy messages that find what their senders wrote in the cache); and the
+// sweep does take dependencies from it: where it does, its plans stay those of a smaller size.
+TEST(Simulator, ScaledPlansPredictAlikeWithTheirCompiledSteps) {
+  topology::Topology shm = cpuHost(4, 2, 8e9, 1e-7);
+  topology::HostCpu& cpu = shm.nodes[size_t(shm.hostNodes()[0])].cpu;
+  cpu.dirtyReadCopies = 2;
+  cpu.privateCacheBytes = 1 << 20;
+  cpu.singleCopyOverhead = 2e-6;
+  struct Case {
+    topology::Topology topo;
+    std::vector<int> hostOf;
+  };
+  const std::vector<Case> cases = {{cluster(2, 4), {0, 0, 0, 0, 1, 1, 1, 1}}, {shm, {0, 0, 0, 0}}};
+  // The first step's elements: a CompiledSteps that was taken keeps a smaller size's plans.
+  auto firstCount = [](const std::vector<RankPlan>& plans) {
+    const collectives::Step& s = plans[0].lanes[0].steps[0];
+    return std::max(s.src.count, s.dst.count);
+  };
+  int compared = 0, taken = 0;
+  for (const Case& c : cases) {
+    SimOptions o;
+    o.singleCopyBytes = 64 << 10;
+    for (const collectives::Builder& b : collectives::allBuilders()) {
+      const std::vector<Collective> colls = {Collective::AllReduce, Collective::AllGather,
+                                             Collective::ReduceScatter, Collective::AlltoAll};
+      if (b.build == nullptr || std::find(colls.begin(), colls.end(), b.coll) == colls.end())
+        continue;
+      CompiledSteps compiled;
+      for (uint64_t count = 8; count <= (uint64_t(1) << 22); count *= 4) {
+        CollArgs a;
+        a.coll = b.coll;
+        a.nranks = int(c.hostOf.size());
+        a.count = count;
+        a.hostOf = c.hostOf;
+        a.sharedBytes = 1 << 20;
+        if (b.refuse && !b.refuse(a).empty()) continue;
+        const std::vector<RankPlan> plans = buildAll(b.build, a);
+        if (plans[0].lanes.empty() || plans[0].lanes[0].steps.empty()) continue;
+        const std::string what = c.topo.name + " " + b.name + " " + std::to_string(count);
+        const SimResult fresh = simulate(plans, c.topo, o);
+        const SimResult kept = simulate(plans, c.topo, o, &compiled);
+        ASSERT_EQ(fresh.ok, kept.ok) << what;
+        EXPECT_EQ(fresh.time, kept.time) << what;
+        EXPECT_EQ(fresh.rankTime, kept.rankTime) << what;
+        EXPECT_EQ(fresh.flows, kept.flows) << what;
+        EXPECT_EQ(fresh.bytes, kept.bytes) << what;
+        ++compared;
+        taken += !compiled.plans.empty() && firstCount(compiled.plans) != firstCount(plans);
+      }
+    }
+  }
+  printf("%d predictions compared, %d with dependencies taken from an earlier size\n", compared,
+         taken);
+  EXPECT_GT(taken, compared / 3);
+}
+
 // The scale figure (docs/SIMULATOR.md): a ring allreduce of 8 elements per rank, 4 slices, on
 // ranks spread 8 per host. LOOM_SIM_SCALE_RANKS sets the rank count (default 512, ~3 s;
 // docs/SIMULATOR.md has the figures up to 2048 and why 8192 is not run). Logged, not asserted.
