@@ -132,13 +132,15 @@ TEST(UcxPeerErrors, OffWithinAHostResultsAreExact) {
 
 // A healthy peer that closed its endpoints (it sent its part and destroyed its communicator)
 // leaves a rank that still receives what it sent with that data, not an error: over UCX's tcp
-// its close ends the socket and UCX fails the endpoint (peer error handling), but the bytes
+// (with peer error handling) its close ends the socket and UCX fails the endpoint (peer error handling), but the bytes
 // came first. Rank 1 waits on rank 0 while rank 2 sends, closes and stays alive, so that rank
 // 1's worker takes rank 2's message and then the end of its socket before rank 1 asks for that
 // message. (Rank 2, not 0: the bootstrap's root, rank 0, waits for the others' leave.)
 TEST(UcxPeerClose, AReceiveAfterThePeerDestroyedItsCommunicatorTakesWhatItSent) {
   const int n = 3;
-  setenv("UCX_TLS", "tcp", 1);
+  // cma beside tcp: the endpoints within this host then ask for UCX's peer error handling too
+  // (UcxConnection::open), as those to other hosts do; the messages still go over tcp.
+  setenv("UCX_TLS", "tcp,cma", 1);
   auto results = runRanks(n, [&](RankContext& ctx) {
     loomComm_t comm = nullptr;
     RANK_LOOM(initUcxComm(ctx, "1M", &comm));

@@ -10,8 +10,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <initializer_list>
 #include <map>
 #include <mutex>
+#include <string>
+#include <string_view>
 #include <utility>
 
 #include "base/dtype.h"
@@ -65,22 +68,24 @@ Status ucsError(loomResult_t code, ucs_status_t st, const std::string& what) {
   return errorf(code, "ucx: %s: %s", what.c_str(), ucs_status_string(st));
 }
 
-// Whether UCX_TLS lets UCX use posix shared memory: unset, or naming it or an alias of it
-// ("all", "sm", "shm", "mm", "posix"), or an exclusion ("^...") naming none of those.
-bool ucxMayUsePosix() {
+// Whether UCX_TLS lets UCX use a transport known by any of `names` (its own and its aliases'):
+// UCX_TLS unset, naming one of them, or an exclusion ("^...") naming none.
+bool ucxTlsAllows(std::initializer_list<std::string_view> names) {
   const char* tls = getenv("UCX_TLS");
   if (tls == nullptr || *tls == '\0') return true;
   const bool excluding = tls[0] == '^';
-  const std::string list = excluding ? tls + 1 : tls;
+  const std::string_view list = excluding ? tls + 1 : tls;
   bool named = false;
   for (size_t at = 0; at <= list.size();) {
     const size_t end = std::min(list.find(',', at), list.size());
-    const std::string t = list.substr(at, end - at);
-    named = named || t == "all" || t == "sm" || t == "shm" || t == "mm" || t == "posix";
+    const std::string_view t = list.substr(at, end - at);
+    for (std::string_view n : names) named = named || t == n;
     at = end + 1;
   }
   return excluding ? !named : named;
 }
+bool ucxMayUsePosix() { return ucxTlsAllows({"all", "sm", "shm", "mm", "posix"}); }
+bool ucxMayUseCma() { return ucxTlsAllows({"all", "sm", "shm", "cma"}); }
 
 // A context with the tag API and wake-ups (the event fd). Its workers are the communicator's
 // one; mt_workers_shared makes ucp_mem_unmap safe from loomMemFree's thread. UCX's posix shared
@@ -517,8 +522,9 @@ Status UcxConnection::open(const ucp_address_t* address) {
   // it UCX 1.13 aborts the process when a transfer with a failed peer fails (a CMA read of a dead
   // process, a reset TCP connection: "will not be handled since no error callback is
   // installed", logged as fatal). A peer of this machine and pid namespace is watched by loom
-  // too (a pidfd; checkAlive), which sees its exit at once. Where UCX_TLS leaves no transport
-  // that offers it, the endpoint goes without it, and says so.
+  // too (a pidfd; checkAlive), which sees its exit at once; to such a peer the endpoint goes
+  // without it where UCX cannot use CMA (below). Where UCX_TLS leaves no transport that offers
+  // it, the endpoint goes without it, and says so.
   const CommContext& comm = transport_->comm();
   const PeerInfo& me = comm.peers[size_t(comm.rank)];
   const PeerInfo& them = comm.peers[size_t(peer_)];
@@ -526,8 +532,12 @@ Status UcxConnection::open(const ucp_address_t* address) {
       them.pidNamespace == me.pidNamespace)
     pidfd_ = pidfdOpen(them.pid);
   const bool watched = pidfd_ >= 0 && them.hostId == me.hostId;
-  // LOOM_UCX_PEER_ERRORS=0: CMA for ranks of this host, whose exit loom still sees itself.
-  const bool peerErrors = !watched || transport_->options().peerErrors;
+  // A watched rank of this host needs UCX's own handling only where UCX may read it by CMA:
+  // over tcp alone loom's watch sees its exit, and UCX 1.13's rendezvous over tcp under peer
+  // error handling (active messages, zero-copy) was seen to abort a survivor on an assertion of
+  // its own (`comp->count > 0`) when a peer was killed mid-transfer. LOOM_UCX_PEER_ERRORS=0:
+  // CMA for ranks of this host, whose exit loom still sees itself.
+  const bool peerErrors = !watched || (transport_->options().peerErrors && ucxMayUseCma());
   Status st = createEndpoint(address, peerErrors ? UCP_ERR_HANDLING_MODE_PEER
                                                  : UCP_ERR_HANDLING_MODE_NONE);
   if (!st.isOk() && peerErrors) {
