@@ -51,9 +51,14 @@ asan_slow+='|Simulator\.(RingAllReduceAtScale|AllReduceOf8192Ranks)|TopologyScal
 # memory waits in its quarantine, up to 256 MiB) and whose calls take many minutes there; the
 # sweeps of Ranks/* at 5 to 8 ranks (2 to 4 ranks run every algorithm at a power of two of
 # ranks and not; 5 to 8 ranks on 2 cores took 8 minutes under ASan); and the 64 MiB calls at 3
-# and more ranks (1 and 2 ranks run the large messages' path). The normal suite runs them all.
-# The fault tests run at every rank count.
+# and more ranks (1 and 2 ranks run the large messages' path); and RootInParent's forks of
+# ranks while the parent's bootstrap root serves the first one: GCC 12's ASan does not hold its
+# allocator's lock across fork, so a child forked while the root's thread allocates inherits
+# the lock taken and deadlocks in its first free (seen 3 times in 4; gdb: the rank in
+# asan's SizeClassAllocator64 lock; ThreadSanitizer runs the test). The normal suite runs them
+# all. The fault tests run at every rank count.
 asan_mp_left_out='^Soak\.|^Transports/ManyCommunicators\.|^Ranks/[^ ]*/(shm|tcp|x)?[5-8]( |$)|^Ranks/Collectives\.SixtyFourMiB/(shm|tcp)[34]'
+asan_mp_left_out+='|^RootInParent\.ForkedRanksLeaveWithoutWaitingForIt'
 
 sanitizers=()
 while (($#)) && [[ "$1" == address || "$1" == thread ]]; do sanitizers+=("$1"); shift; done
