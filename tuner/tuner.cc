@@ -364,9 +364,9 @@ bool Tuner::settled(const std::vector<Listed>& listed, const std::vector<double>
   return true;
 }
 
-Tuner::CandidateKey Tuner::keyOf(const Candidate& c, bool buffersMapped, bool fast) {
+Tuner::CandidateKey Tuner::keyOf(const Candidate& c, bool buffersMapped) {
   const AlgoParams& p = c.params;
-  return {c.builder, p.lanes, p.torusX, p.torusY, p.fanIn, p.slices, buffersMapped, fast};
+  return {c.builder, p.lanes, p.torusX, p.torusY, p.fanIn, p.slices, buffersMapped};
 }
 
 namespace {
@@ -381,13 +381,9 @@ bool keptAcrossBuckets(const std::vector<collectives::RankPlan>& plans) {
 
 }  // namespace
 
-CompiledSteps* Tuner::compiledSteps(const Candidate& c, bool buffersMapped, bool fast) {
-  return &compiledSteps_[keyOf(c, buffersMapped, fast)];
-}
-
 double Tuner::scaledLatencyBound(const Candidate& c,
                                  const std::vector<collectives::RankPlan>& plans) {
-  KeptBound& kept = latencyBounds_[keyOf(c, false, false)];
+  KeptBound& kept = latencyBounds_[keyOf(c, false)];
   if (!kept.plans.empty() && planScale(kept.plans, plans) > 0) return kept.bound;
   kept.bound = latencyBound(c.params, plans);
   kept.plans.clear();
@@ -400,9 +396,13 @@ double Tuner::predictListed(const CollArgs& a, const Listed& l, bool buffersMapp
                             bool* folded) {
   if (l.plans.empty())
     return predictWith(a, *l.candidate.builder, l.candidate.params, buffersMapped, fast, folded);
-  const SimResult r = simulate(
-      l.plans, topo_, simOptions(l.candidate.params, buffersMapped, fast),
-      keptAcrossBuckets(l.plans) ? compiledSteps(l.candidate, buffersMapped, fast) : nullptr);
+  // Keyed without `fast`: below kFoldRanks a fast request simulates in full, as the other does.
+  const SimOptions options = simOptions(l.candidate.params, buffersMapped, fast);
+  const SimResult r =
+      simulate(l.plans, topo_, options,
+               !options.fast && keptAcrossBuckets(l.plans)
+                   ? &compiledSteps_[keyOf(l.candidate, buffersMapped)]
+                   : nullptr);
   if (folded != nullptr) *folded = r.fast;
   return r.ok ? r.time : -1;
 }

@@ -111,7 +111,7 @@ constexpr int kFoldRanks = 16;
 // simulates them all.
 constexpr int kBoundRanks = 64;
 // A candidate's plans of at most this many steps, all ranks' lanes together, are kept across
-// size buckets with what was compiled for them (Tuner::compiledSteps, scaledLatencyBound): a
+// size buckets with what was compiled for them (Tuner::compiledSteps_, scaledLatencyBound): a
 // handful of ranks' plans (a ring allreduce has about 4 steps a rank, lane and peer: 8 ranks on
 // 4 lanes about 900, 16 ranks about 3 800), at most about a MB each with what was compiled;
 // larger ones (64 ranks' ring, 16 000 a lane) are compiled afresh every bucket.
@@ -229,13 +229,9 @@ class Tuner {
                const std::vector<char>& folded, int nranks,
                const std::function<double(size_t)>& full, const std::vector<size_t>& left) const;
   // The prediction for a listed candidate, from its plans where it kept them, with what the
-  // simulator compiled for the candidate's plans at an earlier bucket (compiledSteps).
+  // simulator compiled for the candidate's plans at an earlier bucket (compiledSteps_).
   double predictListed(const collectives::CollArgs& a, const Listed& l, bool buffersMapped,
                        bool fast, bool* folded);
-  // What the simulator compiled for a candidate's plans last (CompiledSteps), kept per
-  // candidate, buffersMapped and fast path across buckets: a new bucket of the same collective
-  // takes its steps' dependencies from it where its plans are those scaled.
-  CompiledSteps* compiledSteps(const Candidate& c, bool buffersMapped, bool fast);
   // latencyBound of a candidate's plans, taken from its last plans where these are those scaled
   // and those cut into their slices evenly: the bound compares only region boundaries, which
   // then scale alike, and latencies.
@@ -260,10 +256,12 @@ class Tuner {
   std::optional<NodeLinks> nodeLinks_;  // up to kBoundRanks ranks
   std::string modelOff_;
   std::unordered_map<uint64_t, Decision> modelCache_;
-  // Per candidate (its builder and parameters), buffersMapped and fast path.
-  using CandidateKey =
-      std::tuple<const collectives::Builder*, int, int, int, int, int, bool, bool>;
-  static CandidateKey keyOf(const Candidate& c, bool buffersMapped, bool fast);
+  // Per candidate (its builder and parameters) and buffersMapped.
+  using CandidateKey = std::tuple<const collectives::Builder*, int, int, int, int, int, bool>;
+  static CandidateKey keyOf(const Candidate& c, bool buffersMapped);
+  // What the simulator compiled for a candidate's plans last (CompiledSteps), for its full
+  // simulation (the fast path compiles its folded view afresh): a new bucket of the same
+  // collective takes its steps' dependencies from it where its plans are those scaled.
   std::map<CandidateKey, CompiledSteps> compiledSteps_;
   struct KeptBound {
     std::vector<collectives::RankPlan> plans;  // evenly sliced; empty: none
