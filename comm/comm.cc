@@ -343,7 +343,7 @@ Status Comm::chooseBuilder(CallDesc* call, const tuner::Decision** out) {
     // The parameters shown are those the call runs with (LOOM_LANES, ...: already in args),
     // so that loomCommGetLastAlgorithm tells a forced ring on 2 lanes from one on 1.
     adjustedDecision_ =
-        tuner::Decision{{b, tuner_.config().fixed, 0}, tuner::Source::Forced, 0, {}, {}};
+        tuner::Decision{{b, tuner_.config().fixed, 0}, tuner::Source::Forced, 0, {}};
     *out = &adjustedDecision_;
     return Status::ok();
   }

@@ -4,7 +4,7 @@
 // by decide() (candidates in order of their lower bounds), by simulating every candidate
 // (Tuner::candidates), and by decide() without the simulator's fast path (LOOM_SIM_FAST=0). The
 // CPU time per decision is printed (mean and worst), with how many decisions differ: decide()'s
-// from every candidate's (choice, runner-up, whenMapped and their times), and the fast path's
+// from every candidate's (choice, whenMapped and their times), and the fast path's
 // choice from the full simulation's. At 1024 ranks five buckets (8 B to 128 MiB) of allreduce
 // are decided by decide(), each printed (--full-1024: every collective, and the others too).
 //
@@ -76,14 +76,13 @@ bool same(const loom::tuner::Candidate& x, const loom::tuner::Candidate& y) {
   return x.builder == y.builder && x.params == y.params && x.time == y.time;
 }
 
-// Decisions whose choice differs; with `whole`, whose choice, runner-up or whenMapped does, or
+// Decisions whose choice differs; with `whole`, whose choice or whenMapped does, or
 // any of their predicted times.
 int differing(const Timing& a, const Timing& b, bool whole) {
   int n = 0;
   for (size_t i = 0; i < std::min(a.decisions.size(), b.decisions.size()); ++i) {
     const Decision &x = a.decisions[i], &y = b.decisions[i];
-    n += whole ? !same(x.choice, y.choice) || !same(x.runnerUp, y.runnerUp) ||
-                     !same(x.whenMapped, y.whenMapped)
+    n += whole ? !same(x.choice, y.choice) || !same(x.whenMapped, y.whenMapped)
                : x.choice.builder != y.choice.builder || !(x.choice.params == y.choice.params);
   }
   return n;

@@ -196,7 +196,7 @@ size_t autotuneWinner(const std::vector<Candidate>& predicted,
 }
 
 Decision autotunedDecision(const AutotuneEntry& e, double agreementSeconds) {
-  Decision d{e.winner, Source::Autotune, 0, {}, {}};
+  Decision d{e.winner, Source::Autotune, 0, {}};
   if (!e.mapped.empty()) {
     const Candidate& best = e.mapped[chooseWithLaneMargin(e.mapped)];
     if (best.time + agreementSeconds < e.winner.time) d.whenMapped = best;

@@ -68,7 +68,7 @@ class ScratchBuffers {
     t.outputBytes = outBytes_;
     t.buffersMapped = onMapped;
     applyParams(c.params, &t.args);
-    t.decision = {c, Source::Autotune, 0, {}, {}};
+    t.decision = {c, Source::Autotune, 0, {}};
     return t;
   }
 

@@ -238,19 +238,11 @@ bool Tuner::refines(int nranks) const {
   return config_.sim.fast && nranks >= kFoldRanks && nranks <= kRefinedRanks;
 }
 
-Decision Tuner::decisionOver(std::vector<Candidate> times) {
-  // Stable: equal times keep registry order and fewer lanes first, the same on every rank.
-  std::stable_sort(times.begin(), times.end(),
-                   [](const Candidate& x, const Candidate& y) { return x.time < y.time; });
+Decision Tuner::decisionOver(const std::vector<Candidate>& times) {
+  // In registry order, fewer lanes first: of a tie the earlier wins, the same on every rank.
   Decision d;
   d.choice = times[chooseWithLaneMargin(times)];
   d.source = Source::Model;
-  for (const Candidate& c : times) {
-    if (c.builder != d.choice.builder) {
-      d.runnerUp = c;
-      break;
-    }
-  }
   return d;
 }
 
@@ -337,28 +329,26 @@ bool Tuner::settled(const std::vector<Listed>& listed, const std::vector<double>
   if (times.empty()) return false;
   const Decision d = decisionOver(times);
   if (std::isinf(d.choice.time)) return false;
-  // Where in the registry's order a candidate comes: of equal times the earlier is sorted first.
+  // Where in the registry's order a candidate comes: of a tie the earlier wins.
   auto place = [&](const Candidate& c) {
     for (size_t i = 0; i < listed.size(); ++i)
       if (listed[i].candidate.builder == c.builder && listed[i].candidate.params == c.params)
         return i;
     return listed.size();
   };
+  double leastCharged = std::numeric_limits<double>::infinity();
+  for (const Candidate& c : times) leastCharged = std::min(leastCharged, chargedTime(times, c));
   const double choiceCharged = chargedTime(times, d.choice);
-  const size_t choicePlace = place(d.choice), runnerUpPlace = place(d.runnerUp);
+  const size_t choicePlace = place(d.choice);
   for (size_t i : left) {
-    // Each candidate left takes at least its bound: it must not be able to beat the choice's
-    // charged time, or to come before the runner-up (a tie goes to the earlier in the registry).
+    // Each candidate left takes at least its bound. One listed before the choice must not come
+    // within a tie of the fastest; one after must not be so fast that the choice is no longer
+    // within a tie of it (chooseWithLaneMargin).
     Candidate atBound = listed[i].candidate;
     atBound.time = listed[i].bound;
     const double charged = chargedTime(times, atBound);
-    if (!(charged > choiceCharged ||
-          (charged == choiceCharged && atBound.time >= d.choice.time && i > choicePlace)))
-      return false;
-    if (atBound.builder != d.choice.builder &&
-        (d.runnerUp.builder == nullptr ||
-         !(atBound.time > d.runnerUp.time ||
-           (atBound.time == d.runnerUp.time && i > runnerUpPlace))))
+    if (i < choicePlace ? !(charged > leastCharged * (1 + kTieFraction))
+                        : !(choiceCharged <= charged * (1 + kTieFraction)))
       return false;
   }
   return true;
@@ -515,19 +505,18 @@ double chargedTime(const std::vector<Candidate>& candidates, const Candidate& c)
 }
 
 size_t chooseWithLaneMargin(const std::vector<Candidate>& candidates) {
-  size_t chosen = 0;
-  for (size_t i = 1; i < candidates.size(); ++i)
-    if (chargedTime(candidates, candidates[i]) < chargedTime(candidates, candidates[chosen]))
-      chosen = i;
-  return chosen;
+  double least = std::numeric_limits<double>::infinity();
+  for (const Candidate& c : candidates) least = std::min(least, chargedTime(candidates, c));
+  for (size_t i = 0; i < candidates.size(); ++i)
+    if (chargedTime(candidates, candidates[i]) <= least * (1 + kTieFraction)) return i;
+  return 0;
 }
 
 Status Tuner::decide(const CollArgs& a, Decision* out, bool buffersMapped) {
   const CallShape shape = callShape(a);
   if (const TuneRule* rule = config_.rules.match(a, shape)) {
     *out = Decision{
-        {rule->builder, withFixed(rule->params, config_.fixed), 0}, Source::Rule, rule->number, {},
-        {}};
+        {rule->builder, withFixed(rule->params, config_.fixed), 0}, Source::Rule, rule->number, {}};
     return Status::ok();
   }
   // LOOM_AUTOTUNE's measured decisions beat what follows but not the user's rules; the
@@ -555,7 +544,6 @@ Status Tuner::decide(const CollArgs& a, Decision* out, bool buffersMapped) {
   *out = Decision{{rule->builder, withFixed(rule->params, config_.fixed), 0},
                   Source::Builtin,
                   rule->number,
-                  {},
                   {}};
   return Status::ok();
 }

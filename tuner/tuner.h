@@ -46,8 +46,6 @@ struct Decision {
   Candidate choice;  // choice.time: the model's prediction, or autotune's measured seconds
   Source source = Source::Builtin;
   int rule = 0;  // Rule and Builtin: the rule's number in its table
-  // Model decisions: the fastest candidate of another algorithm (builder null when none).
-  Candidate runnerUp;
   // Model decisions for a call whose buffers are not known to be mapped: the choice if every
   // rank's buffers are from loomMemAlloc (Tuner::decide's buffersMapped), where that differs
   // from `choice` and saves more than asking the ranks costs (builder null otherwise: the
@@ -95,6 +93,11 @@ constexpr uint64_t kLinkQueueBytes = 1 << 20;
 // allreduce on 2 lanes 0.3% ahead at 8 KiB, measured 70% slower. (On the corpus models at 16
 // ranks the model never predicted extra lanes faster at all.)
 constexpr double kLaneMargin = 0.05;
+// Predictions this close (a fraction of the faster) are a tie, which the earlier candidate
+// wins: no model is that exact, and it lets decide() stop at a plan that meets its lower bound
+// all but a rounding (a ring at 64 MiB is predicted 0.1 ns above its byte bound, which rhd and
+// torus share: without it each of them would be simulated to learn it is slower).
+constexpr double kTieFraction = 1e-6;
 // The simulator's fast path (SimOptions::fast) predicts within 5% of the full simulation, so
 // a candidate it predicts more than kFastWindow slower than the fastest cannot be the full
 // simulation's fastest: the model simulates the others in full again (up to kRefinedRanks
@@ -117,11 +120,13 @@ constexpr int kBoundRanks = 64;
 // larger ones (64 ranks' ring, 16 000 a lane) are compiled afresh every bucket.
 constexpr size_t kKeptSteps = 8192;
 // The index to take among `candidates`: the fastest, a candidate on more lanes than another of
-// its algorithm (the same parameters but the lanes) counted kLaneMargin slower; the first of
-// equals. So extra lanes win only by the margin, and a fewer-lanes variant is never taken over
-// another algorithm predicted faster than it. The model's choice takes it over predictions,
-// autotune's over measurements (on the netns testbed autotune measured hierarchical allgather
-// at 512 KiB on 2 lanes 1.6% ahead of one, and in a loop it ran 36% slower).
+// its algorithm (the same parameters but the lanes) counted kLaneMargin slower; of those within
+// kTieFraction of the fastest, the first in the given order (the model lists its candidates in
+// registry order, fewer lanes first). So extra lanes win only by the margin, and a fewer-lanes
+// variant is never taken over another algorithm predicted faster than it. The model's choice
+// takes it over predictions, autotune's over measurements (on the netns testbed autotune
+// measured hierarchical allgather at 512 KiB on 2 lanes 1.6% ahead of one, and in a loop it
+// ran 36% slower).
 size_t chooseWithLaneMargin(const std::vector<Candidate>& candidates);
 // c's time as chooseWithLaneMargin counts it among `candidates`: kLaneMargin more where another
 // candidate is c on fewer lanes.
@@ -222,7 +227,7 @@ class Tuner {
   // from kFoldRanks (below, nothing is folded) up to kRefinedRanks ranks.
   bool refines(int nranks) const;
   // The model's decision over `times` (refinedTimes), whenMapped left empty.
-  static Decision decisionOver(std::vector<Candidate> times);
+  static Decision decisionOver(const std::vector<Candidate>& times);
   // Whether simulating the candidates `left` (indices of listed, not simulated yet: +inf in
   // fast) can no longer change the decision over the others, each taking at least its bound.
   bool settled(const std::vector<Listed>& listed, const std::vector<double>& fast,

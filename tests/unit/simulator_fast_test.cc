@@ -287,8 +287,8 @@ void expectSameCandidate(const Candidate& x, const Candidate& y, const std::stri
 }
 
 // decide() simulates the candidates in order of their lower bounds and stops where none left
-// can change the decision: it decides exactly as simulating every candidate does (choice,
-// runner-up, the choice for mapped buffers, their predicted times), and no candidate's bound is
+// can change the decision: it decides exactly as simulating every candidate does (choice, the
+// choice for mapped buffers, their predicted times), and no candidate's bound is
 // above its predicted time, with the fast path or without. The tuner's models, one whose
 // network links are shaped (a burst takes off the call's time all but its busiest link's), and
 // one host of 4 ranks on 2 cores where reading a peer's buffer costs more unless it is mapped
@@ -329,7 +329,6 @@ TEST(TunerBound, DecidesAsSimulatingEveryCandidateDoes) {
           ASSERT_EQ(all.source, Source::Model) << what;
           EXPECT_EQ(d.source, Source::Model) << what;
           expectSameCandidate(d.choice, all.choice, what + " choice");
-          expectSameCandidate(d.runnerUp, all.runnerUp, what + " runner-up");
           expectSameCandidate(d.whenMapped, all.whenMapped, what + " when mapped");
           ++decisions;
           mapped += d.whenMapped.builder != nullptr;

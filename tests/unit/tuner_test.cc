@@ -136,10 +136,6 @@ TEST(Tuner, ModelChoiceIsTheSimulatorsArgminOnEveryCorpusModel) {
         ASSERT_GT(bestTime, 0) << what;
         EXPECT_EQ(d.source, Source::Model) << what;
         expectTheFastest(d, bestTime, best, what);
-        if (d.runnerUp.builder != nullptr) {
-          EXPECT_NE(d.runnerUp.builder, d.choice.builder) << what;
-          EXPECT_GE(d.runnerUp.time * (1 + kLaneMargin), d.choice.time) << what;
-        }
         ++checked;
       }
     }
