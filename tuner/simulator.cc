@@ -132,8 +132,8 @@ constexpr int kRouteSamples = 128;
 // Beyond kRouteSamples, the routes of an orbit sampled (each a BFS over the topology: rd at
 // 8192 ranks has 13 connections a rank).
 constexpr int kSampledRoutes = 32;
-// Connections a rank may have, on average, where the fast path averages routes that differ
-// within an orbit (Simulator::run).
+// Peers a rank may have, on average (its lanes to one peer counted once: they take one route),
+// where the fast path averages routes that differ within an orbit (Simulator::run).
 constexpr size_t kVaryingConnections = 4;
 
 // Whose access to a range of one buffer the next conflicting step has to wait for: the last
@@ -271,7 +271,7 @@ class Simulator {
     // pair by pair) are averaged over the orbit: right for a few connections a rank, whose
     // timelines average their hops (a ring's), not for a plan that talks to many peers at once,
     // whose collisions the average spreads evenly (pairwise alltoall on dgx-rail-16: 11% fast).
-    if (fold_ != nullptr && routesVary_ && conns_.size() > kVaryingConnections * size_t(simRanks_)) {
+    if (fold_ != nullptr && routesVary_ && foldedPeers() > kVaryingConnections * size_t(simRanks_)) {
       res.fastRefusal = "the routes of a connection's orbit differ, and the plan has many peers";
       return res;
     }
@@ -287,9 +287,21 @@ class Simulator {
     buildReverseDeps();
     for (uint32_t g = 0; g < steps_.size(); ++g) advanceReady(g);
     for (uint32_t c = 0; c < conns_.size(); ++c) tryStart(c);
+    // A shaped link's burst may take up to this much off the call's time (below).
+    for (const SimStep& st : steps_) slicesLeft_ += st.slices;
+    double burst = 0;
+    for (const topology::Link& link : topo_.links)
+      burst = std::max(burst, double(link.burstBytes) / link.bandwidth);
     // Events at one instant are handled together, then rates are recomputed once for them.
     for (rebalance(); !events_.empty(); rebalance()) {
       now_ = events_.top().time;
+      // A slice still to finish ends the call no sooner than now (the events after the last
+      // slice, a sender's flow draining, do not count).
+      if (opt_.stopAfter > 0 && slicesLeft_ > 0 && now_ - burst > opt_.stopAfter) {
+        res.stopped = true;
+        res.time = now_ - burst;
+        return res;
+      }
       while (!events_.empty() && events_.top().time == now_) {
         Event e = events_.top();
         events_.pop();
@@ -760,6 +772,15 @@ class Simulator {
     return send ? connection(rank, rep, lane, e) : connection(rep, rank, lane, fold_->inverse(e));
   }
 
+  // Folded: the connections of the representatives, their lanes to one peer counted once.
+  size_t foldedPeers() const {
+    std::vector<uint64_t> peers;
+    peers.reserve(connIndex_.size());
+    for (const auto& [key, index] : connIndex_) peers.push_back(key >> 8);  // the lane dropped
+    std::sort(peers.begin(), peers.end());
+    return size_t(std::unique(peers.begin(), peers.end()) - peers.begin());
+  }
+
   Connection& connection(int src, int dst, int lane, int element) {
     uint64_t key = fold_ == nullptr ? (uint64_t(src) << 40) | (uint64_t(dst) << 16) | uint64_t(lane)
                                     : (uint64_t(src) << 48) | (uint64_t(dst) << 32) |
@@ -1145,6 +1166,7 @@ class Simulator {
 
   void sliceDone(uint32_t g, uint32_t rank) {
     ++steps_[g].done;
+    --slicesLeft_;
     rankTime_[rank] = std::max(rankTime_[rank], now_);
     for (uint32_t i = rdepBegin_[g]; i < rdepBegin_[g + 1]; ++i) advanceReady(rdep_[i]);
   }
@@ -1436,6 +1458,7 @@ class Simulator {
   std::unordered_map<uint64_t, uint32_t> routeIndex_;
   std::pair<int32_t, int32_t> missingRoute_{-1, -1};
   uint64_t messages_ = 0, bytes_ = 0, flowsStarted_ = 0;
+  uint64_t slicesLeft_ = 0;  // of every step, not done yet
 
   // Execution state.
   double now_ = 0;
@@ -1524,7 +1547,7 @@ SimResult runBounded(int nranks, int count, PlanOf plan, const topology::Topolog
   // off where it overlapped other work and was never on the call's critical path (2 netns
   // hosts, 4 ranks: a 2 KiB Bruck allgather came out at 32 us, below its 44 us at 32 B). A call
   // whose shaped links carried nothing was offered no saving and needs no bound.
-  if (!res.ok || res.burstSaving <= 0) return res;
+  if (!res.ok || res.stopped || res.burstSaving <= 0) return res;
   topology::Topology free = topo;
   for (topology::Link& l : free.links)
     if (l.burstBytes > 0) l.bandwidth *= kFreeLinkFactor, l.burstBytes = 0;
@@ -1566,6 +1589,10 @@ SimResult simulateRanks(int nranks, PlanOf plan, const topology::Topology& topo,
       return res;
     }
     if (!one.ok) return one;
+    if (one.stopped) {  // the call takes at least as long as this view
+      one.fast = true;
+      return one;
+    }
     if (&view == &folding.views.front()) {
       res = std::move(one);
       continue;
@@ -1635,7 +1662,9 @@ SimResult simulate(const std::vector<RankPlan>& plans, const topology::Topology&
     return simulate(plans, topo, options);
   auto planOf = [&](int r) -> const RankPlan& { return plans[size_t(r)]; };
   Reuse reuse;
-  if (!compiled->plans.empty() && compiled->topo == &topo && compiled->options == options)
+  SimOptions compared = options;  // where the simulation stops does not change what compiles
+  compared.stopAfter = compiled->options.stopAfter;
+  if (!compiled->plans.empty() && compiled->topo == &topo && compiled->options == compared)
     reuse.scale = planScale(compiled->plans, plans);
   if (reuse.scale == 0 || compiled->plans.empty()) {
     // Compiled afresh; kept where its steps divide evenly.

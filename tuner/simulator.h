@@ -73,6 +73,11 @@ struct SimOptions {
   // of 8192 ranks: under a second instead of hours). Elsewhere the full simulation runs, and
   // SimResult::fastRefusal says why.
   bool fast = false;
+  // Stop once the simulated clock passes this many seconds (0: run to the end): the result is
+  // then `stopped`, its time a lower bound past this one. The tuner gives a candidate the time
+  // of the fastest so far: a slower one cannot be chosen, and what follows that time is not
+  // simulated.
+  double stopAfter = 0;
   static constexpr int kMaxSlices = 16;
   bool operator==(const SimOptions&) const = default;
 };
@@ -103,6 +108,9 @@ struct SimResult {
   // ranks, the ones simulated); when it did not, why (the full simulation ran instead).
   bool fast = false;
   std::string fastRefusal;
+  // SimOptions::stopAfter passed before the last rank finished: `time` is less than the call
+  // takes but more than stopAfter, and the other figures cover what was simulated.
+  bool stopped = false;
 };
 
 // Simulates plans[r] (rank r's plan) over topo; topo.ranks must cover every rank of the plans.

@@ -111,14 +111,15 @@ SimOptions Tuner::simOptions(const AlgoParams& params, bool buffersMapped, bool 
 }
 
 double Tuner::predictWith(const CollArgs& a, const Builder& b, const AlgoParams& params,
-                          bool buffersMapped, bool fast, bool* folded) const {
+                          bool buffersMapped, bool fast, bool* folded, double stopAfter) const {
   if (!modelApplies(a) || b.build == nullptr) return -1;
   CollArgs s = modelCall(a);
   applyParams(params, &s);
   if (!refusal(b, s, params).empty()) return -1;
+  SimOptions options = simOptions(params, buffersMapped, fast);
+  options.stopAfter = stopAfter;
   SimResult r = simulateBuilt(
-      s.nranks, [&](int rank) { return b.build(s, rank); }, topo_,
-      simOptions(params, buffersMapped, fast));
+      s.nranks, [&](int rank) { return b.build(s, rank); }, topo_, options);
   if (folded != nullptr) *folded = r.fast;
   return r.ok ? r.time : -1;
 }
@@ -383,11 +384,13 @@ double Tuner::scaledLatencyBound(const Candidate& c,
 }
 
 double Tuner::predictListed(const CollArgs& a, const Listed& l, bool buffersMapped, bool fast,
-                            bool* folded) {
+                            bool* folded, double stopAfter) {
   if (l.plans.empty())
-    return predictWith(a, *l.candidate.builder, l.candidate.params, buffersMapped, fast, folded);
+    return predictWith(a, *l.candidate.builder, l.candidate.params, buffersMapped, fast, folded,
+                       stopAfter);
   // Keyed without `fast`: below kFoldRanks a fast request simulates in full, as the other does.
-  const SimOptions options = simOptions(l.candidate.params, buffersMapped, fast);
+  SimOptions options = simOptions(l.candidate.params, buffersMapped, fast);
+  options.stopAfter = stopAfter;
   const SimResult r =
       simulate(l.plans, topo_, options,
                !options.fast && keptAcrossBuckets(l.plans)
@@ -417,6 +420,19 @@ std::optional<Decision> Tuner::decideByBounds(const CollArgs& a, bool buffersMap
     return value[r];
   };
   auto fullOf = [&](size_t i) { return memo(full, fullDone, i, buffersMapped, false); };
+  // Where the model does not refine, a candidate is simulated only until it is past the least
+  // charged time so far, its tie and lane margin counted: from there on it cannot be chosen
+  // (1024 ranks: a ring of 2 MiB stops after rhd's 73 us, not at its own 2.8 ms).
+  auto stopAfter = [&](size_t i) {
+    if (refines(a.nranks)) return 0.0;
+    const std::vector<Candidate> times = refinedTimes(listed, fast, folded, a.nranks, fullOf);
+    double least = kUnknown;
+    for (const Candidate& c : times) least = std::min(least, chargedTime(times, c));
+    if (std::isinf(least)) return 0.0;
+    Candidate unit = listed[i].candidate;
+    unit.time = 1;
+    return least * (1 + kTieFraction) / chargedTime(times, unit);
+  };
   std::vector<size_t> left(n);  // not simulated yet
   for (size_t i = 0; i < n; ++i) left[i] = i;
   bool simulated = false;
@@ -441,7 +457,8 @@ std::optional<Decision> Tuner::decideByBounds(const CollArgs& a, bool buffersMap
     left.erase(next);
     if (r == i || std::isinf(fast[r])) {
       bool wasFolded = false;
-      fast[i] = predictListed(a, listed[r], buffersMapped, config_.sim.fast, &wasFolded);
+      fast[i] =
+          predictListed(a, listed[r], buffersMapped, config_.sim.fast, &wasFolded, stopAfter(i));
       folded[i] = wasFolded;
     } else {
       fast[i] = fast[r], folded[i] = folded[r];

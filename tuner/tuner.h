@@ -186,8 +186,11 @@ class Tuner {
 
  private:
   // predict with or without the fast path; *folded (when not null): whether it folded.
+  // stopAfter > 0: where the call takes longer, the simulation stops there and a time past it
+  // comes back (SimOptions::stopAfter).
   double predictWith(const collectives::CollArgs& a, const collectives::Builder& b,
-                     const AlgoParams& params, bool buffersMapped, bool fast, bool* folded) const;
+                     const AlgoParams& params, bool buffersMapped, bool fast, bool* folded,
+                     double stopAfter = 0) const;
   // The options a prediction of `params` simulates with.
   SimOptions simOptions(const AlgoParams& params, bool buffersMapped, bool fast) const;
   // The byte bound alone (planByteBound), keeping the plans it built in *plans (none beyond
@@ -236,7 +239,7 @@ class Tuner {
   // The prediction for a listed candidate, from its plans where it kept them, with what the
   // simulator compiled for the candidate's plans at an earlier bucket (compiledSteps_).
   double predictListed(const collectives::CollArgs& a, const Listed& l, bool buffersMapped,
-                       bool fast, bool* folded);
+                       bool fast, bool* folded, double stopAfter = 0);
   // latencyBound of a candidate's plans, taken from its last plans where these are those scaled
   // and those cut into their slices evenly: the bound compares only region boundaries, which
   // then scale alike, and latencies.

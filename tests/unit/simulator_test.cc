@@ -159,6 +159,50 @@ TEST(Simulator, ABurstNeverMakesACallFasterThanFreeLinks) {
   }
 }
 
+// SimOptions::stopAfter: a simulation asked to stop before the call ends stops with a time past
+// the stop and no later than the call's, over plain and shaped links (where a burst may take
+// time off afterwards); one asked to stop later, or at no time, gives the whole result bit for
+// bit; and the events left in its queue once every rank is done do not stop it.
+TEST(Simulator, StopAfterEndsOnlyACallThatTakesLonger) {
+  CollArgs a;
+  a.nranks = 8;
+  a.count = 8 * 100000;
+  const std::vector<RankPlan> plans = buildAll(collectives::buildRingAllReduce, a);
+  for (uint64_t burst : {uint64_t(0), uint64_t(200000)}) {
+    const auto topo = uniformTopology({2, 4, kBandwidth, kLatency, kBandwidth, kLatency, burst});
+    SimOptions o;
+    const SimResult whole = simulate(plans, topo, o);
+    ASSERT_TRUE(whole.ok) << whole.message;
+    EXPECT_FALSE(whole.stopped);
+    for (double fraction : {0.1, 0.5, 0.9}) {
+      o.stopAfter = whole.time * fraction;
+      const SimResult part = simulate(plans, topo, o);
+      ASSERT_TRUE(part.ok) << part.message;
+      EXPECT_TRUE(part.stopped) << fraction;
+      EXPECT_GT(part.time, o.stopAfter) << fraction;
+      EXPECT_LE(part.time, whole.time) << fraction;
+    }
+    o.stopAfter = whole.time * (1 + 1e-9);
+    const SimResult after = simulate(plans, topo, o);
+    EXPECT_FALSE(after.stopped);
+    EXPECT_EQ(after.time, whole.time);
+    EXPECT_EQ(after.rankTime, whole.rankTime);
+  }
+  // Two messages into rank 2 share its link; once the small one is through, the large one
+  // speeds up and ends well before the event first planned for it at half rate, which is left
+  // behind in the queue. The call is over by then: a stop between the two is not reached.
+  auto shared = emptyPlans(3);
+  message(shared, 0, 2, 1000);
+  message(shared, 1, 2, 10000);
+  SimOptions o = whole();
+  const SimResult full = simulate(shared, cluster(1, 3), o);
+  ASSERT_TRUE(full.ok) << full.message;
+  o.stopAfter = full.time * 1.01;
+  const SimResult after = simulate(shared, cluster(1, 3), o);
+  EXPECT_FALSE(after.stopped);
+  EXPECT_EQ(after.time, full.time);
+}
+
 TEST(Simulator, IncastTakesKTimesAsLong) {
   const uint64_t count = 1 << 18;
   const double bytes = double(count * kElem), alpha = 4 * kLatency;
