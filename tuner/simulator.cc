@@ -135,6 +135,8 @@ constexpr int kSampledRoutes = 32;
 // Peers a rank may have, on average (its lanes to one peer counted once: they take one route),
 // where the fast path averages routes that differ within an orbit (Simulator::run).
 constexpr size_t kVaryingConnections = 4;
+// A folded connection's key (Simulator::connection) holds its lane in its lowest bits.
+constexpr int kFoldedLaneBits = 8;
 
 // Whose access to a range of one buffer the next conflicting step has to wait for: the last
 // writer and the readers since. Waiting for these is enough, as they waited for the earlier ones.
@@ -287,8 +289,8 @@ class Simulator {
     buildReverseDeps();
     for (uint32_t g = 0; g < steps_.size(); ++g) advanceReady(g);
     for (uint32_t c = 0; c < conns_.size(); ++c) tryStart(c);
-    // A shaped link's burst may take up to this much off the call's time (below).
     for (const SimStep& st : steps_) slicesLeft_ += st.slices;
+    // A shaped link's burst may take up to this much off the call's time (below).
     double burst = 0;
     for (const topology::Link& link : topo_.links)
       burst = std::max(burst, double(link.burstBytes) / link.bandwidth);
@@ -776,7 +778,7 @@ class Simulator {
   size_t foldedPeers() const {
     std::vector<uint64_t> peers;
     peers.reserve(connIndex_.size());
-    for (const auto& [key, index] : connIndex_) peers.push_back(key >> 8);  // the lane dropped
+    for (const auto& [key, index] : connIndex_) peers.push_back(key >> kFoldedLaneBits);
     std::sort(peers.begin(), peers.end());
     return size_t(std::unique(peers.begin(), peers.end()) - peers.begin());
   }
@@ -784,7 +786,8 @@ class Simulator {
   Connection& connection(int src, int dst, int lane, int element) {
     uint64_t key = fold_ == nullptr ? (uint64_t(src) << 40) | (uint64_t(dst) << 16) | uint64_t(lane)
                                     : (uint64_t(src) << 48) | (uint64_t(dst) << 32) |
-                                          (uint64_t(element) << 8) | uint64_t(lane);
+                                          (uint64_t(element) << kFoldedLaneBits) |
+                                          uint64_t(lane);
     auto [it, added] = connIndex_.try_emplace(key, uint32_t(conns_.size()));
     if (added) {
       const int realDst = fold_ == nullptr ? dst : fold_->act(element, dst);

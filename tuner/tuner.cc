@@ -18,6 +18,14 @@ using collectives::Collective;
 
 namespace {
 
+// The least of the candidates' charged times (chargedTime): chooseWithLaneMargin takes the
+// first within kTieFraction of it.
+double leastChargedTime(const std::vector<Candidate>& candidates) {
+  double least = std::numeric_limits<double>::infinity();
+  for (const Candidate& c : candidates) least = std::min(least, chargedTime(candidates, c));
+  return least;
+}
+
 // A fixed parameter (set by the user) overrides what a rule or the model says.
 AlgoParams withFixed(AlgoParams p, const AlgoParams& fixed) {
   if (fixed.lanes > 0) p.lanes = fixed.lanes;
@@ -337,8 +345,7 @@ bool Tuner::settled(const std::vector<Listed>& listed, const std::vector<double>
         return i;
     return listed.size();
   };
-  double leastCharged = std::numeric_limits<double>::infinity();
-  for (const Candidate& c : times) leastCharged = std::min(leastCharged, chargedTime(times, c));
+  const double leastCharged = leastChargedTime(times);
   const double choiceCharged = chargedTime(times, d.choice);
   const size_t choicePlace = place(d.choice);
   for (size_t i : left) {
@@ -426,8 +433,7 @@ std::optional<Decision> Tuner::decideByBounds(const CollArgs& a, bool buffersMap
   auto stopAfter = [&](size_t i) {
     if (refines(a.nranks)) return 0.0;
     const std::vector<Candidate> times = refinedTimes(listed, fast, folded, a.nranks, fullOf);
-    double least = kUnknown;
-    for (const Candidate& c : times) least = std::min(least, chargedTime(times, c));
+    const double least = leastChargedTime(times);
     if (std::isinf(least)) return 0.0;
     Candidate unit = listed[i].candidate;
     unit.time = 1;
@@ -436,15 +442,17 @@ std::optional<Decision> Tuner::decideByBounds(const CollArgs& a, bool buffersMap
   std::vector<size_t> left(n);  // not simulated yet
   for (size_t i = 0; i < n; ++i) left[i] = i;
   bool simulated = false;
+  // Beyond kBoundRanks, where every bound is 0, the fewest lanes first: a variant on more
+  // lanes, charged its margin, then stops at the fastest algorithm's time instead of its own
+  // on fewer lanes (1024 ranks, 2 MiB: ring on 2 and 4 lanes after rhd's 73 us, not after
+  // ring's 2.8 ms).
+  const bool lanesFirst = a.nranks > kBoundRanks;
   while (!left.empty()) {
     // Before each step, bound or simulation: a bound drawn may have settled the decision, and
     // the candidates not bounded yet take at least their byte bound, which may settle it too.
     if (simulated && settled(listed, fast, folded, a.nranks, fullOf, left)) break;
-    // The least bound next (the first of equals in registry order). Beyond kBoundRanks, where
-    // every bound is 0, the fewest lanes first: a variant on more lanes, charged its margin,
-    // then stops at the fastest algorithm's time instead of its own on fewer lanes (1024
-    // ranks, 2 MiB: ring on 2 and 4 lanes after rhd's 73 us, not after ring's 2.8 ms).
-    const bool lanesFirst = a.nranks > kBoundRanks;
+    // The least bound next (the first of equals in registry order, or with lanesFirst the
+    // fewest lanes).
     auto next = std::min_element(left.begin(), left.end(), [&](size_t x, size_t y) {
       const Listed &lx = listed[x], &ly = listed[y];
       return lx.bound < ly.bound ||
@@ -529,8 +537,7 @@ double chargedTime(const std::vector<Candidate>& candidates, const Candidate& c)
 }
 
 size_t chooseWithLaneMargin(const std::vector<Candidate>& candidates) {
-  double least = std::numeric_limits<double>::infinity();
-  for (const Candidate& c : candidates) least = std::min(least, chargedTime(candidates, c));
+  const double least = leastChargedTime(candidates);
   for (size_t i = 0; i < candidates.size(); ++i)
     if (chargedTime(candidates, candidates[i]) <= least * (1 + kTieFraction)) return i;
   return 0;

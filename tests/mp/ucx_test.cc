@@ -132,7 +132,7 @@ TEST(UcxPeerErrors, OffWithinAHostResultsAreExact) {
 
 // A healthy peer that closed its endpoints (it sent its part and destroyed its communicator)
 // leaves a rank that still receives what it sent with that data, not an error: over UCX's tcp
-// (with peer error handling) its close ends the socket and UCX fails the endpoint (peer error handling), but the bytes
+// with peer error handling its close ends the socket and UCX fails the endpoint, but the bytes
 // came first. Rank 1 waits on rank 0 while rank 2 sends, closes and stays alive, so that rank
 // 1's worker takes rank 2's message and then the end of its socket before rank 1 asks for that
 // message. (Rank 2, not 0: the bootstrap's root, rank 0, waits for the others' leave.)
