@@ -7,7 +7,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <tuple>
 
 #include "base/status.h"
@@ -155,10 +154,10 @@ struct HostModel {
   std::vector<int32_t> linkClass;                // per link between switches: its class's first
   std::map<int32_t, int32_t> classSize;          // per class (its first link): its links
   std::vector<std::vector<int64_t>> fromHost0;  // per host: the route from host 0, as signature()
-  // Per kind (shift, xor), blockSymmetry's answer once found: routing every host again for it
-  // costs a BFS per host and group element (10k on dgx-rail-1024 for an xor).
+  // Per kind (shift, xor) and step, blockSymmetry's answer once found: routing every host
+  // again for it costs a BFS per host and group element (10k on dgx-rail-1024 for an xor).
   mutable std::mutex mutex;
-  mutable std::optional<std::pair<bool, RankSymmetry>> blocks[2];
+  mutable std::map<std::pair<RankSymmetry::Kind, int>, std::pair<bool, RankSymmetry>> blocks;
 };
 
 // Whether every host has the same nodes and links, its ranks in the same places; fills *m.
@@ -226,17 +225,18 @@ RankSymmetry onBlocks(const Topology& topo, const HostModel& m, RankSymmetry::Ki
   return s;
 }
 
-// The group of `kind` on the fewest hosts per block that keeps every route alike, as long as
-// the block has at most kMaxRepresentatives ranks; else on single hosts, whose orbits' routes
-// the simulator then averages (Simulator::foldedRoute). False when the group does not exist
-// (an xor of a host count that is no power of two).
-bool blockSymmetry(const Topology& topo, const HostModel& m, RankSymmetry::Kind kind,
+// The group of `kind` on the fewest hosts per block, a multiple of `step` (the plans' own
+// period in hosts), that keeps every route alike, as long as the block has at most
+// kMaxRepresentatives ranks; else on blocks of `step` hosts, whose orbits' routes the
+// simulator then averages (Simulator::foldedRoute). False when the group does not exist (an
+// xor of a block count that is no power of two).
+bool blockSymmetry(const Topology& topo, const HostModel& m, RankSymmetry::Kind kind, int step,
                    RankSymmetry* s) {
   auto fits = [&](int k) {
     return m.hosts % k == 0 && (kind == RankSymmetry::Kind::Shift ||
                                 std::has_single_bit(unsigned(m.hosts / k)));
   };
-  for (int k = 1; k < m.hosts && k * m.perHost <= kMaxRepresentatives; ++k) {
+  for (int k = step; k < m.hosts && k * m.perHost <= kMaxRepresentatives; k += step) {
     if (!fits(k)) continue;
     RankSymmetry hostBlocks;
     hostBlocks.kind = kind;
@@ -246,31 +246,41 @@ bool blockSymmetry(const Topology& topo, const HostModel& m, RankSymmetry::Kind 
     *s = onBlocks(topo, m, kind, k);
     return true;
   }
-  if (!fits(1)) return false;
-  *s = onBlocks(topo, m, kind, 1);
+  if (!fits(step)) return false;
+  *s = onBlocks(topo, m, kind, step);
   return true;
 }
 
-// Per buffer, the extent a plan touches (elements).
-std::map<uint32_t, uint64_t> extents(const RankPlan& p) {
-  std::map<uint32_t, uint64_t> out;
-  for (const collectives::Lane& lane : p.lanes)
-    for (const Step& s : lane.steps)
-      for (const collectives::Region* r : {&s.src, &s.dst})
-        if (r->count > 0) out[r->buf] = std::max(out[r->buf], r->offset + r->count);
+// Per lane and buffer, the range of elements the lane's steps touch: [first, end).
+using LaneBuffer = std::pair<size_t, uint32_t>;
+using Extents = std::map<LaneBuffer, std::pair<uint64_t, uint64_t>>;
+Extents laneExtents(const RankPlan& p) {
+  Extents out;
+  for (size_t l = 0; l < p.lanes.size(); ++l)
+    for (const Step& s : p.lanes[l].steps)
+      for (const collectives::Region* r : {&s.src, &s.dst}) {
+        if (r->count == 0) continue;
+        auto [it, added] = out.try_emplace({l, r->buf}, r->offset, r->offset + r->count);
+        it->second.first = std::min(it->second.first, r->offset);
+        it->second.second = std::max(it->second.second, r->offset + r->count);
+      }
   return out;
 }
 
-// Whether region q is region p rotated within its buffer by the buffer's rotation (fixed by the
-// first region of that buffer that is seen): chunk indices move with the rank in ring-like
-// plans, and a rotation keeps which steps overlap which, and how, the same.
-bool rotated(const collectives::Region& p, const collectives::Region& q,
-             const std::map<uint32_t, uint64_t>& extent, std::map<uint32_t, uint64_t>* shift) {
+// Whether region q (of lane l) is region p rotated within the lane's range of its buffer by
+// that lane and buffer's rotation (fixed by the first region of it that is seen): chunk
+// indices move with the rank in ring-like plans, each lane's within its own part of the buffer,
+// and a rotation keeps which steps of a lane overlap which, and how, the same. Steps of
+// different lanes never wait for each other (the simulator's dependencies are per lane).
+bool rotated(size_t l, const collectives::Region& p, const collectives::Region& q,
+             const Extents& extent, std::map<LaneBuffer, uint64_t>* shift) {
   if (p.buf != q.buf || p.count != q.count) return false;
   if (p.count == 0) return true;
-  const uint64_t n = extent.at(p.buf);
+  const auto [first, end] = extent.at({l, p.buf});
+  const uint64_t n = end - first;
   const uint64_t d = (q.offset + n - p.offset) % n;
-  return shift->emplace(p.buf, d).first->second == d && p.offset + p.count <= n;
+  return shift->emplace(LaneBuffer{l, p.buf}, d).first->second == d && p.offset + p.count <= end &&
+         q.offset + q.count <= end;
 }
 
 // Counts of chunks that split a buffer as evenly as it divides: a call of fewer elements than
@@ -278,16 +288,15 @@ bool rotated(const collectives::Region& p, const collectives::Region& q,
 bool nearly(uint64_t a, uint64_t b) { return a + 1 >= b && b + 1 >= a; }
 
 // Whether b is a under group element g: the same steps on the same regions up to a rotation of
-// each buffer (exact), or of the same sizes to an element (not exact), with every peer moved
-// by g. Offsets matter, not only sizes: which slices of a
-// step wait for which of an earlier one follows from where their regions overlap (recursive
+// each lane's range of each buffer (exact), or of the same sizes to an element (not exact), with
+// every peer moved by g. Offsets matter, not only sizes: which slices of a step wait for which of an earlier one follows from where their regions overlap (recursive
 // halving keeps the lower half on one rank and the upper on its partner, and the two then
 // pipeline differently).
 bool alikeUnder(const RankSymmetry& s, int g, const RankPlan& a, const RankPlan& b, bool exact) {
   if (a.lanes.size() != b.lanes.size()) return false;
-  const std::map<uint32_t, uint64_t> extent = extents(a);
-  if (extent != extents(b)) return false;
-  std::map<uint32_t, uint64_t> shift;
+  const Extents extent = laneExtents(a);
+  if (extent != laneExtents(b)) return false;
+  std::map<LaneBuffer, uint64_t> shift;
   for (size_t l = 0; l < a.lanes.size(); ++l) {
     const std::vector<Step>& x = a.lanes[l].steps;
     const std::vector<Step>& y = b.lanes[l].steps;
@@ -296,7 +305,8 @@ bool alikeUnder(const RankSymmetry& s, int g, const RankPlan& a, const RankPlan&
       const Step& p = x[i];
       const Step& q = y[i];
       const bool regionsAlike =
-          exact ? rotated(p.src, q.src, extent, &shift) && rotated(p.dst, q.dst, extent, &shift)
+          exact ? rotated(l, p.src, q.src, extent, &shift) &&
+                        rotated(l, p.dst, q.dst, extent, &shift)
                 : p.src.buf == q.src.buf && p.dst.buf == q.dst.buf &&
                       nearly(p.src.count, q.src.count) && nearly(p.dst.count, q.dst.count);
       if (p.kind != q.kind || collectives::isPeerBuffer(p.src.buf) || !regionsAlike ||
@@ -327,19 +337,24 @@ std::vector<int> viewedHosts(const RankSymmetry& s) {
   return out;
 }
 
-// Whether the plans are alike under the group of `kind` on single hosts: host 0's ranks'
-// plans (reps) against their images under a few elements. Alike there, they are alike under
-// the group on blocks of hosts too, whose elements are some of these.
-bool plansAlike(const HostModel& m, RankSymmetry::Kind kind, bool exact,
-                const std::vector<RankPlan>& reps, const std::function<RankPlan(int)>& planOf) {
-  RankSymmetry hosts;
-  hosts.kind = kind;
-  hosts.period = m.perHost;
-  hosts.elements = m.hosts;
-  if (kind == RankSymmetry::Kind::Xor && !std::has_single_bit(unsigned(m.hosts))) return false;
-  for (int g : checkedElements(hosts))
-    for (int i = 0; i < hosts.period; ++i)
-      if (!alikeUnder(hosts, g, reps[size_t(i)], planOf(hosts.act(g, i)), exact)) return false;
+// Whether the plans are alike under the group of `kind` on blocks of k hosts: the plans of
+// the block's ranks (reps, built on demand) against their images under a few elements. Alike
+// under the group on single hosts, they are alike under it on larger blocks too, whose
+// elements are some of these; a 2D torus whose rows span several hosts is alike only under
+// shifts by whole rows.
+bool plansAlike(const HostModel& m, RankSymmetry::Kind kind, int k, bool exact,
+                std::vector<RankPlan>* reps, const std::function<RankPlan(int)>& planOf) {
+  RankSymmetry blocks;
+  blocks.kind = kind;
+  blocks.period = k * m.perHost;
+  blocks.elements = m.hosts / k;
+  if (kind == RankSymmetry::Kind::Xor && !std::has_single_bit(unsigned(blocks.elements)))
+    return false;
+  while (reps->size() < size_t(blocks.period)) reps->push_back(planOf(int(reps->size())));
+  for (int g : checkedElements(blocks))
+    for (int i = 0; i < blocks.period; ++i)
+      if (!alikeUnder(blocks, g, (*reps)[size_t(i)], planOf(blocks.act(g, i)), exact))
+        return false;
   return true;
 }
 
@@ -375,18 +390,17 @@ std::string cachedHostModel(const Topology& topo, int nranks, std::shared_ptr<co
 
 // blockSymmetry, kept in the host model.
 bool cachedBlockSymmetry(const Topology& topo, const HostModel& m, RankSymmetry::Kind kind,
-                         RankSymmetry* s) {
-  std::optional<std::pair<bool, RankSymmetry>>& known = m.blocks[size_t(kind)];
+                         int step, RankSymmetry* s) {
   {
     std::lock_guard<std::mutex> lock(m.mutex);
-    if (known) {
-      *s = known->second;
-      return known->first;
+    if (auto it = m.blocks.find({kind, step}); it != m.blocks.end()) {
+      *s = it->second.second;
+      return it->second.first;
     }
   }
-  const bool found = blockSymmetry(topo, m, kind, s);
+  const bool found = blockSymmetry(topo, m, kind, step, s);
   std::lock_guard<std::mutex> lock(m.mutex);
-  known.emplace(found, *s);
+  m.blocks.emplace(std::pair{kind, step}, std::pair{found, *s});
   return found;
 }
 
@@ -397,8 +411,7 @@ std::string findFolding(int nranks, const std::function<RankPlan(int)>& planOf,
   std::shared_ptr<const HostModel> model;
   if (std::string why = cachedHostModel(topo, nranks, &model); !why.empty()) return why;
   const HostModel& m = *model;
-  std::vector<RankPlan> reps;
-  for (int i = 0; i < m.perHost; ++i) reps.push_back(planOf(i));
+  std::vector<RankPlan> reps;  // ranks 0, 1, ...'s plans, as far as they were needed
   for (bool exact : {true, false}) {
     for (auto kind : {RankSymmetry::Kind::Shift, RankSymmetry::Kind::Xor}) {
       // An xor pairs each rank with partners whose halves mirror its own, which no view of
@@ -408,10 +421,16 @@ std::string findFolding(int nranks, const std::function<RankPlan(int)>& planOf,
       // bookkeeping queue for them follows its own pattern, which a view of hosts all alike
       // does not keep (torus allreduce of 32 KiB, 4 hosts x 8 ranks on 4 cores: 6% slow).
       if (!exact && topo.nodes[size_t(topo.hostNodes()[0])].cpu.cores > 0) continue;
+      // The fewest hosts a block of the plans' symmetry takes, then a block that routes alike.
+      int k = 1;
+      while (k < m.hosts && k * m.perHost <= kMaxRepresentatives &&
+             (m.hosts % k != 0 || !plansAlike(m, kind, k, exact, &reps, planOf)))
+        ++k;
+      if (k == m.hosts || k * m.perHost > kMaxRepresentatives) continue;
       RankSymmetry s;
-      if (!plansAlike(m, kind, exact, reps, planOf) || !cachedBlockSymmetry(topo, m, kind, &s))
-        continue;
+      if (!cachedBlockSymmetry(topo, m, kind, k, &s)) continue;
       for (int i = int(reps.size()); i < s.period; ++i) reps.push_back(planOf(i));
+      reps.resize(size_t(s.period));  // larger blocks may have been tried
       out->exact = exact;
       out->views.clear();
       out->views.push_back(std::move(reps));

@@ -172,6 +172,49 @@ TEST(SimulatorFast, AgreesWithTheFullSimulationAt1024Ranks) {
   EXPECT_GT(s.folded, 0);
 }
 
+// Plans on several lanes rotate each lane's chunks within the lane's part of the buffer, which
+// folds exactly (one view); a torus whose rows span two hosts is alike only under shifts by
+// whole rows, and folds with blocks of two hosts. Both within the tolerance of the full
+// simulation.
+TEST(SimulatorFast, FoldsLanesExactlyAndTorusRowsOfSeveralHosts) {
+  const topology::Topology rail = corpusModel("dgx-rail-16");
+  ASSERT_EQ(rail.ranks.size(), 128u);
+  const Builder* ring = collectives::findBuilder(Collective::AllReduce, "ring");
+  const Builder* torus = collectives::findBuilder(Collective::AllReduce, "torus");
+  ASSERT_NE(ring, nullptr);
+  ASSERT_NE(torus, nullptr);
+  struct Case {
+    const Builder* builder;
+    int lanes, torusX, torusY;
+    bool exact;
+    int period;
+  };
+  for (const Case& c : {Case{ring, 2, 0, 0, true, 8}, Case{ring, 4, 0, 0, true, 8},
+                        Case{torus, 1, 16, 8, false, 16}, Case{torus, 2, 16, 8, false, 16}}) {
+    for (uint64_t bytes : {uint64_t(32) << 10, uint64_t(2) << 20}) {
+      CollArgs a = callOn(rail, Collective::AllReduce, bytes);
+      a.lanes = c.lanes;
+      if (c.torusX > 0) a.torusX = c.torusX, a.torusY = c.torusY;
+      const std::string what = strprintf("%s lanes=%d %dx%d %llu B", c.builder->name, c.lanes,
+                                         c.torusX, c.torusY, (unsigned long long)bytes);
+      Folding folding;
+      ASSERT_EQ(findFolding(a.nranks, [&](int r) { return c.builder->build(a, r); }, rail,
+                            &folding),
+                "")
+          << what;
+      EXPECT_EQ(folding.exact, c.exact) << what;
+      EXPECT_EQ(folding.symmetry.period, c.period) << what;
+      EXPECT_EQ(folding.views.size(), c.exact ? 1u : 4u) << what;
+      const SimResult full = run(*c.builder, a, rail, false);
+      const SimResult fast = run(*c.builder, a, rail, true);
+      ASSERT_TRUE(full.ok && fast.ok) << what << ": " << full.message << fast.message;
+      EXPECT_TRUE(fast.fast) << what << ": " << fast.fastRefusal;
+      EXPECT_LE(std::abs(fast.time - full.time) / full.time, kTolerance)
+          << what << ": fast " << fast.time * 1e6 << " us, full " << full.time * 1e6 << " us";
+    }
+  }
+}
+
 // A topology whose hosts differ, or a plan that is not symmetric (a tree has one root): the
 // full simulation runs and the result says why.
 TEST(SimulatorFast, FallsBackToTheFullSimulationAndSaysWhy) {
