@@ -10,6 +10,7 @@
 #include <array>
 #include <cmath>
 #include <deque>
+#include <limits>
 #include <map>
 #include <memory>
 #include <memory_resource>
@@ -103,6 +104,11 @@ struct Route {
   std::vector<double> weights;
   double cpuWeight = 1;  // CPU bytes per byte, for a message the host's cores copy
   bool cpuCopy = false;  // the host's cores copy it (an shm message)
+  // The fast path, where an orbit's routes differ: the most bytes/s the pair's messages could
+  // move together on any one route of the orbit (the least of its routes' narrowest links),
+  // which the averaged weights do not keep (Simulator::foldedRoute); 0: none. A simulation
+  // gives each such route a link of its own of that capacity (Simulator::addPairLink).
+  double limit = 0;
 };
 
 }  // namespace
@@ -433,6 +439,7 @@ class Simulator {
       routes_.push_back(std::move(route));
     }
     const size_t n = capacity_.size();
+    pairLinksBegin_ = n;
     linkFlows_.resize(n);
     linkBytes_.assign(n, 0);
     linkDirty_.assign(n, 0);
@@ -831,6 +838,10 @@ class Simulator {
         auto [known, fresh] = foldedRoutes_->try_emplace(key);
         if (fresh) known->second.second = foldedRoute(a, b, &known->second.first);
         r = known->second.first;
+        if (r.limit > 0) {
+          r.links.push_back(addPairLink(r.limit));
+          r.weights.push_back(1);
+        }
         routesVary_ = routesVary_ || known->second.second;
       } else if (from != to) {
         r.links = topo_.route(from, to);
@@ -885,6 +896,7 @@ class Simulator {
     const int m = fold_->elements, samples = m <= kRouteSamples ? m : kSampledRoutes;
     const int stride = m / samples;
     std::vector<int32_t> first;  // the first sample's links, mapped
+    double limit = std::numeric_limits<double>::infinity();
     for (int k = 0; k < samples; ++k) {
       // Spread over the residues of the stride too: every second host of 16 would never cross
       // a leaf of 4.
@@ -895,7 +907,12 @@ class Simulator {
       const std::vector<int32_t> links = topo_.route(from, to);
       if (links.empty()) missingRoute_ = {from, to};
       std::vector<int32_t> mapped;
-      for (int32_t l : links) mapped.push_back(fold_->linkClass[size_t(l)]);
+      double narrowest = std::numeric_limits<double>::infinity();
+      for (int32_t l : links) {
+        mapped.push_back(fold_->linkClass[size_t(l)]);
+        narrowest = std::min(narrowest, topo_.links[size_t(l)].bandwidth);
+      }
+      limit = std::min(limit, narrowest);
       if (k == 0) first = mapped;
       vary = vary || mapped != first;
       for (int32_t l : links) {
@@ -912,6 +929,7 @@ class Simulator {
         }
       }
     }
+    if (vary && !std::isinf(limit)) r->limit = limit;
     return vary;
   }
 
@@ -920,13 +938,33 @@ class Simulator {
   // weight on a CPU resource.
   double weightOn(const Flow& f, int32_t l) const {
     const Route& r = routes_[f.route];
-    if (r.weights.empty()) return size_t(l) >= topo_.links.size() ? f.cpuWeight : 1;
+    if (r.weights.empty()) return cpuResource(l) ? f.cpuWeight : 1;
     return weightAt(f, size_t(std::find(r.links.begin(), r.links.end(), l) - r.links.begin()));
   }
   double weightAt(const Flow& f, size_t i) const {
     const Route& r = routes_[f.route];
     const double w = r.weights.empty() ? 1 : r.weights[i];
-    return size_t(r.links[i]) >= topo_.links.size() ? w * f.cpuWeight : w;
+    return cpuResource(r.links[i]) ? w * f.cpuWeight : w;
+  }
+  // Links past the topology's: the CPU resources (addCpuResources), then the pairs' links
+  // (addPairLink).
+  bool cpuResource(int32_t l) const {
+    return size_t(l) >= topo_.links.size() && size_t(l) < pairLinksBegin_;
+  }
+  // A link of `capacity` bytes/s that only one pair of ranks' messages cross, every lane's:
+  // where an orbit's routes differ, the pair's flows together may not outrun the narrowest
+  // link of a route, which the averaged weights would let them (ring allreduce of 64 MiB on
+  // dgx-rail-16, where the hop between hosts takes one of three routes: 6% fast without it).
+  int32_t addPairLink(double capacity) {
+    capacity_.push_back(capacity);
+    linkFlows_.emplace_back();
+    linkBytes_.push_back(0);
+    linkDirty_.push_back(0);
+    linkStamp_.push_back(0);
+    capLeft_.push_back(0);
+    unfixed_.push_back(0);
+    weightLeft_.push_back(0);
+    return int32_t(capacity_.size() - 1);
   }
 
   // Records, for step g, the earlier steps of its lane it conflicts with and, for each of its
@@ -1476,6 +1514,7 @@ class Simulator {
   std::vector<int32_t> coreLink_;  // per rank: that core's CPU resource, else -1
   std::vector<size_t> coreMachine_;  // per core resource (in link order): its machine
   size_t coreLinkBegin_ = 0;         // the first core resource's link
+  size_t pairLinksBegin_ = 0;        // the first link of addPairLink's
   // The buffers the ranks' plans touch, one per piece of memory (bufferOf), and per Copy or
   // Reduce its source's and destination's.
   struct CacheBuffer {
