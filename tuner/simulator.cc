@@ -438,15 +438,20 @@ class Simulator {
       rc.route = uint32_t(routes_.size());
       routes_.push_back(std::move(route));
     }
+    pairLinksBegin_ = capacity_.size();
+    sizeLinkState();
+  }
+
+  // Gives every link of capacity_ its flows, counters and rebalancing state, the new ones empty.
+  void sizeLinkState() {
     const size_t n = capacity_.size();
-    pairLinksBegin_ = n;
     linkFlows_.resize(n);
-    linkBytes_.assign(n, 0);
-    linkDirty_.assign(n, 0);
-    linkStamp_.assign(n, 0);
-    capLeft_.assign(n, 0);
-    unfixed_.assign(n, 0);
-    weightLeft_.assign(n, 0);
+    linkBytes_.resize(n, 0);
+    linkDirty_.resize(n, 0);
+    linkStamp_.resize(n, 0);
+    capLeft_.resize(n, 0);
+    unfixed_.resize(n, 0);
+    weightLeft_.resize(n, 0);
   }
 
   // Where a machine's ranks outnumber its cores, LOOM_BIND binds its i-th rank (its hosts'
@@ -957,13 +962,7 @@ class Simulator {
   // dgx-rail-16, where the hop between hosts takes one of three routes: 6% fast without it).
   int32_t addPairLink(double capacity) {
     capacity_.push_back(capacity);
-    linkFlows_.emplace_back();
-    linkBytes_.push_back(0);
-    linkDirty_.push_back(0);
-    linkStamp_.push_back(0);
-    capLeft_.push_back(0);
-    unfixed_.push_back(0);
-    weightLeft_.push_back(0);
+    sizeLinkState();
     return int32_t(capacity_.size() - 1);
   }
 

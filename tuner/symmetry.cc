@@ -225,6 +225,13 @@ RankSymmetry onBlocks(const Topology& topo, const HostModel& m, RankSymmetry::Ki
   return s;
 }
 
+// Whether the group of `kind` on blocks of k hosts exists: k divides the hosts, and for an
+// xor the blocks are a power of two.
+bool groupExists(const HostModel& m, RankSymmetry::Kind kind, int k) {
+  return m.hosts % k == 0 &&
+         (kind == RankSymmetry::Kind::Shift || std::has_single_bit(unsigned(m.hosts / k)));
+}
+
 // The group of `kind` on the fewest hosts per block, a multiple of `step` (the plans' own
 // period in hosts), that keeps every route alike, as long as the block has at most
 // kMaxRepresentatives ranks; else on blocks of `step` hosts, whose orbits' routes the
@@ -232,12 +239,8 @@ RankSymmetry onBlocks(const Topology& topo, const HostModel& m, RankSymmetry::Ki
 // xor of a block count that is no power of two).
 bool blockSymmetry(const Topology& topo, const HostModel& m, RankSymmetry::Kind kind, int step,
                    RankSymmetry* s) {
-  auto fits = [&](int k) {
-    return m.hosts % k == 0 && (kind == RankSymmetry::Kind::Shift ||
-                                std::has_single_bit(unsigned(m.hosts / k)));
-  };
   for (int k = step; k < m.hosts && k * m.perHost <= kMaxRepresentatives; k += step) {
-    if (!fits(k)) continue;
+    if (!groupExists(m, kind, k)) continue;
     RankSymmetry hostBlocks;
     hostBlocks.kind = kind;
     hostBlocks.period = k;
@@ -246,7 +249,7 @@ bool blockSymmetry(const Topology& topo, const HostModel& m, RankSymmetry::Kind 
     *s = onBlocks(topo, m, kind, k);
     return true;
   }
-  if (!fits(step)) return false;
+  if (!groupExists(m, kind, step)) return false;
   *s = onBlocks(topo, m, kind, step);
   return true;
 }
@@ -289,9 +292,9 @@ bool nearly(uint64_t a, uint64_t b) { return a + 1 >= b && b + 1 >= a; }
 
 // Whether b is a under group element g: the same steps on the same regions up to a rotation of
 // each lane's range of each buffer (exact), or of the same sizes to an element (not exact), with
-// every peer moved by g. Offsets matter, not only sizes: which slices of a step wait for which of an earlier one follows from where their regions overlap (recursive
-// halving keeps the lower half on one rank and the upper on its partner, and the two then
-// pipeline differently).
+// every peer moved by g. Offsets matter, not only sizes: which slices of a step wait for which
+// of an earlier one follows from where their regions overlap (recursive halving keeps the lower
+// half on one rank and the upper on its partner, and the two then pipeline differently).
 bool alikeUnder(const RankSymmetry& s, int g, const RankPlan& a, const RankPlan& b, bool exact) {
   if (a.lanes.size() != b.lanes.size()) return false;
   const Extents extent = laneExtents(a);
@@ -338,27 +341,28 @@ std::vector<int> viewedHosts(const RankSymmetry& s) {
 }
 
 // Whether the plans are alike under the group of `kind` on blocks of k hosts: the plans of
-// the block's ranks (reps, built on demand) against their images under a few elements. Alike
-// under the group on single hosts, they are alike under it on larger blocks too, whose
-// elements are some of these; a 2D torus whose rows span several hosts is alike only under
-// shifts by whole rows.
+// the block's ranks (reps, each built when first reached: most plans differ at the first)
+// against their images under a few elements. Alike under the group on single hosts, they are
+// alike under it on larger blocks too, whose elements are some of these; a 2D torus whose rows
+// span several hosts is alike only under shifts by whole rows.
 bool plansAlike(const HostModel& m, RankSymmetry::Kind kind, int k, bool exact,
                 std::vector<RankPlan>* reps, const std::function<RankPlan(int)>& planOf) {
+  if (!groupExists(m, kind, k)) return false;
   RankSymmetry blocks;
   blocks.kind = kind;
   blocks.period = k * m.perHost;
   blocks.elements = m.hosts / k;
-  if (kind == RankSymmetry::Kind::Xor && !std::has_single_bit(unsigned(blocks.elements)))
-    return false;
   // Two blocks of several hosts: the shift is an xor, and plans alike under it only to their
   // sizes are recursive halving's, whose mirrored halves no view stands for (rhd on
   // dgx-rail-16 in two blocks of 8 nodes: 3% slow at 64 MiB).
   if (!exact && k > 1 && blocks.elements == 2) return false;
-  while (reps->size() < size_t(blocks.period)) reps->push_back(planOf(int(reps->size())));
-  for (int g : checkedElements(blocks))
-    for (int i = 0; i < blocks.period; ++i)
+  const std::vector<int> elements = checkedElements(blocks);
+  for (int i = 0; i < blocks.period; ++i) {
+    if (reps->size() == size_t(i)) reps->push_back(planOf(i));
+    for (int g : elements)
       if (!alikeUnder(blocks, g, (*reps)[size_t(i)], planOf(blocks.act(g, i)), exact))
         return false;
+  }
   return true;
 }
 
@@ -428,7 +432,7 @@ std::string findFolding(int nranks, const std::function<RankPlan(int)>& planOf,
       // The fewest hosts a block of the plans' symmetry takes, then a block that routes alike.
       int k = 1;
       while (k < m.hosts && k * m.perHost <= kMaxRepresentatives &&
-             (m.hosts % k != 0 || !plansAlike(m, kind, k, exact, &reps, planOf)))
+             !plansAlike(m, kind, k, exact, &reps, planOf))
         ++k;
       if (k == m.hosts || k * m.perHost > kMaxRepresentatives) continue;
       RankSymmetry s;

@@ -49,8 +49,8 @@ struct RankSymmetry {
 // How the fast path folds a call: its symmetry, and the plans it simulates.
 struct Folding {
   RankSymmetry symmetry;
-  // Whether every host's plans are host 0's up to a rotation of each lane's range of each buffer (chunk indices
-  // move with the rank in ring-like plans). Then the timelines of an orbit are the same and one
+  // Whether every host's plans are host 0's up to a rotation of each lane's range of each
+  // buffer (chunk indices move with the rank in ring-like plans). Then the timelines of an orbit are the same and one
   // view, host 0's, is simulated. Otherwise the hosts' plans differ in where their steps'
   // regions lie (recursive halving keeps the lower half on one rank and the upper on its
   // partner), which changes how their slices pipeline: a few hosts' views are simulated, each as
