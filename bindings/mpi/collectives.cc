@@ -67,7 +67,7 @@ template <typename Run, typename Fallback, typename After>
 int dispatch(Call call, MPI_Comm comm, Route route, size_t bytes, const Run& run,
              const Fallback& fallback, const After& after) {
   const Admission a = admit(call, comm, route, bytes, run);
-  // Read only for a trial call: the clock costs an untimed call of a few hundred ns a tenth.
+  // Read only for a trial call, whose time recordTrial takes; other calls have no use for it.
   const auto start = a.timed ? std::chrono::steady_clock::now()
                              : std::chrono::steady_clock::time_point{};
   int rc = MPI_SUCCESS;
